@@ -1,0 +1,50 @@
+#pragma once
+// GPU specifications: capacity, bandwidth, matrix throughput and links.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace trainfit {
+
+enum class GpuClass { consumer, workstation, datacenter };
+
+struct GpuSpec {
+  std::string id;            // catalogue name: "rtx-5070-ti", "h200"
+  std::string name;          // marketing name: "NVIDIA GeForce RTX 5070 Ti"
+  std::string vendor = "nvidia";
+  std::string architecture;  // "blackwell", "hopper", ...
+  int compute_capability_major = 0;  // 9 for Hopper (decides cuBLAS workspace size, kernel availability)
+  int compute_capability_minor = 0;
+  GpuClass gpu_class = GpuClass::datacenter;
+  std::int64_t memory_bytes = 0;           // as the driver reports it (nvidia-smi total)
+  double memory_bandwidth_bytes_per_s = 0; // datasheet peak
+  // Dense (no sparsity) peak matrix throughput, FLOP/s; 0 when not supported.
+  double fp32_flops = 0;   // CUDA-core FP32 (non-tensor)
+  double tf32_flops = 0;
+  double bf16_flops = 0;
+  double fp16_flops = 0;
+  double fp8_flops = 0;
+  double int8_ops = 0;
+  int pcie_generation = 0;
+  int pcie_lanes = 0;
+  double host_link_bytes_per_s = 0;  // one direction
+  std::string gpu_link;              // "nvlink4", "pcie", "infinity-fabric", "none"
+  double gpu_link_bytes_per_s = 0;   // one direction, per GPU
+  std::string source;                // where the figures come from
+};
+
+const std::vector<GpuSpec>& gpu_catalog();
+// Exact id or a forgiving match ("5070ti", "RTX 5070 Ti", "h100" -> "h100-sxm").
+// Throws InputError listing close names when nothing matches.
+const GpuSpec& find_gpu(std::string_view name);
+// A GPU spec file (TOML, same field names as GpuSpec; memory as "24GiB").
+GpuSpec parse_gpu_spec(std::string_view toml_text, std::string_view source_name);
+GpuSpec load_gpu_spec_file(std::string_view path);
+// A card known only by its memory: throughput fields stay 0 (time can't be predicted).
+GpuSpec gpu_with_vram(std::int64_t memory_bytes);
+
+std::string to_string(GpuClass c);
+
+}  // namespace trainfit

@@ -1,0 +1,45 @@
+#pragma once
+// The memory model of one training step on one GPU (docs/model.md defines every term).
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "trainfit/hardware.hpp"
+#include "trainfit/model.hpp"
+#include "trainfit/setup.hpp"
+
+namespace trainfit {
+
+enum class Phase { forward, backward, optimizer };
+std::string to_string(Phase p);
+
+// One category of the breakdown, at the moment of the peak.
+struct MemoryTerm {
+  std::string category;  // weights, quant_constants, adapters, gradients, optimizer_states,
+                         // master_weights, activations, logits_and_loss, transient, cublas_workspace
+  std::int64_t bytes = 0;
+};
+
+struct PhasePeak {
+  Phase phase = Phase::forward;
+  std::int64_t allocated_bytes = 0;  // highest torch.cuda.memory_allocated() in the phase
+  std::string moment;                // where in the phase it happens ("cross-entropy backward")
+};
+
+struct MemoryEstimate {
+  std::int64_t peak_allocated_bytes = 0;  // torch.cuda.max_memory_allocated() of a steady-state step
+  std::int64_t peak_reserved_bytes = 0;   // torch.cuda.max_memory_reserved()
+  std::int64_t device_used_bytes = 0;     // NVML used memory: reserved + CUDA context
+  std::int64_t cuda_context_bytes = 0;
+  std::int64_t weights_loaded_bytes = 0;  // memory_allocated() after loading, before the first step
+  Phase peak_phase = Phase::forward;
+  std::string peak_moment;
+  std::vector<MemoryTerm> breakdown;      // sums to peak_allocated_bytes
+  std::vector<PhasePeak> phases;          // forward, backward, optimizer
+  std::int64_t trainable_parameters = 0;
+  std::int64_t total_parameters = 0;
+};
+
+MemoryEstimate estimate_memory(const ModelSpec& model, const TrainingSetup& setup, const GpuSpec& gpu);
+
+}  // namespace trainfit

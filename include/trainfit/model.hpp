@@ -1,0 +1,79 @@
+#pragma once
+// The shape of a decoder-only transformer, read from a Hugging Face config.json.
+// Only shape matters to trainfit: memory and time depend on tensor sizes, not values.
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace trainfit {
+
+// One linear (matrix) module of a decoder layer, as PEFT names it.
+struct LinearModule {
+  std::string name;             // "q_proj", "gate_up_proj", "experts.down_proj"...
+  std::int64_t in_features = 0;
+  std::int64_t out_features = 0;
+  std::int64_t count = 1;       // copies per layer (number of experts for expert weights)
+  bool bias = false;
+  // Rows of tokens that pass through one copy, as a fraction of the layer's tokens:
+  // 1 for dense modules, experts_per_token / experts for a routed expert.
+  double token_fraction = 1.0;
+};
+
+struct ModelSpec {
+  std::string name;         // built-in name or the path it was read from
+  std::string model_type;   // config.json "model_type": llama, qwen2, qwen3, mistral, gemma, gemma2, phi3, mixtral, qwen2_moe, qwen3_moe
+  std::int64_t hidden_size = 0;
+  std::int64_t num_layers = 0;
+  std::int64_t num_heads = 0;
+  std::int64_t num_kv_heads = 0;
+  std::int64_t head_dim = 0;
+  std::int64_t intermediate_size = 0;
+  std::int64_t vocab_size = 0;
+  bool tie_word_embeddings = false;
+  bool attention_bias = false;      // bias on q/k/v (qwen2 has it, llama does not by default)
+  bool attention_out_bias = false;  // bias on o_proj (llama's attention_bias covers o_proj too)
+  bool mlp_bias = false;
+  bool qk_norm = false;             // qwen3: RMSNorm over each head of q and k
+  bool fused_qkv = false;           // phi3: one qkv_proj and one gate_up_proj
+  std::int64_t norms_per_layer = 2; // gemma2 has four
+  std::string hidden_act = "silu";
+  double final_logit_softcapping = 0.0;  // gemma2: tanh cap on the logits (extra logits-sized tensors)
+  // Mixture of experts (0 when dense).
+  std::int64_t num_experts = 0;
+  std::int64_t experts_per_token = 0;
+  std::int64_t moe_intermediate_size = 0;
+  std::int64_t shared_expert_intermediate_size = 0;  // qwen2_moe
+  std::int64_t dense_layers = 0;  // layers with a dense MLP instead of experts
+  std::int64_t max_position_embeddings = 0;
+
+  bool is_moe() const { return num_experts > 0; }
+};
+
+struct ParameterCounts {
+  std::int64_t embedding = 0;   // token embedding matrix
+  std::int64_t lm_head = 0;     // 0 when tied to the embedding
+  std::int64_t per_layer_linear = 0;  // all matrix weights (and their biases) of one average layer
+  std::int64_t linear = 0;      // every decoder linear weight and bias, all layers
+  std::int64_t norms = 0;       // every RMSNorm/LayerNorm weight, including the final one
+  std::int64_t other = 0;       // routers, anything else
+  std::int64_t total = 0;       // what sum(p.numel() for p in model.parameters()) prints
+};
+
+// Reads a config.json (a file, or a folder holding one) or a built-in name.
+// Throws InputError naming the field when the config is malformed, nonsensical or of an unknown family.
+ModelSpec load_model(std::string_view name_or_path);
+ModelSpec parse_model_config(std::string_view json_text, std::string_view source_name);
+
+// The built-in model names ("qwen2.5-7b", ...) in catalogue order.
+std::vector<std::string> builtin_model_names();
+
+ParameterCounts count_parameters(const ModelSpec& model);
+
+// The linear modules of one decoder layer (for a model with some dense and some MoE
+// layers, of an MoE layer; dense_layers says how many layers use the dense MLP instead).
+std::vector<LinearModule> layer_linear_modules(const ModelSpec& model);
+// The linear modules of a dense layer of an MoE model (empty for dense models).
+std::vector<LinearModule> dense_layer_linear_modules(const ModelSpec& model);
+
+}  // namespace trainfit

@@ -1,0 +1,50 @@
+#pragma once
+// A plan: the memory estimate judged against a card, with what to change when it does not fit.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "trainfit/hardware.hpp"
+#include "trainfit/memory.hpp"
+#include "trainfit/model.hpp"
+#include "trainfit/setup.hpp"
+
+namespace trainfit {
+
+enum class Verdict { fits, tight, spills, oom };
+std::string to_string(Verdict v);
+
+// One way to make the setup fit, with its predicted price.
+struct Suggestion {
+  std::string change;                // "enable gradient checkpointing"
+  TrainingSetup setup;               // the setup with the change applied
+  std::int64_t peak_allocated_bytes = 0;
+  std::int64_t device_used_bytes = 0;
+  Verdict verdict = Verdict::fits;
+};
+
+struct Plan {
+  ModelSpec model;
+  TrainingSetup setup;
+  GpuSpec gpu;
+  MemoryEstimate memory;
+  Verdict verdict = Verdict::fits;
+  // 1 - device_used / capacity: the fraction of the card left free (negative when over).
+  double headroom_fraction = 0;
+  std::int64_t over_capacity_bytes = 0;  // device_used - capacity when positive
+  std::vector<Suggestion> suggestions;   // only when the verdict is not "fits"
+};
+
+// The verdict of a device-memory figure against a card and a headroom policy.
+// spills vs oom: over capacity, a Windows driver falls back to system memory (spills, very slow);
+// Linux has no such fallback and raises an out-of-memory error.
+Verdict judge(std::int64_t device_used_bytes, std::int64_t capacity_bytes, double headroom, bool sysmem_fallback);
+
+struct PlanOptions {
+  bool sysmem_fallback = false;  // the platform lets allocations spill into system memory (Windows driver)
+  bool suggest = true;
+};
+
+Plan make_plan(const ModelSpec& model, const TrainingSetup& setup, const GpuSpec& gpu, const PlanOptions& options = {});
+
+}  // namespace trainfit

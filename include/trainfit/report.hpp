@@ -1,0 +1,23 @@
+#pragma once
+// Renders plans as text. Returns strings; printing is the caller's business.
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "trainfit/hardware.hpp"
+#include "trainfit/plan.hpp"
+
+namespace trainfit {
+
+enum class Format { table, json, markdown };
+Format parse_format(std::string_view s);
+
+nlohmann::json plan_to_json(const Plan& plan);  // schema "trainfit.plan/1"
+std::string render_plan(const Plan& plan, Format format);
+// Several plans side by side (the seed scenario: one row per model and setup).
+std::string render_plan_comparison(const std::vector<Plan>& plans, Format format, const std::string& title);
+std::string render_gpu_catalog(const std::vector<GpuSpec>& gpus, Format format);
+std::string render_model_catalog(Format format);
+
+}  // namespace trainfit

@@ -1,0 +1,65 @@
+#pragma once
+// A training setup: everything about one optimizer step except the model and the card.
+// The vocabulary is that of `trainfit plan` (see PRODUCT.md).
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace trainfit {
+
+enum class Method { full, lora, qlora };
+enum class DType { fp32, bf16, fp16, int8, nf4, fp4 };
+enum class Optimizer { adamw, adamw_8bit, sgd, sgd_momentum, adafactor };
+enum class Attention { sdpa, eager, flash };
+
+struct LoraSetup {
+  std::int64_t rank = 16;
+  double alpha = 32;
+  double dropout = 0.05;
+  // Module names as PEFT matches them; {"all-linear"} means every linear layer of the decoder.
+  std::vector<std::string> targets = {"all-linear"};
+  DType adapter_dtype = DType::fp32;  // PEFT's default autocast_adapter_dtype keeps adapters in fp32
+};
+
+struct QuantSetup {
+  bool double_quant = true;           // bnb_4bit_use_double_quant
+  DType compute_dtype = DType::bf16;  // bnb_4bit_compute_dtype
+  // prepare_model_for_kbit_training casts the non-quantised parameters to fp32.
+  bool kbit_prepare = false;
+  std::int64_t block_size = 64;       // 4-bit block size (bitsandbytes: 64)
+};
+
+struct TrainingSetup {
+  Method method = Method::lora;
+  DType weights = DType::bf16;
+  std::optional<DType> amp;           // autocast dtype over fp32 master weights
+  LoraSetup lora;
+  QuantSetup quant;
+  Optimizer optimizer = Optimizer::adamw;
+  std::int64_t seq = 512;
+  std::int64_t batch = 1;
+  std::int64_t grad_accum = 1;
+  bool grad_ckpt = false;
+  Attention attention = Attention::sdpa;
+  double headroom = 0.2;              // fraction of capacity to keep free
+};
+
+// Throws InputError with the list of valid names.
+Method parse_method(std::string_view s);
+DType parse_dtype(std::string_view s);
+Optimizer parse_optimizer(std::string_view s);
+Attention parse_attention(std::string_view s);
+std::vector<std::string> parse_lora_targets(std::string_view s);  // "all-linear" or "q,k,v,o" / "q_proj,v_proj"
+
+std::string to_string(Method m);
+std::string to_string(DType d);
+std::string to_string(Optimizer o);
+std::string to_string(Attention a);
+
+double bytes_per_element(DType d);  // 0.5 for 4-bit types
+// Throws InputError when the setup is inconsistent (qlora with bf16 weights, rank 0, seq 0...).
+void validate(const TrainingSetup& setup);
+
+}  // namespace trainfit
