@@ -47,4 +47,8 @@ GpuSpec gpu_with_vram(std::int64_t memory_bytes);
 
 std::string to_string(GpuClass c);
 
+// One direction of a PCIe link as datasheets quote it: 0.25 GB/s per lane for Gen1,
+// doubling each generation (x16 Gen4 = 32 GB/s, "64 GB/s bidirectional"); 0 outside Gen1-6.
+double pcie_bytes_per_s(int generation, int lanes);
+
 }  // namespace trainfit

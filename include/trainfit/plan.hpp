@@ -29,16 +29,20 @@ struct Plan {
   GpuSpec gpu;
   MemoryEstimate memory;
   Verdict verdict = Verdict::fits;
-  // 1 - device_used / capacity: the fraction of the card left free (negative when over).
+  // 1 - peak_allocated / capacity: the fraction of the card the step's tensors leave free
+  // (negative when over). The headroom policy is judged on this figure.
   double headroom_fraction = 0;
   std::int64_t over_capacity_bytes = 0;  // device_used - capacity when positive
   std::vector<Suggestion> suggestions;   // only when the verdict is not "fits"
 };
 
-// The verdict of a device-memory figure against a card and a headroom policy.
+// The verdict against a card and a headroom policy: over capacity when the peak allocated or the
+// whole device use (reserved + CUDA context) exceeds the card; tight when inside it but the
+// peak allocated leaves less than `headroom` of the card free.
 // spills vs oom: over capacity, a Windows driver falls back to system memory (spills, very slow);
 // Linux has no such fallback and raises an out-of-memory error.
-Verdict judge(std::int64_t device_used_bytes, std::int64_t capacity_bytes, double headroom, bool sysmem_fallback);
+Verdict judge(std::int64_t peak_allocated_bytes, std::int64_t device_used_bytes, std::int64_t capacity_bytes,
+              double headroom, bool sysmem_fallback);
 
 struct PlanOptions {
   bool sysmem_fallback = false;  // the platform lets allocations spill into system memory (Windows driver)

@@ -8,3 +8,4 @@
 #include "trainfit/report.hpp"
 #include "trainfit/setup.hpp"
 #include "trainfit/units.hpp"
+#include "trainfit/measurements.hpp"

@@ -1,1 +1,119 @@
-// Placeholder until implemented.
+// Verdicts and the alternatives that make a setup fit.
+#include "trainfit/plan.hpp"
+
+#include <algorithm>
+
+#include "trainfit/error.hpp"
+
+namespace trainfit {
+
+std::string to_string(Verdict v) {
+  switch (v) {
+    case Verdict::fits: return "fits";
+    case Verdict::tight: return "tight";
+    case Verdict::spills: return "spills";
+    case Verdict::oom: return "oom";
+  }
+  return "?";
+}
+
+Verdict judge(std::int64_t peak_allocated_bytes, std::int64_t device_used_bytes, std::int64_t capacity_bytes,
+              double headroom, bool sysmem_fallback) {
+  if (capacity_bytes <= 0) throw InputError("the card's memory capacity must be positive");
+  if (peak_allocated_bytes > capacity_bytes || device_used_bytes > capacity_bytes)
+    return sysmem_fallback ? Verdict::spills : Verdict::oom;
+  const double free_fraction = 1.0 - static_cast<double>(peak_allocated_bytes) / static_cast<double>(capacity_bytes);
+  return free_fraction < headroom ? Verdict::tight : Verdict::fits;
+}
+
+namespace {
+
+Suggestion evaluate(const ModelSpec& model, const TrainingSetup& setup, const GpuSpec& gpu, const PlanOptions& options,
+                    std::string change) {
+  const MemoryEstimate est = estimate_memory(model, setup, gpu);
+  Suggestion s;
+  s.change = std::move(change);
+  s.setup = setup;
+  s.peak_allocated_bytes = est.peak_allocated_bytes;
+  s.device_used_bytes = est.device_used_bytes;
+  s.verdict = judge(est.peak_allocated_bytes, est.device_used_bytes, gpu.memory_bytes, setup.headroom,
+                    options.sysmem_fallback);
+  return s;
+}
+
+// Changes people make to fit a run, least intrusive first. Each keeps the model and the card;
+// the ones that change what is trained (method, quantisation) come after the free ones.
+std::vector<Suggestion> alternatives(const ModelSpec& model, const TrainingSetup& setup, const GpuSpec& gpu,
+                                     const PlanOptions& options) {
+  std::vector<Suggestion> out;
+  auto consider = [&](TrainingSetup s, std::string change) {
+    try {
+      out.push_back(evaluate(model, s, gpu, options, std::move(change)));
+    } catch (const InputError&) {
+      // A change that makes no sense for this setup is simply not offered.
+    }
+  };
+  TrainingSetup s = setup;
+  if (!setup.grad_ckpt) {
+    s.grad_ckpt = true;
+    consider(s, "enable gradient checkpointing (--grad-ckpt): recomputes each layer in backward, about 1/3 more compute");
+  }
+  if (setup.batch > 1) {
+    TrainingSetup b = s;
+    b.batch = 1;
+    b.grad_accum = setup.grad_accum * setup.batch;
+    consider(b, "micro-batch 1 with --grad-accum " + std::to_string(b.grad_accum) + " (same tokens per optimizer step)");
+  }
+  if (setup.method != Method::full && setup.lora.targets != std::vector<std::string>{"q_proj", "v_proj"}) {
+    TrainingSetup t = s;
+    t.lora.targets = {"q_proj", "v_proj"};
+    consider(t, "LoRA on q_proj,v_proj only (--lora-targets q,v): fewer adapters and saved inputs");
+  }
+  if (setup.method == Method::full && setup.optimizer == Optimizer::adamw) {
+    TrainingSetup o = s;
+    o.optimizer = Optimizer::adamw_8bit;
+    consider(o, "8-bit AdamW (--optimizer adamw-8bit): optimizer states at 2 bytes a parameter");
+  }
+  if (setup.method == Method::full) {
+    TrainingSetup l = s;
+    l.method = Method::lora;
+    l.weights = DType::bf16;
+    l.amp.reset();
+    consider(l, "LoRA rank " + std::to_string(l.lora.rank) + " on a bf16 base instead of full fine-tuning");
+  }
+  if (setup.method != Method::qlora) {
+    TrainingSetup q = s;
+    q.method = Method::qlora;
+    q.weights = DType::nf4;
+    q.amp.reset();
+    consider(q, "QLoRA: 4-bit NF4 base (--method qlora), adapters rank " + std::to_string(q.lora.rank));
+  }
+  if (setup.seq > 256) {
+    TrainingSetup q = s;
+    q.seq = setup.seq / 2;
+    consider(q, "halve the sequence length (--seq " + std::to_string(q.seq) + ")");
+  }
+  // Keep the ones that fit first, in the order above, then the rest (they show how far each gets).
+  std::stable_partition(out.begin(), out.end(), [](const Suggestion& a) { return a.verdict == Verdict::fits; });
+  return out;
+}
+
+}  // namespace
+
+Plan make_plan(const ModelSpec& model, const TrainingSetup& setup, const GpuSpec& gpu, const PlanOptions& options) {
+  Plan plan;
+  plan.model = model;
+  plan.setup = setup;
+  plan.gpu = gpu;
+  plan.memory = estimate_memory(model, setup, gpu);
+  const double cap = static_cast<double>(gpu.memory_bytes);
+  plan.headroom_fraction = 1.0 - static_cast<double>(plan.memory.peak_allocated_bytes) / cap;
+  plan.verdict = judge(plan.memory.peak_allocated_bytes, plan.memory.device_used_bytes, gpu.memory_bytes,
+                       setup.headroom, options.sysmem_fallback);
+  plan.over_capacity_bytes =
+      std::max<std::int64_t>(0, std::max(plan.memory.peak_allocated_bytes, plan.memory.device_used_bytes) - gpu.memory_bytes);
+  if (options.suggest && plan.verdict != Verdict::fits) plan.suggestions = alternatives(model, setup, gpu, options);
+  return plan;
+}
+
+}  // namespace trainfit

@@ -1,1 +1,194 @@
-// Placeholder until implemented.
+// Peak memory of a steady-state training step: the static tensors plus, at each moment of the
+// step where memory can peak, what is alive then. docs/model.md defines every term.
+#include <algorithm>
+#include <array>
+#include <cmath>
+
+#include "memory/step_shape.hpp"
+#include "trainfit/memory.hpp"
+
+namespace trainfit {
+
+std::string to_string(Phase p) {
+  switch (p) {
+    case Phase::forward: return "forward";
+    case Phase::backward: return "backward";
+    case Phase::optimizer: return "optimizer";
+  }
+  return "?";
+}
+
+namespace {
+
+// The allocated bytes at one moment, by category.
+struct Moment {
+  Phase phase = Phase::forward;
+  std::string what;
+  double weights = 0, master_weights = 0, quant_constants = 0, adapters = 0, gradients = 0, optimizer_states = 0,
+         activations = 0, logits_and_loss = 0, transient = 0, cublas_workspace = 0;
+  double total() const {
+    return weights + master_weights + quant_constants + adapters + gradients + optimizer_states + activations +
+           logits_and_loss + transient + cublas_workspace;
+  }
+};
+
+std::int64_t to_bytes(double v) { return static_cast<std::int64_t>(std::llround(std::max(0.0, v))); }
+
+// CUDA context, driver and library memory outside PyTorch's allocator, as NVML sees it.
+// Measured on the H200 (torch 2.11, CUDA 13): NVML used - max_memory_reserved = 1382 MiB.
+// Other cards are assumed alike until measured (docs/model.md, "CUDA context").
+constexpr double kCudaContextBytes = 1382.0 * 1048576.0;
+
+}  // namespace
+
+MemoryEstimate estimate_memory(const ModelSpec& model, const TrainingSetup& setup, const GpuSpec& gpu) {
+  validate(setup);
+  const detail::StepShape st = detail::describe_step(model, setup, gpu);
+  const auto& p = st.params;
+  const double T = st.tokens;
+  const double L = static_cast<double>(model.num_layers);
+  const double TV = T * static_cast<double>(model.vocab_size);
+  const bool full = setup.method == Method::full;
+  const ParameterCounts pc = count_parameters(model);
+
+  // Static: alive through the whole steady-state step.
+  Moment base;
+  if (full && setup.amp) {
+    base.master_weights = p.weights;
+  } else {
+    base.weights = p.weights;
+  }
+  base.quant_constants = p.quant_constants;
+  base.adapters = p.adapters;
+  base.optimizer_states = st.optimizer_states;
+  base.cublas_workspace = st.cublas_workspaces;
+
+  // Gradients: with accumulation, micro-batches after the first run with every gradient alive.
+  const double grads_prev = setup.grad_accum > 1 ? st.gradients : 0.0;
+  const double elem = p.trainable_bytes_each;
+  const double head_grad = full ? static_cast<double>(pc.lm_head > 0 ? pc.lm_head : pc.embedding) * elem : 0.0;
+  const double embed_grad = full ? static_cast<double>(pc.embedding) * elem : 0.0;
+  const double layer_grad = (st.gradients - (full ? head_grad + (pc.lm_head > 0 ? embed_grad : 0.0) : 0.0)) / L;
+
+  const double layer_acts = (st.layer_activation_per_token + st.attention_scores_per_token) * T;
+  const double kept_per_layer = setup.grad_ckpt ? st.checkpoint_per_token * T : layer_acts;
+  const double outside = st.outside_per_token * T;
+  const double copies_head = full && setup.amp ? static_cast<double>(pc.lm_head > 0 ? pc.lm_head : pc.embedding) * bytes_per_element(*setup.amp) : 0.0;
+  const double copies_layer = (p.autocast_copies - copies_head) / L;
+  const double lc = st.logits_compute_bytes;
+
+  std::vector<Moment> moments;
+  // Forward, at the loss: every layer's saved tensors, the logits as the lm_head made them,
+  // their fp32 copy and log_softmax's fp32 output (kept for backward).
+  {
+    Moment m = base;
+    m.phase = Phase::forward;
+    m.what = "cross-entropy forward";
+    m.gradients = grads_prev;
+    m.activations = L * kept_per_layer + outside;
+    m.weights += p.autocast_copies;
+    m.logits_and_loss = TV * (lc + (st.logits_upcast ? 4.0 : 0.0) + 4.0 + st.softcap_bytes);
+    moments.push_back(m);
+  }
+  // Backward, in log_softmax's backward: its saved output, the incoming gradient and the
+  // gradient it produces, all fp32 over the vocabulary.
+  {
+    Moment m = base;
+    m.phase = Phase::backward;
+    m.what = "cross-entropy backward";
+    m.gradients = grads_prev;
+    m.activations = L * kept_per_layer + outside;
+    m.weights += p.autocast_copies;
+    m.logits_and_loss = TV * (12.0 + st.softcap_bytes);
+    moments.push_back(m);
+  }
+  // Backward through the output layer: its gradient appears while the logits' gradient (in
+  // the lm_head's dtype) is still alive.
+  {
+    Moment m = base;
+    m.phase = Phase::backward;
+    m.what = "output layer backward";
+    m.gradients = std::max(grads_prev, head_grad);
+    m.activations = L * kept_per_layer + outside;
+    m.weights += p.autocast_copies;
+    m.logits_and_loss = TV * lc;
+    moments.push_back(m);
+  }
+  // Backward through the last and the first decoder layer: gradients of the layers done so far,
+  // saved tensors of the layers still to do, the layer's own recomputed activations under
+  // checkpointing, and its in-flight gradients.
+  for (const double done : {0.0, L - 1.0}) {
+    Moment m = base;
+    m.phase = Phase::backward;
+    m.what = done == 0.0 ? "last layer backward" : "first layer backward";
+    m.gradients = std::max(grads_prev, head_grad + (done + 1.0) * layer_grad);
+    m.activations = (L - done) * kept_per_layer + (setup.grad_ckpt ? layer_acts : 0.0);
+    m.weights += copies_layer * (L - done);
+    m.transient = st.layer_backward_transient_per_token * T + st.dequant_transient;
+    moments.push_back(m);
+  }
+  // Backward through the embedding (full fine-tuning): its gradient is a new vocabulary x hidden
+  // tensor; a tied embedding already holds the output layer's gradient, to which it is added.
+  if (full) {
+    Moment m = base;
+    m.phase = Phase::backward;
+    m.what = "embedding backward";
+    m.gradients = st.gradients;
+    m.transient = pc.lm_head > 0 ? 0.0 : embed_grad;
+    moments.push_back(m);
+  }
+  // Optimizer step: every gradient, plus the optimizer's own temporaries.
+  {
+    Moment m = base;
+    m.phase = Phase::optimizer;
+    m.what = "optimizer step";
+    m.gradients = st.gradients;
+    m.transient = st.optimizer_transient;
+    moments.push_back(m);
+  }
+
+  const Moment* peak = &moments.front();
+  for (const auto& m : moments)
+    if (m.total() > peak->total()) peak = &m;
+
+  MemoryEstimate est;
+  est.peak_allocated_bytes = to_bytes(peak->total());
+  est.peak_phase = peak->phase;
+  est.peak_moment = peak->what;
+  const bool amp = full && setup.amp.has_value();
+  est.breakdown = {
+      {"weights", to_bytes(peak->weights)},
+      {"master_weights", to_bytes(peak->master_weights)},
+      {"quant_constants", to_bytes(peak->quant_constants)},
+      {"adapters", to_bytes(peak->adapters)},
+      {"gradients", to_bytes(peak->gradients)},
+      {"optimizer_states", to_bytes(peak->optimizer_states)},
+      {"activations", to_bytes(peak->activations)},
+      {"logits_and_loss", to_bytes(peak->logits_and_loss)},
+      {"transient", to_bytes(peak->transient)},
+      {"cublas_workspace", to_bytes(peak->cublas_workspace)},
+  };
+  (void)amp;
+  for (const Phase ph : {Phase::forward, Phase::backward, Phase::optimizer}) {
+    PhasePeak pp{ph, 0, ""};
+    for (const auto& m : moments) {
+      if (m.phase == ph && to_bytes(m.total()) > pp.allocated_bytes) {
+        pp.allocated_bytes = to_bytes(m.total());
+        pp.moment = m.what;
+      }
+    }
+    est.phases.push_back(pp);
+  }
+  // The caching allocator cannot reuse the lm_head-dtype logits block freed after the forward
+  // for the larger fp32 blocks of the loss backward, so it stays reserved at the peak.
+  const double fragmentation = st.logits_upcast ? TV * lc : 0.0;
+  est.peak_reserved_bytes = to_bytes(peak->total() + fragmentation);
+  est.cuda_context_bytes = to_bytes(kCudaContextBytes);
+  est.device_used_bytes = est.peak_reserved_bytes + est.cuda_context_bytes;
+  est.weights_loaded_bytes = to_bytes(base.weights + base.master_weights + base.quant_constants + base.adapters);
+  est.trainable_parameters = static_cast<std::int64_t>(std::llround(p.trainable_params));
+  est.total_parameters = pc.total + (full ? 0 : est.trainable_parameters);
+  return est;
+}
+
+}  // namespace trainfit

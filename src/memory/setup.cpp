@@ -1,1 +1,143 @@
-// Placeholder until implemented.
+#include <algorithm>
+#include <array>
+#include <cctype>
+#include <cmath>
+#include <string>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "trainfit/error.hpp"
+#include "trainfit/setup.hpp"
+
+namespace trainfit {
+namespace {
+
+std::string lower(std::string_view s) {
+  std::string out(s);
+  std::transform(out.begin(), out.end(), out.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return out;
+}
+
+// Looks a name up in a table of (spelling, value); the first spelling of each value is canonical.
+template <typename E, std::size_t N>
+E lookup(std::string_view what, std::string_view text, const std::array<std::pair<std::string_view, E>, N>& table) {
+  const std::string key = lower(text);
+  for (const auto& [name, value] : table) {
+    if (name == key) return value;
+  }
+  std::string names;
+  for (const auto& [name, value] : table) {
+    if (!names.empty()) names += ", ";
+    names += name;
+  }
+  throw InputError(fmt::format("unknown {} '{}'; expected one of: {}", what, text, names));
+}
+
+template <typename E, std::size_t N>
+std::string name_of(E value, const std::array<std::pair<std::string_view, E>, N>& table) {
+  for (const auto& [name, v] : table) {
+    if (v == value) return std::string(name);
+  }
+  return "?";
+}
+
+constexpr std::array<std::pair<std::string_view, Method>, 3> kMethods{{
+    {"full", Method::full}, {"lora", Method::lora}, {"qlora", Method::qlora}}};
+constexpr std::array<std::pair<std::string_view, DType>, 9> kDTypes{{
+    {"fp32", DType::fp32}, {"bf16", DType::bf16}, {"fp16", DType::fp16}, {"int8", DType::int8},
+    {"nf4", DType::nf4}, {"fp4", DType::fp4}, {"float32", DType::fp32}, {"bfloat16", DType::bf16},
+    {"float16", DType::fp16}}};
+constexpr std::array<std::pair<std::string_view, Optimizer>, 7> kOptimizers{{
+    {"adamw", Optimizer::adamw}, {"adamw-8bit", Optimizer::adamw_8bit}, {"sgd", Optimizer::sgd},
+    {"sgd-momentum", Optimizer::sgd_momentum}, {"adafactor", Optimizer::adafactor},
+    {"adam", Optimizer::adamw}, {"paged-adamw-8bit", Optimizer::adamw_8bit}}};
+constexpr std::array<std::pair<std::string_view, Attention>, 4> kAttention{{
+    {"sdpa", Attention::sdpa}, {"eager", Attention::eager}, {"flash", Attention::flash},
+    {"flash_attention_2", Attention::flash}}};
+
+// Short names people write for the usual projection modules.
+constexpr std::array<std::pair<std::string_view, std::string_view>, 7> kTargetShorthands{{
+    {"q", "q_proj"}, {"k", "k_proj"}, {"v", "v_proj"}, {"o", "o_proj"},
+    {"gate", "gate_proj"}, {"up", "up_proj"}, {"down", "down_proj"}}};
+
+}  // namespace
+
+Method parse_method(std::string_view s) { return lookup("method", s, kMethods); }
+DType parse_dtype(std::string_view s) { return lookup("dtype", s, kDTypes); }
+Optimizer parse_optimizer(std::string_view s) { return lookup("optimizer", s, kOptimizers); }
+Attention parse_attention(std::string_view s) { return lookup("attention kernel", s, kAttention); }
+
+std::vector<std::string> parse_lora_targets(std::string_view s) {
+  const std::string text = lower(s);
+  if (text == "all-linear" || text == "all_linear" || text == "all") return {"all-linear"};
+  std::vector<std::string> targets;
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    const std::size_t comma = std::min(text.find(',', start), text.size());
+    std::string item = text.substr(start, comma - start);
+    item.erase(std::remove_if(item.begin(), item.end(), [](unsigned char c) { return std::isspace(c) != 0; }), item.end());
+    if (item.empty()) throw InputError(fmt::format("--lora-targets: empty module name in '{}'", s));
+    for (const auto& [shorthand, full] : kTargetShorthands) {
+      if (item == shorthand) item = std::string(full);
+    }
+    const bool valid = std::all_of(item.begin(), item.end(), [](unsigned char c) {
+      return std::isalnum(c) != 0 || c == '_' || c == '.';
+    });
+    if (!valid) throw InputError(fmt::format("--lora-targets: '{}' is not a module name", item));
+    if (std::find(targets.begin(), targets.end(), item) == targets.end()) targets.push_back(item);
+    start = comma + 1;
+  }
+  return targets;
+}
+
+std::string to_string(Method m) { return name_of(m, kMethods); }
+std::string to_string(DType d) { return name_of(d, kDTypes); }
+std::string to_string(Optimizer o) { return name_of(o, kOptimizers); }
+std::string to_string(Attention a) { return name_of(a, kAttention); }
+
+double bytes_per_element(DType d) {
+  switch (d) {
+    case DType::fp32: return 4;
+    case DType::bf16:
+    case DType::fp16: return 2;
+    case DType::int8: return 1;
+    case DType::nf4:
+    case DType::fp4: return 0.5;
+  }
+  return 4;
+}
+
+void validate(const TrainingSetup& s) {
+  // Limits far beyond any real run, so that products of them stay far from int64 overflow.
+  constexpr std::int64_t kMaxTokens = std::int64_t{1} << 24;
+  if (s.seq <= 0 || s.seq > kMaxTokens) throw InputError(fmt::format("--seq must be between 1 and {} (got {})", kMaxTokens, s.seq));
+  if (s.batch <= 0 || s.batch > 65536) throw InputError(fmt::format("--batch must be between 1 and 65536 (got {})", s.batch));
+  if (s.seq * s.batch > kMaxTokens) throw InputError(fmt::format("--seq x --batch must be at most {} tokens (got {})", kMaxTokens, s.seq * s.batch));
+  if (s.grad_accum <= 0 || s.grad_accum > 1'000'000) throw InputError(fmt::format("--grad-accum must be between 1 and 1000000 (got {})", s.grad_accum));
+  if (!(s.headroom >= 0.0 && s.headroom < 1.0)) throw InputError(fmt::format("--headroom must be a fraction in [0, 1) (got {})", s.headroom));
+  const bool quantised = s.weights == DType::nf4 || s.weights == DType::fp4 || s.weights == DType::int8;
+  if (s.method == Method::qlora && !quantised)
+    throw InputError(fmt::format("--method qlora needs --weights nf4, fp4 or int8 (got {})", to_string(s.weights)));
+  if (s.method != Method::qlora && quantised)
+    throw InputError(fmt::format("--weights {} is a quantised base: use --method qlora", to_string(s.weights)));
+  if (s.method == Method::full && s.optimizer == Optimizer::adamw_8bit && s.weights != DType::fp32 && !s.amp) {
+    // bitsandbytes' 8-bit AdamW works for half-precision params too; nothing to reject.
+  }
+  if (s.amp && *s.amp != DType::bf16 && *s.amp != DType::fp16)
+    throw InputError(fmt::format("--amp must be bf16 or fp16 (got {})", to_string(*s.amp)));
+  if (s.amp && s.method == Method::full && s.weights != DType::fp32)
+    throw InputError("--amp autocasts over fp32 master weights: use --weights fp32 with it");
+  if (s.method != Method::full) {
+    if (s.lora.rank <= 0 || s.lora.rank > 65536) throw InputError(fmt::format("--rank must be between 1 and 65536 (got {})", s.lora.rank));
+    if (!(s.lora.dropout >= 0.0 && s.lora.dropout < 1.0)) throw InputError(fmt::format("--lora-dropout must be in [0, 1) (got {})", s.lora.dropout));
+    if (!std::isfinite(s.lora.alpha) || s.lora.alpha <= 0) throw InputError(fmt::format("--lora-alpha must be positive (got {})", s.lora.alpha));
+    if (s.lora.targets.empty()) throw InputError("--lora-targets names no module");
+    if (s.lora.adapter_dtype != DType::fp32 && s.lora.adapter_dtype != DType::bf16 && s.lora.adapter_dtype != DType::fp16)
+      throw InputError("--adapter-dtype must be fp32, bf16 or fp16");
+  }
+  if (s.quant.compute_dtype != DType::bf16 && s.quant.compute_dtype != DType::fp16 && s.quant.compute_dtype != DType::fp32)
+    throw InputError("--compute-dtype must be bf16, fp16 or fp32");
+}
+
+}  // namespace trainfit

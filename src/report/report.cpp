@@ -1,1 +1,272 @@
-// Placeholder until implemented.
+// Plans as a terminal table, JSON (schema trainfit.plan/1) and Markdown.
+#include "trainfit/report.hpp"
+
+#include <algorithm>
+#include <cctype>
+
+#include <fmt/format.h>
+
+#include "trainfit/error.hpp"
+#include "trainfit/units.hpp"
+
+namespace trainfit {
+namespace {
+
+using nlohmann::json;
+
+std::string gib(std::int64_t bytes) { return fmt::format("{:.2f} GiB", static_cast<double>(bytes) / static_cast<double>(kGiB)); }
+std::string mib(std::int64_t bytes) { return fmt::format("{:.0f} MiB", to_mib(bytes)); }
+std::string pct(double f) { return fmt::format("{:.0f}%", 100.0 * f); }
+
+std::string params_text(std::int64_t n) {
+  const auto d = static_cast<double>(n);
+  if (d >= 1e9) return fmt::format("{:.2f}B", d / 1e9);
+  if (d >= 1e6) return fmt::format("{:.1f}M", d / 1e6);
+  return fmt::format("{}", n);
+}
+
+std::string targets_text(const std::vector<std::string>& t) {
+  std::string s;
+  for (const auto& x : t) s += (s.empty() ? "" : ",") + x;
+  return s;
+}
+
+std::string setup_text(const TrainingSetup& s) {
+  std::string method;
+  switch (s.method) {
+    case Method::full:
+      method = s.amp ? fmt::format("full fine-tuning, fp32 weights under {} autocast", to_string(*s.amp))
+                     : fmt::format("full fine-tuning, {} weights", to_string(s.weights));
+      break;
+    case Method::lora:
+      method = fmt::format("LoRA r{} ({}) on a {} base", s.lora.rank, targets_text(s.lora.targets), to_string(s.weights));
+      break;
+    case Method::qlora:
+      method = fmt::format("QLoRA r{} ({}) on a {} base{}", s.lora.rank, targets_text(s.lora.targets),
+                           to_string(s.weights), s.quant.double_quant ? " (double-quantised)" : "");
+      break;
+  }
+  return fmt::format("{}, {}, seq {} x batch {}{}, {}, {} attention", method, to_string(s.optimizer), s.seq, s.batch,
+                     s.grad_accum > 1 ? fmt::format(" x accum {}", s.grad_accum) : "",
+                     s.grad_ckpt ? "gradient checkpointing" : "no checkpointing", to_string(s.attention));
+}
+
+// Human names for the breakdown keys, in display order.
+const std::vector<std::pair<std::string, std::string>>& category_names() {
+  static const std::vector<std::pair<std::string, std::string>> names = {
+      {"weights", "weights"},
+      {"master_weights", "fp32 master weights"},
+      {"quant_constants", "quantisation constants"},
+      {"adapters", "LoRA adapters"},
+      {"gradients", "gradients"},
+      {"optimizer_states", "optimizer states"},
+      {"activations", "saved activations"},
+      {"logits_and_loss", "logits and loss"},
+      {"transient", "transient buffers"},
+      {"cublas_workspace", "cuBLAS workspaces"},
+  };
+  return names;
+}
+
+std::string verdict_line(const Plan& p) {
+  const auto cap = p.gpu.memory_bytes;
+  switch (p.verdict) {
+    case Verdict::fits:
+      return fmt::format("FITS: peak {} of {} ({} free, policy keeps {})", gib(p.memory.peak_allocated_bytes), gib(cap),
+                         pct(p.headroom_fraction), pct(p.setup.headroom));
+    case Verdict::tight:
+      return fmt::format("TIGHT: fits in {} but leaves only {} free, under the {} headroom policy", gib(cap),
+                         pct(p.headroom_fraction), pct(p.setup.headroom));
+    case Verdict::spills:
+      return fmt::format("SPILLS: needs {} on a {} card, {} over; the driver's system-memory fallback will run it, very slowly",
+                         gib(std::max(p.memory.peak_allocated_bytes, p.memory.device_used_bytes)), gib(cap), gib(p.over_capacity_bytes));
+    case Verdict::oom:
+      return fmt::format("OOM: needs {} on a {} card, {} over: CUDA out of memory",
+                         gib(std::max(p.memory.peak_allocated_bytes, p.memory.device_used_bytes)), gib(cap), gib(p.over_capacity_bytes));
+  }
+  return "";
+}
+
+std::string model_text(const Plan& p) {
+  return fmt::format("{} ({} parameters, {} trainable)", p.model.name, params_text(p.memory.total_parameters),
+                     params_text(p.memory.trainable_parameters));
+}
+
+}  // namespace
+
+Format parse_format(std::string_view s) {
+  if (s == "table") return Format::table;
+  if (s == "json") return Format::json;
+  if (s == "markdown" || s == "md") return Format::markdown;
+  throw InputError(fmt::format("unknown format '{}'; expected table, json or markdown", s));
+}
+
+json plan_to_json(const Plan& p) {
+  json breakdown = json::object();
+  for (const auto& t : p.memory.breakdown) breakdown[t.category] = t.bytes;
+  json phases = json::object();
+  for (const auto& ph : p.memory.phases)
+    phases[to_string(ph.phase)] = {{"peak_allocated_bytes", ph.allocated_bytes}, {"moment", ph.moment}};
+  json suggestions = json::array();
+  for (const auto& s : p.suggestions)
+    suggestions.push_back({{"change", s.change},
+                           {"peak_allocated_bytes", s.peak_allocated_bytes},
+                           {"device_used_bytes", s.device_used_bytes},
+                           {"verdict", to_string(s.verdict)}});
+  const auto& s = p.setup;
+  json setup = {{"method", to_string(s.method)},
+                {"weights", to_string(s.weights)},
+                {"amp", s.amp ? json(to_string(*s.amp)) : json(nullptr)},
+                {"optimizer", to_string(s.optimizer)},
+                {"attn", to_string(s.attention)},
+                {"seq", s.seq},
+                {"batch", s.batch},
+                {"grad_accum", s.grad_accum},
+                {"grad_ckpt", s.grad_ckpt},
+                {"headroom", s.headroom}};
+  if (s.method != Method::full) {
+    setup["rank"] = s.lora.rank;
+    setup["lora_alpha"] = s.lora.alpha;
+    setup["lora_dropout"] = s.lora.dropout;
+    setup["lora_targets"] = s.lora.targets;
+  }
+  return {{"schema", "trainfit.plan/1"},
+          {"model", {{"name", p.model.name},
+                     {"model_type", p.model.model_type},
+                     {"parameters", p.memory.total_parameters},
+                     {"trainable_parameters", p.memory.trainable_parameters}}},
+          {"setup", setup},
+          {"memory", {{"peak_allocated_bytes", p.memory.peak_allocated_bytes},
+                      {"peak_reserved_bytes", p.memory.peak_reserved_bytes},
+                      {"device_used_bytes", p.memory.device_used_bytes},
+                      {"cuda_context_bytes", p.memory.cuda_context_bytes},
+                      {"weights_loaded_bytes", p.memory.weights_loaded_bytes},
+                      {"peak_phase", to_string(p.memory.peak_phase)},
+                      {"peak_moment", p.memory.peak_moment},
+                      {"breakdown", breakdown},
+                      {"phases", phases}}},
+          {"device", {{"name", p.gpu.name}, {"id", p.gpu.id}, {"capacity_bytes", p.gpu.memory_bytes}}},
+          {"verdict", to_string(p.verdict)},
+          {"headroom_fraction", p.headroom_fraction},
+          {"over_capacity_bytes", p.over_capacity_bytes},
+          {"suggestions", suggestions}};
+}
+
+std::string render_plan(const Plan& p, Format format) {
+  if (format == Format::json) return plan_to_json(p).dump(2) + "\n";
+  const bool md = format == Format::markdown;
+  std::string out;
+  const auto& m = p.memory;
+  if (md) {
+    out += fmt::format("## trainfit plan: {}\n\n", p.model.name);
+    out += fmt::format("- **Model:** {}\n- **Setup:** {}\n- **GPU:** {} ({})\n- **Verdict:** {}\n\n", model_text(p),
+                       setup_text(p.setup), p.gpu.name, mib(p.gpu.memory_bytes), verdict_line(p));
+    out += fmt::format("Peak at **{}** ({}).\n\n| memory | bytes | MiB |\n|---|---:|---:|\n", to_string(m.peak_phase), m.peak_moment);
+  } else {
+    out += fmt::format("Model    {}\nSetup    {}\nGPU      {} ({})\n\n{}\n\n", model_text(p), setup_text(p.setup),
+                       p.gpu.name, mib(p.gpu.memory_bytes), verdict_line(p));
+    out += fmt::format("Memory at the peak ({}: {})\n", to_string(m.peak_phase), m.peak_moment);
+  }
+  auto row = [&](const std::string& name, std::int64_t bytes, const std::string& note) {
+    if (md) out += fmt::format("| {} | {} | {:.1f} |\n", name + (note.empty() ? "" : " (" + note + ")"), bytes, to_mib(bytes));
+    else out += fmt::format("  {:<24}{:>12}  {}\n", name, fmt::format("{:.1f} MiB", to_mib(bytes)), note);
+  };
+  for (const auto& [key, name] : category_names()) {
+    for (const auto& t : m.breakdown)
+      if (t.category == key && t.bytes > 0) row(name, t.bytes, "");
+  }
+  if (!md) out += "  " + std::string(48, '-') + "\n";
+  row("peak allocated", m.peak_allocated_bytes, "torch.cuda.max_memory_allocated()");
+  row("allocator reserve", m.peak_reserved_bytes - m.peak_allocated_bytes, "");
+  row("peak reserved", m.peak_reserved_bytes, "torch.cuda.max_memory_reserved()");
+  row("CUDA context", m.cuda_context_bytes, "");
+  row("device used", m.device_used_bytes, "NVML / nvidia-smi");
+  out += md ? "\n" : "\n";
+  std::string phases;
+  for (const auto& ph : m.phases)
+    phases += fmt::format("{}{} {}", phases.empty() ? "" : ", ", to_string(ph.phase), mib(ph.allocated_bytes));
+  out += fmt::format("{}Phase peaks: {}\n", md ? "" : "", phases);
+  if (!p.suggestions.empty()) {
+    out += md ? "\n### To fit\n\n| change | peak allocated | device used | verdict |\n|---|---:|---:|---|\n" : "\nTo fit:\n";
+    for (const auto& s : p.suggestions) {
+      if (md) out += fmt::format("| {} | {} | {} | {} |\n", s.change, mib(s.peak_allocated_bytes), mib(s.device_used_bytes), to_string(s.verdict));
+      else out += fmt::format("  {:<7}{:>10}  {}\n", to_string(s.verdict), mib(s.peak_allocated_bytes), s.change);
+    }
+  }
+  return out;
+}
+
+std::string render_plan_comparison(const std::vector<Plan>& plans, Format format, const std::string& title) {
+  if (format == Format::json) {
+    json arr = json::array();
+    for (const auto& p : plans) arr.push_back(plan_to_json(p));
+    return json{{"schema", "trainfit.plans/1"}, {"title", title}, {"plans", arr}}.dump(2) + "\n";
+  }
+  const bool md = format == Format::markdown;
+  std::string out = md ? fmt::format("## {}\n\n", title) : title + "\n\n";
+  if (!plans.empty()) {
+    out += fmt::format("{}GPU: {} ({}); {}\n\n", md ? "" : "", plans.front().gpu.name, mib(plans.front().gpu.memory_bytes),
+                       setup_text(plans.front().setup));
+  }
+  if (md) out += "| model | checkpointing | peak allocated | of card | device used | verdict | over by | peak in |\n|---|---|---:|---:|---:|---|---:|---|\n";
+  else out += fmt::format("  {:<14}{:<8}{:>16}{:>9}{:>14}  {:<8}{:>12}  {}\n", "model", "ckpt", "peak allocated", "of card", "device used", "verdict", "over by", "peak in");
+  for (const auto& p : plans) {
+    const double share = static_cast<double>(p.memory.peak_allocated_bytes) / static_cast<double>(p.gpu.memory_bytes);
+    const std::string over = p.over_capacity_bytes > 0 ? mib(p.over_capacity_bytes) : "-";
+    const std::string where = to_string(p.memory.peak_phase);
+    if (md) out += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} |\n", p.model.name, p.setup.grad_ckpt ? "on" : "off", mib(p.memory.peak_allocated_bytes), pct(share), mib(p.memory.device_used_bytes), to_string(p.verdict), over, where);
+    else out += fmt::format("  {:<14}{:<8}{:>16}{:>9}{:>14}  {:<8}{:>12}  {}\n", p.model.name, p.setup.grad_ckpt ? "on" : "off", mib(p.memory.peak_allocated_bytes), pct(share), mib(p.memory.device_used_bytes), to_string(p.verdict), over, where);
+  }
+  return out;
+}
+
+std::string render_gpu_catalog(const std::vector<GpuSpec>& gpus, Format format) {
+  if (format == Format::json) {
+    json arr = json::array();
+    for (const auto& g : gpus)
+      arr.push_back({{"id", g.id}, {"name", g.name}, {"architecture", g.architecture}, {"class", to_string(g.gpu_class)},
+                     {"memory_bytes", g.memory_bytes}, {"memory_bandwidth_bytes_per_s", g.memory_bandwidth_bytes_per_s},
+                     {"bf16_flops", g.bf16_flops}, {"fp16_flops", g.fp16_flops}, {"fp32_flops", g.fp32_flops},
+                     {"tf32_flops", g.tf32_flops}, {"fp8_flops", g.fp8_flops}, {"int8_ops", g.int8_ops},
+                     {"pcie_generation", g.pcie_generation}, {"pcie_lanes", g.pcie_lanes},
+                     {"host_link_bytes_per_s", g.host_link_bytes_per_s}, {"gpu_link", g.gpu_link},
+                     {"gpu_link_bytes_per_s", g.gpu_link_bytes_per_s}, {"source", g.source}});
+    return arr.dump(2) + "\n";
+  }
+  const bool md = format == Format::markdown;
+  std::string out = md ? "| id | name | memory | bandwidth | bf16 dense | host link | GPU link |\n|---|---|---:|---:|---:|---|---|\n"
+                       : fmt::format("{:<18}{:<34}{:>11}{:>11}{:>13}  {:<12}{}\n", "id", "name", "memory", "bandwidth", "bf16 dense", "host link", "GPU link");
+  for (const auto& g : gpus) {
+    const std::string mem = fmt::format("{:.1f} GiB", static_cast<double>(g.memory_bytes) / static_cast<double>(kGiB));
+    const std::string bw = fmt::format("{:.0f} GB/s", g.memory_bandwidth_bytes_per_s / 1e9);
+    const std::string bf = g.bf16_flops > 0 ? fmt::format("{:.0f} TFLOP/s", g.bf16_flops / 1e12) : "-";
+    const std::string host = g.pcie_generation > 0 ? fmt::format("PCIe{} x{}", g.pcie_generation, g.pcie_lanes) : "-";
+    const std::string link = g.gpu_link_bytes_per_s > 0 ? fmt::format("{} {:.0f} GB/s", g.gpu_link, g.gpu_link_bytes_per_s / 1e9) : g.gpu_link;
+    if (md) out += fmt::format("| {} | {} | {} | {} | {} | {} | {} |\n", g.id, g.name, mem, bw, bf, host, link);
+    else out += fmt::format("{:<18}{:<34}{:>11}{:>11}{:>13}  {:<12}{}\n", g.id, g.name, mem, bw, bf, host, link);
+  }
+  return out;
+}
+
+std::string render_model_catalog(Format format) {
+  const bool md = format == Format::markdown;
+  json arr = json::array();
+  std::string out = md ? "| name | family | parameters | layers | hidden | heads (kv) | vocab |\n|---|---|---:|---:|---:|---|---:|\n"
+                       : fmt::format("{:<16}{:<11}{:>12}{:>8}{:>8}{:>12}{:>9}\n", "name", "family", "parameters", "layers", "hidden", "heads (kv)", "vocab");
+  for (const auto& name : builtin_model_names()) {
+    const ModelSpec m = load_model(name);
+    const auto n = count_parameters(m).total;
+    if (format == Format::json) {
+      arr.push_back({{"name", name}, {"model_type", m.model_type}, {"parameters", n}, {"layers", m.num_layers},
+                     {"hidden_size", m.hidden_size}, {"heads", m.num_heads}, {"kv_heads", m.num_kv_heads},
+                     {"vocab_size", m.vocab_size}, {"experts", m.num_experts}});
+      continue;
+    }
+    const std::string heads = fmt::format("{} ({})", m.num_heads, m.num_kv_heads);
+    if (md) out += fmt::format("| {} | {} | {} | {} | {} | {} | {} |\n", name, m.model_type, params_text(n), m.num_layers, m.hidden_size, heads, m.vocab_size);
+    else out += fmt::format("{:<16}{:<11}{:>12}{:>8}{:>8}{:>12}{:>9}\n", name, m.model_type, params_text(n), m.num_layers, m.hidden_size, heads, m.vocab_size);
+  }
+  return format == Format::json ? arr.dump(2) + "\n" : out;
+}
+
+}  // namespace trainfit

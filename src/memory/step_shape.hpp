@@ -1,0 +1,53 @@
+#pragma once
+// What the memory and (later) time models share: the tensors of one training step,
+// derived once from the model, the setup and the card.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "trainfit/hardware.hpp"
+#include "trainfit/model.hpp"
+#include "trainfit/setup.hpp"
+
+namespace trainfit::detail {
+
+// A named tensor size (bytes, or bytes per token for activations).
+struct Sized {
+  std::string name;
+  double bytes = 0;
+};
+
+struct ParameterStorage {
+  double weights = 0;          // parameters as stored (4-bit packed for quantised linears)
+  double quant_constants = 0;  // block absmax etc. of quantised weights
+  double adapters = 0;         // LoRA A and B
+  double trainable_params = 0;
+  double trainable_bytes_each = 0;  // bytes per element of a trainable parameter (and its gradient)
+  double autocast_copies = 0;  // bf16/fp16 copies autocast makes of the fp32 linear weights
+  double largest_trainable = 0;  // elements of the largest trainable tensor (optimizer transients)
+  double embedding_grad = 0;   // bytes of the embedding's gradient when the embedding is trained
+};
+
+struct StepShape {
+  double tokens = 0;                  // batch x seq of one micro-batch
+  ParameterStorage params;
+  std::vector<Sized> layer_activations;  // bytes per token that autograd keeps for one decoder layer
+  double layer_activation_per_token = 0;
+  double checkpoint_per_token = 0;    // what a checkpointed layer keeps (its input)
+  std::vector<Sized> outside_activations;  // bytes per token kept outside the decoder layers
+  double outside_per_token = 0;
+  double attention_scores_per_token = 0;   // eager attention's seq x seq tensors, per token, per layer
+  double layer_backward_transient_per_token = 0;  // gradients in flight while one layer runs backward
+  double logits_compute_bytes = 0;    // bytes per logit element of the lm_head output
+  bool logits_upcast = false;         // the loss casts the logits to fp32 (a new tensor)
+  double softcap_bytes = 0;           // gemma2 final-logit soft-capping, bytes per logit element kept
+  double gradients = 0;               // bytes of all trainable gradients
+  double optimizer_states = 0;
+  double optimizer_transient = 0;
+  double cublas_workspaces = 0;
+  double dequant_transient = 0;       // largest dequantised weight of a 4-bit/8-bit base
+};
+
+StepShape describe_step(const ModelSpec& model, const TrainingSetup& setup, const GpuSpec& gpu);
+
+}  // namespace trainfit::detail
