@@ -43,7 +43,8 @@ std::string setup_text(const TrainingSetup& s) {
       break;
     case Method::qlora:
       method = fmt::format("QLoRA r{} ({}) on a {} base{}", s.lora.rank, targets_text(s.lora.targets),
-                           to_string(s.weights), s.quant.double_quant ? " (double-quantised)" : "");
+                           to_string(s.weights),
+                           s.quant.double_quant && s.weights != DType::int8 ? " (double-quantised)" : "");
       break;
   }
   return fmt::format("{}, {}, seq {} x batch {}{}, {}, {} attention", method, to_string(s.optimizer), s.seq, s.batch,

@@ -1,0 +1,143 @@
+// The command line as a user runs it: real process, real exit codes, real output.
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace {
+
+struct Result {
+  int code = -1;
+  std::string out;  // stdout and stderr together
+};
+
+Result run(const std::string& args) {
+  const std::string cmd = std::string(TRAINFIT_CLI) + " " + args + " 2>&1";
+  Result r;
+  FILE* pipe = popen(cmd.c_str(), "r");
+  if (!pipe) return r;
+  std::array<char, 4096> buf{};
+  std::size_t n = 0;
+  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) r.out.append(buf.data(), n);
+  const int status = pclose(pipe);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+std::size_t lines(const std::string& s) {
+  std::size_t n = 0;
+  for (char c : s) n += c == '\n';
+  return n;
+}
+
+TEST(Cli, DefaultPlanAnswersTheSeedQuestion) {
+  const auto r = run("plan");
+  ASSERT_EQ(r.code, 0) << r.out;
+  for (const char* model : {"qwen2.5-1.5b", "qwen2.5-3b", "qwen2.5-7b", "qwen2.5-14b"})
+    EXPECT_NE(r.out.find(model), std::string::npos) << model;
+  EXPECT_NE(r.out.find("spills"), std::string::npos);
+  EXPECT_NE(r.out.find("RTX 5070 Ti"), std::string::npos);
+}
+
+TEST(Cli, PlanJsonFollowsTheContract) {
+  const auto r = run("plan --model qwen2.5-7b --gpu rtx-5070-ti --method qlora --rank 16 --seq 512 --batch 1 "
+                     "--grad-ckpt --format json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["schema"], "trainfit.plan/1");
+  EXPECT_TRUE(j["memory"]["peak_allocated_bytes"].is_number_integer());
+  EXPECT_TRUE(j["memory"]["peak_phase"] == "forward" || j["memory"]["peak_phase"] == "backward" ||
+              j["memory"]["peak_phase"] == "optimizer");
+  EXPECT_EQ(j["device"]["capacity_bytes"], 16303LL * 1024 * 1024);
+  EXPECT_EQ(j["verdict"], "fits");
+  EXPECT_EQ(j["setup"]["weights"], "nf4");  // qlora defaults to nf4
+}
+
+TEST(Cli, MarkdownAndVramAndGpuSpec) {
+  auto r = run("plan --model qwen2.5-0.5b --vram 8GiB --format markdown");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("| memory | bytes | MiB |"), std::string::npos);
+  const std::string spec = testing::TempDir() + "/card.toml";
+  std::ofstream(spec) << "name = \"my card\"\nmemory = \"12GiB\"\n";
+  r = run("plan --model qwen2.5-1.5b --gpu-spec " + spec);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("my card"), std::string::npos);
+}
+
+TEST(Cli, ModelFromAConfigFolder) {
+  const std::string dir = testing::TempDir() + "/tiny-model";
+  std::system(("mkdir -p " + dir).c_str());
+  std::ofstream(dir + "/config.json") << R"({"model_type": "llama", "hidden_size": 256, "num_hidden_layers": 2,
+    "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 512, "vocab_size": 1000})";
+  const auto r = run("plan --model " + dir + " --gpu t4 --format json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["verdict"], "fits");
+}
+
+TEST(Cli, BadInputGetsOneLineAndExitCodeTwo) {
+  for (const std::string args : {
+           "plan --model qwen2.5-7b --gpu rtx-9999",
+           "plan --model no-such-model --gpu h200",
+           "plan --model qwen2.5-7b --gpu h200 --seq -5",
+           "plan --model qwen2.5-7b --gpu h200 --seq 0",
+           "plan --model qwen2.5-7b --gpu h200 --seq 99999999999999999999999",
+           "plan --model qwen2.5-7b --gpu h200 --batch abc",
+           "plan --model qwen2.5-7b --gpu h200 --method dora",
+           "plan --model qwen2.5-7b --gpu h200 --headroom 1.5",
+           "plan --model qwen2.5-7b --vram -16GiB",
+           "plan --model qwen2.5-7b --vram 99999PiB",
+           "plan --model qwen2.5-7b --gpu h200 --vram 16GiB",
+           "plan --model qwen2.5-7b",
+           "plan --model qwen2.5-7b --gpu h200 --format yaml",
+           "plan --model /nonexistent/config.json --gpu h200",
+           "plan --no-such-flag",
+           "validate /nonexistent.jsonl",
+       }) {
+    const auto r = run(args);
+    EXPECT_EQ(r.code, 2) << args << "\n" << r.out;
+    EXPECT_EQ(lines(r.out), 1u) << args << "\n" << r.out;
+    EXPECT_EQ(r.out.rfind("trainfit: ", 0), 0u) << args << "\n" << r.out;
+  }
+}
+
+TEST(Cli, MalformedConfigNamesTheField) {
+  const std::string path = testing::TempDir() + "/bad-config.json";
+  std::ofstream(path) << R"({"model_type": "qwen2", "hidden_size": -3})";
+  const auto r = run("plan --model " + path + " --gpu h200");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.out.find("hidden_size"), std::string::npos) << r.out;
+}
+
+TEST(Cli, ListsAndHelp) {
+  auto r = run("gpus");
+  ASSERT_EQ(r.code, 0);
+  EXPECT_NE(r.out.find("h200"), std::string::npos);
+  EXPECT_NE(r.out.find("rtx-5070-ti"), std::string::npos);
+  r = run("models --format json");
+  ASSERT_EQ(r.code, 0);
+  EXPECT_GE(nlohmann::json::parse(r.out).size(), 15u);
+  r = run("plan --help");
+  EXPECT_EQ(r.code, 0);
+  EXPECT_NE(r.out.find("--grad-ckpt"), std::string::npos);
+  r = run("");
+  EXPECT_NE(r.code, 0);
+}
+
+TEST(Cli, ValidateReportsErrorsAgainstMeasurements) {
+  const auto r = run(std::string("validate ") + TRAINFIT_SOURCE_DIR + "/data/reference/h200-hf-peft-calibration.jsonl");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("28 rows: median |error|"), std::string::npos) << r.out;
+  const std::string bad = testing::TempDir() + "/bad.jsonl";
+  std::ofstream(bad) << "{\"config\": {\"model\": \"qwen2.5-0.5b\", \"seq\": \"long\"}}\n";
+  const auto e = run("validate " + bad);
+  EXPECT_EQ(e.code, 2);
+  EXPECT_NE(e.out.find(":1:"), std::string::npos) << e.out;
+}
+
+}  // namespace

@@ -1,0 +1,70 @@
+// The memory model against real measurements: the H200 calibration set and the seed's 16 GB table.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <map>
+
+#include <nlohmann/json.hpp>
+
+#include "trainfit/trainfit.hpp"
+
+namespace trainfit {
+namespace {
+
+const std::string kReference = std::string(TRAINFIT_SOURCE_DIR) + "/data/reference/";
+
+TEST(Calibration, H200PeakAllocatedWithinProductBars) {
+  const auto summary = compare_with_measurements(load_measurements(kReference + "h200-hf-peft-calibration.jsonl"));
+  ASSERT_EQ(summary.rows.size(), 28u);
+  for (const auto& row : summary.rows)
+    EXPECT_LT(std::abs(row.allocated_error), 0.08) << "line " << row.measured.line << " " << row.measured.model;
+  EXPECT_LT(summary.median_abs_error, 0.03);
+}
+
+TEST(Calibration, ReservedAndDeviceUsedAreNearMeasured) {
+  // Reserved and NVML memory are judged loosely: the allocator's fragmentation is modelled
+  // only for the loss buffers (docs/model.md).
+  const auto summary = compare_with_measurements(load_measurements(kReference + "h200-hf-peft-calibration.jsonl"));
+  for (const auto& row : summary.rows) {
+    ASSERT_TRUE(row.measured.peak_reserved_mib && row.measured.device_used_mib);
+    const double reserved_error = to_mib(row.predicted_reserved) / *row.measured.peak_reserved_mib - 1.0;
+    const double device_error = to_mib(row.predicted_device_used) / *row.measured.device_used_mib - 1.0;
+    EXPECT_LT(std::abs(reserved_error), 0.15) << "line " << row.measured.line;
+    EXPECT_LT(std::abs(device_error), 0.15) << "line " << row.measured.line;
+  }
+}
+
+// The seed: RTX 5070 Ti (16,303 MiB), Qwen2.5 1.5B-14B, 4-bit base, LoRA r16, seq 512, batch 1,
+// with the stack assumptions of `trainfit plan`'s default scenario (docs/model.md).
+TEST(Seed, EightConfigsWithinTenPercentAndVerdictsReproduced) {
+  std::ifstream f(kReference + "seed-rtx5070ti-qlora.json");
+  ASSERT_TRUE(f);
+  const auto seed = nlohmann::json::parse(f);
+  const GpuSpec& gpu = find_gpu("rtx-5070-ti");
+  ASSERT_EQ(gpu.memory_bytes, std::int64_t{16303} * kMiB);
+  PlanOptions windows;
+  windows.sysmem_fallback = true;
+  windows.suggest = false;
+  const std::map<std::string, Verdict> expected = {{"qwen2.5-1.5b", Verdict::fits}, {"qwen2.5-3b", Verdict::fits},
+                                                   {"qwen2.5-7b", Verdict::fits}, {"qwen2.5-14b", Verdict::spills}};
+  int checked = 0;
+  for (const auto& [model, figures] : seed["peak_allocated_mib"].items()) {
+    for (const bool ckpt : {false, true}) {
+      TrainingSetup s;
+      s.method = Method::qlora;
+      s.weights = DType::int8;
+      s.lora.targets = {"q_proj", "v_proj"};
+      s.grad_ckpt = ckpt;
+      const Plan plan = make_plan(load_model(model), s, gpu, windows);
+      const double measured = figures[ckpt ? "grad_ckpt_on" : "grad_ckpt_off"].get<double>();
+      EXPECT_LT(std::abs(to_mib(plan.memory.peak_allocated_bytes) / measured - 1.0), 0.10) << model << " ckpt " << ckpt;
+      EXPECT_EQ(plan.verdict, expected.at(model)) << model << " ckpt " << ckpt;
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 8);
+}
+
+}  // namespace
+}  // namespace trainfit
