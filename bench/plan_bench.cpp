@@ -1,3 +1,35 @@
+// Speed of the planner: one plan must take well under a millisecond (PRODUCT.md).
 #include <benchmark/benchmark.h>
-static void BM_nothing(benchmark::State& state) { for (auto _ : state) benchmark::DoNotOptimize(0); }
-BENCHMARK(BM_nothing);
+
+#include "trainfit/trainfit.hpp"
+
+namespace {
+
+using namespace trainfit;
+
+void BM_EstimateMemory(benchmark::State& state) {
+  const ModelSpec model = load_model("qwen2.5-7b");
+  const GpuSpec& gpu = find_gpu("rtx-5070-ti");
+  TrainingSetup s;
+  s.method = Method::qlora;
+  s.weights = DType::nf4;
+  for (auto _ : state) benchmark::DoNotOptimize(estimate_memory(model, s, gpu));
+}
+BENCHMARK(BM_EstimateMemory);
+
+// A plan that does not fit also searches its alternatives (about eight more estimates).
+void BM_PlanWithSuggestions(benchmark::State& state) {
+  const ModelSpec model = load_model("qwen2.5-14b");
+  const GpuSpec& gpu = find_gpu("rtx-5070-ti");
+  TrainingSetup s;
+  s.seq = 2048;
+  for (auto _ : state) benchmark::DoNotOptimize(make_plan(model, s, gpu));
+}
+BENCHMARK(BM_PlanWithSuggestions);
+
+void BM_ParseBuiltinModel(benchmark::State& state) {
+  for (auto _ : state) benchmark::DoNotOptimize(load_model("llama3.1-70b"));
+}
+BENCHMARK(BM_ParseBuiltinModel);
+
+}  // namespace

@@ -1,1 +1,129 @@
-// Placeholder until implemented.
+// The linear modules of a decoder layer and the parameter count of a whole model, laid
+// out as transformers builds them (see docs/models.md for the formula per family).
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "trainfit/error.hpp"
+#include "trainfit/model.hpp"
+
+namespace trainfit {
+namespace {
+
+// A ModelSpec can be built by hand (or by a search over hypothetical models), so the
+// count must not silently wrap when someone asks about an absurd shape.
+std::int64_t mul(std::int64_t a, std::int64_t b) {
+  std::int64_t r = 0;
+  if (__builtin_mul_overflow(a, b, &r)) throw InputError("model shape too large: its parameter count overflows 64 bits");
+  return r;
+}
+std::int64_t add(std::int64_t a, std::int64_t b) {
+  std::int64_t r = 0;
+  if (__builtin_add_overflow(a, b, &r)) throw InputError("model shape too large: its parameter count overflows 64 bits");
+  return r;
+}
+
+std::int64_t numel(const LinearModule& m) {
+  return mul(m.count, add(mul(m.in_features, m.out_features), m.bias ? m.out_features : 0));
+}
+
+bool is_router(const LinearModule& m) {
+  return m.name == "mlp.gate" || m.name == "block_sparse_moe.gate" || m.name == "mlp.shared_expert_gate";
+}
+
+void add_attention(const ModelSpec& s, std::vector<LinearModule>& out) {
+  const std::int64_t q = mul(s.num_heads, s.head_dim);
+  const std::int64_t kv = mul(s.num_kv_heads, s.head_dim);
+  if (s.fused_qkv) {
+    out.push_back({"qkv_proj", s.hidden_size, add(q, mul(2, kv)), 1, s.attention_bias, 1.0});
+  } else {
+    out.push_back({"q_proj", s.hidden_size, q, 1, s.attention_bias, 1.0});
+    out.push_back({"k_proj", s.hidden_size, kv, 1, s.attention_bias, 1.0});
+    out.push_back({"v_proj", s.hidden_size, kv, 1, s.attention_bias, 1.0});
+  }
+  out.push_back({"o_proj", q, s.hidden_size, 1, s.attention_out_bias, 1.0});
+}
+
+void add_dense_mlp(const ModelSpec& s, std::vector<LinearModule>& out) {
+  const std::int64_t h = s.hidden_size;
+  const std::int64_t i = s.intermediate_size;
+  if (s.fused_qkv) {  // phi3 fuses the MLP's gate and up projections the same way
+    out.push_back({"gate_up_proj", h, mul(2, i), 1, s.mlp_bias, 1.0});
+  } else {
+    out.push_back({"gate_proj", h, i, 1, s.mlp_bias, 1.0});
+    out.push_back({"up_proj", h, i, 1, s.mlp_bias, 1.0});
+  }
+  out.push_back({"down_proj", i, h, 1, s.mlp_bias, 1.0});
+}
+
+void add_moe_mlp(const ModelSpec& s, std::vector<LinearModule>& out) {
+  const std::int64_t h = s.hidden_size;
+  const std::int64_t e = s.num_experts;
+  const std::int64_t m = s.moe_intermediate_size;
+  const double routed = static_cast<double>(s.experts_per_token) / static_cast<double>(e);
+  if (s.model_type == "mixtral") {
+    out.push_back({"block_sparse_moe.gate", h, e, 1, false, 1.0});
+    out.push_back({"experts.w1", h, m, e, false, routed});
+    out.push_back({"experts.w3", h, m, e, false, routed});
+    out.push_back({"experts.w2", m, h, e, false, routed});
+    return;
+  }
+  out.push_back({"mlp.gate", h, e, 1, false, 1.0});
+  out.push_back({"experts.gate_proj", h, m, e, false, routed});
+  out.push_back({"experts.up_proj", h, m, e, false, routed});
+  out.push_back({"experts.down_proj", m, h, e, false, routed});
+  if (s.shared_expert_intermediate_size > 0) {
+    const std::int64_t sh = s.shared_expert_intermediate_size;
+    out.push_back({"shared_expert.gate_proj", h, sh, 1, false, 1.0});
+    out.push_back({"shared_expert.up_proj", h, sh, 1, false, 1.0});
+    out.push_back({"shared_expert.down_proj", sh, h, 1, false, 1.0});
+    out.push_back({"mlp.shared_expert_gate", h, 1, 1, false, 1.0});
+  }
+}
+
+}  // namespace
+
+std::vector<LinearModule> layer_linear_modules(const ModelSpec& model) {
+  std::vector<LinearModule> out;
+  add_attention(model, out);
+  if (model.is_moe()) {
+    add_moe_mlp(model, out);
+  } else {
+    add_dense_mlp(model, out);
+  }
+  return out;
+}
+
+std::vector<LinearModule> dense_layer_linear_modules(const ModelSpec& model) {
+  std::vector<LinearModule> out;
+  if (!model.is_moe()) return out;
+  add_attention(model, out);
+  add_dense_mlp(model, out);
+  return out;
+}
+
+ParameterCounts count_parameters(const ModelSpec& model) {
+  ParameterCounts c;
+  c.embedding = mul(model.vocab_size, model.hidden_size);
+  c.lm_head = model.tie_word_embeddings ? 0 : c.embedding;
+
+  const std::int64_t main_layers = model.num_layers - model.dense_layers;
+  for (const LinearModule& m : layer_linear_modules(model)) {
+    std::int64_t& bucket = is_router(m) ? c.other : c.linear;
+    bucket = add(bucket, mul(main_layers, numel(m)));
+  }
+  for (const LinearModule& m : dense_layer_linear_modules(model)) {
+    c.linear = add(c.linear, mul(model.dense_layers, numel(m)));
+  }
+  c.per_layer_linear = model.num_layers > 0 ? c.linear / model.num_layers : 0;
+
+  // RMSNorm weights: norms_per_layer of width hidden per layer, per-head q/k norms, one final norm.
+  std::int64_t per_layer_norms = mul(model.norms_per_layer, model.hidden_size);
+  if (model.qk_norm) per_layer_norms = add(per_layer_norms, mul(2, model.head_dim));
+  c.norms = add(mul(model.num_layers, per_layer_norms), model.hidden_size);
+
+  c.total = add(add(add(c.embedding, c.lm_head), add(c.linear, c.norms)), c.other);
+  return c;
+}
+
+}  // namespace trainfit
