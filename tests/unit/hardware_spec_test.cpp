@@ -1,0 +1,226 @@
+// GPU spec files (TOML), base overrides, every rejection, and --vram cards.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "trainfit/error.hpp"
+#include "trainfit/hardware.hpp"
+#include "trainfit/units.hpp"
+
+namespace trainfit {
+namespace {
+
+std::string error_of(std::string_view toml) {
+  try {
+    parse_gpu_spec(toml, "test.toml");
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "(accepted)";
+}
+
+TEST(GpuSpecFile, FullSpec) {
+  const GpuSpec g = parse_gpu_spec(R"(
+id = "rtx-4000-ada"
+name = "NVIDIA RTX 4000 Ada Generation"
+architecture = "ada"
+compute_capability = "8.9"
+class = "workstation"
+memory = "20GiB"
+memory_bandwidth = "360GB/s"
+fp32_tflops = 26.7
+tf32_tflops = 53.4
+bf16_tflops = 106.9
+fp16_tflops = 106.9
+fp8_tflops = 213.8
+int8_tops = 213.8
+pcie_generation = 4
+pcie_lanes = 16
+gpu_link = "pcie"
+)",
+                                   "card.toml");
+  EXPECT_EQ(g.id, "rtx-4000-ada");
+  EXPECT_EQ(g.name, "NVIDIA RTX 4000 Ada Generation");
+  EXPECT_EQ(g.architecture, "ada");
+  EXPECT_EQ(g.compute_capability_major, 8);
+  EXPECT_EQ(g.compute_capability_minor, 9);
+  EXPECT_EQ(g.gpu_class, GpuClass::workstation);
+  EXPECT_EQ(g.memory_bytes, 20 * kGiB);
+  EXPECT_DOUBLE_EQ(g.memory_bandwidth_bytes_per_s, 360e9);
+  EXPECT_DOUBLE_EQ(g.bf16_flops, 106.9e12);
+  EXPECT_DOUBLE_EQ(g.int8_ops, 213.8e12);
+  EXPECT_DOUBLE_EQ(g.host_link_bytes_per_s, 32e9);  // derived from the PCIe link
+  EXPECT_DOUBLE_EQ(g.gpu_link_bytes_per_s, 32e9);
+  EXPECT_EQ(g.source, "card.toml");
+}
+
+TEST(GpuSpecFile, MinimalSpecNeedsOnlyMemory) {
+  const GpuSpec g = parse_gpu_spec("memory = \"16303MiB\"", "m.toml");
+  EXPECT_EQ(g.id, "custom");
+  EXPECT_EQ(g.memory_bytes, 16303 * kMiB);
+  EXPECT_EQ(g.name, "custom 15.9 GiB card");
+  EXPECT_EQ(g.bf16_flops, 0);
+  EXPECT_EQ(g.gpu_link, "none");
+  EXPECT_EQ(parse_gpu_spec("memory_bytes = 17094934528", "m.toml").memory_bytes, 17094934528);
+  EXPECT_EQ(parse_gpu_spec("memory = 1024", "m.toml").memory_bytes, 1024);
+}
+
+TEST(GpuSpecFile, AlternativeSpellings) {
+  const GpuSpec g = parse_gpu_spec(R"(
+memory = "24 GB"
+memory_bandwidth_bytes_per_s = 1.008e12
+compute_capability = 8.9
+host_link_gb_per_s = 25
+gpu_link = "nvlink3"
+gpu_link_gb_per_s = 56.25
+)",
+                                   "alt.toml");
+  EXPECT_EQ(g.memory_bytes, 24'000'000'000);
+  EXPECT_DOUBLE_EQ(g.memory_bandwidth_bytes_per_s, 1.008e12);
+  EXPECT_EQ(g.compute_capability_major, 8);
+  EXPECT_EQ(g.compute_capability_minor, 9);
+  EXPECT_DOUBLE_EQ(g.host_link_bytes_per_s, 25e9);
+  EXPECT_DOUBLE_EQ(g.gpu_link_bytes_per_s, 56.25e9);
+  EXPECT_EQ(parse_gpu_spec("memory=\"1GiB\"\ncompute_capability = 12", "x").compute_capability_major, 12);
+  EXPECT_DOUBLE_EQ(parse_gpu_spec("memory=\"1GiB\"\nmemory_bandwidth = \"4.8 TB/s\"", "x").memory_bandwidth_bytes_per_s,
+                   4.8e12);
+  EXPECT_DOUBLE_EQ(parse_gpu_spec("memory=\"1GiB\"\nmemory_bandwidth = \"936GB\"", "x").memory_bandwidth_bytes_per_s,
+                   936e9);
+}
+
+TEST(GpuSpecFile, BaseOverridesCatalogueCard) {
+  const GpuSpec& base = find_gpu("rtx-4090");
+  const GpuSpec g = parse_gpu_spec(R"(
+base = "rtx-4090"
+id = "rtx-4090-48gb"
+memory = "48GiB"
+pcie_generation = 3
+)",
+                                   "mod.toml");
+  EXPECT_EQ(g.id, "rtx-4090-48gb");
+  EXPECT_EQ(g.memory_bytes, 48 * kGiB);
+  EXPECT_EQ(g.name, base.name + " (modified)");
+  EXPECT_DOUBLE_EQ(g.bf16_flops, base.bf16_flops);
+  EXPECT_DOUBLE_EQ(g.memory_bandwidth_bytes_per_s, base.memory_bandwidth_bytes_per_s);
+  EXPECT_EQ(g.compute_capability_major, 8);
+  EXPECT_EQ(g.pcie_generation, 3);
+  EXPECT_DOUBLE_EQ(g.host_link_bytes_per_s, 16e9);  // follows the changed PCIe generation
+  EXPECT_NE(g.source.find(base.source), std::string::npos);
+  EXPECT_NE(g.source.find("mod.toml"), std::string::npos);
+
+  // Base alone (memory optional), forgiving base names, and zeroing a rate.
+  const GpuSpec h = parse_gpu_spec("base = \"H100\"\nfp8_tflops = 0", "b.toml");
+  EXPECT_EQ(h.memory_bytes, find_gpu("h100-sxm").memory_bytes);
+  EXPECT_EQ(h.fp8_flops, 0);
+  EXPECT_EQ(h.gpu_link, "nvlink4");
+
+  // A bridgeless H100 PCIe server: peers fall back to the PCIe rate.
+  const GpuSpec p = parse_gpu_spec("base = \"h100-pcie\"\ngpu_link = \"pcie\"", "p.toml");
+  EXPECT_DOUBLE_EQ(p.gpu_link_bytes_per_s, 64e9);
+}
+
+struct BadCase {
+  const char* toml;
+  const char* must_mention;
+};
+
+class GpuSpecBad : public ::testing::TestWithParam<BadCase> {};
+
+TEST_P(GpuSpecBad, RejectsNamingTheField) {
+  const std::string msg = error_of(GetParam().toml);
+  EXPECT_NE(msg.find(GetParam().must_mention), std::string::npos) << "input: " << GetParam().toml << "\nerror: " << msg;
+  EXPECT_NE(msg.find("test.toml"), std::string::npos) << msg;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    GpuSpecFile, GpuSpecBad,
+    ::testing::Values(
+        BadCase{"memory = \"16GiB\"\nname = ", "line 2"},              // bad TOML, with the line
+        BadCase{"memory = \"16GiB\"\n[[[", "line 2"},
+        BadCase{"memory = \"16GiB\"\nmemory = \"8GiB\"", "line 2"},   // duplicate key
+        BadCase{"name = \"x\"", "'memory'"},                            // memory required without base
+        BadCase{"", "'memory'"},
+        BadCase{"memory = \"lots\"", "'memory'"},
+        BadCase{"memory = \"-16GiB\"", "'memory'"},
+        BadCase{"memory = \"0GiB\"", "'memory'"},
+        BadCase{"memory = 0", "'memory'"},
+        BadCase{"memory = -5", "'memory'"},
+        BadCase{"memory = 16.5", "'memory'"},
+        BadCase{"memory = true", "'memory'"},
+        BadCase{"memory = \"17TiB\"", "16 TiB"},
+        BadCase{"memory_bytes = 99999999999999999", "'memory_bytes'"},
+        BadCase{"memory_bytes = \"16GiB\"", "'memory_bytes'"},
+        BadCase{"memory = \"16GiB\"\nmemory_bytes = 5", "not both"},
+        BadCase{"memory = \"16GiB\"\nmemory_bandwidth = \"200TB/s\"", "'memory_bandwidth'"},
+        BadCase{"memory = \"16GiB\"\nmemory_bandwidth = 900", "'memory_bandwidth'"},
+        BadCase{"memory = \"16GiB\"\nmemory_bandwidth = \"fast\"", "'memory_bandwidth'"},
+        BadCase{"memory = \"16GiB\"\nmemory_bandwidth_bytes_per_s = 0", "'memory_bandwidth_bytes_per_s'"},
+        BadCase{"memory = \"16GiB\"\nmemory_bandwidth_bytes_per_s = -1.0", "'memory_bandwidth_bytes_per_s'"},
+        BadCase{"memory = \"16GiB\"\nmemory_bandwidth_bytes_per_s = nan", "'memory_bandwidth_bytes_per_s'"},
+        BadCase{"memory = \"16GiB\"\nbf16_tflops = -1", "'bf16_tflops'"},
+        BadCase{"memory = \"16GiB\"\nbf16_tflops = 1e6", "'bf16_tflops'"},
+        BadCase{"memory = \"16GiB\"\nbf16_tflops = inf", "'bf16_tflops'"},
+        BadCase{"memory = \"16GiB\"\nfp16_tflops = \"fast\"", "'fp16_tflops'"},
+        BadCase{"memory = \"16GiB\"\nfp32_tflops = -0.5", "'fp32_tflops'"},
+        BadCase{"memory = \"16GiB\"\ntf32_tflops = 200000", "'tf32_tflops'"},
+        BadCase{"memory = \"16GiB\"\nfp8_tflops = [1]", "'fp8_tflops'"},
+        BadCase{"memory = \"16GiB\"\nint8_tops = -3", "'int8_tops'"},
+        BadCase{"memory = \"16GiB\"\ncompute_capability = \"nine\"", "'compute_capability'"},
+        BadCase{"memory = \"16GiB\"\ncompute_capability = \"8.9.1\"", "'compute_capability'"},
+        BadCase{"memory = \"16GiB\"\ncompute_capability = \"-8.9\"", "'compute_capability'"},
+        BadCase{"memory = \"16GiB\"\ncompute_capability = true", "'compute_capability'"},
+        BadCase{"memory = \"16GiB\"\nclass = \"gaming\"", "'class'"},
+        BadCase{"memory = \"16GiB\"\nclass = 3", "'class'"},
+        BadCase{"memory = \"16GiB\"\npcie_generation = 9", "'pcie_generation'"},
+        BadCase{"memory = \"16GiB\"\npcie_generation = 4.0", "'pcie_generation'"},
+        BadCase{"memory = \"16GiB\"\npcie_lanes = 12", "'pcie_lanes'"},
+        BadCase{"memory = \"16GiB\"\nhost_link_gb_per_s = 0", "'host_link_gb_per_s'"},
+        BadCase{"memory = \"16GiB\"\nhost_link_gb_per_s = 1e9", "'host_link_gb_per_s'"},
+        BadCase{"memory = \"16GiB\"\ngpu_link_gb_per_s = -1", "'gpu_link_gb_per_s'"},
+        BadCase{"memory = \"16GiB\"\ngpu_link = 5", "'gpu_link'"},
+        BadCase{"memory = \"16GiB\"\nid = \"\"", "'id'"},
+        BadCase{"memory = \"16GiB\"\nname = 7", "'name'"},
+        BadCase{"memory = \"16GiB\"\nmemmory = \"8GiB\"", "'memmory'"},     // typo: unknown field
+        BadCase{"memory = \"16GiB\"\n[gpu]\nname = \"x\"", "'gpu'"},
+        BadCase{"base = \"rtx-9090\"", "'base'"},
+        BadCase{"base = 4090", "'base'"}));
+
+TEST(GpuSpecFile, BaseErrorListsCatalogue) {
+  const std::string msg = error_of("base = \"rtx-9090\"");
+  EXPECT_NE(msg.find("unknown GPU 'rtx-9090'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("rtx-4090"), std::string::npos) << msg;
+}
+
+TEST(GpuSpecFile, LoadsTheShippedExample) {
+  const GpuSpec g = load_gpu_spec_file(TRAINFIT_SOURCE_DIR "/data/gpus/example-gpu.toml");
+  EXPECT_GT(g.memory_bytes, 0);
+  EXPECT_GT(g.bf16_flops, 0);
+  EXPECT_GT(g.memory_bandwidth_bytes_per_s, 0);
+  EXPECT_FALSE(g.id.empty());
+}
+
+TEST(GpuSpecFile, MissingFileIsAnInputError) {
+  try {
+    load_gpu_spec_file("/nonexistent/dir/gpu.toml");
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("/nonexistent/dir/gpu.toml"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(load_gpu_spec_file(TRAINFIT_SOURCE_DIR "/data"), InputError);  // a directory
+}
+
+TEST(GpuWithVram, MemoryOnlyCard) {
+  const GpuSpec g = gpu_with_vram(16 * kGiB);
+  EXPECT_EQ(g.id, "custom");
+  EXPECT_EQ(g.name, "custom 16.0 GiB card");
+  EXPECT_EQ(g.memory_bytes, 16 * kGiB);
+  EXPECT_EQ(g.bf16_flops, 0);
+  EXPECT_EQ(g.memory_bandwidth_bytes_per_s, 0);
+  EXPECT_FALSE(g.source.empty());
+  EXPECT_THROW(gpu_with_vram(0), InputError);
+  EXPECT_THROW(gpu_with_vram(-1), InputError);
+  EXPECT_THROW(gpu_with_vram(17 * 1024 * kGiB), InputError);
+}
+
+}  // namespace
+}  // namespace trainfit
