@@ -54,28 +54,39 @@ MemoryEstimate estimate_memory(const ModelSpec& model, const TrainingSetup& setu
   // Static: alive through the whole steady-state step.
   Moment base;
   if (full && setup.amp) {
-    base.master_weights = p.weights;
+    base.master_weights = p.weights + p.weights_rounding;
   } else {
-    base.weights = p.weights;
+    base.weights = p.weights + p.weights_rounding;
   }
   base.quant_constants = p.quant_constants;
   base.adapters = p.adapters;
-  base.optimizer_states = st.optimizer_states;
+  // Optimizer states have their parameters' shapes, so they round like them.
+  const double states_per_param_copy = setup.optimizer == Optimizer::adamw ? 2.0
+                                       : setup.optimizer == Optimizer::sgd_momentum ? 1.0 : 0.0;
+  base.optimizer_states = st.optimizer_states + states_per_param_copy * p.trainable_rounding;
   base.cublas_workspace = st.cublas_workspaces;
 
   // Gradients: with accumulation, micro-batches after the first run with every gradient alive.
-  const double grads_prev = setup.grad_accum > 1 ? st.gradients : 0.0;
+  const double all_grads = st.gradients + p.trainable_rounding;
+  const double grads_prev = setup.grad_accum > 1 ? all_grads : 0.0;
   const double elem = p.trainable_bytes_each;
   const double head_grad = full ? static_cast<double>(pc.lm_head > 0 ? pc.lm_head : pc.embedding) * elem : 0.0;
   const double embed_grad = full ? static_cast<double>(pc.embedding) * elem : 0.0;
-  const double layer_grad = (st.gradients - (full ? head_grad + (pc.lm_head > 0 ? embed_grad : 0.0) : 0.0)) / L;
+  const double layer_grad = (all_grads - (full ? head_grad + (pc.lm_head > 0 ? embed_grad : 0.0) : 0.0)) / L;
 
-  const double layer_acts = (st.layer_activation_per_token + st.attention_scores_per_token) * T;
-  const double kept_per_layer = setup.grad_ckpt ? st.checkpoint_per_token * T : layer_acts;
-  const double outside = st.outside_per_token * T;
+  // Each saved tensor is its own allocation, rounded by the caching allocator.
+  const double layer_acts = detail::allocated_for(st.layer_activations, T);
+  const double kept_per_layer = setup.grad_ckpt ? detail::allocator_block(st.checkpoint_per_token * T) : layer_acts;
+  const double outside = detail::allocated_for(st.outside_activations, T);
   const double copies_head = full && setup.amp ? static_cast<double>(pc.lm_head > 0 ? pc.lm_head : pc.embedding) * bytes_per_element(*setup.amp) : 0.0;
   const double copies_layer = (p.autocast_copies - copies_head) / L;
+  // Under checkpointing autograd keeps no layer's autocast copies: they die when the forward
+  // leaves autocast and each layer's recompute makes its own again.
+  const double copies_kept_per_layer = setup.grad_ckpt ? 0.0 : copies_layer;
   const double lc = st.logits_compute_bytes;
+  const double logits_c = detail::allocator_block(TV * lc);     // one logits-sized tensor in the lm_head dtype
+  const double logits_f = detail::allocator_block(TV * 4.0);    // one fp32 logits-sized tensor
+  const double softcap = st.softcap_bytes > 0 ? detail::allocator_block(TV * st.softcap_bytes) : 0.0;
 
   std::vector<Moment> moments;
   // Forward, at the loss: every layer's saved tensors, the logits as the lm_head made them,
@@ -87,7 +98,7 @@ MemoryEstimate estimate_memory(const ModelSpec& model, const TrainingSetup& setu
     m.gradients = grads_prev;
     m.activations = L * kept_per_layer + outside;
     m.weights += p.autocast_copies;
-    m.logits_and_loss = TV * (lc + (st.logits_upcast ? 4.0 : 0.0) + 4.0 + st.softcap_bytes);
+    m.logits_and_loss = logits_c + (st.logits_upcast ? logits_f : 0.0) + logits_f + softcap;
     moments.push_back(m);
   }
   // Backward, in log_softmax's backward: its saved output, the incoming gradient and the
@@ -98,8 +109,8 @@ MemoryEstimate estimate_memory(const ModelSpec& model, const TrainingSetup& setu
     m.what = "cross-entropy backward";
     m.gradients = grads_prev;
     m.activations = L * kept_per_layer + outside;
-    m.weights += p.autocast_copies;
-    m.logits_and_loss = TV * (12.0 + st.softcap_bytes);
+    m.weights += copies_head + L * copies_kept_per_layer;
+    m.logits_and_loss = 3.0 * logits_f + softcap;
     moments.push_back(m);
   }
   // Backward through the output layer: its gradient appears while the logits' gradient (in
@@ -110,8 +121,8 @@ MemoryEstimate estimate_memory(const ModelSpec& model, const TrainingSetup& setu
     m.what = "output layer backward";
     m.gradients = std::max(grads_prev, head_grad);
     m.activations = L * kept_per_layer + outside;
-    m.weights += p.autocast_copies;
-    m.logits_and_loss = TV * lc;
+    m.weights += copies_head + L * copies_kept_per_layer;
+    m.logits_and_loss = logits_c;
     moments.push_back(m);
   }
   // Backward through the last and the first decoder layer: gradients of the layers done so far,
@@ -123,22 +134,20 @@ MemoryEstimate estimate_memory(const ModelSpec& model, const TrainingSetup& setu
     m.what = done == 0.0 ? "last layer backward" : "first layer backward";
     m.gradients = std::max(grads_prev, head_grad + (done + 1.0) * layer_grad);
     m.activations = (L - done) * kept_per_layer + (setup.grad_ckpt ? layer_acts : 0.0);
-    m.weights += copies_layer * (L - done);
+    m.weights += copies_kept_per_layer * (L - done) + (setup.grad_ckpt ? copies_layer : 0.0);
     m.transient = st.layer_backward_transient_per_token * T + st.dequant_transient;
     moments.push_back(m);
   }
-  // Backward through the embedding (full fine-tuning): its gradient is a new vocabulary x hidden
-  // tensor; a tied embedding already holds the output layer's gradient, to which it is added.
+  // Backward through the embedding (full fine-tuning): every gradient exists, and the embedding's
+  // backward holds a vocabulary x hidden buffer of 4 bytes an element beside them (measured on
+  // tied embeddings in bf16 and fp32: the kernel accumulates in fp32 before the gradient is
+  // written in the parameter's dtype).
   if (full) {
     Moment m = base;
     m.phase = Phase::backward;
     m.what = "embedding backward";
-    m.gradients = st.gradients;
-    // Measured (H200 calibration, full bf16 with checkpointing): a tied embedding's backward
-    // holds two vocabulary x hidden buffers beside the gradients, the kernel's fresh gradient
-    // and the sum with the output layer's gradient formed out of place. An untied embedding's
-    // fresh gradient simply becomes its .grad.
-    m.transient = pc.lm_head > 0 ? 0.0 : 2.0 * embed_grad;
+    m.gradients = all_grads;
+    m.transient = detail::allocator_block(static_cast<double>(pc.embedding) * 4.0);
     moments.push_back(m);
   }
   // Optimizer step: every gradient, plus the optimizer's own temporaries.
@@ -146,7 +155,7 @@ MemoryEstimate estimate_memory(const ModelSpec& model, const TrainingSetup& setu
     Moment m = base;
     m.phase = Phase::optimizer;
     m.what = "optimizer step";
-    m.gradients = st.gradients;
+    m.gradients = all_grads;
     m.transient = st.optimizer_transient;
     moments.push_back(m);
   }
@@ -185,7 +194,7 @@ MemoryEstimate estimate_memory(const ModelSpec& model, const TrainingSetup& setu
   }
   // The caching allocator cannot reuse the lm_head-dtype logits block freed after the forward
   // for the larger fp32 blocks of the loss backward, so it stays reserved at the peak.
-  const double fragmentation = st.logits_upcast ? TV * lc : 0.0;
+  const double fragmentation = st.logits_upcast ? logits_c : 0.0;
   est.peak_reserved_bytes = to_bytes(peak->total() + fragmentation);
   est.cuda_context_bytes = to_bytes(kCudaContextBytes);
   est.device_used_bytes = est.peak_reserved_bytes + est.cuda_context_bytes;

@@ -64,6 +64,20 @@ Widths widths_for(const TrainingSetup& s) {
 
 }  // namespace
 
+double allocator_block(double bytes) {
+  constexpr double kMiB = 1048576.0;
+  const double rounded = std::ceil(bytes / 512.0) * 512.0;
+  if (rounded < 10.0 * kMiB) return rounded;
+  const double segment = std::ceil(rounded / (2.0 * kMiB)) * 2.0 * kMiB;
+  return segment - rounded > kMiB ? rounded : segment;
+}
+
+double allocated_for(const std::vector<Sized>& per_token, double tokens) {
+  double total = 0;
+  for (const auto& t : per_token) total += allocator_block(t.bytes * tokens);
+  return total;
+}
+
 StepShape describe_step(const ModelSpec& model, const TrainingSetup& setup, const GpuSpec& gpu) {
   StepShape st;
   const double h = as_d(model.hidden_size);
@@ -113,6 +127,27 @@ StepShape describe_step(const ModelSpec& model, const TrainingSetup& setup, cons
   const double lm_head_elems = as_d(pc.lm_head);
   const double embed_elems = as_d(pc.embedding);
 
+  // Every parameter-shaped tensor (weights, and in full fine-tuning their gradients and optimizer
+  // states) is one allocation; the allocator's rounding of each adds up over hundreds of them.
+  auto rounding = [&](double matrix_bytes, double other_bytes) {
+    double extra = 0;
+    auto add_tensor = [&](double elems, double bytes, double copies) {
+      if (elems > 0) extra += (allocator_block(elems * bytes) - elems * bytes) * copies;
+    };
+    auto add_mods = [&](const std::vector<LinearModule>& mods, double layers) {
+      for (const auto& m : mods) {
+        add_tensor(as_d(m.in_features) * as_d(m.out_features) * as_d(m.count), matrix_bytes, layers);
+        if (m.bias) add_tensor(as_d(m.out_features) * as_d(m.count), other_bytes, layers);
+      }
+    };
+    add_mods(dense_mods, dense_layers);
+    if (sparse_layers > 0) add_mods(moe_or_dense, sparse_layers);
+    add_tensor(embed_elems, other_bytes, 1.0);
+    add_tensor(lm_head_elems, other_bytes, 1.0);
+    add_tensor(h, other_bytes, L * as_d(model.norms_per_layer) + 1.0);
+    return extra;
+  };
+
   if (quantised) {
     // bitsandbytes quantises every decoder nn.Linear weight; transformers keeps the output
     // layer, the embedding, the norms and the biases in the load dtype (fp32 after k-bit prep).
@@ -122,15 +157,17 @@ StepShape describe_step(const ModelSpec& model, const TrainingSetup& setup, cons
                         (setup.weights == DType::int8 ? linear_rows * 4.0 : 0.0);
     // Forward and backward dequantise one weight at a time into the compute dtype.
     st.dequant_transient = largest_linear * bytes_per_element(setup.quant.compute_dtype);
+    p.weights_rounding = rounding(bytes_per_element(setup.weights), keep_bytes);
   } else {
     p.weights = as_d(pc.total) * weight_bytes;
+    p.weights_rounding = rounding(weight_bytes, weight_bytes);
   }
 
   if (full) {
     p.trainable_params = as_d(pc.total);
     p.trainable_bytes_each = weight_bytes;
     p.largest_trainable = std::max({largest_linear, embed_elems, lm_head_elems});
-    p.embedding_grad = embed_elems * weight_bytes;
+    p.trainable_rounding = rounding(weight_bytes, weight_bytes);
     if (setup.amp) {
       // Autocast caches one low-precision copy of each fp32 weight a matmul uses, until the
       // forward leaves the autocast region; autograd keeps each copy until that matmul's backward.
@@ -168,9 +205,10 @@ StepShape describe_step(const ModelSpec& model, const TrainingSetup& setup, cons
       double factored = factored_elems;
       if (full) factored += (V + h) * (lm_head_elems > 0 ? 2.0 : 1.0) + as_d(pc.norms) + linear_bias_elems;
       st.optimizer_states = factored * p.trainable_bytes_each;
-      // transformers' Adafactor works in fp32 on one parameter at a time: copies of the
-      // parameter, its gradient and the update for the largest tensor.
-      st.optimizer_transient = 3.0 * 4.0 * p.largest_trainable;
+      // transformers' Adafactor works in fp32 on one parameter at a time: fp32 copies of the
+      // parameter, its gradient, the update and its square for the largest tensor (measured:
+      // four fp32 copies of the embedding on Qwen2.5-0.5B).
+      st.optimizer_transient = 4.0 * 4.0 * p.largest_trainable;
       break;
     }
   }
@@ -235,21 +273,30 @@ StepShape describe_step(const ModelSpec& model, const TrainingSetup& setup, cons
     add(v, "query after RoPE", c * q);
     add(v, "key after RoPE", c * kv);
     add(v, "value", c * kv);
-    if (setup.attention == Attention::eager) {
-      // Eager attention repeats the key/value heads to the query heads before its matmuls.
+    // PyTorch's fused SDPA kernels take half precision only; fp32 with grouped-query attention
+    // falls back to the math path (measured on the H200), which keeps the scores like eager does.
+    const bool math_sdpa = setup.attention != Attention::eager && c >= 4.0 && model.num_kv_heads < model.num_heads;
+    if (math_sdpa) {
       add(v, "key repeated to query heads", c * q);
       add(v, "value repeated to query heads", c * q);
+      add(v, "attention probabilities (fp32 softmax output)", 4.0 * nq * seq);
+      if (const auto* m = find(mods, "o_proj")) linear(v, *m, "attention output (contiguous copy)", c, 1.0);
+    } else if (setup.attention == Attention::eager) {
+      // Eager attention repeats the key/value heads to the query heads before its matmuls,
+      // keeps softmax's fp32 output and the cast copy the value matmul saves: seq x seq per head.
+      add(v, "key repeated to query heads", c * q);
+      add(v, "value repeated to query heads", c * q);
+      add(v, "attention probabilities (fp32 softmax output)", 4.0 * nq * seq);
+      add(v, "attention probabilities (cast copy)", c * nq * seq);
+      // Its output is transposed into a new contiguous tensor, o_proj's input.
+      if (const auto* m = find(mods, "o_proj")) linear(v, *m, "attention output (contiguous copy)", c, 1.0);
     } else {
+      // The fused kernels (cuDNN/flash on Hopper) write their output already in the layout
+      // o_proj reads, so the output they keep is also o_proj's input.
       add(v, "attention log-sum-exp", 4.0 * nq);
-    }
-    add(v, "attention output", c * q);
-    if (const auto* m = find(mods, "o_proj")) {
-      if (full && !setup.amp) {
-        shared_input_seen["attention output"] = false;
-        linear(v, *m, "attention output (contiguous copy)", c, 1.0);
-      } else {
-        linear(v, *m, "attention output (contiguous copy)", c, 1.0);
-      }
+      add(v, "attention output", c * q);
+      shared_input_seen["attention output"] = true;
+      if (const auto* m = find(mods, "o_proj")) linear(v, *m, "attention output", c, 1.0);
     }
     for (std::int64_t i = 1; i < model.norms_per_layer; ++i) norm(v, i == 1 ? "post-attention norm" : "extra norm " + std::to_string(i), h);
     // MLP
@@ -315,11 +362,6 @@ StepShape describe_step(const ModelSpec& model, const TrainingSetup& setup, cons
     acts = dense_acts;
   }
   for (const auto& s : acts) st.layer_activation_per_token += s.bytes;
-  if (setup.attention == Attention::eager) {
-    // softmax(dtype=float32) keeps its fp32 output; the cast back keeps a copy that the
-    // value matmul saves: nq x seq scores per token, per layer.
-    st.attention_scores_per_token = (4.0 + w.compute) * nq * seq;
-  }
 
   // ---- outside the layers ----------------------------------------------------------------
   auto& out = st.outside_activations;
@@ -347,8 +389,9 @@ StepShape describe_step(const ModelSpec& model, const TrainingSetup& setup, cons
   // PyTorch gives each (thread, stream) its own cuBLAS workspace: the forward runs on the
   // main thread and the backward on autograd's device thread, so two exist. Hopper and newer
   // get 32 MiB each, older cards 4096 KiB x 2 + 16 KiB x 8.
+  // Measured on the H200: 65 MiB, the two cuBLAS workspaces and 1 MiB of cuBLASLt's.
   const double ws = gpu.compute_capability_major >= 9 ? 32.0 * 1048576.0 : (4096.0 * 2 + 16.0 * 8) * 1024.0;
-  st.cublas_workspaces = 2.0 * ws;
+  st.cublas_workspaces = 2.0 * ws + 1048576.0;
   (void)q;
   return st;
 }

@@ -25,7 +25,10 @@ struct ParameterStorage {
   double trainable_bytes_each = 0;  // bytes per element of a trainable parameter (and its gradient)
   double autocast_copies = 0;  // bf16/fp16 copies autocast makes of the fp32 linear weights
   double largest_trainable = 0;  // elements of the largest trainable tensor (optimizer transients)
-  double embedding_grad = 0;   // bytes of the embedding's gradient when the embedding is trained
+  // What the caching allocator's block rounding adds to the weights, and to each of the
+  // gradients and one optimizer state of the same shapes (full fine-tuning).
+  double weights_rounding = 0;
+  double trainable_rounding = 0;
 };
 
 struct StepShape {
@@ -36,7 +39,6 @@ struct StepShape {
   double checkpoint_per_token = 0;    // what a checkpointed layer keeps (its input)
   std::vector<Sized> outside_activations;  // bytes per token kept outside the decoder layers
   double outside_per_token = 0;
-  double attention_scores_per_token = 0;   // eager attention's seq x seq tensors, per token, per layer
   double layer_backward_transient_per_token = 0;  // gradients in flight while one layer runs backward
   double logits_compute_bytes = 0;    // bytes per logit element of the lm_head output
   bool logits_upcast = false;         // the loss casts the logits to fp32 (a new tensor)
@@ -47,6 +49,15 @@ struct StepShape {
   double cublas_workspaces = 0;
   double dequant_transient = 0;       // largest dequantised weight of a 4-bit/8-bit base
 };
+
+// The bytes the caching allocator counts as allocated for one request (PyTorch's
+// CUDACachingAllocator): requests round up to 512 bytes; one of 10 MiB or more gets its own
+// segment rounded up to 2 MiB, and the segment's tail stays in the block (and is counted) unless
+// it is larger than 1 MiB.
+double allocator_block(double bytes);
+
+// Sum of allocator_block over a list of tensors, each `bytes_per_token * tokens` bytes.
+double allocated_for(const std::vector<Sized>& per_token, double tokens);
 
 StepShape describe_step(const ModelSpec& model, const TrainingSetup& setup, const GpuSpec& gpu);
 

@@ -22,6 +22,18 @@ TEST(Calibration, H200PeakAllocatedWithinProductBars) {
   EXPECT_LT(summary.median_abs_error, 0.03);
 }
 
+// Measured after the model was built (data/measurements/): other sizes (7B, 14B), families
+// (Llama, Mistral, Gemma 2), ranks, targets, dropout 0, eager attention, fp32 with and without
+// autocast, SGD, Adafactor, gradient accumulation and sequences up to 32k.
+TEST(Calibration, HeldOutPhaseMeasurementsWithinProductBars) {
+  const auto summary = compare_with_measurements(
+      load_measurements(std::string(TRAINFIT_SOURCE_DIR) + "/data/measurements/h200-memory-phases-2026-11-30.jsonl"));
+  ASSERT_EQ(summary.rows.size(), 40u);
+  for (const auto& row : summary.rows)
+    EXPECT_LT(std::abs(row.allocated_error), 0.08) << "line " << row.measured.line << " " << row.measured.model;
+  EXPECT_LT(summary.median_abs_error, 0.03);
+}
+
 TEST(Calibration, ReservedAndDeviceUsedAreNearMeasured) {
   // Reserved and NVML memory are judged loosely: the allocator's fragmentation is modelled
   // only for the loss buffers (docs/model.md).

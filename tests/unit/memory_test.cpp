@@ -47,7 +47,8 @@ TEST(Memory, LoraStateIsSixteenBytesPerTrainableParameter) {
   auto b = breakdown(e);
   EXPECT_EQ(b["adapters"], 4 * 8'798'208);
   EXPECT_EQ(b["optimizer_states"], 8 * 8'798'208);
-  EXPECT_EQ(b["weights"], 2 * 494'032'768);
+  EXPECT_GE(b["weights"], 2 * 494'032'768);  // plus the allocator's block rounding
+  EXPECT_LE(b["weights"], 2 * 494'032'768 + 8 * kMiB);
 }
 
 TEST(Memory, FourBitBaseStoresHalfAByteAWeightPlusBlockConstants) {
@@ -64,7 +65,10 @@ TEST(Memory, FourBitBaseStoresHalfAByteAWeightPlusBlockConstants) {
   // Packed weights are 0.5 byte; double-quantised constants ~1/64 byte a weight; the rest
   // (embedding, output layer, norms, biases) stays bf16.
   EXPECT_NEAR(static_cast<double>(b["quant_constants"]) / linear, (1.0 + 4.0 / 256) / 64, 1e-6);
-  EXPECT_EQ(b["weights"], matrices / 2 + 2 * (pc.total - matrices));
+  // The allocator rounds each tensor up to its block: at most 1 MiB more per tensor.
+  const std::int64_t exact = matrices / 2 + 2 * (pc.total - matrices);
+  EXPECT_GE(b["weights"], exact);
+  EXPECT_LE(b["weights"], exact + (9 * m.num_layers + 3) * kMiB);
   s.quant.double_quant = false;
   auto b2 = breakdown(estimate_memory(m, s, find_gpu("h200")));
   EXPECT_NEAR(static_cast<double>(b2["quant_constants"]) / linear, 4.0 / 64, 1e-6);
@@ -117,7 +121,7 @@ TEST(Memory, OptimizersOrderAsTheirStates) {
   };
   const auto adam = states(Optimizer::adamw), adam8 = states(Optimizer::adamw_8bit), sgd = states(Optimizer::sgd),
              mom = states(Optimizer::sgd_momentum), ada = states(Optimizer::adafactor);
-  EXPECT_EQ(adam, 8 * std::int64_t{494'032'768});
+  EXPECT_NEAR(static_cast<double>(adam), 8.0 * 494'032'768, 0.005 * 8.0 * 494'032'768);  // + block rounding
   EXPECT_EQ(mom * 2, adam);
   EXPECT_EQ(sgd, 0);
   EXPECT_LT(ada * 50, adam);
@@ -131,7 +135,7 @@ TEST(Memory, GradientAccumulationKeepsGradientsThroughTheNextForward) {
   s.grad_accum = 4;
   const auto four = estimate("qwen2.5-0.5b", s);
   EXPECT_GT(four.peak_allocated_bytes, one.peak_allocated_bytes);
-  EXPECT_EQ(breakdown(four)["gradients"], 2 * std::int64_t{494'032'768});
+  EXPECT_NEAR(static_cast<double>(breakdown(four)["gradients"]), 2.0 * 494'032'768, 0.005 * 2.0 * 494'032'768);
 }
 
 TEST(Memory, LargestModelsAndLongestSequencesStayFinite) {
