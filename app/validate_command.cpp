@@ -1,6 +1,7 @@
 // `trainfit validate FILE`: the planner's prediction beside measured steps, with errors.
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include <fmt/format.h>
@@ -15,6 +16,7 @@ namespace {
 struct ValidateFlags {
   std::string path;
   std::string format = "table";
+  std::string profile;
 };
 
 void print(const ComparisonSummary& summary, Format format) {
@@ -26,27 +28,40 @@ void print(const ComparisonSummary& summary, Format format) {
                       {"measured_peak_allocated_mib", *c.measured.peak_allocated_mib},
                       {"predicted_peak_allocated_mib", to_mib(c.predicted_allocated)},
                       {"error", c.allocated_error},
-                      {"predicted_peak", c.predicted_peak_phase}});
+                      {"predicted_peak", c.predicted_peak_phase},
+                      {"measured_step_seconds", c.measured.step_seconds ? nlohmann::json(*c.measured.step_seconds) : nlohmann::json(nullptr)},
+                      {"predicted_step_seconds", c.predicted_step_seconds},
+                      {"step_error", c.step_error},
+                      {"predicted_bottleneck", c.predicted_bottleneck}});
     std::cout << nlohmann::json{{"rows", rows},
                                 {"median_abs_error", summary.median_abs_error},
-                                {"max_abs_error", summary.max_abs_error}}
+                                {"max_abs_error", summary.max_abs_error},
+                                {"median_abs_step_error", summary.median_abs_step_error},
+                                {"max_abs_step_error", summary.max_abs_step_error}}
                      .dump(2)
               << "\n";
     return;
   }
-  std::cout << fmt::format("{:>5}  {:<14}{:<7}{:<6}{:>6}{:>6}{:>5}{:>6}  {:>11}{:>11}{:>8}  {}\n", "line", "model", "method",
-                           "wts", "seq", "batch", "rank", "ckpt", "measured", "predicted", "error", "predicted peak");
+  std::cout << fmt::format("{:>5}  {:<14}{:<7}{:<6}{:>6}{:>6}{:>5}{:>6}  {:>11}{:>11}{:>8}  {:>9}{:>9}{:>8}  {:<17}{}\n", "line",
+                           "model", "method", "wts", "seq", "batch", "rank", "ckpt", "MiB meas", "MiB pred", "error",
+                           "s meas", "s pred", "error", "bottleneck", "predicted peak");
   for (const auto& c : summary.rows) {
     const auto& s = c.measured.setup;
-    std::cout << fmt::format("{:>5}  {:<14}{:<7}{:<6}{:>6}{:>6}{:>5}{:>6}  {:>11.1f}{:>11.1f}{:>+7.1f}%  {}\n",
+    const bool timed = c.measured.step_seconds.has_value() && c.predicted_step_seconds > 0;
+    std::cout << fmt::format("{:>5}  {:<14}{:<7}{:<6}{:>6}{:>6}{:>5}{:>6}  {:>11.1f}{:>11.1f}{:>+7.1f}%  {:>9}{:>9.4f}{:>8}  {:<17}{}\n",
                              c.measured.line, c.measured.model, to_string(s.method),
                              s.amp ? "amp" : to_string(s.weights), s.seq, s.batch,
                              s.method == Method::full ? 0 : s.lora.rank, s.grad_ckpt ? "on" : "off",
                              *c.measured.peak_allocated_mib, to_mib(c.predicted_allocated), 100.0 * c.allocated_error,
+                             timed ? fmt::format("{:.4f}", *c.measured.step_seconds) : "-", c.predicted_step_seconds,
+                             timed ? fmt::format("{:+.0f}%", 100.0 * c.step_error) : "-", c.predicted_bottleneck,
                              c.predicted_peak_phase);
   }
   std::cout << fmt::format("\n{} rows: median |error| {:.1f}%, max |error| {:.1f}%\n", summary.rows.size(),
                            100.0 * summary.median_abs_error, 100.0 * summary.max_abs_error);
+  if (summary.timed_rows > 0)
+    std::cout << fmt::format("{} timed rows: step time median |error| {:.1f}%, max |error| {:.1f}%\n", summary.timed_rows,
+                             100.0 * summary.median_abs_step_error, 100.0 * summary.max_abs_step_error);
 }
 
 }  // namespace
@@ -57,9 +72,12 @@ void add_validate_command(CLI::App& app, int& exit_code) {
       "validate", "Put the planner's prediction beside measured steps (JSON lines, the format of data/reference/)");
   cmd->add_option("file", flags->path, "measurements file")->required();
   cmd->add_option("--format", flags->format, "table | json")->capture_default_str();
+  cmd->add_option("--profile", flags->profile, "time profile (TOML) for the step-time predictions");
   cmd->callback([flags, &exit_code] {
     const Format format = parse_format(flags->format);
-    print(compare_with_measurements(load_measurements(flags->path)), format);
+    std::optional<TimeProfile> profile;
+    if (!flags->profile.empty()) profile = load_profile(flags->profile);
+    print(compare_with_measurements(load_measurements(flags->path), profile ? &*profile : nullptr), format);
     exit_code = 0;
   });
 }

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "trainfit/setup.hpp"
+#include "trainfit/time.hpp"
 
 namespace trainfit {
 
@@ -34,14 +35,25 @@ struct Comparison {
   std::int64_t predicted_device_used = 0;
   std::string predicted_peak_phase;
   double allocated_error = 0;  // predicted / measured - 1
+  double predicted_step_seconds = 0;
+  double step_error = 0;       // predicted / measured - 1 (0 when no time was measured)
+  std::string predicted_bottleneck;
 };
 
 struct ComparisonSummary {
   std::vector<Comparison> rows;   // rows with status "ok" and a measured peak
   double median_abs_error = 0;    // of allocated_error
   double max_abs_error = 0;
+  std::size_t timed_rows = 0;     // rows with a measured step time
+  double median_abs_step_error = 0;
+  double max_abs_step_error = 0;
 };
 
-ComparisonSummary compare_with_measurements(const std::vector<MeasuredStep>& steps);
+// Time predictions use `profile`, or each card's default profile when it is null.
+ComparisonSummary compare_with_measurements(const std::vector<MeasuredStep>& steps,
+                                            const TimeProfile* profile = nullptr);
+
+// The measured steps with a step time, ready for calibrate().
+std::vector<TimedStep> timed_steps(const std::vector<MeasuredStep>& steps);
 
 }  // namespace trainfit

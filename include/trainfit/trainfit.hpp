@@ -9,3 +9,4 @@
 #include "trainfit/setup.hpp"
 #include "trainfit/units.hpp"
 #include "trainfit/measurements.hpp"
+#include "trainfit/time.hpp"

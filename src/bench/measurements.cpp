@@ -98,6 +98,7 @@ std::vector<MeasuredStep> parse_measurements(std::string_view text, std::string_
       m.peak_reserved_mib = get_number(r, "peak_reserved_mib", source, line);
       m.device_used_mib = get_number(r, "device_used_mib", source, line);
       m.step_seconds = get_number(r, "step_seconds_median_2_4", source, line);
+      if (!m.step_seconds) m.step_seconds = get_number(r, "step_seconds_median_2_n", source, line);
       if (!m.step_seconds) m.step_seconds = get_number(r, "step_seconds_median", source, line);
     }
     rows.push_back(std::move(m));
@@ -113,9 +114,20 @@ std::vector<MeasuredStep> load_measurements(std::string_view path) {
   return parse_measurements(ss.str(), path);
 }
 
-ComparisonSummary compare_with_measurements(const std::vector<MeasuredStep>& steps) {
+namespace {
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+}  // namespace
+
+ComparisonSummary compare_with_measurements(const std::vector<MeasuredStep>& steps, const TimeProfile* profile) {
   ComparisonSummary out;
-  std::vector<double> errors;
+  std::vector<double> errors, step_errors;
   for (const auto& m : steps) {
     if (m.status != "ok" || !m.peak_allocated_mib || *m.peak_allocated_mib <= 0) continue;
     const ModelSpec model = load_model(m.model);
@@ -129,13 +141,30 @@ ComparisonSummary compare_with_measurements(const std::vector<MeasuredStep>& ste
     c.predicted_peak_phase = to_string(est.peak_phase) + ": " + est.peak_moment;
     c.allocated_error = static_cast<double>(est.peak_allocated_bytes) / (*m.peak_allocated_mib * 1048576.0) - 1.0;
     errors.push_back(std::abs(c.allocated_error));
+    const TimeEstimate t = estimate_time(model, m.setup, gpu, est, profile ? *profile : default_profile(gpu), false);
+    if (t.predicted) {
+      c.predicted_step_seconds = t.step_seconds;
+      c.predicted_bottleneck = to_string(t.bottleneck);
+      if (m.step_seconds && *m.step_seconds > 0) {
+        c.step_error = t.step_seconds / *m.step_seconds - 1.0;
+        step_errors.push_back(std::abs(c.step_error));
+      }
+    }
     out.rows.push_back(std::move(c));
   }
-  if (!errors.empty()) {
-    std::sort(errors.begin(), errors.end());
-    const std::size_t n = errors.size();
-    out.median_abs_error = n % 2 ? errors[n / 2] : 0.5 * (errors[n / 2 - 1] + errors[n / 2]);
-    out.max_abs_error = errors.back();
+  out.median_abs_error = median(errors);
+  out.max_abs_error = errors.empty() ? 0 : *std::max_element(errors.begin(), errors.end());
+  out.timed_rows = step_errors.size();
+  out.median_abs_step_error = median(step_errors);
+  out.max_abs_step_error = step_errors.empty() ? 0 : *std::max_element(step_errors.begin(), step_errors.end());
+  return out;
+}
+
+std::vector<TimedStep> timed_steps(const std::vector<MeasuredStep>& steps) {
+  std::vector<TimedStep> out;
+  for (const auto& m : steps) {
+    if (m.status != "ok" || !m.step_seconds || *m.step_seconds <= 0) continue;
+    out.push_back({load_model(m.model), m.setup, find_gpu(m.gpu.empty() ? "h200" : m.gpu), *m.step_seconds});
   }
   return out;
 }

@@ -1,0 +1,63 @@
+// `trainfit calibrate FILE...`: fit a time profile to measured steps and write it.
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "commands.hpp"
+#include "trainfit/trainfit.hpp"
+
+namespace trainfit::cli {
+namespace {
+
+struct CalibrateFlags {
+  std::vector<std::string> files;
+  std::string output;
+  std::string name = "calibrated";
+  std::vector<std::string> fit = {"host_seconds_per_op"};
+};
+
+}  // namespace
+
+void add_calibrate_command(CLI::App& app, int& exit_code) {
+  auto flags = std::make_shared<CalibrateFlags>();
+  auto* cmd = app.add_subcommand("calibrate",
+                                 "Fit a time profile (achievable fractions of the card's peaks, host time per operation) "
+                                 "to measured steps; use it with `plan --profile`");
+  cmd->add_option("files", flags->files, "measurement files (JSON lines, the format of data/reference/)")->required();
+  cmd->add_option("--output,-o", flags->output, "write the profile (TOML) here");
+  cmd->add_option("--name", flags->name, "profile name")->capture_default_str();
+  cmd->add_option("--fit", flags->fit,
+                  "parameters to fit (the rest keep their measured values): matmul_efficiency, attention_efficiency, "
+                  "fp32_efficiency, bandwidth_efficiency, host_seconds_per_op, kernel_floor_seconds")
+      ->delimiter(',')
+      ->capture_default_str();
+  cmd->callback([flags, &exit_code] {
+    std::vector<TimedStep> steps;
+    std::string sources;
+    for (const auto& f : flags->files) {
+      const auto rows = timed_steps(load_measurements(f));
+      steps.insert(steps.end(), rows.begin(), rows.end());
+      sources += (sources.empty() ? "" : ", ") + f;
+    }
+    TimeProfile start = default_profile(steps.empty() ? GpuSpec{} : steps.front().gpu);
+    start.name = flags->name;
+    const CalibrationResult r = calibrate(steps, start, flags->fit);
+    TimeProfile p = r.profile;
+    p.source = fmt::format("fitted to {} steps of {}", r.steps, sources);
+    const std::string toml = profile_to_toml(p);
+    if (!flags->output.empty()) {
+      std::ofstream out(flags->output);
+      if (!(out << toml)) throw InputError(fmt::format("cannot write '{}'", flags->output));
+    }
+    std::cout << toml
+              << fmt::format("# on the fitted steps: median |error| {:.1f}%, max |error| {:.1f}%\n",
+                             100.0 * r.median_abs_error, 100.0 * r.max_abs_error);
+    exit_code = 0;
+  });
+}
+
+}  // namespace trainfit::cli

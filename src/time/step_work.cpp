@@ -1,0 +1,156 @@
+// The work of one optimizer step: floating-point operations, bytes moved and operations the
+// host dispatches, counted from the same description of the step the memory model uses.
+#include <algorithm>
+#include <cmath>
+
+#include "memory/step_shape.hpp"
+#include "trainfit/time.hpp"
+
+namespace trainfit {
+namespace {
+
+double as_d(std::int64_t v) { return static_cast<double>(v); }
+
+// Host operations one decoder layer dispatches in its forward, counted from HF transformers'
+// Llama/Qwen2 layer: two RMSNorms (8 each: cast, pow, mean, add, rsqrt, mul, cast, weight mul),
+// three projections with their views and transposes (9), rotary embedding on q and k (16), the
+// attention call (1), the output reshape (2), o_proj (1), two residual adds (2), the MLP (5)
+// and its views (~6).
+constexpr double kLayerForwardOps = 50;
+// Eager attention adds the key/value repeat (4), scores matmul, scale, mask add, softmax, cast,
+// dropout, value matmul and transpose.
+constexpr double kEagerExtraOps = 12;
+// A PEFT LoRA branch: cast to the adapter dtype, dropout, A, B, scale, add, cast back.
+constexpr double kLoraForwardOps = 7;
+// Outside the layers: embedding, rotary cos/sin, final norm, output layer, the loss.
+constexpr double kModelForwardOps = 32;
+// Autograd dispatches about one backward node per differentiable forward operation.
+constexpr double kBackwardOpsPerForwardOp = 1.0;
+// Views and metadata operations dispatch but launch no kernel.
+constexpr double kKernelsPerOp = 0.75;
+// Bytes elementwise work moves per byte of saved activation: written once in the forward and
+// read once in the backward, where its gradient is written and read once more.
+constexpr double kTrafficPerSavedByteForward = 2.0;
+constexpr double kTrafficPerSavedByteBackward = 2.0;
+// The loss over the vocabulary, per logit: the lm_head output, its fp32 copy, log-softmax read and
+// written, the NLL gradient written, log-softmax's backward reading two and writing one, the cast back.
+constexpr double kLossBytesPerLogit = 40.0;
+// Dequantising a 4-bit weight reads half a byte and writes two; the GEMM then reads the two.
+constexpr double kDequantBytesPerWeight = 4.5;
+
+}  // namespace
+
+StepWork step_work(const ModelSpec& model, const TrainingSetup& setup) {
+  StepWork w;
+  const double T = as_d(setup.seq) * as_d(setup.batch);
+  const double S = as_d(setup.seq), B = as_d(setup.batch);
+  const double L = as_d(model.num_layers);
+  const double h = as_d(model.hidden_size), V = as_d(model.vocab_size);
+  const double nq = as_d(model.num_heads), d = as_d(model.head_dim);
+  const bool full = setup.method == Method::full;
+  const bool ckpt = setup.grad_ckpt;
+  const double r = as_d(setup.lora.rank);
+  const bool fp32_compute = (full && !setup.amp && setup.weights == DType::fp32) ||
+                            (setup.method == Method::lora && setup.weights == DType::fp32);
+
+  // Linear layers (average over dense and MoE layers).
+  const auto mods = layer_linear_modules(model);
+  const auto dense = model.is_moe() ? dense_layer_linear_modules(model) : mods;
+  const double dense_layers = model.is_moe() ? as_d(model.dense_layers) : L;
+  double linear_flops_per_token = 0, targeted_rank_widths = 0, targets = 0, weight_elems = 0;
+  auto add = [&](const std::vector<LinearModule>& ms, double layers) {
+    for (const auto& m : ms) {
+      const double rows = as_d(m.count) * m.token_fraction;  // copies a token passes through
+      linear_flops_per_token += 2.0 * as_d(m.in_features) * as_d(m.out_features) * rows * layers;
+      weight_elems += as_d(m.in_features) * as_d(m.out_features) * as_d(m.count) * layers;
+      bool targeted = false;
+      if (!full) {
+        for (const auto& t : setup.lora.targets)
+          targeted = targeted || (t == "all-linear" ? (m.count == 1 || m.token_fraction >= 1.0)
+                                                    : (m.name == t || m.name.ends_with("." + t)));
+      }
+      if (targeted) {
+        targeted_rank_widths += r * (as_d(m.in_features) + as_d(m.out_features)) * rows * layers;
+        targets += layers;
+      }
+    }
+  };
+  add(dense, dense_layers);
+  if (model.is_moe()) add(mods, L - dense_layers);
+
+  const double lm_flops = 2.0 * V * h * T;
+  const double layers_fwd = linear_flops_per_token * T;
+  const double fwd = layers_fwd + lm_flops;
+  const double matmul = fwd /*forward*/ + fwd /*input gradients*/ + (full ? fwd : 0.0) /*weight gradients*/ +
+                        (ckpt ? layers_fwd : 0.0) /*recompute*/;
+  (fp32_compute ? w.fp32_flops : w.tensor_flops) += matmul;
+
+  // Attention: QK^T and PV, 2*S*d FLOPs each per token and head. The fused kernels skip the
+  // masked half of a causal sequence; eager computes all of it. Backward: fused 2.5x, eager 2x.
+  const bool eager = setup.attention == Attention::eager;
+  const double attn_fwd = L * (eager ? 4.0 : 2.0) * B * S * S * nq * d;
+  const double attn = attn_fwd * (1.0 + (eager ? 2.0 : 2.5) + (ckpt ? 1.0 : 0.0));
+  (fp32_compute ? w.fp32_flops : w.attention_flops) += attn;
+
+  // LoRA adapters in fp32 are skinny GEMMs (rank 16 against thousands): they stream their fp32
+  // operands and barely compute (measured on the H200: 2-16 TFLOP/s, bandwidth-bound). Each
+  // module's A reads the fp32 input and B writes the fp32 output, in the forward, for the input
+  // gradient and for the weight gradient, and again in a recompute.
+  const double adapter_passes = 3.0 + (ckpt ? 1.0 : 0.0);
+  const double adapter_bytes = 4.0 * T * (targeted_rank_widths / std::max(r, 1.0)) * adapter_passes;
+
+  w.model_flops = 2.0 * fwd + (full ? fwd : 0.0) + attn_fwd * 3.5 + 6.0 * targeted_rank_widths * T;
+
+  // Bytes: elementwise work over the saved activations, the loss, dequantisation.
+  const GpuSpec any;  // activations do not depend on the card
+  const detail::StepShape st = detail::describe_step(model, setup, any);
+  const double saved = st.layer_activation_per_token * T * L + st.outside_per_token * T;
+  w.memory_bytes = saved * (kTrafficPerSavedByteForward + kTrafficPerSavedByteBackward) +
+                   (ckpt ? st.layer_activation_per_token * T * L * kTrafficPerSavedByteForward : 0.0) +
+                   kLossBytesPerLogit * T * V + adapter_bytes;
+  // Every pass (forward, backward, recompute) reads each weight matrix once; a quantised one is
+  // first dequantised.
+  const double passes = 2.0 + (ckpt ? 1.0 : 0.0);
+  if (setup.method == Method::qlora) {
+    w.memory_bytes += kDequantBytesPerWeight * weight_elems * passes;
+  } else {
+    const double wb = full && setup.amp ? bytes_per_element(*setup.amp) : bytes_per_element(setup.weights);
+    w.memory_bytes += wb * (weight_elems + V * h) * passes;
+  }
+
+  // Optimizer: read parameter, gradient and states; write parameter and states.
+  const double tp = st.params.trainable_params;
+  const double pb = st.params.trainable_bytes_each;
+  switch (setup.optimizer) {
+    case Optimizer::adamw: w.optimizer_bytes = tp * (3.0 * pb + 4.0 * pb); break;
+    case Optimizer::adamw_8bit: w.optimizer_bytes = tp * (3.0 * pb + 4.0); break;
+    case Optimizer::sgd: w.optimizer_bytes = tp * 3.0 * pb; break;
+    case Optimizer::sgd_momentum: w.optimizer_bytes = tp * 5.0 * pb; break;
+    case Optimizer::adafactor: w.optimizer_bytes = tp * (3.0 * pb + 6.0 * 4.0); break;
+  }
+
+  // Host operations.
+  double layer_ops = kLayerForwardOps + (eager ? kEagerExtraOps : 0.0) + (model.qk_norm ? 16.0 : 0.0) +
+                     8.0 * as_d(model.norms_per_layer - 2);
+  layer_ops += kLoraForwardOps * targets / L;
+  // Autocast casts each matmul's input (and, once per forward, its weight): two more operations
+  // per linear module.
+  if (setup.amp) layer_ops += 2.0 * static_cast<double>(dense.size());
+  if (model.is_moe()) layer_ops += 10.0 + 6.0 * as_d(model.num_experts);  // router, then a loop over experts
+  const double fwd_ops = L * layer_ops + kModelForwardOps;
+  // Non-reentrant checkpointing runs two Python hooks per saved tensor (pack and unpack).
+  const double ckpt_hooks = ckpt ? 2.0 * L * static_cast<double>(st.layer_activations.size()) : 0.0;
+  w.ops = fwd_ops * (1.0 + kBackwardOpsPerForwardOp) + (ckpt ? L * layer_ops + ckpt_hooks : 0.0);
+  w.kernels = kKernelsPerOp * w.ops;
+  // Fused AdamW: a handful of multi-tensor launches; zero_grad touches every parameter tensor.
+  const double param_tensors = full ? L * 12.0 + 3.0 : 2.0 * targets;
+  w.optimizer_ops = setup.optimizer == Optimizer::adafactor ? 25.0 * param_tensors : 10.0 + 0.5 * param_tensors;
+
+  // What one layer's pass touches: its weights and its activations (for the spill model).
+  const double weight_bytes_per_layer = (st.params.weights + st.params.quant_constants) / L;
+  w.layer_working_set_bytes = weight_bytes_per_layer + st.layer_activation_per_token * T;
+  w.layer_passes = L * passes;
+  return w;
+}
+
+}  // namespace trainfit
