@@ -17,7 +17,7 @@ struct CalibrateFlags {
   std::vector<std::string> files;
   std::string output;
   std::string name = "calibrated";
-  std::vector<std::string> fit = {"host_seconds_per_op"};
+  std::vector<std::string> fit = {"host_seconds_per_op", "bandwidth_efficiency"};
 };
 
 }  // namespace

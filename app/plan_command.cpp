@@ -21,7 +21,7 @@ struct SetupFlags {
   std::optional<double> lora_alpha;
   double lora_dropout = 0.05, headroom = 0.2;
   bool grad_ckpt = false, no_double_quant = false, kbit_prepare = false;
-  std::string gpu, vram, gpu_spec, platform = "linux", format = "table";
+  std::string gpu, vram, gpu_spec, platform = "linux", format = "table", profile;
   std::string model;
   bool no_suggest = false;
 };
@@ -52,6 +52,7 @@ void add_setup_flags(CLI::App& cmd, SetupFlags& f) {
   cmd.add_option("--platform", f.platform, "linux (over capacity = OOM) | windows (driver spills into system memory)")->capture_default_str();
   cmd.add_option("--format", f.format, "table | json | markdown")->capture_default_str();
   cmd.add_flag("--no-suggest", f.no_suggest, "do not search for changes that make the setup fit");
+  cmd.add_option("--profile", f.profile, "time profile from `trainfit calibrate` (default: the card's default profile)");
 }
 
 TrainingSetup to_setup(const SetupFlags& f) {
@@ -93,6 +94,7 @@ PlanOptions to_options(const SetupFlags& f) {
   if (f.platform == "windows") o.sysmem_fallback = true;
   else if (f.platform != "linux") throw InputError(fmt::format("unknown --platform '{}'; expected linux or windows", f.platform));
   o.suggest = !f.no_suggest;
+  if (!f.profile.empty()) o.profile = load_profile(f.profile);
   return o;
 }
 

@@ -1,6 +1,7 @@
 #pragma once
 // A plan: the memory estimate judged against a card, with what to change when it does not fit.
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -8,6 +9,7 @@
 #include "trainfit/memory.hpp"
 #include "trainfit/model.hpp"
 #include "trainfit/setup.hpp"
+#include "trainfit/time.hpp"
 
 namespace trainfit {
 
@@ -21,6 +23,7 @@ struct Suggestion {
   std::int64_t peak_allocated_bytes = 0;
   std::int64_t device_used_bytes = 0;
   Verdict verdict = Verdict::fits;
+  double step_seconds = 0;           // 0 when the card's throughput is unknown
 };
 
 struct Plan {
@@ -34,6 +37,8 @@ struct Plan {
   double headroom_fraction = 0;
   std::int64_t over_capacity_bytes = 0;  // device_used - capacity when positive
   std::vector<Suggestion> suggestions;   // only when the verdict is not "fits"
+  TimeProfile profile;                   // the rates the time estimate used
+  TimeEstimate time;
 };
 
 // The verdict against a card and a headroom policy: over capacity when the peak allocated or the
@@ -47,6 +52,7 @@ Verdict judge(std::int64_t peak_allocated_bytes, std::int64_t device_used_bytes,
 struct PlanOptions {
   bool sysmem_fallback = false;  // the platform lets allocations spill into system memory (Windows driver)
   bool suggest = true;
+  std::optional<TimeProfile> profile;  // default: default_profile(gpu)
 };
 
 Plan make_plan(const ModelSpec& model, const TrainingSetup& setup, const GpuSpec& gpu, const PlanOptions& options = {});

@@ -93,6 +93,47 @@ std::string model_text(const Plan& p) {
                      params_text(p.memory.trainable_parameters));
 }
 
+json time_to_json(const Plan& p) {
+  const auto& t = p.time;
+  if (!t.predicted) return nullptr;
+  json breakdown = json::object();
+  for (const auto& term : t.breakdown) breakdown[term.name] = term.seconds;
+  return {{"step_seconds", t.step_seconds},
+          {"tokens_per_second", t.tokens_per_second},
+          {"mfu", t.mfu},
+          {"bottleneck", to_string(t.bottleneck)},
+          {"gpu_seconds", t.gpu_seconds},
+          {"host_seconds", t.host_seconds},
+          {"spill_seconds", t.spill_seconds},
+          {"spill_slowdown", t.spill_slowdown},
+          {"profile", p.profile.name},
+          {"breakdown", breakdown}};
+}
+
+std::string seconds_text(double s) {
+  if (s >= 10) return fmt::format("{:.1f} s", s);
+  if (s >= 0.1) return fmt::format("{:.3f} s", s);
+  return fmt::format("{:.1f} ms", s * 1e3);
+}
+
+std::string time_lines(const Plan& p, bool md) {
+  const auto& t = p.time;
+  if (!t.predicted)
+    return "Time: unknown (the card's throughput is not known: use --gpu or a --gpu-spec with throughput)\n";
+  std::string out = fmt::format("{}Time{}  {} a step, {:.0f} tokens/s, model FLOP utilisation {:.0f}%; bottleneck: {}\n",
+                                md ? "**" : "", md ? "**" : "    ", seconds_text(t.step_seconds), t.tokens_per_second,
+                                100.0 * t.mfu, to_string(t.bottleneck));
+  if (t.spill_seconds > 0)
+    out += fmt::format("{}Spilling over the host link makes the step {:.0f}x slower than the same step fitting in memory\n",
+                       md ? "" : "        ", t.spill_slowdown);
+  std::string terms;
+  for (const auto& term : t.breakdown)
+    if (term.seconds > 0) terms += fmt::format("{}{} {}", terms.empty() ? "" : ", ", term.name, seconds_text(term.seconds));
+  out += fmt::format("{}GPU {} | host {}: {}\n", md ? "" : "        ", seconds_text(t.gpu_seconds),
+                     seconds_text(t.host_seconds), terms);
+  return out;
+}
+
 }  // namespace
 
 Format parse_format(std::string_view s) {
@@ -111,6 +152,7 @@ json plan_to_json(const Plan& p) {
   json suggestions = json::array();
   for (const auto& s : p.suggestions)
     suggestions.push_back({{"change", s.change},
+                           {"step_seconds", s.step_seconds},
                            {"peak_allocated_bytes", s.peak_allocated_bytes},
                            {"device_used_bytes", s.device_used_bytes},
                            {"verdict", to_string(s.verdict)}});
@@ -147,6 +189,7 @@ json plan_to_json(const Plan& p) {
                       {"breakdown", breakdown},
                       {"phases", phases}}},
           {"device", {{"name", p.gpu.name}, {"id", p.gpu.id}, {"capacity_bytes", p.gpu.memory_bytes}}},
+          {"time", time_to_json(p)},
           {"verdict", to_string(p.verdict)},
           {"headroom_fraction", p.headroom_fraction},
           {"over_capacity_bytes", p.over_capacity_bytes},
@@ -186,12 +229,15 @@ std::string render_plan(const Plan& p, Format format) {
   std::string phases;
   for (const auto& ph : m.phases)
     phases += fmt::format("{}{} {}", phases.empty() ? "" : ", ", to_string(ph.phase), mib(ph.allocated_bytes));
-  out += fmt::format("{}Phase peaks: {}\n", md ? "" : "", phases);
+  out += fmt::format("{}Phase peaks: {}\n\n", md ? "" : "", phases);
+  out += time_lines(p, md);
   if (!p.suggestions.empty()) {
-    out += md ? "\n### To fit\n\n| change | peak allocated | device used | verdict |\n|---|---:|---:|---|\n" : "\nTo fit:\n";
+    out += md ? "\n### To fit\n\n| change | peak allocated | device used | verdict | step |\n|---|---:|---:|---|---:|\n"
+              : "\nTo fit:\n";
     for (const auto& s : p.suggestions) {
-      if (md) out += fmt::format("| {} | {} | {} | {} |\n", s.change, mib(s.peak_allocated_bytes), mib(s.device_used_bytes), to_string(s.verdict));
-      else out += fmt::format("  {:<7}{:>10}  {}\n", to_string(s.verdict), mib(s.peak_allocated_bytes), s.change);
+      const std::string step = s.step_seconds > 0 ? seconds_text(s.step_seconds) : "-";
+      if (md) out += fmt::format("| {} | {} | {} | {} | {} |\n", s.change, mib(s.peak_allocated_bytes), mib(s.device_used_bytes), to_string(s.verdict), step);
+      else out += fmt::format("  {:<7}{:>10}{:>10}  {}\n", to_string(s.verdict), mib(s.peak_allocated_bytes), step, s.change);
     }
   }
   return out;
@@ -209,14 +255,15 @@ std::string render_plan_comparison(const std::vector<Plan>& plans, Format format
     out += fmt::format("{}GPU: {} ({}); {}\n\n", md ? "" : "", plans.front().gpu.name, mib(plans.front().gpu.memory_bytes),
                        setup_text(plans.front().setup));
   }
-  if (md) out += "| model | checkpointing | peak allocated | of card | device used | verdict | over by | peak in |\n|---|---|---:|---:|---:|---|---:|---|\n";
-  else out += fmt::format("  {:<14}{:<8}{:>16}{:>9}{:>14}  {:<8}{:>12}  {}\n", "model", "ckpt", "peak allocated", "of card", "device used", "verdict", "over by", "peak in");
+  if (md) out += "| model | checkpointing | peak allocated | of card | device used | verdict | over by | step | bottleneck |\n|---|---|---:|---:|---:|---|---:|---:|---|\n";
+  else out += fmt::format("  {:<14}{:<8}{:>16}{:>9}{:>14}  {:<8}{:>12}{:>10}  {}\n", "model", "ckpt", "peak allocated", "of card", "device used", "verdict", "over by", "step", "bottleneck");
   for (const auto& p : plans) {
     const double share = static_cast<double>(p.memory.peak_allocated_bytes) / static_cast<double>(p.gpu.memory_bytes);
     const std::string over = p.over_capacity_bytes > 0 ? mib(p.over_capacity_bytes) : "-";
-    const std::string where = to_string(p.memory.peak_phase);
-    if (md) out += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} |\n", p.model.name, p.setup.grad_ckpt ? "on" : "off", mib(p.memory.peak_allocated_bytes), pct(share), mib(p.memory.device_used_bytes), to_string(p.verdict), over, where);
-    else out += fmt::format("  {:<14}{:<8}{:>16}{:>9}{:>14}  {:<8}{:>12}  {}\n", p.model.name, p.setup.grad_ckpt ? "on" : "off", mib(p.memory.peak_allocated_bytes), pct(share), mib(p.memory.device_used_bytes), to_string(p.verdict), over, where);
+    const std::string step = p.time.predicted ? seconds_text(p.time.step_seconds) : "-";
+    const std::string why = p.time.predicted ? to_string(p.time.bottleneck) : "-";
+    if (md) out += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", p.model.name, p.setup.grad_ckpt ? "on" : "off", mib(p.memory.peak_allocated_bytes), pct(share), mib(p.memory.device_used_bytes), to_string(p.verdict), over, step, why);
+    else out += fmt::format("  {:<14}{:<8}{:>16}{:>9}{:>14}  {:<8}{:>12}{:>10}  {}\n", p.model.name, p.setup.grad_ckpt ? "on" : "off", mib(p.memory.peak_allocated_bytes), pct(share), mib(p.memory.device_used_bytes), to_string(p.verdict), over, step, why);
   }
   return out;
 }

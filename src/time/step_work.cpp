@@ -32,6 +32,13 @@ constexpr double kKernelsPerOp = 0.75;
 // read once in the backward, where its gradient is written and read once more.
 constexpr double kTrafficPerSavedByteForward = 2.0;
 constexpr double kTrafficPerSavedByteBackward = 2.0;
+// PEFT's LoRA branch in fp32, bytes per token per unit of width, forward: the input cast to fp32
+// (read c, write 4), dropout (read 4, write 4 and a 1-byte mask), A reading the fp32 input (4);
+// on the output side B writing fp32 (4), the scaling (read 4, write 4), the add to the base output
+// (read c and 4, write 4) and the cast back (read 4, write c). The backward moves about twice that.
+constexpr double kLoraInputBytesPerWidth = 17.0;   // plus 1 x c
+constexpr double kLoraOutputBytesPerWidth = 24.0;  // plus 2 x c
+constexpr double kLoraBackwardPerForward = 2.0;
 // The loss over the vocabulary, per logit: the lm_head output, its fp32 copy, log-softmax read and
 // written, the NLL gradient written, log-softmax's backward reading two and writing one, the cast back.
 constexpr double kLossBytesPerLogit = 40.0;
@@ -58,6 +65,7 @@ StepWork step_work(const ModelSpec& model, const TrainingSetup& setup) {
   const auto dense = model.is_moe() ? dense_layer_linear_modules(model) : mods;
   const double dense_layers = model.is_moe() ? as_d(model.dense_layers) : L;
   double linear_flops_per_token = 0, targeted_rank_widths = 0, targets = 0, weight_elems = 0;
+  double targeted_in = 0, targeted_out = 0;  // widths of the targeted modules, summed over layers
   auto add = [&](const std::vector<LinearModule>& ms, double layers) {
     for (const auto& m : ms) {
       const double rows = as_d(m.count) * m.token_fraction;  // copies a token passes through
@@ -71,6 +79,8 @@ StepWork step_work(const ModelSpec& model, const TrainingSetup& setup) {
       }
       if (targeted) {
         targeted_rank_widths += r * (as_d(m.in_features) + as_d(m.out_features)) * rows * layers;
+        targeted_in += as_d(m.in_features) * rows * layers;
+        targeted_out += as_d(m.out_features) * rows * layers;
         targets += layers;
       }
     }
@@ -92,22 +102,34 @@ StepWork step_work(const ModelSpec& model, const TrainingSetup& setup) {
   const double attn = attn_fwd * (1.0 + (eager ? 2.0 : 2.5) + (ckpt ? 1.0 : 0.0));
   (fp32_compute ? w.fp32_flops : w.attention_flops) += attn;
 
-  // LoRA adapters in fp32 are skinny GEMMs (rank 16 against thousands): they stream their fp32
-  // operands and barely compute (measured on the H200: 2-16 TFLOP/s, bandwidth-bound). Each
-  // module's A reads the fp32 input and B writes the fp32 output, in the forward, for the input
-  // gradient and for the weight gradient, and again in a recompute.
-  const double adapter_passes = 3.0 + (ckpt ? 1.0 : 0.0);
-  const double adapter_bytes = 4.0 * T * (targeted_rank_widths / std::max(r, 1.0)) * adapter_passes;
+  // LoRA branches. Their GEMMs are skinny (rank 16 against thousands), so they stream their fp32
+  // operands and barely compute (measured on the H200: 2-16 TFLOP/s, bandwidth-bound); what costs
+  // is the fp32 traffic of the branch, counted per unit of module width.
+  const double c_act = fp32_compute ? 4.0 : 2.0;
+  const double lora_forward = T * (targeted_in * (kLoraInputBytesPerWidth + c_act) +
+                                   targeted_out * (kLoraOutputBytesPerWidth + 2.0 * c_act));
+  const double lora_bytes = lora_forward * (1.0 + kLoraBackwardPerForward + (ckpt ? 1.0 : 0.0));
+  // Of that, the adapter GEMMs' own operands: A reads the fp32 input and B writes the fp32 output
+  // (forward and recompute); backward, B's two GEMMs read the output gradient, A's two read the
+  // input and write its gradient.
+  w.adapter_bytes = T * (targeted_in * (4.0 * (1.0 + (ckpt ? 1.0 : 0.0)) + 8.0) +
+                         targeted_out * (4.0 * (1.0 + (ckpt ? 1.0 : 0.0)) + 4.0));
 
   w.model_flops = 2.0 * fwd + (full ? fwd : 0.0) + attn_fwd * 3.5 + 6.0 * targeted_rank_widths * T;
 
   // Bytes: elementwise work over the saved activations, the loss, dequantisation.
   const GpuSpec any;  // activations do not depend on the card
   const detail::StepShape st = detail::describe_step(model, setup, any);
-  const double saved = st.layer_activation_per_token * T * L + st.outside_per_token * T;
+  // The LoRA branch's saved tensors are part of its traffic above; the rest of the layer's are
+  // written and read by the base model's elementwise work.
+  double lora_saved_per_token = 0;
+  for (const auto& a : st.layer_activations)
+    if (a.name.find(" lora ") != std::string::npos) lora_saved_per_token += a.bytes;
+  const double layer_saved = (st.layer_activation_per_token - lora_saved_per_token) * T * L;
+  const double saved = layer_saved + st.outside_per_token * T;
   w.memory_bytes = saved * (kTrafficPerSavedByteForward + kTrafficPerSavedByteBackward) +
-                   (ckpt ? st.layer_activation_per_token * T * L * kTrafficPerSavedByteForward : 0.0) +
-                   kLossBytesPerLogit * T * V + adapter_bytes;
+                   (ckpt ? layer_saved * kTrafficPerSavedByteForward : 0.0) + kLossBytesPerLogit * T * V +
+                   lora_bytes - w.adapter_bytes;
   // Every pass (forward, backward, recompute) reads each weight matrix once; a quantised one is
   // first dequantised.
   const double passes = 2.0 + (ckpt ? 1.0 : 0.0);
@@ -143,8 +165,13 @@ StepWork step_work(const ModelSpec& model, const TrainingSetup& setup) {
   w.ops = fwd_ops * (1.0 + kBackwardOpsPerForwardOp) + (ckpt ? L * layer_ops + ckpt_hooks : 0.0);
   w.kernels = kKernelsPerOp * w.ops;
   // Fused AdamW: a handful of multi-tensor launches; zero_grad touches every parameter tensor.
+  // transformers' Adafactor runs about 29 operations per parameter tensor in a Python loop. These
+  // run without autograd or module code: measured on the H200 host, a no-grad operation costs a
+  // quarter of what a training forward operation costs (7.9 us against the fitted ~32 us).
+  constexpr double kNoGradOpCost = 0.25;
   const double param_tensors = full ? L * 12.0 + 3.0 : 2.0 * targets;
-  w.optimizer_ops = setup.optimizer == Optimizer::adafactor ? 25.0 * param_tensors : 10.0 + 0.5 * param_tensors;
+  w.optimizer_ops = kNoGradOpCost * (setup.optimizer == Optimizer::adafactor ? 29.0 * param_tensors
+                                                                            : 10.0 + 0.5 * param_tensors);
 
   // What one layer's pass touches: its weights and its activations (for the spill model).
   const double weight_bytes_per_layer = (st.params.weights + st.params.quant_constants) / L;

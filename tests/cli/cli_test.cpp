@@ -57,6 +57,29 @@ TEST(Cli, PlanJsonFollowsTheContract) {
   EXPECT_EQ(j["device"]["capacity_bytes"], 16303LL * 1024 * 1024);
   EXPECT_EQ(j["verdict"], "fits");
   EXPECT_EQ(j["setup"]["weights"], "nf4");  // qlora defaults to nf4
+  EXPECT_GT(j["time"]["step_seconds"].get<double>(), 0.0);
+  EXPECT_GT(j["time"]["tokens_per_second"].get<double>(), 0.0);
+  EXPECT_TRUE(j["time"]["bottleneck"].is_string());
+  EXPECT_TRUE(j["time"]["breakdown"].contains("matmul"));
+}
+
+TEST(Cli, CalibrateWritesAProfileThatPlanUses) {
+  const std::string profile = testing::TempDir() + "/profile.toml";
+  const auto r = run(std::string("calibrate ") + TRAINFIT_SOURCE_DIR +
+                     "/data/reference/h200-hf-peft-calibration.jsonl --fit host_seconds_per_op -o " + profile);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("host_seconds_per_op"), std::string::npos);
+  std::ofstream(profile, std::ios::app) << "";  // exists
+  const auto plan = run("plan --model qwen2.5-0.5b --gpu h200 --format json --profile " + profile);
+  ASSERT_EQ(plan.code, 0) << plan.out;
+  EXPECT_EQ(nlohmann::json::parse(plan.out)["time"]["profile"], "calibrated");
+  const std::string bad = testing::TempDir() + "/bad-profile.toml";
+  std::ofstream(bad) << "matmul_efficiency = 7\n";
+  EXPECT_EQ(run("plan --model qwen2.5-0.5b --gpu h200 --profile " + bad).code, 2);
+  // A card known only by its memory has no rates: the time is unknown, not invented.
+  const auto vram = run("plan --model qwen2.5-0.5b --vram 24GiB --format json");
+  ASSERT_EQ(vram.code, 0);
+  EXPECT_TRUE(nlohmann::json::parse(vram.out)["time"].is_null());
 }
 
 TEST(Cli, MarkdownAndVramAndGpuSpec) {
