@@ -167,10 +167,24 @@ def profile_step(model_name, method, seq, batch, ckpt):
         wall = time.perf_counter() - t0
     busy = 0.0
     kernels = 0
+    # GPU time by kind of kernel: matrix multiplies, attention, and everything else (elementwise,
+    # reductions, copies), to see which one a step spends its GPU time on.
+    by_kind = {"gemm": 0.0, "attention": 0.0, "other": 0.0}
+    top = {}
     for e in prof.events():
         if e.device_type == torch.autograd.DeviceType.CUDA:
-            busy += e.time_range.elapsed_us() * 1e-6
+            dt = e.time_range.elapsed_us() * 1e-6
+            busy += dt
             kernels += 1
+            n = e.name.lower()
+            if any(k in n for k in ("fmha", "flash", "sdpa", "attention", "attn")):
+                kind = "attention"
+            elif any(k in n for k in ("gemm", "cutlass", "xmma", "nvjet", "cublas", "matmul")):
+                kind = "gemm"
+            else:
+                kind = "other"
+            by_kind[kind] += dt
+            top[e.name[:90]] = top.get(e.name[:90], 0.0) + dt
     steps = []
     for _ in range(8):
         torch.cuda.synchronize()
@@ -181,7 +195,9 @@ def profile_step(model_name, method, seq, batch, ckpt):
     steps.sort()
     del model, opt
     torch.cuda.empty_cache()
+    top = sorted(top.items(), key=lambda kv: -kv[1])[:12]
     return {"config": cfg, "wall_seconds_profiled": wall, "gpu_busy_seconds": busy, "kernels": kernels,
+            "gpu_seconds_by_kind": by_kind, "top_kernels": top,
             "gpu_busy_fraction": busy / wall, "step_seconds_median_of_8": steps[len(steps) // 2], "step_seconds": steps}
 
 
@@ -189,9 +205,35 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out")
     ap.add_argument("--profile-steps", action="store_true")
+    ap.add_argument("--only-steps", action="store_true", help="skip the micro-benchmarks")
     args = ap.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False  # PyTorch's default: fp32 matmuls on CUDA cores
     r = {"stack": {"torch": torch.__version__, "gpu": torch.cuda.get_device_name(0), "date": time.strftime("%Y-%m-%d")}}
+    configs = [("qwen2.5-0.5b", "lora", 512, 1, False), ("qwen2.5-0.5b", "full", 512, 1, False),
+               ("qwen2.5-14b", "lora", 2048, 4, True), ("qwen2.5-7b", "full", 1024, 1, True)]
+    if args.only_steps:
+        configs = [("qwen2.5-14b", "lora", 2048, 4, True), ("qwen2.5-7b", "lora", 2048, 2, False),
+                   ("qwen2.5-0.5b", "lora", 512, 1, False), ("qwen2.5-3b", "lora", 8192, 1, True)]
+        args.profile_steps = True
+    else:
+        r.update(micro_benchmarks())
+    if args.profile_steps:
+        r["steps"] = []
+        for c in configs:
+            try:
+                r["steps"].append(profile_step(*c))
+            except Exception as e:  # one config failing must not lose the rest
+                r["steps"].append({"config": list(c), "error": repr(e)[:500]})
+            print(json.dumps(r["steps"][-1])[:600], file=sys.stderr, flush=True)
+    text = json.dumps(r, indent=1)
+    print(text)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(text)
+
+
+def micro_benchmarks():
+    r = {}
     r["gemm_bf16"] = [gemm(8192, 8192, 8192, torch.bfloat16), gemm(4096, 3584, 18944, torch.bfloat16),
                       gemm(4096, 18944, 3584, torch.bfloat16), gemm(2048, 896, 4864, torch.bfloat16),
                       gemm(512, 896, 896, torch.bfloat16), gemm(512, 5120, 13824, torch.bfloat16)]
@@ -203,21 +245,7 @@ def main():
     r["bandwidth"] = bandwidth()
     r["host"] = host_costs()
     r["kernel_floor"] = kernel_floor()
-    if args.profile_steps:
-        r["steps"] = []
-        for c in [("qwen2.5-0.5b", "lora", 512, 1, False), ("qwen2.5-0.5b", "full", 512, 1, False),
-                  ("qwen2.5-14b", "lora", 2048, 4, False), ("qwen2.5-14b", "lora", 2048, 4, True),
-                  ("qwen2.5-7b", "full", 1024, 1, True)]:
-            try:
-                r["steps"].append(profile_step(*c))
-            except Exception as e:  # one config failing must not lose the rest
-                r["steps"].append({"config": list(c), "error": repr(e)[:500]})
-            print(json.dumps(r["steps"][-1])[:400], file=sys.stderr, flush=True)
-    text = json.dumps(r, indent=1)
-    print(text)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(text)
+    return r
 
 
 if __name__ == "__main__":
