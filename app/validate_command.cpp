@@ -36,6 +36,8 @@ void print(const ComparisonSummary& summary, Format format) {
     std::cout << nlohmann::json{{"rows", rows},
                                 {"median_abs_error", summary.median_abs_error},
                                 {"max_abs_error", summary.max_abs_error},
+                                {"median_abs_reserved_error", summary.median_abs_reserved_error},
+                                {"max_abs_reserved_error", summary.max_abs_reserved_error},
                                 {"median_abs_step_error", summary.median_abs_step_error},
                                 {"max_abs_step_error", summary.max_abs_step_error}}
                      .dump(2)
@@ -59,6 +61,9 @@ void print(const ComparisonSummary& summary, Format format) {
   }
   std::cout << fmt::format("\n{} rows: median |error| {:.1f}%, max |error| {:.1f}%\n", summary.rows.size(),
                            100.0 * summary.median_abs_error, 100.0 * summary.max_abs_error);
+  if (summary.max_abs_reserved_error > 0)
+    std::cout << fmt::format("peak reserved: median |error| {:.1f}%, max |error| {:.1f}%\n",
+                             100.0 * summary.median_abs_reserved_error, 100.0 * summary.max_abs_reserved_error);
   if (summary.timed_rows > 0)
     std::cout << fmt::format("{} timed rows: step time median |error| {:.1f}%, max |error| {:.1f}%\n", summary.timed_rows,
                              100.0 * summary.median_abs_step_error, 100.0 * summary.max_abs_step_error);

@@ -44,6 +44,8 @@ struct ComparisonSummary {
   std::vector<Comparison> rows;   // rows with status "ok" and a measured peak
   double median_abs_error = 0;    // of allocated_error
   double max_abs_error = 0;
+  double median_abs_reserved_error = 0;  // of peak reserved, rows that measured it
+  double max_abs_reserved_error = 0;
   std::size_t timed_rows = 0;     // rows with a measured step time
   double median_abs_step_error = 0;
   double max_abs_step_error = 0;

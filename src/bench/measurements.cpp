@@ -127,7 +127,7 @@ double median(std::vector<double> v) {
 
 ComparisonSummary compare_with_measurements(const std::vector<MeasuredStep>& steps, const TimeProfile* profile) {
   ComparisonSummary out;
-  std::vector<double> errors, step_errors;
+  std::vector<double> errors, step_errors, reserved_errors;
   for (const auto& m : steps) {
     if (m.status != "ok" || !m.peak_allocated_mib || *m.peak_allocated_mib <= 0) continue;
     const ModelSpec model = load_model(m.model);
@@ -141,6 +141,8 @@ ComparisonSummary compare_with_measurements(const std::vector<MeasuredStep>& ste
     c.predicted_peak_phase = to_string(est.peak_phase) + ": " + est.peak_moment;
     c.allocated_error = static_cast<double>(est.peak_allocated_bytes) / (*m.peak_allocated_mib * 1048576.0) - 1.0;
     errors.push_back(std::abs(c.allocated_error));
+    if (m.peak_reserved_mib && *m.peak_reserved_mib > 0)
+      reserved_errors.push_back(std::abs(static_cast<double>(est.peak_reserved_bytes) / (*m.peak_reserved_mib * 1048576.0) - 1.0));
     const TimeEstimate t = estimate_time(model, m.setup, gpu, est, profile ? *profile : default_profile(gpu), false);
     if (t.predicted) {
       c.predicted_step_seconds = t.step_seconds;
@@ -154,6 +156,8 @@ ComparisonSummary compare_with_measurements(const std::vector<MeasuredStep>& ste
   }
   out.median_abs_error = median(errors);
   out.max_abs_error = errors.empty() ? 0 : *std::max_element(errors.begin(), errors.end());
+  out.median_abs_reserved_error = median(reserved_errors);
+  out.max_abs_reserved_error = reserved_errors.empty() ? 0 : *std::max_element(reserved_errors.begin(), reserved_errors.end());
   out.timed_rows = step_errors.size();
   out.median_abs_step_error = median(step_errors);
   out.max_abs_step_error = step_errors.empty() ? 0 : *std::max_element(step_errors.begin(), step_errors.end());

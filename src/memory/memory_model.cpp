@@ -192,9 +192,11 @@ MemoryEstimate estimate_memory(const ModelSpec& model, const TrainingSetup& setu
     }
     est.phases.push_back(pp);
   }
-  // The caching allocator cannot reuse the lm_head-dtype logits block freed after the forward
-  // for the larger fp32 blocks of the loss backward, so it stays reserved at the peak.
-  const double fragmentation = st.logits_upcast ? logits_c : 0.0;
+  // Blocks freed before the peak that the allocator cannot reuse for it stay reserved: the
+  // lm_head-dtype logits (too small for the loss backward's fp32 blocks) and the blocks of a
+  // layer's forward temporaries.
+  const double fragmentation = (st.logits_upcast ? logits_c : 0.0) +
+                               detail::allocator_block(st.layer_forward_transient_per_token * T);
   est.peak_reserved_bytes = to_bytes(peak->total() + fragmentation);
   est.cuda_context_bytes = to_bytes(kCudaContextBytes);
   est.device_used_bytes = est.peak_reserved_bytes + est.cuda_context_bytes;

@@ -378,6 +378,19 @@ StepShape describe_step(const ModelSpec& model, const TrainingSetup& setup, cons
   // few residual-width ones.
   st.layer_backward_transient_per_token = 3.0 * w.compute * as_d(model.is_moe() ? model.moe_intermediate_size * model.experts_per_token : model.intermediate_size) + 4.0 * w.residual * h;
 
+  // The largest set of temporaries a layer's forward holds at once (freed, but their blocks stay
+  // reserved): a LoRA branch's fp32 input copy, B's fp32 output and its scaled copy (4 in + 8 out
+  // for the widest module); without LoRA, an RMSNorm's two fp32 temporaries; eager attention's raw
+  // and masked scores.
+  double widest = 8.0 * h;
+  if (!full) {
+    for (const auto& m : dense_mods)
+      if (targets_module(setup.lora, m))
+        widest = std::max(widest, adapter_bytes * (as_d(m.in_features) + 2.0 * as_d(m.out_features)));
+  }
+  if (setup.attention == Attention::eager) widest = std::max(widest, 2.0 * w.compute * nq * seq);
+  st.layer_forward_transient_per_token = widest;
+
   // ---- logits and loss --------------------------------------------------------------------
   if (full) st.logits_compute_bytes = setup.amp ? w.compute : bytes_per_element(setup.weights);
   else if (quantised) st.logits_compute_bytes = setup.quant.kbit_prepare ? 4.0 : w.compute;

@@ -40,6 +40,7 @@ struct StepShape {
   std::vector<Sized> outside_activations;  // bytes per token kept outside the decoder layers
   double outside_per_token = 0;
   double layer_backward_transient_per_token = 0;  // gradients in flight while one layer runs backward
+  double layer_forward_transient_per_token = 0;   // largest set of temporaries alive at once in a layer's forward
   double logits_compute_bytes = 0;    // bytes per logit element of the lm_head output
   bool logits_upcast = false;         // the loss casts the logits to fp32 (a new tensor)
   double softcap_bytes = 0;           // gemma2 final-logit soft-capping, bytes per logit element kept
