@@ -76,7 +76,7 @@ struct TimeEstimate {
 
 // `spills` says whether the step runs over the card's memory through a system-memory fallback.
 TimeEstimate estimate_time(const ModelSpec& model, const TrainingSetup& setup, const GpuSpec& gpu,
-                           const MemoryEstimate& memory, const TimeProfile& profile, bool spills);
+                           const TimeProfile& profile, bool spills);
 
 // A measured step for calibration: the setup, the card and the steady-state step time.
 struct TimedStep {

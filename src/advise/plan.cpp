@@ -38,7 +38,7 @@ Suggestion evaluate(const ModelSpec& model, const TrainingSetup& setup, const Gp
   s.device_used_bytes = est.device_used_bytes;
   s.verdict = judge(est.peak_allocated_bytes, est.device_used_bytes, gpu.memory_bytes, setup.headroom,
                     options.sysmem_fallback);
-  const TimeEstimate t = estimate_time(model, setup, gpu, est, options.profile ? *options.profile : default_profile(gpu),
+  const TimeEstimate t = estimate_time(model, setup, gpu, options.profile ? *options.profile : default_profile(gpu),
                                        s.verdict == Verdict::spills);
   if (t.predicted) s.step_seconds = t.step_seconds;
   return s;
@@ -116,7 +116,7 @@ Plan make_plan(const ModelSpec& model, const TrainingSetup& setup, const GpuSpec
   plan.over_capacity_bytes =
       std::max<std::int64_t>(0, std::max(plan.memory.peak_allocated_bytes, plan.memory.device_used_bytes) - gpu.memory_bytes);
   plan.profile = options.profile ? *options.profile : default_profile(gpu);
-  plan.time = estimate_time(model, setup, gpu, plan.memory, plan.profile, plan.verdict == Verdict::spills);
+  plan.time = estimate_time(model, setup, gpu, plan.profile, plan.verdict == Verdict::spills);
   if (options.suggest && plan.verdict != Verdict::fits) plan.suggestions = alternatives(model, setup, gpu, options);
   return plan;
 }

@@ -143,7 +143,7 @@ ComparisonSummary compare_with_measurements(const std::vector<MeasuredStep>& ste
     errors.push_back(std::abs(c.allocated_error));
     if (m.peak_reserved_mib && *m.peak_reserved_mib > 0)
       reserved_errors.push_back(std::abs(static_cast<double>(est.peak_reserved_bytes) / (*m.peak_reserved_mib * 1048576.0) - 1.0));
-    const TimeEstimate t = estimate_time(model, m.setup, gpu, est, profile ? *profile : default_profile(gpu), false);
+    const TimeEstimate t = estimate_time(model, m.setup, gpu, profile ? *profile : default_profile(gpu), false);
     if (t.predicted) {
       c.predicted_step_seconds = t.step_seconds;
       c.predicted_bottleneck = to_string(t.bottleneck);

@@ -168,7 +168,6 @@ MemoryEstimate estimate_memory(const ModelSpec& model, const TrainingSetup& setu
   est.peak_allocated_bytes = to_bytes(peak->total());
   est.peak_phase = peak->phase;
   est.peak_moment = peak->what;
-  const bool amp = full && setup.amp.has_value();
   est.breakdown = {
       {"weights", to_bytes(peak->weights)},
       {"master_weights", to_bytes(peak->master_weights)},
@@ -181,7 +180,6 @@ MemoryEstimate estimate_memory(const ModelSpec& model, const TrainingSetup& setu
       {"transient", to_bytes(peak->transient)},
       {"cublas_workspace", to_bytes(peak->cublas_workspace)},
   };
-  (void)amp;
   for (const Phase ph : {Phase::forward, Phase::backward, Phase::optimizer}) {
     PhasePeak pp{ph, 0, ""};
     for (const auto& m : moments) {

@@ -102,7 +102,7 @@ StepShape describe_step(const ModelSpec& model, const TrainingSetup& setup, cons
 
   // ---- parameters ----------------------------------------------------------------------
   ParameterStorage& p = st.params;
-  const double weight_bytes = full ? bytes_per_element(setup.weights) : bytes_per_element(setup.weights);
+  const double weight_bytes = bytes_per_element(setup.weights);
   double linear_weight_elems = 0, linear_bias_elems = 0, linear_rows = 0;
   double adapter_params = 0;
   double largest_linear = 0;
@@ -328,7 +328,6 @@ StepShape describe_step(const ModelSpec& model, const TrainingSetup& setup, cons
       for (const auto& m : mods)
         if (m.count > 1 && m.name.ends_with("down_proj")) down = &m;
       // Per token, k of the E experts run: rows = k/E of the tokens per expert, times E copies.
-      std::vector<const LinearModule*> gu_one;
       mlp("expert ", gu, down, as_d(model.moe_intermediate_size) * k, 1.0 / E);
       add(v, "expert outputs (for routing-weight gradient)", c * h * k);
       if (model.shared_expert_intermediate_size > 0) {
@@ -405,7 +404,6 @@ StepShape describe_step(const ModelSpec& model, const TrainingSetup& setup, cons
   // Measured on the H200: 65 MiB, the two cuBLAS workspaces and 1 MiB of cuBLASLt's.
   const double ws = gpu.compute_capability_major >= 9 ? 32.0 * 1048576.0 : (4096.0 * 2 + 16.0 * 8) * 1024.0;
   st.cublas_workspaces = 2.0 * ws + 1048576.0;
-  (void)q;
   return st;
 }
 

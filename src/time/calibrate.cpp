@@ -34,8 +34,7 @@ std::vector<double> log_errors(const std::vector<TimedStep>& steps, const TimePr
   std::vector<double> e;
   e.reserve(steps.size());
   for (const auto& s : steps) {
-    const MemoryEstimate none;
-    const TimeEstimate t = estimate_time(s.model, s.setup, s.gpu, none, p, false);
+    const TimeEstimate t = estimate_time(s.model, s.setup, s.gpu, p, false);
     e.push_back(std::log(t.step_seconds / s.step_seconds));
   }
   return e;

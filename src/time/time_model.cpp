@@ -21,7 +21,7 @@ std::string to_string(Bottleneck b) {
 }
 
 TimeEstimate estimate_time(const ModelSpec& model, const TrainingSetup& setup, const GpuSpec& gpu,
-                           const MemoryEstimate& memory, const TimeProfile& prof, bool spills) {
+                           const TimeProfile& prof, bool spills) {
   TimeEstimate t;
   const double tensor_peak = gpu.bf16_flops > 0 ? gpu.bf16_flops : gpu.fp16_flops;
   if (tensor_peak <= 0 || gpu.memory_bandwidth_bytes_per_s <= 0 || gpu.fp32_flops <= 0) {
@@ -52,7 +52,6 @@ TimeEstimate estimate_time(const ModelSpec& model, const TrainingSetup& setup, c
   if (spills && gpu.host_link_bytes_per_s > 0) {
     spill = accum * w.layer_passes * 2.0 * w.layer_working_set_bytes / (prof.spill_efficiency * gpu.host_link_bytes_per_s);
   }
-  (void)memory;
   t.step_seconds = fitting + spill;
   t.spill_seconds = spill;
   t.spill_slowdown = t.step_seconds / fitting;

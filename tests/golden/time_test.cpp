@@ -34,7 +34,7 @@ TEST(TimeCalibration, HeldOutStepTimesWithinBars) {
 TimeEstimate time_of(const std::string& model, TrainingSetup s, const std::string& gpu, bool spills = false) {
   const ModelSpec m = load_model(model);
   const GpuSpec& g = find_gpu(gpu);
-  return estimate_time(m, s, g, estimate_memory(m, s, g), default_profile(g), spills);
+  return estimate_time(m, s, g, default_profile(g), spills);
 }
 
 // Profiles on the H200 (data/measurements/h200-step-profiles-2026-11-30.json): a 0.5B LoRA step

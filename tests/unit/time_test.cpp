@@ -10,7 +10,7 @@ namespace {
 
 TimeEstimate time_of(const std::string& model, const TrainingSetup& s, const GpuSpec& g, bool spills = false) {
   const ModelSpec m = load_model(model);
-  return estimate_time(m, s, g, estimate_memory(m, s, g), default_profile(g), spills);
+  return estimate_time(m, s, g, default_profile(g), spills);
 }
 
 TEST(Time, WorkFollowsTheSetup) {
@@ -83,7 +83,7 @@ TEST(TimeCalibration, RecoversAKnownHostCost) {
       s.seq = seq;
       const ModelSpec m = load_model(model);
       const GpuSpec& g = find_gpu("h200");
-      steps.push_back({m, s, g, estimate_time(m, s, g, estimate_memory(m, s, g), truth, false).step_seconds});
+      steps.push_back({m, s, g, estimate_time(m, s, g, truth, false).step_seconds});
     }
   }
   const auto r = calibrate(steps, default_profile(find_gpu("h200")), {"host_seconds_per_op"});
