@@ -138,16 +138,16 @@ MemoryEstimate estimate_memory(const ModelSpec& model, const TrainingSetup& setu
     m.transient = st.layer_backward_transient_per_token * T + st.dequant_transient;
     moments.push_back(m);
   }
-  // Backward through the embedding (full fine-tuning): every gradient exists, and the embedding's
-  // backward holds a vocabulary x hidden buffer of 4 bytes an element beside them (measured on
-  // tied embeddings in bf16 and fp32: the kernel accumulates in fp32 before the gradient is
-  // written in the parameter's dtype).
+  // Backward through the embedding (full fine-tuning): every gradient exists. A tied embedding
+  // already holds the output layer's gradient, and adding the embedding's own to it holds 4 bytes
+  // per vocabulary x hidden element more (measured: bf16 and fp32). An untied embedding's fresh
+  // gradient simply becomes its .grad (measured on Qwen2.5-7B: nothing more).
   if (full) {
     Moment m = base;
     m.phase = Phase::backward;
     m.what = "embedding backward";
     m.gradients = all_grads;
-    m.transient = detail::allocator_block(static_cast<double>(pc.embedding) * 4.0);
+    m.transient = pc.lm_head > 0 ? 0.0 : detail::allocator_block(static_cast<double>(pc.embedding) * 4.0);
     moments.push_back(m);
   }
   // Optimizer step: every gradient, plus the optimizer's own temporaries.

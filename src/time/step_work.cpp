@@ -155,6 +155,9 @@ StepWork step_work(const ModelSpec& model, const TrainingSetup& setup) {
   double layer_ops = kLayerForwardOps + (eager ? kEagerExtraOps : 0.0) + (model.qk_norm ? 16.0 : 0.0) +
                      8.0 * as_d(model.norms_per_layer - 2);
   layer_ops += kLoraForwardOps * targets / L;
+  // A 4-bit or 8-bit base runs bitsandbytes' Python wrapper and its dequantisation kernels (the
+  // block constants first, with double quantisation) around every matmul, in every pass.
+  if (setup.method == Method::qlora) layer_ops += 6.0 * static_cast<double>(dense.size());
   // Autocast casts each matmul's input (and, once per forward, its weight): two more operations
   // per linear module.
   if (setup.amp) layer_ops += 2.0 * static_cast<double>(dense.size());
