@@ -11,6 +11,7 @@ constexpr int kExitBadInput = 2;
 void add_plan_command(CLI::App& app, int& exit_code);
 void add_catalog_commands(CLI::App& app, int& exit_code);
 void add_validate_command(CLI::App& app, int& exit_code);
+void add_watch_command(CLI::App& app, int& exit_code);
 void add_calibrate_command(CLI::App& app, int& exit_code);
 
 }  // namespace trainfit::cli

@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
   trainfit::cli::add_plan_command(app, exit_code);
   trainfit::cli::add_catalog_commands(app, exit_code);
   trainfit::cli::add_validate_command(app, exit_code);
+  trainfit::cli::add_watch_command(app, exit_code);
   trainfit::cli::add_calibrate_command(app, exit_code);
   try {
     app.parse(argc, argv);

@@ -7,6 +7,7 @@
 #include "trainfit/plan.hpp"
 #include "trainfit/report.hpp"
 #include "trainfit/setup.hpp"
+#include "trainfit/telemetry.hpp"
 #include "trainfit/units.hpp"
 #include "trainfit/measurements.hpp"
 #include "trainfit/time.hpp"

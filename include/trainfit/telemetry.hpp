@@ -1,0 +1,266 @@
+#pragma once
+// Live telemetry of a running training job and the diagnosis of what holds it back (`trainfit watch`).
+//
+// NVML (the NVIDIA driver's management library) is loaded at run time with dlopen, so trainfit builds
+// and runs everywhere; a machine without it gets TelemetryUnavailable. Every metric the driver refuses
+// is an empty optional: unknown, never zero. docs/watch.md defines every number and every rule.
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "trainfit/error.hpp"
+
+// Its own namespace: "Verdict" and "Bottleneck" mean other things to the planner.
+namespace trainfit::telemetry {
+
+// No NVML library, no driver or no GPU. An InputError, so the CLI shows the message and exits with 2.
+class TelemetryUnavailable : public InputError {
+ public:
+  using InputError::InputError;
+};
+
+struct ProcessMemory {
+  std::uint32_t pid = 0;
+  std::optional<std::int64_t> used_bytes;  // empty where the driver cannot tell (NVML_VALUE_NOT_AVAILABLE)
+};
+
+// One reading of one GPU.
+struct GpuReading {
+  int index = 0;
+  std::optional<std::int64_t> memory_total_bytes, memory_used_bytes, memory_free_bytes;
+  std::optional<double> gpu_util_percent, memory_util_percent;     // share of time a kernel / a memory access ran
+  std::optional<double> pcie_rx_bytes_per_s, pcie_tx_bytes_per_s;  // rx: host to GPU
+  std::optional<double> nvlink_rx_bytes_per_s, nvlink_tx_bytes_per_s;
+  std::optional<double> sm_clock_mhz, memory_clock_mhz;
+  std::optional<double> power_watts, power_limit_watts;
+  std::optional<double> temperature_c;
+  std::optional<std::uint64_t> throttle_reasons;        // bits of `throttle::` below
+  std::optional<std::vector<ProcessMemory>> processes;  // compute processes; empty optional: list refused
+};
+
+struct Sample {
+  double time = 0;  // seconds since the Unix epoch (wall clock, so that a probe's events line up)
+  std::vector<GpuReading> gpus;
+};
+
+// What does not change while a job runs.
+struct GpuInfo {
+  int index = 0;
+  std::string name;
+  std::optional<std::int64_t> memory_total_bytes;
+  std::optional<double> sm_clock_max_mhz, memory_clock_max_mhz;
+  std::optional<double> power_default_limit_watts;  // the board's limit before anyone lowered it
+};
+
+// nvmlClocksEventReason* bits (nvml.h; "ThrottleReason" before driver 535).
+namespace throttle {
+inline constexpr std::uint64_t kGpuIdle = 0x1;
+inline constexpr std::uint64_t kApplicationsClocks = 0x2;
+inline constexpr std::uint64_t kSwPowerCap = 0x4;
+inline constexpr std::uint64_t kHwSlowdown = 0x8;
+inline constexpr std::uint64_t kSyncBoost = 0x10;
+inline constexpr std::uint64_t kSwThermal = 0x20;
+inline constexpr std::uint64_t kHwThermal = 0x40;
+inline constexpr std::uint64_t kHwPowerBrake = 0x80;
+inline constexpr std::uint64_t kDisplayClock = 0x100;
+// Reasons that mean heat or an electrical emergency, not the normal power envelope.
+inline constexpr std::uint64_t kThermalOrHardware = kHwSlowdown | kSwThermal | kHwThermal | kHwPowerBrake;
+}  // namespace throttle
+std::string describe_throttle(std::uint64_t bits);  // "sw-power-cap+hw-thermal", "none"
+
+// An initialised NVML. Thread-safe for reads (NVML is).
+class Nvml {
+ public:
+  // Loads `library` (empty: $TRAINFIT_NVML_LIBRARY when set, which only the tests do, else
+  // libnvidia-ml.so.1), initialises it and lists the GPUs. Throws TelemetryUnavailable with the reason.
+  static std::unique_ptr<Nvml> open(const std::string& library = {});
+  ~Nvml();
+  Nvml(const Nvml&) = delete;
+  Nvml& operator=(const Nvml&) = delete;
+
+  const std::vector<GpuInfo>& gpus() const;
+  std::string driver_version() const;  // "" when refused
+  // Reads GPU `position` (an index into gpus()). `slow` also reads what changes slowly or costs more
+  // (temperature, power limit, PCIe and NVLink counters, processes); otherwise those stay empty.
+  // Link rates are averages since the previous slow read of that GPU.
+  GpuReading read(std::size_t position, bool slow = true);
+
+  struct Impl;
+
+ private:
+  explicit Nvml(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+struct SamplerCost {
+  double cpu_seconds = 0;   // user + system time of the sampling thread (getrusage RUSAGE_THREAD)
+  double wall_seconds = 0;  // since start()
+  std::int64_t samples = 0;
+  double core_fraction() const { return wall_seconds > 0 ? cpu_seconds / wall_seconds : 0; }
+};
+
+// Reads every GPU on its own thread every `interval`, the slow metrics every `slow_interval`
+// (carried forward in between), and keeps the samples until take().
+class Sampler {
+ public:
+  explicit Sampler(Nvml& nvml, std::chrono::duration<double> interval = std::chrono::milliseconds(100),
+                   std::chrono::duration<double> slow_interval = std::chrono::milliseconds(500));
+  ~Sampler();
+  Sampler(const Sampler&) = delete;
+  Sampler& operator=(const Sampler&) = delete;
+  void start();
+  void stop();                 // joins the thread; idempotent
+  std::vector<Sample> take();  // samples since the last take, oldest first
+  SamplerCost cost() const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+// What a training-side probe reports, one JSON object a line (docs/watch.md): step times and
+// allocator statistics. Every field is optional.
+struct StepEvent {
+  double time = 0;
+  std::optional<std::int64_t> step;
+  std::optional<double> step_seconds;         // wall time of the step
+  std::optional<double> data_seconds;         // of which waiting for the next batch
+  std::optional<std::int64_t> alloc_retries;  // cumulative torch.cuda.memory_stats()["num_alloc_retries"]
+  std::optional<std::int64_t> ooms;           // cumulative num_ooms
+  std::optional<std::int64_t> allocated_bytes, reserved_bytes;  // at the end of the step
+  std::optional<std::int64_t> limit_bytes;                      // the allocator's cap (set_per_process_memory_fraction)
+};
+
+// A phase marker a job writes ({"phase": "steady", "expect": "compute"}): recordings only.
+struct PhaseMarker {
+  double time = 0;
+  std::string phase, expect, label;
+};
+
+enum class Bottleneck {
+  idle,
+  compute,
+  input_pipeline,
+  communication,
+  capacity,
+  host_spill,
+  throttled,
+  memory_growth,
+  unknown  // the driver gave no utilisation reading
+};
+std::string_view to_string(Bottleneck b);         // "compute-bound", "input-pipeline-bound", ...
+Bottleneck parse_bottleneck(std::string_view s);  // the inverse, also "compute"; throws InputError
+
+struct Verdict {
+  Bottleneck kind = Bottleneck::idle;
+  std::string evidence;  // the numbers behind it
+  std::string advice;    // what to try
+};
+
+// Numbers over a window of one GPU; empty where no sample in the window had them.
+struct WindowStats {
+  int samples = 0;
+  double seconds = 0;
+  std::optional<double> util_mean, util_min, util_max, memory_util_mean;
+  int util_bursts = 0;                                              // rises of utilisation through 50%
+  std::optional<double> memory_fraction_mean, memory_fraction_max;  // 1 - free/total
+  std::optional<std::int64_t> memory_used_max;
+  std::optional<double> memory_growth_bytes;  // rise of used memory across the window, when steady
+  std::optional<double> pcie_rx_mean, pcie_tx_mean, nvlink_rx_mean, nvlink_tx_mean;
+  std::optional<double> sm_clock_mean, sm_clock_fraction;  // of the maximum SM clock
+  std::optional<double> power_mean, power_limit, power_fraction;
+  std::optional<double> temperature_max;
+  double power_cap_share = 0, thermal_share = 0;  // of samples with that throttle reason
+  // From the probe's steps inside the window.
+  int steps = 0;
+  std::optional<double> step_seconds_median, data_share;  // data wait over step time
+  std::optional<double> step_slowdown;                    // median step time over that of the run's earlier steps
+  std::optional<std::int64_t> alloc_retries, ooms;        // increase inside the window
+  std::optional<std::int64_t> recent_alloc_retries, recent_ooms;  // over the last 30 s up to the window's end
+  std::optional<double> reserved_fraction_of_limit;
+};
+
+struct Diagnosis {
+  int gpu = 0;
+  double begin = 0, end = 0;
+  WindowStats stats;
+  std::vector<Verdict> verdicts;  // the bottleneck first, then warnings; never empty
+  const Verdict& primary() const { return verdicts.front(); }
+};
+
+// The verdicts for GPU `gpu.index` over the samples of a window (oldest first) and the probe's steps.
+Diagnosis diagnose(std::span<const Sample> window, std::span<const StepEvent> steps, const GpuInfo& gpu);
+
+// Consecutive windows with the same primary verdict, merged: the "verdicts over time" of a run.
+struct VerdictSpan {
+  int gpu = 0;
+  double begin = 0, end = 0;
+  int windows = 0;
+  Verdict verdict;  // the last window's, with its numbers
+};
+std::vector<VerdictSpan> verdict_timeline(std::span<const Diagnosis> diagnoses);
+
+// The process and its descendants (from /proc), so that a launcher's workers count as the job.
+std::vector<std::uint32_t> process_tree(std::uint32_t root);
+
+// JSON lines of `trainfit watch --jsonl` (schema "trainfit.watch/1"): a header, then samples,
+// probe events and verdicts, each an object with "type".
+nlohmann::json header_to_json(std::span<const GpuInfo> gpus, std::string_view driver, std::string_view command);
+nlohmann::json sample_to_json(const Sample& s);
+nlohmann::json diagnosis_to_json(const Diagnosis& d);
+struct Recording {
+  std::vector<GpuInfo> gpus;
+  std::vector<Sample> samples;
+  std::vector<StepEvent> steps;
+  std::vector<PhaseMarker> phases;
+};
+// Probe events file line: a step, a phase marker, or nothing useful (nullopt). Throws on bad JSON.
+void parse_event_line(std::string_view line, std::vector<StepEvent>& steps, std::vector<PhaseMarker>& phases);
+// Throws InputError naming the line on malformed input.
+Recording parse_recording(std::string_view jsonl, std::string_view source_name);
+Recording load_recording(const std::string& path);
+// A recording replayed through the diagnoser: for each GPU, windows of `window_seconds` ending every
+// `hop_seconds` (what the live view does), oldest first.
+std::vector<Diagnosis> diagnose_recording(const Recording& r, double window_seconds = 5, double hop_seconds = 1);
+
+// The Prometheus text exposition format (version 0.0.4) of the latest sample and verdicts.
+std::string render_prometheus(std::span<const GpuInfo> gpus, const Sample& latest, std::span<const Diagnosis> verdicts);
+
+// "127.0.0.1:9400", ":9400", "9400", "0.0.0.0:9400", "[::1]:9400"; the host defaults to loopback.
+struct Endpoint {
+  std::string host = "127.0.0.1";
+  int port = 9400;
+};
+Endpoint parse_endpoint(std::string_view text);
+
+// Serves GET /metrics on its own thread with the text last published.
+class MetricsServer {
+ public:
+  explicit MetricsServer(const Endpoint& where);  // port 0: any free port. Throws InputError if it cannot bind
+  ~MetricsServer();
+  MetricsServer(const MetricsServer&) = delete;
+  MetricsServer& operator=(const MetricsServer&) = delete;
+  int port() const;
+  void publish(std::string text);
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace trainfit::telemetry
+
+namespace trainfit {
+// The NVML reader is shared with `trainfit bench`; these names clash with nothing of the planner's.
+using telemetry::GpuInfo;
+using telemetry::GpuReading;
+using telemetry::Nvml;
+using telemetry::ProcessMemory;
+using telemetry::TelemetryUnavailable;
+}  // namespace trainfit

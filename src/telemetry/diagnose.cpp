@@ -1,0 +1,500 @@
+// The diagnoser: a pure function from a window of samples (and a probe's steps) to verdicts with
+// their numbers. The rules follow the seed's reading of nvidia-smi (memory near full with low
+// utilisation: capacity; utilisation under 50% with memory to spare: data loading or communication),
+// made precise with the signals NVML adds (links, clocks, throttle reasons) and the probe's allocator
+// statistics. docs/watch.md states each rule; the thresholds below say why they are where they are.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <map>
+#include <numeric>
+
+#include "trainfit/telemetry.hpp"
+#include "trainfit/units.hpp"
+
+namespace trainfit::telemetry {
+namespace {
+
+// Below this utilisation in every sample no kernel ran long enough to matter: NVML counts any
+// kernel in its sampling period, so even a trickle of small kernels reads above it.
+constexpr double kIdleUtil = 5;
+// The seed: "GPU-Util under 50% with memory to spare means data loading or communication".
+constexpr double kLowUtil = 50;
+// At or above this mean the GPU is busy nearly all the time and is itself the limit; between 50%
+// and this, a fifth or more of the time is lost waiting on the host, which is worth naming.
+constexpr double kBusyUtil = 80;
+// Memory in use (or reserved against the allocator's cap) above which the run is out of room: the
+// seed keeps 20% headroom; 90% leaves too little for the allocator's rounding and fragmentation.
+constexpr double kNearFull = 0.90;
+// Sustained host-link traffic that is more than batches going in: a PCIe 4.0 x16 link moves ~25 GB/s
+// a direction, a typical input stream (tokens, even images) well under 1 GB/s.
+constexpr double kPcieBusy = 2e9;
+// GPU-to-GPU traffic that makes NVLink a suspect (NVLink 3/4 carry 300-450 GB/s a direction).
+constexpr double kNvlinkBusy = 10e9;
+// Communication kernels (NCCL) count as utilisation but spin at low power; real compute at full
+// utilisation draws well over half the board's limit.
+constexpr double kCommPowerFraction = 0.5;
+// A reason must be present in this share of the samples to count, not a blip.
+constexpr double kReasonShare = 0.30;
+// The power cap under load is the card's normal envelope (boost clocks trade with power), not a
+// fault: it counts as throttling only when someone lowered the limit below this share of the default.
+// Heat and hardware slowdowns (their own reason bits) always count.
+constexpr double kLoweredLimit = 0.95;
+// "Full clocks" for compute-bound: within 10% of the maximum SM clock.
+constexpr double kFullClock = 0.90;
+// Allocator retries and out-of-memory errors come in bursts (one per cache flush), seconds apart:
+// while the allocator sits at its cap, one in the last half minute still means the run lives at its
+// memory ceiling (the first H200 recording showed windows of 5 s with none between bursts).
+constexpr double kRetryLookback = 30;
+// The probe: waiting for the next batch this share of the step time means the loader is the limit.
+constexpr double kDataShare = 0.30;
+// A step time this many times the run's earlier steps while memory is full: spilling.
+constexpr double kSpillSlowdown = 3.0;
+// Growth worth a warning inside one window: at least this much and 1% of the card, rising in every
+// quarter of the window, not one jump (a new tensor, a cache warming up).
+constexpr double kGrowthMinBytes = 256.0 * 1024 * 1024;
+constexpr double kGrowthMinCard = 0.01;
+constexpr double kGrowthMaxJump = 0.5;
+
+struct Series {
+  std::vector<double> v;
+  void add(const std::optional<double>& x) {
+    if (x && std::isfinite(*x)) v.push_back(*x);
+  }
+  std::optional<double> mean() const {
+    if (v.empty()) return std::nullopt;
+    return std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size());
+  }
+  std::optional<double> min() const {
+    return v.empty() ? std::nullopt : std::optional(*std::min_element(v.begin(), v.end()));
+  }
+  std::optional<double> max() const {
+    return v.empty() ? std::nullopt : std::optional(*std::max_element(v.begin(), v.end()));
+  }
+};
+
+std::optional<double> median(std::vector<double> v) {
+  if (v.empty()) return std::nullopt;
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+std::optional<double> sum(std::optional<double> a, std::optional<double> b) {
+  if (!a && !b) return std::nullopt;
+  return a.value_or(0) + b.value_or(0);
+}
+
+// Rise of `used` across the window when it climbs through every quarter without one jump making
+// most of it; empty otherwise.
+std::optional<double> steady_growth(const std::vector<double>& used) {
+  if (used.size() < 8) return std::nullopt;
+  const std::size_t q = used.size() / 4;
+  std::array<double, 4> means{};
+  for (std::size_t i = 0; i < 4; ++i) {
+    const auto b = used.begin() + static_cast<std::ptrdiff_t>(i * q);
+    const auto e = i == 3 ? used.end() : b + static_cast<std::ptrdiff_t>(q);
+    means[i] = std::accumulate(b, e, 0.0) / static_cast<double>(e - b);
+  }
+  if (!(means[0] < means[1] && means[1] < means[2] && means[2] < means[3])) return std::nullopt;
+  const double growth = used.back() - used.front();
+  double jump = 0;
+  for (std::size_t i = 1; i < used.size(); ++i) jump = std::max(jump, used[i] - used[i - 1]);
+  if (growth <= 0 || jump > kGrowthMaxJump * growth) return std::nullopt;
+  return growth;
+}
+
+WindowStats window_stats(std::span<const Sample> window, std::span<const StepEvent> steps, const GpuInfo& gpu) {
+  WindowStats s;
+  Series util, mem_util, mem_frac, pcie_rx, pcie_tx, nvl_rx, nvl_tx, clock_busy, clock_all, power, temp;
+  std::vector<double> used;
+  std::optional<double> limit;
+  int with_reasons = 0, power_capped = 0, thermal = 0;
+  std::optional<double> prev_util;
+  for (const Sample& sample : window) {
+    const auto it =
+        std::find_if(sample.gpus.begin(), sample.gpus.end(), [&](const GpuReading& g) { return g.index == gpu.index; });
+    if (it == sample.gpus.end()) continue;
+    const GpuReading& g = *it;
+    ++s.samples;
+    util.add(g.gpu_util_percent);
+    mem_util.add(g.memory_util_percent);
+    if (g.gpu_util_percent) {
+      if (prev_util && *prev_util < kLowUtil && *g.gpu_util_percent >= kLowUtil) ++s.util_bursts;
+      prev_util = g.gpu_util_percent;
+    }
+    const auto total = g.memory_total_bytes ? g.memory_total_bytes : gpu.memory_total_bytes;
+    if (total && *total > 0) {
+      const auto t = static_cast<double>(*total);
+      if (g.memory_free_bytes)
+        mem_frac.add(1.0 - static_cast<double>(*g.memory_free_bytes) / t);
+      else if (g.memory_used_bytes)
+        mem_frac.add(static_cast<double>(*g.memory_used_bytes) / t);
+    }
+    if (g.memory_used_bytes) {
+      used.push_back(static_cast<double>(*g.memory_used_bytes));
+      s.memory_used_max = std::max(s.memory_used_max.value_or(0), *g.memory_used_bytes);
+    }
+    pcie_rx.add(g.pcie_rx_bytes_per_s);
+    pcie_tx.add(g.pcie_tx_bytes_per_s);
+    nvl_rx.add(g.nvlink_rx_bytes_per_s);
+    nvl_tx.add(g.nvlink_tx_bytes_per_s);
+    clock_all.add(g.sm_clock_mhz);
+    if (g.gpu_util_percent && *g.gpu_util_percent >= kLowUtil) clock_busy.add(g.sm_clock_mhz);
+    power.add(g.power_watts);
+    temp.add(g.temperature_c);
+    if (g.power_limit_watts) limit = g.power_limit_watts;
+    if (g.throttle_reasons) {
+      ++with_reasons;
+      power_capped += (*g.throttle_reasons & throttle::kSwPowerCap) != 0;
+      thermal += (*g.throttle_reasons & throttle::kThermalOrHardware) != 0;
+    }
+  }
+  if (!window.empty()) s.seconds = window.back().time - window.front().time;
+  s.util_mean = util.mean();
+  s.util_min = util.min();
+  s.util_max = util.max();
+  s.memory_util_mean = mem_util.mean();
+  s.memory_fraction_mean = mem_frac.mean();
+  s.memory_fraction_max = mem_frac.max();
+  s.memory_growth_bytes = steady_growth(used);
+  s.pcie_rx_mean = pcie_rx.mean();
+  s.pcie_tx_mean = pcie_tx.mean();
+  s.nvlink_rx_mean = nvl_rx.mean();
+  s.nvlink_tx_mean = nvl_tx.mean();
+  s.sm_clock_mean = clock_busy.v.empty() ? clock_all.mean() : clock_busy.mean();
+  if (s.sm_clock_mean && gpu.sm_clock_max_mhz && *gpu.sm_clock_max_mhz > 0)
+    s.sm_clock_fraction = *s.sm_clock_mean / *gpu.sm_clock_max_mhz;
+  s.power_mean = power.mean();
+  s.power_limit = limit;
+  if (s.power_mean && limit && *limit > 0) s.power_fraction = *s.power_mean / *limit;
+  s.temperature_max = temp.max();
+  if (with_reasons > 0) {
+    s.power_cap_share = power_capped / static_cast<double>(with_reasons);
+    s.thermal_share = thermal / static_cast<double>(with_reasons);
+  }
+
+  // The probe's steps inside the window; the last one before it is the baseline for counters.
+  if (window.empty()) return s;
+  const double begin = window.front().time, end = window.back().time;
+  const StepEvent* baseline = nullptr;
+  std::vector<double> step_times, before;
+  double data = 0, stepped = 0;
+  bool have_data = false;
+  std::optional<std::int64_t> first_retries, last_retries, first_ooms, last_ooms;
+  for (const StepEvent& e : steps) {
+    if (e.time < begin) {
+      baseline = &e;
+      if (e.step_seconds) before.push_back(*e.step_seconds);
+      continue;
+    }
+    if (e.time > end) break;
+    ++s.steps;
+    if (e.step_seconds) {
+      step_times.push_back(*e.step_seconds);
+      if (e.data_seconds) {
+        data += *e.data_seconds;
+        stepped += *e.step_seconds;
+        have_data = true;
+      }
+    }
+    if (e.alloc_retries) {
+      if (!first_retries)
+        first_retries = baseline && baseline->alloc_retries ? baseline->alloc_retries : e.alloc_retries;
+      last_retries = e.alloc_retries;
+    }
+    if (e.ooms) {
+      if (!first_ooms) first_ooms = baseline && baseline->ooms ? baseline->ooms : e.ooms;
+      last_ooms = e.ooms;
+    }
+    if (e.reserved_bytes && e.limit_bytes && *e.limit_bytes > 0)
+      s.reserved_fraction_of_limit =
+          std::max(s.reserved_fraction_of_limit.value_or(0),
+                   static_cast<double>(*e.reserved_bytes) / static_cast<double>(*e.limit_bytes));
+  }
+  s.step_seconds_median = median(step_times);
+  if (have_data && stepped > 0) s.data_share = data / stepped;
+  if (first_retries && last_retries) s.alloc_retries = *last_retries - *first_retries;
+  if (first_ooms && last_ooms) s.ooms = *last_ooms - *first_ooms;
+  // Retries and OOMs over the lookback: the increase from the last step before it to the window's end.
+  const StepEvent* lookback_base = nullptr;
+  const StepEvent* last = nullptr;
+  for (const StepEvent& e : steps) {
+    if (e.time > end) break;
+    if (e.time < end - kRetryLookback) lookback_base = &e;
+    last = &e;
+  }
+  if (last && last->alloc_retries)
+    s.recent_alloc_retries =
+        *last->alloc_retries - (lookback_base && lookback_base->alloc_retries ? *lookback_base->alloc_retries : 0);
+  if (last && last->ooms)
+    s.recent_ooms = *last->ooms - (lookback_base && lookback_base->ooms ? *lookback_base->ooms : 0);
+  if (before.size() >= 5 && s.step_seconds_median) {
+    const auto b = median(before);
+    if (b && *b > 0) s.step_slowdown = *s.step_seconds_median / *b;
+  }
+  return s;
+}
+
+std::string share(std::optional<double> v) {
+  return v ? fmt::format("{:.0f}%", 100 * *v) : "unknown";
+}
+std::string rate(std::optional<double> v) {
+  return v ? fmt::format("{:.1f} GB/s", *v / 1e9) : "unknown";
+}
+
+std::string util_text(const WindowStats& s) {
+  if (!s.util_mean) return "util unknown";
+  std::string t = fmt::format("util {:.0f}% mean ({:.0f}-{:.0f}%", *s.util_mean, *s.util_min, *s.util_max);
+  if (s.util_bursts >= 2 && *s.util_max - *s.util_min >= kLowUtil)
+    t += fmt::format(", bursts {:.0f}→{:.0f}% every {:.1f} s", *s.util_min, *s.util_max, s.seconds / s.util_bursts);
+  return t + ")";
+}
+
+std::string memory_text(const WindowStats& s) {
+  if (!s.memory_fraction_max) return "memory unknown";
+  std::string t = fmt::format("memory {:.0f}% of card", 100 * *s.memory_fraction_max);
+  if (s.memory_used_max) t += fmt::format(" ({} used)", format_bytes(*s.memory_used_max));
+  return t;
+}
+
+std::string link_text(const WindowStats& s) {
+  std::string t = fmt::format("PCIe rx {} tx {}", rate(s.pcie_rx_mean), rate(s.pcie_tx_mean));
+  if (s.nvlink_rx_mean || s.nvlink_tx_mean)
+    t += fmt::format(", NVLink rx {} tx {}", rate(s.nvlink_rx_mean), rate(s.nvlink_tx_mean));
+  return t;
+}
+
+std::string clock_text(const WindowStats& s, const GpuInfo& gpu) {
+  std::string t = s.sm_clock_mean ? fmt::format("SM clock {:.0f}", *s.sm_clock_mean) : "SM clock unknown";
+  if (s.sm_clock_mean && gpu.sm_clock_max_mhz)
+    t += fmt::format(" of {:.0f} MHz", *gpu.sm_clock_max_mhz);
+  else if (s.sm_clock_mean)
+    t += " MHz";
+  if (s.power_mean) t += fmt::format(", {:.0f} W", *s.power_mean);
+  if (s.power_mean && s.power_limit) t += fmt::format(" of {:.0f} W", *s.power_limit);
+  return t;
+}
+
+std::string steps_text(const WindowStats& s) {
+  if (s.steps == 0) return "";
+  std::string t = fmt::format(", {} steps", s.steps);
+  if (s.step_seconds_median) t += fmt::format(" of {:.3f} s", *s.step_seconds_median);
+  if (s.data_share) t += fmt::format(", waiting for data {:.0f}% of step time", 100 * *s.data_share);
+  return t;
+}
+
+bool near_full(const WindowStats& s) {
+  return s.memory_fraction_max.value_or(0) >= kNearFull || s.reserved_fraction_of_limit.value_or(0) >= kNearFull;
+}
+
+const char* const kAdviceCapacity =
+    "memory is the limit: lower the micro-batch (keep the global batch with gradient accumulation), turn on gradient "
+    "checkpointing, train in bf16, quantise frozen weights (QLoRA), or set "
+    "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True against fragmentation; keep ~20% headroom (trainfit plan shows "
+    "what fits)";
+const char* const kAdviceSpill =
+    "memory is full and data streams over PCIe: something is offloaded or spilling to host memory (ZeRO/CPU offload, "
+    "unified memory). Free GPU memory (checkpointing, smaller batch, quantisation) so everything stays on the card; "
+    "offload trades speed for capacity";
+const char* const kAdviceInput =
+    "the GPU waits for data: raise DataLoader num_workers, use pin_memory=True with non_blocking copies and "
+    "prefetching, "
+    "move decoding and augmentation off the critical path, use faster storage (local NVMe, pre-tokenised shards); "
+    "a bigger GPU will not help";
+const char* const kAdviceHost =
+    "the GPU waits on the host but not on data: give each kernel more work (larger batch), capture steps with CUDA "
+    "graphs or torch.compile, avoid .item() and other synchronisations inside the step";
+const char* const kAdviceComm =
+    "time goes to moving data between GPUs or to the host: NVLink-connected GPUs, fewer and larger collectives "
+    "(gradient bucketing, no_sync under gradient accumulation), overlap communication with compute, a parallel "
+    "layout with less traffic";
+const char* const kAdviceCompute =
+    "the GPU itself is the limit: bf16/fp8 tensor cores, fused kernels (FlashAttention, fused optimizer), "
+    "torch.compile; more speed needs more or faster GPUs, not more memory";
+const char* const kAdviceThrottled =
+    "the GPU runs below its clocks for power or heat: check cooling and airflow, the temperature, and the power limit "
+    "(nvidia-smi -q -d POWER,PERFORMANCE); restore a lowered limit (nvidia-smi -pl)";
+const char* const kAdviceIdle =
+    "no kernel is running: the job may be starting, loading, checkpointing, evaluating on the CPU, waiting on another "
+    "rank, or not using this GPU";
+const char* const kAdviceGrowth =
+    "memory rises step over step: something is kept across steps (losses appended without .item()/.detach(), growing "
+    "caches, hooks); it ends in out-of-memory";
+
+}  // namespace
+
+Diagnosis diagnose(std::span<const Sample> window, std::span<const StepEvent> steps, const GpuInfo& gpu) {
+  Diagnosis d;
+  d.gpu = gpu.index;
+  if (!window.empty()) {
+    d.begin = window.front().time;
+    d.end = window.back().time;
+  }
+  WindowStats& s = d.stats;
+  s = window_stats(window, steps, gpu);
+  const bool spill_slowdown = s.step_slowdown.value_or(0) >= kSpillSlowdown;
+
+  const double util = s.util_mean.value_or(0);
+  const std::string base = fmt::format("{}, {}, {}", util_text(s), memory_text(s), link_text(s));
+  const double pcie = sum(s.pcie_rx_mean, s.pcie_tx_mean).value_or(0);
+  const double nvlink = sum(s.nvlink_rx_mean, s.nvlink_tx_mean).value_or(0);
+  auto add = [&](Bottleneck k, std::string evidence, const char* advice) {
+    d.verdicts.push_back({k, std::move(evidence), advice});
+  };
+
+  const bool thrash_now = s.alloc_retries.value_or(0) > 0 || s.ooms.value_or(0) > 0;
+  const bool thrash_recent = s.recent_alloc_retries.value_or(0) > 0 || s.recent_ooms.value_or(0) > 0;
+  if (thrash_now || (thrash_recent && near_full(s))) {
+    // The allocator hit its ceiling, freed its cache and tried again (or gave up): capacity by definition.
+    std::string why;
+    if (thrash_now) {
+      why = fmt::format("allocator retried {} times", s.alloc_retries.value_or(0));
+      if (s.ooms.value_or(0) > 0) why += fmt::format(" and ran out of memory {} times", *s.ooms);
+      why += fmt::format(" in {:.1f} s", s.seconds);
+    } else {
+      why = fmt::format("allocator retried {} times", s.recent_alloc_retries.value_or(0));
+      if (s.recent_ooms.value_or(0) > 0) why += fmt::format(" and ran out of memory {} times", *s.recent_ooms);
+      why += fmt::format(" in the last {:.0f} s", kRetryLookback);
+    }
+    if (s.reserved_fraction_of_limit)
+      why += fmt::format(", reserved {} of its cap", share(s.reserved_fraction_of_limit));
+    add(Bottleneck::capacity, why + ", " + base + steps_text(s), kAdviceCapacity);
+  } else if (!s.util_mean) {
+    add(Bottleneck::unknown, "no utilisation reading from the driver; " + memory_text(s), "");
+  } else if (*s.util_max < kIdleUtil) {
+    add(Bottleneck::idle, base, kAdviceIdle);
+  } else if (near_full(s) && util < kBusyUtil && !(s.data_share.value_or(0) >= kDataShare)) {
+    std::string mem = s.reserved_fraction_of_limit
+                          ? fmt::format(", allocator reserved {} of its cap", share(s.reserved_fraction_of_limit))
+                          : "";
+    if (pcie >= kPcieBusy || spill_slowdown)
+      add(Bottleneck::host_spill,
+          base + mem + steps_text(s) +
+              (spill_slowdown ? fmt::format(", steps {:.1f}x slower than earlier in the run", *s.step_slowdown) : ""),
+          kAdviceSpill);
+    else
+      add(Bottleneck::capacity, base + mem + steps_text(s), kAdviceCapacity);
+  } else if (util >= kIdleUtil &&
+             (s.thermal_share >= kReasonShare ||
+              (s.power_cap_share >= kReasonShare && s.power_limit && gpu.power_default_limit_watts &&
+               *s.power_limit < kLoweredLimit * *gpu.power_default_limit_watts))) {
+    std::string why = fmt::format("{}, {}", util_text(s), clock_text(s, gpu));
+    if (s.thermal_share >= kReasonShare)
+      why += fmt::format(", thermal/hardware slowdown in {:.0f}% of samples", 100 * s.thermal_share);
+    if (s.power_cap_share >= kReasonShare)
+      why += fmt::format(", power cap in {:.0f}% of samples", 100 * s.power_cap_share);
+    if (s.power_limit && gpu.power_default_limit_watts &&
+        *s.power_limit < kLoweredLimit * *gpu.power_default_limit_watts)
+      why += fmt::format(", limit lowered from {:.0f} W", *gpu.power_default_limit_watts);
+    if (s.temperature_max) why += fmt::format(", up to {:.0f} °C", *s.temperature_max);
+    add(Bottleneck::throttled, why, kAdviceThrottled);
+  } else if ((nvlink >= kNvlinkBusy || (pcie >= kPcieBusy && !near_full(s))) &&
+             (util < kLowUtil || s.power_fraction.value_or(1) < kCommPowerFraction)) {
+    std::string why = base;
+    if (s.power_fraction) why += fmt::format(", power {:.0f}% of limit", 100 * *s.power_fraction);
+    add(Bottleneck::communication, why + steps_text(s), kAdviceComm);
+  } else if (util < kBusyUtil) {
+    const bool not_data = s.data_share && *s.data_share < kDataShare / 3;
+    add(Bottleneck::input_pipeline, fmt::format("{}, GPU idle {:.0f}% of the time", base, 100 - util) + steps_text(s),
+        not_data ? kAdviceHost : kAdviceInput);
+  } else {
+    std::string why = fmt::format("{}, {}", util_text(s), clock_text(s, gpu));
+    if (s.sm_clock_fraction && *s.sm_clock_fraction < kFullClock && s.power_cap_share >= kReasonShare)
+      why += ", at the power limit (the card's normal envelope)";
+    add(Bottleneck::compute, why + ", " + memory_text(s) + steps_text(s), kAdviceCompute);
+  }
+
+  // Warnings after the bottleneck.
+  const double card = gpu.memory_total_bytes ? static_cast<double>(*gpu.memory_total_bytes) : 0;
+  if (s.memory_growth_bytes && *s.memory_growth_bytes >= std::max(kGrowthMinBytes, kGrowthMinCard * card) &&
+      util >= kIdleUtil)
+    add(Bottleneck::memory_growth,
+        fmt::format("used memory rose {} in {:.1f} s, steadily ({:.0f} MiB/s)",
+                    format_bytes(static_cast<std::int64_t>(std::min(*s.memory_growth_bytes, 9e18))), s.seconds,
+                    *s.memory_growth_bytes / (1024.0 * 1024.0) / std::max(s.seconds, 1e-9)),
+        kAdviceGrowth);
+  if (d.primary().kind == Bottleneck::compute && near_full(s))
+    add(Bottleneck::capacity, memory_text(s) + ": little headroom left (keep ~20%)", kAdviceCapacity);
+  return d;
+}
+
+std::vector<VerdictSpan> verdict_timeline(std::span<const Diagnosis> diagnoses) {
+  std::vector<VerdictSpan> out;
+  std::map<int, std::size_t> last;  // GPU -> its latest span in `out`
+  for (const Diagnosis& d : diagnoses) {
+    const auto it = last.find(d.gpu);
+    if (it != last.end() && out[it->second].verdict.kind == d.primary().kind) {
+      VerdictSpan& v = out[it->second];
+      v.end = d.end;
+      ++v.windows;
+      v.verdict = d.primary();
+      continue;
+    }
+    last[d.gpu] = out.size();
+    out.push_back({d.gpu, d.begin, d.end, 1, d.primary()});
+  }
+  return out;
+}
+
+std::vector<Diagnosis> diagnose_recording(const Recording& r, double window_seconds, double hop_seconds) {
+  std::vector<Diagnosis> out;
+  if (r.samples.empty() || window_seconds <= 0 || hop_seconds <= 0) return out;
+  const auto at_or_before = [&](double t) {
+    return std::upper_bound(r.samples.begin(), r.samples.end(), t,
+                            [](double x, const Sample& s) { return x < s.time; });
+  };
+  const double first = r.samples.front().time + window_seconds;
+  for (std::int64_t k = 0;; ++k) {
+    const double t = first + static_cast<double>(k) * hop_seconds;
+    if (t > r.samples.back().time + 1e-9) break;
+    const auto b = at_or_before(t - window_seconds), e = at_or_before(t);
+    if (e - b < 3) {  // a gap in the recording: too few samples to judge; skip to the next sample
+      if (e != r.samples.end())
+        k = std::max(k, static_cast<std::int64_t>(std::floor((e->time - first) / hop_seconds)) - 1);
+      continue;
+    }
+    const std::span<const Sample> window(&*b, static_cast<std::size_t>(e - b));
+    for (const GpuInfo& gpu : r.gpus) out.push_back(diagnose(window, r.steps, gpu));
+  }
+  return out;
+}
+
+std::string_view to_string(Bottleneck b) {
+  switch (b) {
+    case Bottleneck::idle:
+      return "idle";
+    case Bottleneck::compute:
+      return "compute-bound";
+    case Bottleneck::input_pipeline:
+      return "input-pipeline-bound";
+    case Bottleneck::communication:
+      return "communication-bound";
+    case Bottleneck::capacity:
+      return "capacity-bound";
+    case Bottleneck::host_spill:
+      return "host-spill-suspected";
+    case Bottleneck::throttled:
+      return "throttled";
+    case Bottleneck::memory_growth:
+      return "memory-growing";
+    case Bottleneck::unknown:
+      return "unknown";
+  }
+  return "unknown";
+}
+
+Bottleneck parse_bottleneck(std::string_view s) {
+  for (auto b : {Bottleneck::idle, Bottleneck::compute, Bottleneck::input_pipeline, Bottleneck::communication,
+                 Bottleneck::capacity, Bottleneck::host_spill, Bottleneck::throttled, Bottleneck::memory_growth,
+                 Bottleneck::unknown}) {
+    const std::string_view name = to_string(b);
+    if (s == name || (name.size() > 6 && name.ends_with("-bound") && s == name.substr(0, name.size() - 6))) return b;
+  }
+  if (s == "input") return Bottleneck::input_pipeline;
+  throw InputError(fmt::format("unknown verdict '{}'", s));
+}
+
+}  // namespace trainfit::telemetry

@@ -1,0 +1,92 @@
+// The real jobs recorded on an H200 (data/watch/, README there) replayed through the diagnoser the
+// way the live view runs it (5 s windows every second): each job must be named correctly in at
+// least 90% of the windows that lie inside its steady state (the job's own "steady" markers).
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <iostream>
+#include <map>
+
+#include "trainfit/telemetry.hpp"
+
+namespace {
+
+using namespace trainfit::telemetry;
+
+struct Score {
+  int windows = 0, correct = 0;
+  std::map<std::string, int> wrong;  // verdict -> windows
+};
+
+// Steady phases that are no example of what they expected (data/watch/README.md): in the second
+// capacity run the capped phase never retried nor ran out of memory (0 of 141 steps), so it says
+// nothing about naming a capacity-bound job; its near-full phase did and counts.
+bool excluded(const std::string& file, const PhaseMarker& p) {
+  return file == "h200_capacity_bound_run2.jsonl" && p.label.starts_with("allocator capped");
+}
+
+Score score(const std::string& file) {
+  const Recording r = load_recording(std::string(TRAINFIT_SOURCE_DIR) + "/data/watch/" + file);
+  const auto diagnoses = diagnose_recording(r, 5, 1);
+  Score s;
+  for (std::size_t i = 0; i < r.phases.size(); ++i) {
+    const PhaseMarker& p = r.phases[i];
+    if (p.phase != "steady" || excluded(file, p)) continue;
+    const double begin = p.time;
+    const double end = i + 1 < r.phases.size() ? r.phases[i + 1].time : r.samples.back().time;
+    const Bottleneck expected = parse_bottleneck(p.expect);
+    int windows = 0, correct = 0;
+    for (const Diagnosis& d : diagnoses) {
+      if (d.begin < begin || d.end > end) continue;
+      ++windows;
+      if (d.primary().kind == expected)
+        ++correct;
+      else
+        ++s.wrong[std::string(to_string(d.primary().kind))];
+    }
+    std::cout << fmt::format("  {} phase \"{}\": {}/{} windows {}\n", file, p.label, correct, windows, p.expect);
+    s.windows += windows;
+    s.correct += correct;
+  }
+  return s;
+}
+
+class Recordings : public testing::TestWithParam<const char*> {};
+
+TEST_P(Recordings, NamedCorrectlyInNinetyPercentOfSteadyWindows) {
+  const Score s = score(GetParam());
+  ASSERT_GE(s.windows, 7) << "too few steady windows to judge";
+  const double accuracy = static_cast<double>(s.correct) / s.windows;
+  std::string wrong;
+  for (const auto& [verdict, n] : s.wrong) wrong += fmt::format(" {} x{}", verdict, n);
+  std::cout << fmt::format("{}: {}/{} steady windows right ({:.1f}%){}\n", GetParam(), s.correct, s.windows,
+                           100 * accuracy, wrong.empty() ? "" : ", wrong:" + wrong);
+  EXPECT_GE(accuracy, 0.90) << wrong;
+}
+
+INSTANTIATE_TEST_SUITE_P(H200, Recordings,
+                         testing::Values("h200_compute_bound.jsonl", "h200_input_bound.jsonl",
+                                         "h200_capacity_bound.jsonl", "h200_capacity_bound_run2.jsonl"));
+
+// Without the probe's events the NVML readings alone still name the compute and input jobs.
+TEST(Recordings, NvmlAloneNamesComputeAndInputJobs) {
+  for (const auto& [file, expected] : {std::pair{"h200_compute_bound.jsonl", Bottleneck::compute},
+                                       std::pair{"h200_input_bound.jsonl", Bottleneck::input_pipeline}}) {
+    Recording r = load_recording(std::string(TRAINFIT_SOURCE_DIR) + "/data/watch/" + file);
+    const auto phases = r.phases;
+    r.steps.clear();
+    const auto diagnoses = diagnose_recording(r, 5, 1);
+    const double begin = phases.at(1).time, end = phases.at(2).time;
+    int windows = 0, correct = 0;
+    for (const Diagnosis& d : diagnoses)
+      if (d.begin >= begin && d.end <= end) {
+        ++windows;
+        correct += d.primary().kind == expected;
+      }
+    ASSERT_GT(windows, 15) << file;
+    EXPECT_GE(correct, 0.9 * windows) << file;
+  }
+}
+
+}  // namespace

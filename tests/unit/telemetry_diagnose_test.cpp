@@ -1,0 +1,377 @@
+// The diagnoser on scripted sample streams: one stream per verdict, each built from the readings
+// that define it (docs/watch.md), plus the cases that must not trigger a verdict.
+#include <gtest/gtest.h>
+
+#include <functional>
+
+#include "trainfit/telemetry.hpp"
+
+namespace {
+
+using namespace trainfit::telemetry;
+
+constexpr std::int64_t kGiB = 1LL << 30;
+constexpr double kT0 = 1.8e9;  // seconds since the epoch, like real samples
+
+GpuInfo h200() {
+  GpuInfo g;
+  g.index = 0;
+  g.name = "NVIDIA H200";
+  g.memory_total_bytes = 140 * kGiB;
+  g.sm_clock_max_mhz = 1980;
+  g.memory_clock_max_mhz = 3201;
+  g.power_default_limit_watts = 700;
+  return g;
+}
+
+// 5 s at 10 Hz of a quiet, healthy GPU; `edit(reading, i)` makes it say something.
+std::vector<Sample> stream(const std::function<void(GpuReading&, int)>& edit, int n = 50) {
+  std::vector<Sample> out;
+  for (int i = 0; i < n; ++i) {
+    GpuReading g;
+    g.memory_total_bytes = 140 * kGiB;
+    g.memory_used_bytes = 20 * kGiB;
+    g.memory_free_bytes = 120 * kGiB;
+    g.gpu_util_percent = 0;
+    g.memory_util_percent = 0;
+    g.pcie_rx_bytes_per_s = 0.1e9;
+    g.pcie_tx_bytes_per_s = 0.05e9;
+    g.sm_clock_mhz = 1980;
+    g.memory_clock_mhz = 3201;
+    g.power_watts = 120;
+    g.power_limit_watts = 700;
+    g.temperature_c = 45;
+    g.throttle_reasons = 0;
+    g.processes = std::vector<ProcessMemory>{{1234, 19 * kGiB}};
+    edit(g, i);
+    out.push_back({kT0 + 0.1 * i, {g}});
+  }
+  return out;
+}
+
+void fill_memory(GpuReading& g, double fraction) {
+  g.memory_used_bytes = static_cast<std::int64_t>(fraction * 140 * kGiB);
+  g.memory_free_bytes = 140 * kGiB - *g.memory_used_bytes;
+}
+
+std::vector<StepEvent> steps(int n, double seconds, std::function<void(StepEvent&, int)> edit = {}) {
+  std::vector<StepEvent> out;
+  for (int i = 0; i < n; ++i) {
+    StepEvent e;
+    e.time = kT0 + 0.05 + seconds * i;
+    e.step = i;
+    e.step_seconds = seconds;
+    e.alloc_retries = 0;
+    e.ooms = 0;
+    if (edit) edit(e, i);
+    out.push_back(e);
+  }
+  return out;
+}
+
+Diagnosis run(const std::vector<Sample>& s, const std::vector<StepEvent>& e = {}) {
+  return diagnose(s, e, h200());
+}
+
+bool has(const Diagnosis& d, Bottleneck b) {
+  for (const Verdict& v : d.verdicts)
+    if (v.kind == b) return true;
+  return false;
+}
+
+TEST(Diagnose, IdleWhenNoKernelRuns) {
+  const auto d = run(stream([](GpuReading&, int) {}));
+  EXPECT_EQ(d.primary().kind, Bottleneck::idle);
+  EXPECT_NE(d.primary().evidence.find("util 0% mean"), std::string::npos) << d.primary().evidence;
+}
+
+TEST(Diagnose, ComputeBoundAtFullClocks) {
+  const auto d = run(stream([](GpuReading& g, int i) {
+    g.gpu_util_percent = 97 + i % 3;
+    g.power_watts = 560;
+  }));
+  EXPECT_EQ(d.primary().kind, Bottleneck::compute);
+  EXPECT_NE(d.primary().evidence.find("util 98% mean"), std::string::npos) << d.primary().evidence;
+  EXPECT_NE(d.primary().evidence.find("SM clock 1980 of 1980 MHz"), std::string::npos) << d.primary().evidence;
+  EXPECT_NE(d.primary().advice.find("more or faster GPUs"), std::string::npos);
+  EXPECT_EQ(d.verdicts.size(), 1u);
+}
+
+// The H200 in data/watch/ ran its matrix job at 693 of 700 W, clocks at 76%: the normal envelope.
+TEST(Diagnose, PowerCapAtTheDefaultLimitIsStillComputeBound) {
+  const auto d = run(stream([](GpuReading& g, int) {
+    g.gpu_util_percent = 98;
+    g.sm_clock_mhz = 1500;
+    g.power_watts = 693;
+    g.throttle_reasons = throttle::kSwPowerCap;
+  }));
+  EXPECT_EQ(d.primary().kind, Bottleneck::compute);
+  EXPECT_NE(d.primary().evidence.find("at the power limit"), std::string::npos) << d.primary().evidence;
+}
+
+TEST(Diagnose, ThrottledByHeat) {
+  const auto d = run(stream([](GpuReading& g, int) {
+    g.gpu_util_percent = 99;
+    g.sm_clock_mhz = 1100;
+    g.temperature_c = 91;
+    g.throttle_reasons = throttle::kHwThermal | throttle::kSwThermal;
+  }));
+  EXPECT_EQ(d.primary().kind, Bottleneck::throttled);
+  EXPECT_NE(d.primary().evidence.find("thermal"), std::string::npos) << d.primary().evidence;
+  EXPECT_NE(d.primary().evidence.find("91 °C"), std::string::npos) << d.primary().evidence;
+}
+
+TEST(Diagnose, ThrottledByALoweredPowerLimit) {
+  const auto d = run(stream([](GpuReading& g, int) {
+    g.gpu_util_percent = 99;
+    g.sm_clock_mhz = 1300;
+    g.power_watts = 398;
+    g.power_limit_watts = 400;
+    g.throttle_reasons = throttle::kSwPowerCap;
+  }));
+  EXPECT_EQ(d.primary().kind, Bottleneck::throttled);
+  EXPECT_NE(d.primary().evidence.find("limit lowered from 700 W"), std::string::npos) << d.primary().evidence;
+}
+
+TEST(Diagnose, ABlipOfThrottlingDoesNotCount) {
+  const auto d = run(stream([](GpuReading& g, int i) {
+    g.gpu_util_percent = 98;
+    g.throttle_reasons = i < 5 ? throttle::kHwThermal : 0;  // 10% of the samples
+  }));
+  EXPECT_EQ(d.primary().kind, Bottleneck::compute);
+}
+
+TEST(Diagnose, InputPipelineBoundInBursts) {
+  // The seed's picture: utilisation low in bursts, memory to spare, little traffic.
+  const auto d = run(stream([](GpuReading& g, int i) { g.gpu_util_percent = i % 8 < 3 ? 100 : 0; }));
+  EXPECT_EQ(d.primary().kind, Bottleneck::input_pipeline);
+  const std::string& e = d.primary().evidence;
+  EXPECT_NE(e.find("util 40% mean (0-100%, bursts 0→100% every 0.8 s)"), std::string::npos) << e;
+  EXPECT_NE(e.find("memory 14% of card"), std::string::npos) << e;
+  EXPECT_NE(e.find("PCIe rx 0.1 GB/s"), std::string::npos) << e;
+  EXPECT_NE(d.primary().advice.find("num_workers"), std::string::npos);
+}
+
+TEST(Diagnose, InputPipelineWithTheProbeSeeingDataWaits) {
+  const auto d = run(stream([](GpuReading& g, int) { g.gpu_util_percent = 18; }),
+                     steps(100, 0.05, [](StepEvent& e, int) { e.data_seconds = 0.04; }));
+  EXPECT_EQ(d.primary().kind, Bottleneck::input_pipeline);
+  EXPECT_NE(d.primary().evidence.find("waiting for data 80% of step time"), std::string::npos) << d.primary().evidence;
+  EXPECT_NE(d.primary().advice.find("num_workers"), std::string::npos);
+}
+
+TEST(Diagnose, HostOverheadWhenTheProbeSeesNoDataWait) {
+  const auto d = run(stream([](GpuReading& g, int) { g.gpu_util_percent = 60; }),
+                     steps(100, 0.05, [](StepEvent& e, int) { e.data_seconds = 0.0005; }));
+  EXPECT_EQ(d.primary().kind, Bottleneck::input_pipeline);
+  EXPECT_NE(d.primary().advice.find("CUDA graphs"), std::string::npos) << d.primary().advice;
+}
+
+TEST(Diagnose, CapacityBoundWhenMemoryIsFullAndUtilisationLow) {
+  const auto d = run(stream([](GpuReading& g, int i) {
+    fill_memory(g, 0.97);
+    g.gpu_util_percent = i % 4 == 0 ? 90 : 20;
+  }));
+  EXPECT_EQ(d.primary().kind, Bottleneck::capacity);
+  EXPECT_NE(d.primary().evidence.find("memory 97% of card"), std::string::npos) << d.primary().evidence;
+  EXPECT_NE(d.primary().advice.find("gradient checkpointing"), std::string::npos);
+  EXPECT_NE(d.primary().advice.find("quantise"), std::string::npos);
+}
+
+TEST(Diagnose, CapacityBoundWhenTheAllocatorRetries) {
+  // Memory looks spare to NVML (the allocator is capped) and the GPU is busy: only the probe knows.
+  const auto d =
+      run(stream([](GpuReading& g, int) { g.gpu_util_percent = 95; }), steps(50, 0.1, [](StepEvent& e, int i) {
+            e.alloc_retries = i / 10;
+            e.reserved_bytes = 19 * kGiB;
+            e.limit_bytes = 19 * kGiB;
+          }));
+  EXPECT_EQ(d.primary().kind, Bottleneck::capacity);
+  EXPECT_NE(d.primary().evidence.find("allocator retried 4 times"), std::string::npos) << d.primary().evidence;
+  EXPECT_NE(d.primary().evidence.find("reserved 100% of its cap"), std::string::npos) << d.primary().evidence;
+}
+
+TEST(Diagnose, RetriesEarlierInTheLastHalfMinuteCountWhileAtTheCap) {
+  auto e = steps(400, 0.1, [](StepEvent& s, int i) {
+    s.time = kT0 - 35 + 0.1 * i;        // 35 s of history before the window
+    s.alloc_retries = i < 200 ? 0 : 3;  // a burst 15 s before the window, none inside it
+    s.reserved_bytes = 19 * kGiB;
+    s.limit_bytes = 19 * kGiB;
+  });
+  const auto busy = stream([](GpuReading& g, int) { g.gpu_util_percent = 97; });
+  EXPECT_EQ(run(busy, e).primary().kind, Bottleneck::capacity);
+  EXPECT_NE(run(busy, e).primary().evidence.find("in the last 30 s"), std::string::npos);
+  for (auto& s : e) s.limit_bytes = 100 * kGiB;  // far from the cap: old retries no longer say capacity
+  EXPECT_EQ(run(busy, e).primary().kind, Bottleneck::compute);
+}
+
+TEST(Diagnose, HostSpillWhenMemoryIsFullAndPcieBusy) {
+  const auto d = run(stream([](GpuReading& g, int) {
+    fill_memory(g, 0.98);
+    g.gpu_util_percent = 25;
+    g.pcie_rx_bytes_per_s = 11e9;
+    g.pcie_tx_bytes_per_s = 9e9;
+  }));
+  EXPECT_EQ(d.primary().kind, Bottleneck::host_spill);
+  EXPECT_NE(d.primary().evidence.find("PCIe rx 11.0 GB/s tx 9.0 GB/s"), std::string::npos) << d.primary().evidence;
+  EXPECT_NE(d.primary().advice.find("offload"), std::string::npos);
+}
+
+TEST(Diagnose, HostSpillWhenStepsSlowDownAsMemoryFills) {
+  auto e = steps(45, 0.4, [](StepEvent& s, int i) {  // the run's earlier steps, before the window
+    s.time = kT0 - 20 + 0.4 * i;
+    s.step_seconds = 0.4;
+  });
+  for (int i = 0; i < 3; ++i) {
+    StepEvent s;
+    s.time = kT0 + 1.5 * (i + 1);
+    s.step_seconds = 1.6;
+    e.push_back(s);
+  }
+  const auto d = run(stream([](GpuReading& g, int) {
+                       fill_memory(g, 0.99);
+                       g.gpu_util_percent = 40;
+                     }),
+                     e);
+  EXPECT_EQ(d.primary().kind, Bottleneck::host_spill);
+  EXPECT_NE(d.primary().evidence.find("4.0x slower"), std::string::npos) << d.primary().evidence;
+}
+
+TEST(Diagnose, CommunicationBoundWhenNvlinkIsBusyAndComputeIdles) {
+  const auto d = run(stream([](GpuReading& g, int i) {
+    g.gpu_util_percent = i % 5 == 0 ? 80 : 20;
+    g.nvlink_rx_bytes_per_s = 120e9;
+    g.nvlink_tx_bytes_per_s = 120e9;
+  }));
+  EXPECT_EQ(d.primary().kind, Bottleneck::communication);
+  EXPECT_NE(d.primary().evidence.find("NVLink rx 120.0 GB/s"), std::string::npos) << d.primary().evidence;
+  EXPECT_NE(d.primary().advice.find("NVLink"), std::string::npos);
+}
+
+TEST(Diagnose, CommunicationBoundWhenCollectivesSpinAtLowPower) {
+  // NCCL kernels count as utilisation; the power draw gives them away.
+  const auto d = run(stream([](GpuReading& g, int) {
+    g.gpu_util_percent = 100;
+    g.power_watts = 180;
+    g.nvlink_rx_bytes_per_s = 200e9;
+    g.nvlink_tx_bytes_per_s = 200e9;
+  }));
+  EXPECT_EQ(d.primary().kind, Bottleneck::communication);
+  EXPECT_NE(d.primary().evidence.find("power 26% of limit"), std::string::npos) << d.primary().evidence;
+}
+
+TEST(Diagnose, CommunicationOverPcieWithMemoryToSpare) {
+  const auto d = run(stream([](GpuReading& g, int) {
+    g.gpu_util_percent = 30;
+    g.pcie_rx_bytes_per_s = 6e9;
+    g.pcie_tx_bytes_per_s = 6e9;
+  }));
+  EXPECT_EQ(d.primary().kind, Bottleneck::communication);
+}
+
+TEST(Diagnose, MemoryGrowingStepOverStep) {
+  const auto d = run(stream([](GpuReading& g, int i) {
+    g.gpu_util_percent = 96;
+    g.memory_used_bytes = 20 * kGiB + i * (kGiB / 10);  // 100 MiB every 0.1 s
+    g.memory_free_bytes = 140 * kGiB - *g.memory_used_bytes;
+  }));
+  EXPECT_EQ(d.primary().kind, Bottleneck::compute);
+  ASSERT_TRUE(has(d, Bottleneck::memory_growth));
+  EXPECT_NE(d.verdicts[1].evidence.find("rose 4.9 GiB in 4.9 s"), std::string::npos) << d.verdicts[1].evidence;
+  EXPECT_NE(d.verdicts[1].advice.find("out-of-memory"), std::string::npos);
+}
+
+TEST(Diagnose, OneJumpInMemoryIsNotALeak) {
+  const auto d = run(stream([](GpuReading& g, int i) {
+    g.gpu_util_percent = 96;
+    g.memory_used_bytes = (i < 20 ? 20 : 30) * kGiB;  // a new tensor, or the cache warming up
+    g.memory_free_bytes = 140 * kGiB - *g.memory_used_bytes;
+  }));
+  EXPECT_FALSE(has(d, Bottleneck::memory_growth));
+}
+
+TEST(Diagnose, FullMemoryOnABusyGpuIsComputeWithAWarning) {
+  const auto d = run(stream([](GpuReading& g, int) {
+    fill_memory(g, 0.95);
+    g.gpu_util_percent = 99;
+  }));
+  EXPECT_EQ(d.primary().kind, Bottleneck::compute);
+  EXPECT_TRUE(has(d, Bottleneck::capacity));
+}
+
+TEST(Diagnose, UnknownMetricsAreNamedUnknownNeverZero) {
+  const auto d = run(stream([](GpuReading& g, int) {
+    g.gpu_util_percent = 40;
+    g.pcie_rx_bytes_per_s.reset();
+    g.pcie_tx_bytes_per_s.reset();
+    g.memory_free_bytes.reset();
+    g.memory_used_bytes.reset();
+  }));
+  EXPECT_NE(d.primary().evidence.find("PCIe rx unknown tx unknown"), std::string::npos) << d.primary().evidence;
+  EXPECT_NE(d.primary().evidence.find("memory unknown"), std::string::npos) << d.primary().evidence;
+  EXPECT_FALSE(d.stats.pcie_rx_mean);
+  const auto none = run(stream([](GpuReading& g, int) { g.gpu_util_percent.reset(); }));
+  EXPECT_EQ(none.primary().kind, Bottleneck::unknown);
+}
+
+TEST(Diagnose, OnlyTheGpuAskedFor) {
+  auto s = stream([](GpuReading& g, int) { g.gpu_util_percent = 99; });
+  for (auto& sample : s) {
+    GpuReading other = sample.gpus[0];
+    other.index = 1;
+    other.gpu_util_percent = 0;
+    sample.gpus.push_back(other);
+  }
+  GpuInfo second = h200();
+  second.index = 1;
+  EXPECT_EQ(diagnose(s, {}, h200()).primary().kind, Bottleneck::compute);
+  EXPECT_EQ(diagnose(s, {}, second).primary().kind, Bottleneck::idle);
+  EXPECT_EQ(diagnose(s, {}, second).gpu, 1);
+}
+
+TEST(Diagnose, TimelineMergesConsecutiveWindowsPerGpu) {
+  std::vector<Diagnosis> ds;
+  auto add = [&](int gpu, double t, Bottleneck b) {
+    Diagnosis d;
+    d.gpu = gpu;
+    d.begin = t - 5;
+    d.end = t;
+    d.verdicts.push_back({b, "e", "a"});
+    ds.push_back(d);
+  };
+  add(0, 5, Bottleneck::idle);
+  add(1, 5, Bottleneck::idle);
+  add(0, 6, Bottleneck::compute);
+  add(1, 6, Bottleneck::idle);
+  add(0, 7, Bottleneck::compute);
+  add(0, 8, Bottleneck::idle);
+  const auto t = verdict_timeline(ds);
+  ASSERT_EQ(t.size(), 4u);
+  EXPECT_EQ(t[1].gpu, 1);
+  EXPECT_EQ(t[1].windows, 2);
+  EXPECT_EQ(t[2].verdict.kind, Bottleneck::compute);
+  EXPECT_EQ(t[2].windows, 2);
+  EXPECT_DOUBLE_EQ(t[2].end, 7);
+}
+
+TEST(Diagnose, VerdictNamesRoundTrip) {
+  for (auto b : {Bottleneck::idle, Bottleneck::compute, Bottleneck::input_pipeline, Bottleneck::communication,
+                 Bottleneck::capacity, Bottleneck::host_spill, Bottleneck::throttled, Bottleneck::memory_growth,
+                 Bottleneck::unknown})
+    EXPECT_EQ(parse_bottleneck(to_string(b)), b);
+  EXPECT_EQ(parse_bottleneck("compute"), Bottleneck::compute);
+  EXPECT_EQ(parse_bottleneck("input-pipeline"), Bottleneck::input_pipeline);
+  EXPECT_THROW(parse_bottleneck("slow"), trainfit::InputError);
+}
+
+TEST(Diagnose, ReplayWalksWindowsEverySecond) {
+  Recording r;
+  r.gpus = {h200()};
+  r.samples = stream([](GpuReading& g, int i) { g.gpu_util_percent = i < 100 ? 0 : 99; }, 200);  // 20 s
+  const auto ds = diagnose_recording(r, 5, 1);
+  ASSERT_EQ(ds.size(), 15u);  // windows ending at 5, 6, ... 19 s
+  EXPECT_EQ(ds.front().primary().kind, Bottleneck::idle);
+  EXPECT_EQ(ds.back().primary().kind, Bottleneck::compute);
+}
+
+}  // namespace

@@ -1,0 +1,177 @@
+// What watch writes and serves: JSON lines that read back, probe events, the Prometheus text,
+// listen addresses, the /metrics endpoint scraped over loopback, and a job's process tree.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+
+#include "trainfit/telemetry.hpp"
+
+namespace {
+
+using namespace trainfit::telemetry;
+
+Sample sample() {
+  GpuReading g;
+  g.index = 0;
+  g.memory_total_bytes = 150000000000;
+  g.memory_used_bytes = 30000000000;
+  g.memory_free_bytes = 120000000000;
+  g.gpu_util_percent = 34;
+  g.pcie_rx_bytes_per_s = 2e8;
+  g.sm_clock_mhz = 1980;
+  g.power_watts = 512.5;
+  g.throttle_reasons = throttle::kSwPowerCap;
+  g.processes = std::vector<ProcessMemory>{{4242, 20000000000}, {77, std::nullopt}};
+  return {1.8e9 + 0.25, {g}};
+}
+
+GpuInfo info() {
+  return {0, "NVIDIA \"H200\"", 150000000000, 1980.0, 3201.0, 700.0};
+}
+
+TEST(WatchJsonl, RoundTripsWithUnknownsKeptUnknown) {
+  const std::vector<GpuInfo> gpus{info()};
+  std::string text = header_to_json(gpus, "580.1", "python train.py").dump() + "\n" + sample_to_json(sample()).dump() +
+                     "\n" +
+                     R"({"type": "event", "t": 1800000000.3, "step": 7, "step_seconds": 0.04, "alloc_retries": 2})" +
+                     "\n" + R"({"type": "event", "t": 1800000000.1, "phase": "steady", "expect": "compute"})" + "\n\n";
+  const Recording r = parse_recording(text, "rec.jsonl");
+  ASSERT_EQ(r.gpus.size(), 1u);
+  EXPECT_EQ(r.gpus[0].name, "NVIDIA \"H200\"");
+  EXPECT_EQ(r.gpus[0].power_default_limit_watts, 700);
+  ASSERT_EQ(r.samples.size(), 1u);
+  const GpuReading& g = r.samples[0].gpus[0];
+  EXPECT_EQ(g.memory_used_bytes, 30000000000);
+  EXPECT_EQ(g.gpu_util_percent, 34);
+  EXPECT_EQ(g.power_watts, 512.5);
+  EXPECT_EQ(g.throttle_reasons, throttle::kSwPowerCap);
+  EXPECT_FALSE(g.temperature_c);  // written as null, read back unknown
+  EXPECT_FALSE(g.nvlink_rx_bytes_per_s);
+  ASSERT_TRUE(g.processes);
+  EXPECT_FALSE((*g.processes)[1].used_bytes);
+  ASSERT_EQ(r.steps.size(), 1u);
+  EXPECT_EQ(r.steps[0].alloc_retries, 2);
+  ASSERT_EQ(r.phases.size(), 1u);
+  EXPECT_EQ(r.phases[0].expect, "compute");
+}
+
+TEST(WatchJsonl, MalformedLinesNameTheLine) {
+  try {
+    parse_recording(
+        "{\"type\": \"sample\", \"t\": 1, \"gpus\": []}\n{\"type\": \"sample\", \"t\": \"x\", \"gpus\": []}\n",
+        "r.jsonl");
+    FAIL();
+  } catch (const trainfit::InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("r.jsonl:2"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(parse_recording("not json\n", "r"), trainfit::InputError);
+  EXPECT_THROW(parse_recording("{\"type\": \"mystery\"}\n", "r"), trainfit::InputError);
+  EXPECT_THROW(parse_recording("{\"type\": \"sample\", \"t\": 1, \"gpus\": [{\"util\": [1]}]}\n", "r"),
+               trainfit::InputError);
+}
+
+TEST(WatchJsonl, ProbeEvents) {
+  std::vector<StepEvent> steps;
+  std::vector<PhaseMarker> phases;
+  parse_event_line(R"({"t": 5, "step": 1, "step_seconds": 0.5, "data_seconds": 0.4, "limit_bytes": null})", steps,
+                   phases);
+  parse_event_line(R"({"t": 6, "phase": "end"})", steps, phases);
+  parse_event_line(R"({"t": 7, "note": "nothing a diagnoser uses"})", steps, phases);
+  ASSERT_EQ(steps.size(), 1u);
+  EXPECT_EQ(steps[0].data_seconds, 0.4);
+  EXPECT_FALSE(steps[0].limit_bytes);
+  ASSERT_EQ(phases.size(), 1u);
+  EXPECT_THROW(parse_event_line(R"({"step": 1})", steps, phases), trainfit::InputError);  // no time
+  EXPECT_ANY_THROW(parse_event_line("{broken", steps, phases));
+}
+
+TEST(Prometheus, TextFormatWithUnknownsLeftOut) {
+  const std::vector<GpuInfo> gpus{info()};
+  Diagnosis d;
+  d.gpu = 0;
+  d.verdicts.push_back({Bottleneck::input_pipeline, "e", "a"});
+  const std::vector<Diagnosis> ds{d};
+  const std::string t = render_prometheus(gpus, sample(), ds);
+  EXPECT_NE(t.find("# TYPE trainfit_gpu_memory_used_bytes gauge\n"), std::string::npos);
+  EXPECT_NE(t.find("trainfit_gpu_memory_used_bytes{gpu=\"0\",name=\"NVIDIA \\\"H200\\\"\"} 30000000000\n"),
+            std::string::npos)
+      << t;
+  EXPECT_NE(t.find("trainfit_gpu_utilization_ratio{gpu=\"0\",name=\"NVIDIA \\\"H200\\\"\"} 0.34\n"), std::string::npos);
+  EXPECT_NE(t.find("trainfit_gpu_sm_clock_hertz{gpu=\"0\",name=\"NVIDIA \\\"H200\\\"\"} 1980000000\n"),
+            std::string::npos);
+  EXPECT_NE(t.find("trainfit_process_gpu_memory_bytes{gpu=\"0\",pid=\"4242\"} 20000000000\n"), std::string::npos);
+  EXPECT_EQ(t.find("pid=\"77\""), std::string::npos);  // unknown: no series, never 0
+  EXPECT_EQ(t.find("trainfit_gpu_temperature_celsius{"), std::string::npos);
+  EXPECT_NE(t.find("# HELP trainfit_gpu_temperature_celsius"), std::string::npos);
+  EXPECT_NE(t.find("trainfit_bottleneck{gpu=\"0\",verdict=\"input-pipeline-bound\"} 1\n"), std::string::npos);
+}
+
+TEST(Endpoint, LoopbackUnlessAHostIsGiven) {
+  EXPECT_EQ(parse_endpoint("9400").host, "127.0.0.1");
+  EXPECT_EQ(parse_endpoint(":9500").port, 9500);
+  EXPECT_EQ(parse_endpoint(":9500").host, "127.0.0.1");
+  EXPECT_EQ(parse_endpoint("0.0.0.0:9400").host, "0.0.0.0");
+  EXPECT_EQ(parse_endpoint("[::1]:9401").host, "::1");
+  EXPECT_EQ(parse_endpoint("[::1]:9401").port, 9401);
+  for (const char* bad : {"", "host", "1.2.3.4:", "1.2.3.4:70000", ":-1", "[::1]", "x:9a"})
+    EXPECT_THROW(parse_endpoint(bad), trainfit::InputError) << bad;
+}
+
+// A bounded HTTP GET over loopback: 5 s timeouts, no library.
+std::string http_get(int port, const std::string& path) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  timeval tv{5, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<std::uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::string out;
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
+    const std::string req = "GET " + path + " HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n";
+    if (send(fd, req.data(), req.size(), 0) == static_cast<ssize_t>(req.size())) {
+      std::array<char, 4096> buf{};
+      ssize_t n = 0;
+      while ((n = recv(fd, buf.data(), buf.size(), 0)) > 0) out.append(buf.data(), static_cast<std::size_t>(n));
+    }
+  }
+  close(fd);
+  return out;
+}
+
+TEST(MetricsServer, ServesTheLatestTextOverLoopback) {
+  MetricsServer server({"127.0.0.1", 0});
+  ASSERT_GT(server.port(), 0);
+  server.publish("trainfit_gpu_utilization_ratio{gpu=\"0\"} 0.5\n");
+  std::string r = http_get(server.port(), "/metrics");
+  EXPECT_NE(r.find("200 OK"), std::string::npos) << r;
+  EXPECT_NE(r.find("text/plain; version=0.0.4"), std::string::npos) << r;
+  EXPECT_NE(r.find("trainfit_gpu_utilization_ratio{gpu=\"0\"} 0.5"), std::string::npos) << r;
+  server.publish("trainfit_gpu_utilization_ratio{gpu=\"0\"} 0.75\n");
+  EXPECT_NE(http_get(server.port(), "/metrics").find("0.75"), std::string::npos);
+  EXPECT_NE(http_get(server.port(), "/nothing").find("404"), std::string::npos);
+  // The same port twice cannot be: a clear error, not a crash.
+  EXPECT_THROW(MetricsServer({"127.0.0.1", server.port()}), trainfit::InputError);
+}  // the destructor stops the server: the test ends by itself
+
+TEST(ProcessTree, FindsChildren) {
+  const pid_t child = fork();
+  if (child == 0) {
+    sleep(5);
+    _exit(0);
+  }
+  const auto tree = process_tree(static_cast<std::uint32_t>(getpid()));
+  EXPECT_EQ(tree.front(), static_cast<std::uint32_t>(getpid()));
+  EXPECT_NE(std::find(tree.begin(), tree.end(), static_cast<std::uint32_t>(child)), tree.end());
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+}
+
+}  // namespace
