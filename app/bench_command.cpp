@@ -1,0 +1,157 @@
+// `trainfit bench PLAN.toml`: run a pre-registered experiment on this machine's GPU(s) and judge it.
+// Progress goes to stderr as each config starts and ends; the judged criteria and the
+// predicted-vs-measured table to stdout at the end (docs/bench.md).
+#include <cstdlib>
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "commands.hpp"
+#include "trainfit/bench.hpp"
+#include "trainfit/hardware.hpp"
+#include "trainfit/telemetry.hpp"
+
+namespace trainfit::cli {
+namespace {
+
+struct BenchFlags {
+  std::string plan;
+  std::string results;
+  std::string runner;
+  std::string format = "table";
+  std::string gpu;
+  bool dry_run = false;
+  bool retry_failed = false;
+  bool no_telemetry = false;
+};
+
+std::string clock(double s) {
+  const long t = static_cast<long>(s + 0.5);
+  return t >= 3600 ? fmt::format("{}h{:02}m", t / 3600, t / 60 % 60) : fmt::format("{}m{:02}s", t / 60, t % 60);
+}
+
+// Device memory and utilisation while one config runs, from NVML (the watch command's reader).
+class NvmlSampler : public bench::ConfigSampler {
+ public:
+  explicit NvmlSampler(Nvml& nvml) : nvml_(nvml) {}
+  void tick() override {
+    for (std::size_t i = 0; i < nvml_.gpus().size(); ++i) {
+      const GpuReading r = nvml_.read(i, false);
+      if (r.memory_used_bytes) used_max_ = std::max(used_max_.value_or(0), *r.memory_used_bytes);
+      if (r.gpu_util_percent) {
+        util_sum_ += *r.gpu_util_percent;
+        util_max_ = std::max(util_max_, *r.gpu_util_percent);
+        ++util_n_;
+      }
+    }
+    ++ticks_;
+  }
+  nlohmann::json summary() override {
+    nlohmann::json j = {{"source", "nvml"}, {"samples", ticks_}};
+    if (used_max_) j["device_used_max_mib"] = static_cast<double>(*used_max_ / (1 << 20));
+    if (util_n_ > 0) {
+      j["gpu_util_mean"] = util_sum_ / util_n_;
+      j["gpu_util_max"] = util_max_;
+    }
+    return j;
+  }
+
+ private:
+  Nvml& nvml_;
+  std::optional<std::int64_t> used_max_;
+  double util_sum_ = 0, util_max_ = 0;
+  int util_n_ = 0, ticks_ = 0;
+};
+
+void print_progress(const bench::Progress& p) {
+  const std::string at = fmt::format("[{}/{}]", p.position, p.total);
+  const std::string eta = p.eta_seconds ? ", eta " + clock(*p.eta_seconds) : "";
+  if (p.event == bench::Progress::Event::started) {
+    std::cerr << fmt::format("{} {}  (elapsed {}{})\n", at, p.config->label, clock(p.elapsed_seconds), eta);
+    return;
+  }
+  const auto& r = *p.row;
+  const auto& m = r["measured"];
+  std::string what = fmt::format("{} {}", m.value("status", "?"), r.value("verdict", "?"));
+  if (m.contains("peak_allocated_mib") && m["peak_allocated_mib"].is_number())
+    what += fmt::format(", peak {:.1f} MiB", m["peak_allocated_mib"].get<double>());
+  const auto pred = r.value("predicted", nlohmann::json::object());
+  if (pred.contains("peak_allocated_mib")) what += fmt::format(" (predicted {:.1f})", pred["peak_allocated_mib"].get<double>());
+  if (m.contains("step_seconds_median") && m["step_seconds_median"].is_number())
+    what += fmt::format(", {:.3f} s/step", m["step_seconds_median"].get<double>());
+  if (p.event == bench::Progress::Event::skipped) {
+    std::cerr << fmt::format("{} {}  already done: {}\n", at, p.config->label, what);
+    return;
+  }
+  if (m.value("status", "") != "ok" && m.contains("error")) what += ": " + m["error"].get<std::string>().substr(0, 160);
+  std::cerr << fmt::format("{}   -> {}  ({:.1f} s; elapsed {}{})\n", at, what, r["bench"].value("wall_seconds", 0.0),
+                           clock(p.elapsed_seconds), eta);
+}
+
+}  // namespace
+
+void add_bench_command(CLI::App& app, int& exit_code) {
+  auto flags = std::make_shared<BenchFlags>();
+  auto* cmd = app.add_subcommand("bench",
+                                 "Run a pre-registered experiment plan (TOML) as real training steps, one process per config,\n"
+                                 "and judge it: verdict per config, prediction beside measurement, the criteria (docs/bench.md)");
+  cmd->add_option("plan", flags->plan, "experiment plan file (plans/seed-16gb.toml)")->required();
+  cmd->add_option("--results", flags->results, "results directory (default results/<plan name>); rerun to resume");
+  cmd->add_option("--runner", flags->runner,
+                  "runner command; gets --config JSON --out PATH (default: $TRAINFIT_RUNNER, else python3 -m trainfit_runner)");
+  cmd->add_option("--format", flags->format, "table | json (results.json on stdout)")->capture_default_str();
+  cmd->add_option("--gpu", flags->gpu, "the card the predictions are for (default: the plan's run.gpu, else the one the runner reports)");
+  cmd->add_flag("--dry-run", flags->dry_run, "list the configs with their predictions; run nothing");
+  cmd->add_flag("--retry-failed", flags->retry_failed, "run again the configs that crashed, timed out or failed");
+  cmd->add_flag("--no-telemetry", flags->no_telemetry, "do not sample the GPU through NVML");
+  cmd->callback([flags, &exit_code] {
+    if (flags->format != "table" && flags->format != "json")
+      throw InputError(fmt::format("unknown --format '{}'; expected table or json", flags->format));
+    bench::ExperimentPlan plan = bench::load_experiment_plan(flags->plan);
+    if (!flags->gpu.empty()) plan.gpu = find_gpu(flags->gpu).id;
+    const std::vector<bench::BenchConfig> configs = bench::expand_matrix(plan);
+    if (flags->dry_run) {
+      std::cout << bench::render_matrix(plan, configs);
+      exit_code = 0;
+      return;
+    }
+    bench::RunOptions o;
+    o.results_dir = !flags->results.empty() ? flags->results : "results/" + plan.name;
+    const char* env_runner = std::getenv("TRAINFIT_RUNNER");
+    std::string runner = !flags->runner.empty() ? flags->runner
+                         : !plan.runner.empty() ? plan.runner
+                         : env_runner != nullptr ? env_runner
+                                                 : "python3 -m trainfit_runner";
+    o.runner = bench::split_command(runner);
+    if (o.runner.empty()) throw InputError("--runner: empty command");
+    // The runner package lives in the source tree's python/ folder.
+    const char* pythonpath = std::getenv("PYTHONPATH");
+    o.env.emplace_back("PYTHONPATH", std::string(TRAINFIT_PYTHON_DIR) + (pythonpath ? std::string(":") + pythonpath : ""));
+    o.env.emplace_back("PYTHONUNBUFFERED", "1");
+    o.retry_failed = flags->retry_failed;
+    o.on_progress = print_progress;
+    std::unique_ptr<Nvml> nvml;
+    if (!flags->no_telemetry) {
+      try {
+        nvml = Nvml::open();
+      } catch (const TelemetryUnavailable& e) {
+        std::cerr << fmt::format("trainfit bench: no NVML telemetry ({}); the runner's own readings only\n", e.what());
+      }
+    }
+    if (nvml) o.make_sampler = [&nvml] { return std::make_unique<NvmlSampler>(*nvml); };
+    std::cerr << fmt::format("{}: {} configs, results in {}/results.jsonl, runner: {}\n", plan.name, configs.size(),
+                             o.results_dir, runner);
+    const auto rows = bench::run_configs(plan, configs, o);
+    const bench::BenchReport report = bench::judge_results(plan, rows);
+    const nlohmann::json doc = bench::report_to_json(plan, report);
+    bench::write_results_json(o.results_dir, doc);
+    if (flags->format == "json") std::cout << doc.dump(2) << "\n";
+    else std::cout << bench::render_report(plan, report) << fmt::format("\nresults: {}/results.json\n", o.results_dir);
+    exit_code = 0;
+  });
+}
+
+}  // namespace trainfit::cli

@@ -1,0 +1,184 @@
+#pragma once
+// `trainfit bench`: pre-registered experiments on the real GPU (docs/bench.md).
+//
+// An experiment plan (TOML) names its hypotheses and pass criteria before anything runs, and a
+// matrix of training setups. The orchestrator runs every config in its own process through a
+// runner (python/trainfit_runner, or any program speaking the same protocol), appends each
+// finished row to results.jsonl at once, resumes where it stopped, and judges: a verdict per row
+// (fits / tight / spilled / oom / error) with the planner's prediction beside the measurement,
+// and each criterion passed or failed with the rows that decided it.
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace trainfit::bench {
+
+// ---- The criteria language ---------------------------------------------------------------------
+// Numbers (with an optional byte unit: 16GiB is 16384, in MiB like every memory field), strings,
+// true/false/null, field names, + - * /, == != < <= > >=, and/or/not, parentheses, and the
+// aggregates count(c), any(c), all(c), max(e[, c]), min(e[, c]), sum(e[, c]), mean(e[, c]) over
+// the rows where c holds. A field that was not measured is null; a comparison with null is false.
+
+using Value = std::variant<std::monostate, bool, double, std::string>;  // monostate = null
+using Fields = std::map<std::string, Value, std::less<>>;
+std::string to_string(const Value& v);
+
+struct Evaluation {
+  Value value;
+  std::vector<std::size_t> rows;  // the rows an aggregate picked (argmax, the matching rows...)
+};
+
+class Expression {
+ public:
+  // Throws InputError "column N: ..." for a syntax error; known_field (when given) rejects
+  // unknown identifiers with the list of valid ones.
+  static Expression parse(std::string_view text, const std::function<bool(std::string_view)>& known_field = {});
+  // One row's fields (row-level expressions) and/or all rows (aggregates). Throws InputError on a
+  // type error ("cannot compare a string with a number").
+  Evaluation evaluate(const Fields* row, const std::vector<Fields>* rows = nullptr) const;
+  bool has_aggregates() const;
+  bool uses_row_fields() const;  // a field outside any aggregate
+  const std::string& text() const { return text_; }
+  struct Node;
+
+ private:
+  std::shared_ptr<const Node> root_;
+  std::string text_;
+};
+
+// ---- Experiment plans ---------------------------------------------------------------------------
+
+struct Criterion {
+  std::string name;
+  std::string text;                  // the hypothesis in words
+  std::optional<Expression> where;   // the rows it is about (all when absent)
+  Expression expect;                 // every such row must satisfy it, or (aggregates only) once over them
+  int line = 0;
+};
+
+struct Axis {
+  std::string field;
+  std::vector<nlohmann::json> values;  // one value for a fixed setting
+};
+
+struct ExperimentPlan {
+  std::string source;       // path or label, for messages
+  std::string text;         // the file as written (kept in results.json: what was pre-registered)
+  std::string name;
+  std::string description;
+  std::vector<std::string> hypotheses;
+  std::vector<Criterion> criteria;
+  std::vector<Axis> axes;   // canonical field order; the last varies fastest
+  std::vector<Expression> exclude;
+  int steps = 4;            // optimizer steps per config; the first `warmup` are not timed
+  int warmup = 1;
+  double timeout_seconds = 900;
+  std::string gpu;          // catalogue card for predictions; empty: the card the runner reports
+  std::optional<std::int64_t> vram_bytes;  // emulated card
+  // "oom": the runner caps the allocator at the emulated size (Linux: an allocation past the card
+  // fails). "spill": no cap; a peak past the card is judged spilled (a Windows driver's fallback
+  // into system memory, as in the seed).
+  std::string overflow = "oom";
+  double headroom = 0.2;
+  double slowdown = 5.0;    // step time per unit of work this many times a smaller config's: spilled
+  std::string runner;       // runner command; empty: the caller's default
+};
+
+// Throws InputError naming the file, line and field.
+ExperimentPlan parse_experiment_plan(std::string_view toml_text, std::string_view source);
+ExperimentPlan load_experiment_plan(std::string_view path);
+
+struct BenchConfig {
+  std::size_t index = 0;    // 0-based position in the matrix
+  nlohmann::json config;    // canonical: every field with its default filled in
+  std::string key;          // config.dump(): the resume key
+  std::string label;        // "qwen2.5-7b qlora r16 s512 b1 ckpt"
+};
+
+// The Cartesian product of the axes, less the excluded configs. Each config is checked as the
+// planner would read it (unknown model, bad method...): InputError naming the config.
+std::vector<BenchConfig> expand_matrix(const ExperimentPlan& plan);
+
+// ---- Running ----------------------------------------------------------------------------------
+
+// Samples the device while one config runs (NVML); summary() becomes the row's "telemetry".
+class ConfigSampler {
+ public:
+  virtual ~ConfigSampler() = default;
+  virtual void tick() = 0;
+  virtual nlohmann::json summary() = 0;
+};
+
+struct Progress {
+  enum class Event { skipped, started, finished } event = Event::started;
+  std::size_t position = 0;   // 1-based
+  std::size_t total = 0;
+  const BenchConfig* config = nullptr;
+  const nlohmann::json* row = nullptr;  // finished / skipped
+  double elapsed_seconds = 0;           // since this invocation started
+  std::optional<double> eta_seconds;    // from the configs run so far
+};
+
+struct RunOptions {
+  std::string results_dir;
+  std::vector<std::string> runner;                           // argv; --config JSON --out PATH are appended
+  std::vector<std::pair<std::string, std::string>> env;      // added to each runner's environment
+  bool retry_failed = false;      // rerun rows whose status is crashed / timeout / error
+  double kill_grace_seconds = 5;  // SIGTERM, then SIGKILL of the process group after this
+  std::function<void(const Progress&)> on_progress;
+  std::function<std::unique_ptr<ConfigSampler>()> make_sampler;  // optional
+};
+
+// Splits a command line on spaces, with '...' and "..." quoting.
+std::vector<std::string> split_command(std::string_view command);
+
+// Runs every config not already in results_dir/results.jsonl and returns all rows of this plan
+// (earlier and new), in matrix order. Throws InputError when the directory can't be used or
+// another bench holds it.
+std::vector<nlohmann::json> run_configs(const ExperimentPlan& plan, const std::vector<BenchConfig>& configs,
+                                        const RunOptions& options);
+// Writes results_dir/results.json atomically (a temporary file renamed over it).
+void write_results_json(const std::string& results_dir, const nlohmann::json& doc);
+
+// ---- Judging ----------------------------------------------------------------------------------
+
+struct CriterionResult {
+  std::string name;
+  std::string text;
+  std::string expression;
+  std::string outcome;               // "pass", "fail", "error"
+  std::string detail;                // "2 of 2 rows hold", the value compared, the error
+  std::vector<std::size_t> deciding; // row positions that decided it
+};
+
+struct BenchReport {
+  nlohmann::json rows;               // with final verdicts and predictions
+  std::vector<CriterionResult> criteria;
+  nlohmann::json environment;
+  double median_abs_error = 0;       // peak allocated, rows with both
+  double max_abs_error = 0;
+  std::size_t compared = 0;
+};
+
+// The planner's prediction for a config (into row["predicted"]) and the verdict of one finished
+// row on its own; judge_results adds the comparison with neighbours (abnormal slowdowns).
+void annotate_row(const ExperimentPlan& plan, nlohmann::json& row);
+BenchReport judge_results(const ExperimentPlan& plan, std::vector<nlohmann::json> rows);
+// The fields a criterion can name, and a row's values for them.
+bool is_row_field(std::string_view name);
+Fields row_fields(const nlohmann::json& row);
+
+nlohmann::json report_to_json(const ExperimentPlan& plan, const BenchReport& report);  // results.json
+std::string render_report(const ExperimentPlan& plan, const BenchReport& report);      // the closing text
+std::string render_matrix(const ExperimentPlan& plan, const std::vector<BenchConfig>& configs);  // --dry-run
+
+}  // namespace trainfit::bench

@@ -1,0 +1,190 @@
+"""A probe for your own training code: per-step rows that `trainfit` reads (docs/bench.md).
+
+In a plain PyTorch loop::
+
+    from trainfit_runner.probe import Probe
+    probe = Probe("steps.jsonl", config={"model": "qwen2.5-7b", "method": "qlora", "rank": 16,
+                                          "seq": 512, "batch": 1, "grad_ckpt": True, "gpu": "rtx-5070-ti"},
+                  rows="rows.jsonl")
+    for batch in loader:
+        with probe.step():                  # or probe.begin() ... probe.end()
+            loss = model(**batch).loss
+            loss.backward()
+            opt.step(); opt.zero_grad()
+    probe.close()
+
+With a Hugging Face Trainer::
+
+    trainer = Trainer(..., callbacks=[trainfit_callback("steps.jsonl", config={...}, rows="rows.jsonl")])
+
+Each step appends one JSON line to the steps file, in the event format `trainfit watch --events` reads
+({"t", "step", "step_seconds", "data_seconds", "alloc_retries", "ooms", "allocated_bytes",
+"reserved_bytes"} plus "peak_allocated_bytes", "peak_reserved_bytes", "device_used_bytes").  close()
+appends one row in the format of `trainfit bench`'s results ({"config", "measured", "stack"}), so
+`trainfit validate rows.jsonl` puts the planner's prediction beside your run, and the steady-state
+figures are defined as bench defines them (peaks and median step time over the steps after `warmup`).
+Every line is flushed and fsync'ed as it is written: a run killed at any moment keeps its steps.
+"""
+import contextlib
+import json
+import os
+import statistics
+import time
+
+MIB = 1 << 20
+
+
+def _append(path, obj):
+    with open(path, "a") as f:
+        f.write(json.dumps(obj) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+class Probe:
+    def __init__(self, path=None, config=None, rows=None, warmup=1, device=None, sync=True):
+        """path: the steps file (None: keep steps in memory only).  config: the setup in trainfit's
+        vocabulary (model, method, weights, rank, lora_targets, seq, batch, grad_accum, grad_ckpt,
+        attn, optimizer, gpu), copied into the row.  rows: where close() appends the summary row."""
+        import torch
+        self.torch = torch
+        self.path, self.rows_path, self.warmup, self.sync = path, rows, warmup, sync
+        self.config = dict(config or {})
+        self.cuda = torch.cuda.is_available() if device is None else torch.device(device).type == "cuda"
+        self.device = torch.device(device) if device is not None else (
+            torch.device("cuda", torch.cuda.current_device()) if self.cuda else torch.device("cpu"))
+        self.steps = []
+        self._t0 = None
+        self._last_end = None
+        self._nvml = None
+        if self.cuda:
+            try:
+                import pynvml
+                pynvml.nvmlInit()
+                self._nvml = (pynvml, pynvml.nvmlDeviceGetHandleByIndex(self.device.index or 0))
+            except Exception:
+                self._nvml = None
+        self.closed = False
+
+    # -- the step hook
+    def begin(self):
+        if self.cuda and self.sync:
+            self.torch.cuda.synchronize(self.device)
+        if self.cuda:
+            self.torch.cuda.reset_peak_memory_stats(self.device)
+        self._t0 = time.perf_counter()
+
+    def end(self):
+        if self._t0 is None:
+            return None
+        if self.cuda and self.sync:
+            self.torch.cuda.synchronize(self.device)
+        now = time.perf_counter()
+        ev = {"t": time.time(), "step": len(self.steps) + 1, "step_seconds": round(now - self._t0, 6)}
+        if self._last_end is not None:
+            ev["data_seconds"] = round(max(0.0, self._t0 - self._last_end), 6)  # between steps: waiting for data
+        self._last_end = now
+        self._t0 = None
+        if self.cuda:
+            c = self.torch.cuda
+            st = c.memory_stats(self.device)
+            ev.update(alloc_retries=st.get("num_alloc_retries", 0), ooms=st.get("num_ooms", 0),
+                      allocated_bytes=c.memory_allocated(self.device), reserved_bytes=c.memory_reserved(self.device),
+                      peak_allocated_bytes=c.max_memory_allocated(self.device),
+                      peak_reserved_bytes=c.max_memory_reserved(self.device))
+            if self._nvml is not None:
+                try:
+                    ev["device_used_bytes"] = self._nvml[0].nvmlDeviceGetMemoryInfo(self._nvml[1]).used
+                except Exception:
+                    pass
+        self.steps.append(ev)
+        if self.path:
+            _append(self.path, ev)
+        return ev
+
+    @contextlib.contextmanager
+    def step(self):
+        self.begin()
+        yield self
+        self.end()
+
+    def mark(self, phase, expect="", label=""):
+        """A phase marker for `trainfit watch` ({"phase": "steady", "expect": "compute"})."""
+        if self.path:
+            _append(self.path, {"t": time.time(), "phase": phase, "expect": expect, "label": label})
+
+    # -- the row
+    def summary(self, status="ok"):
+        steady = self.steps[self.warmup:] or self.steps[-1:]
+        m = {"status": status, "steps_recorded": len(self.steps), "source": "trainfit_runner.probe"}
+        if steady:
+            med = statistics.median(s["step_seconds"] for s in steady)
+            m["step_seconds"] = [s["step_seconds"] for s in self.steps]
+            m["step_seconds_median"] = round(med, 6)
+            tokens = self.config.get("seq", 0) * self.config.get("batch", 0) * self.config.get("grad_accum", 1)
+            if tokens and med > 0:
+                m["tokens_per_second"] = round(tokens / med, 1)
+            if self.cuda:
+                m["peak_allocated_mib"] = round(max(s["peak_allocated_bytes"] for s in steady) / MIB, 1)
+                m["peak_reserved_mib"] = round(max(s["peak_reserved_bytes"] for s in steady) / MIB, 1)
+                used = [s["device_used_bytes"] for s in steady if "device_used_bytes" in s]
+                m["device_used_mib"] = used and max(used) // MIB or None
+                m["num_alloc_retries"] = self.steps[-1]["alloc_retries"]
+                m["num_ooms"] = self.steps[-1]["ooms"]
+        stack = {"date": time.strftime("%Y-%m-%d"), "torch": self.torch.__version__}
+        for name in ("transformers", "peft", "bitsandbytes"):
+            try:
+                stack[name] = __import__(name).__version__
+            except Exception:
+                stack[name] = None
+        if self.cuda:
+            p = self.torch.cuda.get_device_properties(self.device)
+            stack["gpu"] = "%s (%d MiB)" % (p.name, p.total_memory // MIB)
+        return {"config": self.config, "measured": m, "stack": stack}
+
+    def close(self, status="ok"):
+        if self.closed:
+            return None
+        self.closed = True
+        row = self.summary(status)
+        if self.rows_path:
+            _append(self.rows_path, row)
+        return row
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        oom = exc is not None and "out of memory" in str(exc)
+        self.close("ok" if exc is None else ("oom" if oom else "error"))
+        return False
+
+
+def trainfit_callback(path=None, config=None, rows=None, warmup=1):
+    """A transformers.TrainerCallback that runs a Probe around every optimizer step."""
+    from transformers import TrainerCallback
+
+    class TrainfitCallback(TrainerCallback):
+        def __init__(self):
+            self.probe = None
+
+        def on_train_begin(self, args, state, control, **kw):
+            cfg = dict(config or {})
+            cfg.setdefault("batch", args.per_device_train_batch_size)
+            cfg.setdefault("grad_accum", args.gradient_accumulation_steps)
+            cfg.setdefault("grad_ckpt", bool(args.gradient_checkpointing))
+            self.probe = Probe(path, cfg, rows, warmup)
+
+        def on_step_begin(self, args, state, control, **kw):
+            if self.probe is not None:
+                self.probe.begin()
+
+        def on_step_end(self, args, state, control, **kw):
+            if self.probe is not None:
+                self.probe.end()
+
+        def on_train_end(self, args, state, control, **kw):
+            if self.probe is not None:
+                self.probe.close()
+
+    return TrainfitCallback()

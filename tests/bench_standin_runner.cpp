@@ -1,0 +1,92 @@
+// A stand-in for python/trainfit_runner in CI (no GPU, no torch): it speaks the runner protocol
+// (--config JSON --out PATH, one row of JSON written to PATH) and does real work on the CPU:
+// it allocates and touches the memory a config asks for, against the emulated card's size as a
+// capped allocator would, multiplies matrices for each step and times them. The config's x_do
+// field makes it misbehave: "oom" (ask for more than the card), "crash" (SIGSEGV), "kill"
+// (SIGKILL itself), "hang" (never finish), "hang-hard" (and ignore SIGTERM), "fail" (exit 1
+// without a row), "noresult" (exit 0 without a row). It writes its pid to PATH.pid first.
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+using nlohmann::json;
+
+int main(int argc, char** argv) {
+  std::string config_text, out;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (std::strcmp(argv[i], "--config") == 0) config_text = argv[i + 1];
+    if (std::strcmp(argv[i], "--out") == 0) out = argv[i + 1];
+  }
+  if (config_text.empty() || out.empty()) {
+    std::cerr << "usage: standin --config JSON --out PATH\n";
+    return 2;
+  }
+  std::ofstream(out + ".pid") << ::getpid() << "\n";
+  const json c = json::parse(config_text);
+  const std::string what = c.value("x_do", "ok");
+  const double sleep_s = c.value("x_sleep_s", 0.02);
+  const double alloc_mib = c.value("x_alloc_mib", 16.0);
+  const int steps = c.value("steps", 3);
+  std::cerr << "standin: " << what << " " << c.value("model", "") << "\n";
+
+  if (what == "crash") ::raise(SIGSEGV);
+  if (what == "kill") ::kill(::getpid(), SIGKILL);
+  if (what == "fail") {
+    std::cerr << "standin: failing on purpose\n";
+    return 1;
+  }
+  if (what == "noresult") return 0;
+  if (what == "hang-hard") ::signal(SIGTERM, SIG_IGN);
+  if (what == "hang" || what == "hang-hard")
+    for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+
+  json measured = {{"status", "ok"}};
+  const double want = what == "oom" ? 1e9 : alloc_mib;
+  const double cap_mib = c.contains("vram_bytes") && c.value("overflow", "oom") == "oom"
+                             ? c["vram_bytes"].get<double>() / 1048576.0
+                             : 1e12;
+  std::vector<double> step_seconds;
+  if (want > cap_mib) {  // what a capped CUDA allocator does: refuse, and the runner reports it
+    measured = {{"status", "oom"}, {"error", "standin: tried to allocate past the emulated card"},
+                {"oom_at_step", 1}, {"num_ooms", 1}};
+  } else {
+    std::vector<char> block(static_cast<std::size_t>(want * 1048576.0));
+    for (std::size_t i = 0; i < block.size(); i += 4096) block[i] = static_cast<char>(i);
+    const std::size_t n = 96;
+    std::vector<double> a(n * n, 1.0), b(n * n, 0.5), r(n * n, 0.0);
+    for (int s = 0; s < steps; ++s) {
+      const auto t0 = std::chrono::steady_clock::now();
+      for (std::size_t i = 0; i < n; ++i)
+        for (std::size_t k = 0; k < n; ++k)
+          for (std::size_t j = 0; j < n; ++j) r[i * n + j] += a[i * n + k] * b[k * n + j];
+      std::this_thread::sleep_for(std::chrono::duration<double>(sleep_s));
+      step_seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    std::vector<double> steady(step_seconds.begin() + std::min<long>(c.value("warmup", 1), steps - 1), step_seconds.end());
+    std::sort(steady.begin(), steady.end());
+    const double median = steady[steady.size() / 2];
+    measured["peak_allocated_mib"] = want + (r[0] > 0 ? 0.0 : 0.0);
+    measured["peak_reserved_mib"] = want + 2;
+    measured["step_seconds"] = step_seconds;
+    measured["step_seconds_median"] = median;
+    measured["tokens_per_second"] = c.value("seq", 512) * c.value("batch", 1) / median;
+    measured["num_alloc_retries"] = 0;
+    measured["num_ooms"] = 0;
+  }
+  const json row = {{"config", c}, {"measured", measured},
+                    {"stack", {{"gpu", "stand-in"}, {"torch", "none"}, {"transformers", "none"}, {"peft", "none"},
+                               {"driver", "none"}}}};
+  std::ofstream(out) << row.dump() << "\n";
+  return 0;
+}

@@ -1,0 +1,249 @@
+// `trainfit bench` for real: the orchestrator runs a stand-in runner (tests/bench_standin_runner.cpp)
+// that allocates, computes, crashes, hangs and runs out of memory as each config tells it.
+#include <gtest/gtest.h>
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <iterator>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "trainfit/bench.hpp"
+#include "trainfit/error.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+struct Result {
+  int code = -1;
+  std::string out;
+};
+
+Result run(const std::string& args) {
+  const std::string cmd = std::string(TRAINFIT_CLI) + " " + args + " 2>&1";
+  Result r;
+  FILE* pipe = popen(cmd.c_str(), "r");
+  if (!pipe) return r;
+  std::array<char, 4096> buf{};
+  std::size_t n = 0;
+  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) r.out.append(buf.data(), n);
+  const int status = pclose(pipe);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+fs::path fresh_dir(const std::string& name) {
+  const fs::path d = fs::path(testing::TempDir()) / ("bench-" + name + "-" + std::to_string(::getpid()));
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+std::vector<json> rows_of(const fs::path& results) {
+  std::vector<json> rows;
+  std::ifstream in(results / "results.jsonl");
+  std::string line;
+  while (std::getline(in, line)) rows.push_back(json::parse(line));  // every line must parse
+  return rows;
+}
+
+std::string write_plan(const fs::path& dir, const std::string& body) {
+  const fs::path p = dir / "plan.toml";
+  std::ofstream(p) << body;
+  return p.string();
+}
+
+const char* kMixedPlan = R"(
+name = "mixed"
+[run]
+steps = 3
+warmup = 1
+timeout = 3
+gpu = "h200"
+vram = "4GiB"
+[matrix]
+model = "qwen2.5-0.5b"
+x_do = ["ok", "oom", "crash", "hang", "kill", "fail", "ok-again"]
+[[criteria]]
+name = "the good ones run"
+where = 'x_do == "ok" or x_do == "ok-again"'
+expect = 'status == "ok" and peak_allocated <= 0.8 * vram'
+[[criteria]]
+name = "nothing else did"
+expect = 'count(status == "ok") == 2'
+)";
+
+TEST(BenchCli, EachFailureGetsItsOwnStatusAndTheRestRun) {
+  const fs::path dir = fresh_dir("mixed");
+  const std::string plan = write_plan(dir, kMixedPlan);
+  const auto r = run("bench " + plan + " --results " + (dir / "out").string() + " --runner " + TRAINFIT_STANDIN_RUNNER);
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto rows = rows_of(dir / "out");
+  ASSERT_EQ(rows.size(), 7u) << r.out;
+  auto status = [&](std::size_t i) { return rows[i]["measured"]["status"].get<std::string>(); };
+  EXPECT_EQ(status(0), "ok");
+  EXPECT_EQ(status(1), "oom");
+  EXPECT_EQ(status(2), "crashed");
+  EXPECT_EQ(status(3), "timeout");
+  EXPECT_EQ(status(4), "crashed");
+  EXPECT_EQ(status(5), "error");
+  EXPECT_EQ(status(6), "ok");  // "ok-again": anything but a known misbehaviour runs normally
+  EXPECT_EQ(rows[0]["verdict"], "fits");
+  EXPECT_EQ(rows[1]["verdict"], "oom");
+  EXPECT_EQ(rows[2]["verdict"], "error");
+  EXPECT_NE(rows[2]["measured"]["error"].get<std::string>().find("signal 11"), std::string::npos);
+  EXPECT_NE(rows[4]["measured"]["error"].get<std::string>().find("signal 9"), std::string::npos);
+  EXPECT_NE(rows[5]["measured"]["stderr_tail"].get<std::string>().find("failing on purpose"), std::string::npos);
+  EXPECT_TRUE(rows[0]["predicted"]["peak_allocated_mib"].is_number());  // the planner beside the measurement
+  EXPECT_EQ(rows[0]["config"]["vram_bytes"], 4LL << 30);
+  // the end: criteria judged, results.json written
+  EXPECT_NE(r.out.find("PASS  the good ones run"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("PASS  nothing else did"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("[4/7]"), std::string::npos);
+  EXPECT_NE(r.out.find("eta"), std::string::npos);
+  std::ifstream f(dir / "out" / "results.json");
+  const json doc = json::parse(f);
+  EXPECT_EQ(doc["rows"].size(), 7u);
+  EXPECT_EQ(doc["environment"]["gpu"], "stand-in");
+  EXPECT_EQ(doc["criteria"][0]["outcome"], "pass");
+  EXPECT_NE(doc["plan"]["text"].get<std::string>().find("nothing else did"), std::string::npos);
+  // a second run has nothing left to do
+  const auto again = run("bench " + plan + " --results " + (dir / "out").string() + " --runner " + TRAINFIT_STANDIN_RUNNER);
+  EXPECT_EQ(again.code, 0);
+  EXPECT_EQ(rows_of(dir / "out").size(), 7u);
+  EXPECT_NE(again.out.find("already done"), std::string::npos);
+}
+
+bool alive(pid_t pid) { return ::kill(pid, 0) == 0; }
+
+TEST(BenchCli, SigkillKeepsEveryFinishedRowAndARerunFinishesTheRest) {
+  const fs::path dir = fresh_dir("kill");
+  const std::string plan = write_plan(dir, R"(
+name = "kill"
+[run]
+steps = 3
+timeout = 30
+gpu = "h200"
+[matrix]
+model = "qwen2.5-0.5b"
+seq = [128, 256, 512, 1024, 2048]
+x_sleep_s = 0.15
+)");
+  const fs::path out = dir / "out";
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    const int null = ::open("/dev/null", O_WRONLY);
+    ::dup2(null, 1);
+    ::dup2(null, 2);
+    ::execl(TRAINFIT_CLI, TRAINFIT_CLI, "bench", plan.c_str(), "--results", out.c_str(), "--runner",
+            TRAINFIT_STANDIN_RUNNER, static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  // Wait for the second row, then for the third config's runner to be under way, and SIGKILL.
+  std::size_t lines = 0;
+  for (int i = 0; i < 600 && lines < 2; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    std::ifstream in(out / "results.jsonl");
+    lines = static_cast<std::size_t>(std::count(std::istreambuf_iterator<char>(in), {}, '\n'));
+  }
+  ASSERT_GE(lines, 2u);
+  pid_t runner = 0;
+  for (int i = 0; i < 300 && runner == 0; ++i) {
+    for (const auto& e : fs::directory_iterator(out / "runs"))
+      if (e.path().extension() == ".pid" && e.path().filename().string().rfind("0003-", 0) == 0) std::ifstream(e.path()) >> runner;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ::kill(pid, SIGKILL);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  const auto kept = rows_of(out);  // every line is whole JSON
+  EXPECT_GE(kept.size(), 2u);
+  if (runner > 0) {  // the runner in flight dies with the orchestrator (PR_SET_PDEATHSIG)
+    for (int i = 0; i < 200 && alive(runner); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    EXPECT_FALSE(alive(runner));
+  }
+  // A torn line, as if the kill had landed inside write(): cut off, and its config redone.
+  { std::ofstream(out / "results.jsonl", std::ios::app) << R"({"config": {"model": "qwen2.5-0.5b", "seq)"; }
+  const auto r = run("bench " + plan + " --results " + out.string() + " --runner " + TRAINFIT_STANDIN_RUNNER);
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto rows = rows_of(out);
+  ASSERT_EQ(rows.size(), 5u) << r.out;
+  std::set<std::string> keys;
+  for (const auto& row : rows) keys.insert(row["bench"]["key"].get<std::string>());
+  EXPECT_EQ(keys.size(), 5u);  // nothing ran twice
+  for (std::size_t i = 0; i < kept.size(); ++i) EXPECT_EQ(rows[i], kept[i]);  // the finished rows are untouched
+  EXPECT_NE(r.out.find("already done"), std::string::npos);
+}
+
+TEST(BenchCli, TimeoutEscalatesToSigkillOfTheWholeGroup) {
+  const fs::path dir = fresh_dir("hard");
+  trainfit::bench::ExperimentPlan plan = trainfit::bench::parse_experiment_plan(R"(
+name = "hard"
+[run]
+timeout = 0.5
+[matrix]
+model = "qwen2.5-0.5b"
+x_do = ["hang-hard", "ok"]
+)", "hard.toml");
+  trainfit::bench::RunOptions o;
+  o.results_dir = (dir / "out").string();
+  o.runner = {TRAINFIT_STANDIN_RUNNER};
+  o.kill_grace_seconds = 0.3;
+  std::vector<std::string> events;
+  o.on_progress = [&](const trainfit::bench::Progress& p) {
+    events.push_back(p.event == trainfit::bench::Progress::Event::started ? "start" : "end");
+  };
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto rows = trainfit::bench::run_configs(plan, trainfit::bench::expand_matrix(plan), o);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 10.0);
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0]["measured"]["status"], "timeout");
+  EXPECT_EQ(rows[0]["bench"]["exit"], "timeout");
+  EXPECT_EQ(rows[1]["measured"]["status"], "ok");
+  EXPECT_EQ(events, (std::vector<std::string>{"start", "end", "start", "end"}));
+  // a second orchestrator on the same directory at the same time is refused
+  const int fd = ::open((dir / "out" / ".lock").c_str(), O_RDWR);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::flock(fd, LOCK_EX | LOCK_NB), 0);
+  EXPECT_THROW(trainfit::bench::run_configs(plan, trainfit::bench::expand_matrix(plan), o), trainfit::InputError);
+  ::close(fd);
+}
+
+TEST(BenchCli, BadPlansExitTwoNamingTheLine) {
+  const fs::path dir = fresh_dir("bad");
+  auto r = run("bench " + write_plan(dir, "name = 'x'\n[matrix]\nmodel = 'qwen2.5-0.5b'\nbatch = 'two'\n"));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.out.find("plan.toml:4: matrix.batch: expected a number"), std::string::npos) << r.out;
+  r = run("bench " + write_plan(dir, "name = 'x'\n[matrix]\nmodel = 'qwen2.5-0.5b'\n[[criteria]]\nexpect = 'status = 1'\n"));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.out.find("plan.toml:5: criteria[1].expect"), std::string::npos) << r.out;
+  r = run("bench " + (dir / "nope.toml").string());
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.out.find("cannot read experiment plan"), std::string::npos);
+  r = run("bench " + std::string(TRAINFIT_SOURCE_DIR) + "/plans/seed-16gb.toml --dry-run");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("8 configs"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("qwen2.5-14b qlora r16"), std::string::npos) << r.out;
+  r = run("bench " + std::string(TRAINFIT_SOURCE_DIR) + "/plans/wide-h200.toml --dry-run");
+  EXPECT_EQ(r.code, 0) << r.out;
+}
+
+}  // namespace
