@@ -25,29 +25,14 @@
 
 #include "trainfit/bench.hpp"
 #include "trainfit/error.hpp"
+#include "run_cli.hpp"
 
 namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
-
-struct Result {
-  int code = -1;
-  std::string out;
-};
-
-Result run(const std::string& args) {
-  const std::string cmd = std::string(TRAINFIT_CLI) + " " + args + " 2>&1";
-  Result r;
-  FILE* pipe = popen(cmd.c_str(), "r");
-  if (!pipe) return r;
-  std::array<char, 4096> buf{};
-  std::size_t n = 0;
-  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) r.out.append(buf.data(), n);
-  const int status = pclose(pipe);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
+using Result = trainfit::testing::CliResult;
+Result run(const std::string& args) { return trainfit::testing::run_cli(args); }
 
 fs::path fresh_dir(const std::string& name) {
   const fs::path d = fs::path(testing::TempDir()) / ("bench-" + name + "-" + std::to_string(::getpid()));

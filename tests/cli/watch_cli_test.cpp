@@ -8,25 +8,12 @@
 #include <sstream>
 #include <string>
 
+#include "run_cli.hpp"
+
 namespace {
 
-struct Result {
-  int code = -1;
-  std::string out;  // stdout and stderr together
-};
-
-Result run(const std::string& env, const std::string& args) {
-  const std::string cmd = env + " " + std::string(TRAINFIT_CLI) + " " + args + " 2>&1";
-  Result r;
-  FILE* pipe = popen(cmd.c_str(), "r");
-  if (!pipe) return r;
-  std::array<char, 4096> buf{};
-  std::size_t n = 0;
-  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) r.out.append(buf.data(), n);
-  const int status = pclose(pipe);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
+using Result = trainfit::testing::CliResult;
+Result run(const std::string& env, const std::string& args) { return trainfit::testing::run_cli(args, env); }
 
 std::string fake_env() {
   const std::string script = testing::TempDir() + "/watch_cli_fake.txt";
