@@ -407,7 +407,10 @@ std::string describe_throttle(std::uint64_t bits) {
   }};
   std::string out;
   for (const auto& [bit, name] : kNames)
-    if (bits & bit) out += (out.empty() ? "" : "+") + std::string(name);
+    if (bits & bit) {
+      if (!out.empty()) out += '+';
+      out += name;
+    }
   return out.empty() ? "none" : out;
 }
 
