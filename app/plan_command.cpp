@@ -121,9 +121,14 @@ int run_seed_scenario(SetupFlags f, const CLI::App& cmd) {
       plans.push_back(make_plan(load_model(name), s, gpu, options));
     }
   }
-  std::cout << render_plan_comparison(plans, parse_format(f.format),
+  const Format format = parse_format(f.format);
+  std::cout << render_plan_comparison(plans, format,
                                       "Which Qwen2.5 sizes can be fine-tuned on this card? (trainfit plan with no --model; "
                                       "pass --model for one plan)");
+  if (format != Format::json)
+    std::cout << "\nThe seed does not state its stack; assumed (docs/model.md, \"The seed scenario\"): its 4-bit base\n"
+                 "measured 1.0 byte a weight, so it is planned as int8 (--weights nf4 plans a true NF4 base); PEFT's\n"
+                 "default Qwen2 targets q,v; Windows, where memory past the card spills into system RAM.\n";
   return 0;
 }
 

@@ -39,10 +39,10 @@ std::string setup_text(const TrainingSetup& s) {
                      : fmt::format("full fine-tuning, {} weights", to_string(s.weights));
       break;
     case Method::lora:
-      method = fmt::format("LoRA r{} ({}) on a {} base", s.lora.rank, targets_text(s.lora.targets), to_string(s.weights));
+      method = fmt::format("LoRA r{} ({}) over {} base weights", s.lora.rank, targets_text(s.lora.targets), to_string(s.weights));
       break;
     case Method::qlora:
-      method = fmt::format("QLoRA r{} ({}) on a {} base{}", s.lora.rank, targets_text(s.lora.targets),
+      method = fmt::format("QLoRA r{} ({}) over {} base weights{}", s.lora.rank, targets_text(s.lora.targets),
                            to_string(s.weights),
                            s.quant.double_quant && s.weights != DType::int8 ? " (double-quantised)" : "");
       break;
