@@ -21,6 +21,7 @@
 
 #include <fmt/format.h>
 
+#include "common/text.hpp"
 #include "trainfit/error.hpp"
 #include "trainfit/hardware.hpp"
 #include "trainfit/units.hpp"
@@ -294,20 +295,7 @@ constexpr std::pair<std::string_view, std::string_view> kAliases[] = {
     {"v10032gb", "v100"},                {"b200180gb", "b200"},
 };
 
-std::size_t edit_distance(std::string_view a, std::string_view b) {
-  std::vector<std::size_t> row(b.size() + 1);
-  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (std::size_t i = 1; i <= a.size(); ++i) {
-    std::size_t diag = row[0];
-    row[0] = i;
-    for (std::size_t j = 1; j <= b.size(); ++j) {
-      const std::size_t up = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0U : 1U)});
-      diag = up;
-    }
-  }
-  return row[b.size()];
-}
+using detail::edit_distance;
 
 }  // namespace
 

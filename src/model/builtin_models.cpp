@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/text.hpp"
 #include "trainfit/error.hpp"
 #include "trainfit/model.hpp"
 
@@ -99,20 +100,7 @@ std::string_view config_stem(std::string_view canonical) {
   return canonical;
 }
 
-std::size_t edit_distance(std::string_view a, std::string_view b) {
-  std::vector<std::size_t> row(b.size() + 1);
-  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (std::size_t i = 1; i <= a.size(); ++i) {
-    std::size_t diagonal = row[0];
-    row[0] = i;
-    for (std::size_t j = 1; j <= b.size(); ++j) {
-      const std::size_t above = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diagonal = above;
-    }
-  }
-  return row[b.size()];
-}
+using detail::edit_distance;
 
 // Names within a few edits of what was typed, or sharing its family prefix ("qwen", "llama"...).
 std::string close_names(std::string_view typed) {
