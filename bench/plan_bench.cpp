@@ -17,6 +17,24 @@ void BM_EstimateMemory(benchmark::State& state) {
 }
 BENCHMARK(BM_EstimateMemory);
 
+void BM_EstimateTime(benchmark::State& state) {
+  const ModelSpec model = load_model("qwen2.5-7b");
+  const GpuSpec& gpu = find_gpu("h200");
+  const TimeProfile profile = default_profile(gpu);
+  TrainingSetup s;
+  for (auto _ : state) benchmark::DoNotOptimize(estimate_time(model, s, gpu, profile, false));
+}
+BENCHMARK(BM_EstimateTime);
+
+// A whole plan that fits: memory, verdict and time.
+void BM_PlanThatFits(benchmark::State& state) {
+  const ModelSpec model = load_model("qwen2.5-7b");
+  const GpuSpec& gpu = find_gpu("h200");
+  TrainingSetup s;
+  for (auto _ : state) benchmark::DoNotOptimize(make_plan(model, s, gpu));
+}
+BENCHMARK(BM_PlanThatFits);
+
 // A plan that does not fit also searches its alternatives (about eight more estimates).
 void BM_PlanWithSuggestions(benchmark::State& state) {
   const ModelSpec model = load_model("qwen2.5-14b");
