@@ -40,7 +40,12 @@ int main(int argc, char** argv) {
   const int steps = c.value("steps", 3);
   std::cerr << "standin: " << what << " " << c.value("model", "") << "\n";
 
-  if (what == "crash") ::raise(SIGSEGV);
+  if (what == "crash") {
+    // Die by the signal itself, as a crashing runner does: a sanitizer build installs its own
+    // SIGSEGV handler, which would report and exit with a status instead.
+    ::signal(SIGSEGV, SIG_DFL);
+    ::raise(SIGSEGV);
+  }
   if (what == "kill") ::kill(::getpid(), SIGKILL);
   if (what == "fail") {
     std::cerr << "standin: failing on purpose\n";
