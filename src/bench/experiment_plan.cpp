@@ -11,6 +11,7 @@
 #include <fmt/ranges.h>
 #include <toml++/toml.h>
 
+#include "common/text.hpp"
 #include "trainfit/bench.hpp"
 #include "trainfit/error.hpp"
 #include "trainfit/hardware.hpp"
@@ -352,12 +353,9 @@ ExperimentPlan parse_experiment_plan(std::string_view toml_text, std::string_vie
 }
 
 ExperimentPlan load_experiment_plan(std::string_view path) {
-  std::ifstream f{std::string(path)};
-  if (!f) throw InputError(fmt::format("cannot read experiment plan '{}'", path));
-  std::stringstream ss;
-  ss << f.rdbuf();
-  if (ss.str().size() > (std::size_t{1} << 20)) throw InputError(fmt::format("{}: larger than 1 MiB", path));
-  return parse_experiment_plan(ss.str(), path);
+  const std::string text = detail::read_text_file(path, "experiment plan");
+  if (text.size() > (std::size_t{1} << 20)) throw InputError(fmt::format("{}: larger than 1 MiB", path));
+  return parse_experiment_plan(text, path);
 }
 
 std::vector<BenchConfig> expand_matrix(const ExperimentPlan& plan) {

@@ -1,4 +1,5 @@
 // Reading measured steps and putting the planner's prediction beside them.
+#include "common/text.hpp"
 #include "trainfit/measurements.hpp"
 
 #include <algorithm>
@@ -107,11 +108,7 @@ std::vector<MeasuredStep> parse_measurements(std::string_view text, std::string_
 }
 
 std::vector<MeasuredStep> load_measurements(std::string_view path) {
-  std::ifstream f{std::string(path)};
-  if (!f) throw InputError(fmt::format("cannot read measurements file '{}'", path));
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return parse_measurements(ss.str(), path);
+  return parse_measurements(detail::read_text_file(path, "measurements file"), path);
 }
 
 namespace {

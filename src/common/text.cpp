@@ -1,7 +1,13 @@
 #include "common/text.hpp"
 
 #include <algorithm>
+#include <fstream>
+#include <sstream>
 #include <vector>
+
+#include <fmt/format.h>
+
+#include "trainfit/error.hpp"
 
 namespace trainfit::detail {
 
@@ -19,6 +25,14 @@ std::size_t edit_distance(std::string_view a, std::string_view b) {
     }
   }
   return row[b.size()];
+}
+
+std::string read_text_file(std::string_view path, std::string_view what) {
+  std::ifstream in{std::string(path), std::ios::binary};
+  if (!in) throw InputError(fmt::format("cannot read {} '{}'", what, path));
+  std::ostringstream text;
+  text << in.rdbuf();
+  return std::move(text).str();
 }
 
 }  // namespace trainfit::detail

@@ -10,6 +10,7 @@
 #include <map>
 #include <sstream>
 
+#include "common/text.hpp"
 #include "trainfit/telemetry.hpp"
 
 namespace trainfit::telemetry {
@@ -219,11 +220,7 @@ Recording parse_recording(std::string_view jsonl, std::string_view source_name) 
 }
 
 Recording load_recording(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError("cannot open recording '" + path + "'");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return parse_recording(ss.str(), path);
+  return parse_recording(detail::read_text_file(path, "recording"), path);
 }
 
 std::string render_prometheus(std::span<const GpuInfo> gpus, const Sample& latest,

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <toml++/toml.h>
 
+#include "common/text.hpp"
 #include "trainfit/error.hpp"
 #include "trainfit/time.hpp"
 
@@ -81,11 +82,7 @@ TimeProfile parse_profile(std::string_view text, std::string_view src) {
 }
 
 TimeProfile load_profile(std::string_view path) {
-  std::ifstream f{std::string(path)};
-  if (!f) throw InputError(fmt::format("cannot read profile '{}'", path));
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return parse_profile(ss.str(), path);
+  return parse_profile(detail::read_text_file(path, "profile"), path);
 }
 
 std::string profile_to_toml(const TimeProfile& p) {
