@@ -1,6 +1,8 @@
 // `trainfit watch` as a user runs it: no driver, the fake driver, a job, a replay.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <array>
 #include <cstdio>
 #include <fstream>
@@ -16,7 +18,8 @@ using Result = trainfit::testing::CliResult;
 Result run(const std::string& env, const std::string& args) { return trainfit::testing::run_cli(args, env); }
 
 std::string fake_env() {
-  const std::string script = testing::TempDir() + "/watch_cli_fake.txt";
+  // One file per test process: ctest runs the tests of this suite in parallel.
+  const std::string script = testing::TempDir() + "/watch_cli_fake_" + std::to_string(::getpid()) + ".txt";
   std::ofstream(script) << "gpu0.name Fake H200\ngpu0.memory_total 150000000000\ngpu0.memory_used 20000000000\n"
                            "gpu0.util_gpu 97 99\ngpu0.power_mw 600000\n";
   return "FAKE_NVML_SCRIPT=" + script + " TRAINFIT_NVML_LIBRARY=" + TRAINFIT_FAKE_NVML;

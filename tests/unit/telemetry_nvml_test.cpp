@@ -2,6 +2,8 @@
 // (tests/fake_nvml/): scripted answers, driver errors, refused metrics, the old process struct.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cstdlib>
 #include <fstream>
 #include <thread>
@@ -16,7 +18,8 @@ using namespace trainfit::telemetry;
 class Script {
  public:
   explicit Script(const std::string& text)
-      : path_(testing::TempDir() + "/fake_nvml_" + std::to_string(++counter_) + ".txt") {
+      // ctest runs each test in its own process, in parallel: the process id keeps their scripts apart.
+      : path_(testing::TempDir() + "/fake_nvml_" + std::to_string(::getpid()) + "_" + std::to_string(++counter_) + ".txt") {
     std::ofstream(path_) << text;
     setenv("FAKE_NVML_SCRIPT", path_.c_str(), 1);
   }
