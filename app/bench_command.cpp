@@ -1,11 +1,13 @@
 // `trainfit bench PLAN.toml`: run a pre-registered experiment on this machine's GPU(s) and judge it.
 // Progress goes to stderr as each config starts and ends; the judged criteria and the
 // predicted-vs-measured table to stdout at the end (docs/bench.md).
+#include <algorithm>
 #include <cstdlib>
 #include <iostream>
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -26,6 +28,7 @@ struct BenchFlags {
   bool dry_run = false;
   bool retry_failed = false;
   bool no_telemetry = false;
+  std::optional<std::string> devices;
 };
 
 std::string clock(double s) {
@@ -33,12 +36,17 @@ std::string clock(double s) {
   return t >= 3600 ? fmt::format("{}h{:02}m", t / 3600, t / 60 % 60) : fmt::format("{}m{:02}s", t / 60, t % 60);
 }
 
-// Device memory and utilisation while one config runs, from NVML (the watch command's reader).
+// Device memory and utilisation of one config's GPUs while it runs (all GPUs when it was given
+// none), from NVML (the watch command's reader).
 class NvmlSampler : public bench::ConfigSampler {
  public:
-  explicit NvmlSampler(Nvml& nvml) : nvml_(nvml) {}
+  NvmlSampler(Nvml& nvml, const std::vector<int>& devices) : nvml_(nvml) {
+    for (std::size_t i = 0; i < nvml_.gpus().size(); ++i)
+      if (devices.empty() || std::find(devices.begin(), devices.end(), nvml_.gpus()[i].index) != devices.end())
+        positions_.push_back(i);
+  }
   void tick() override {
-    for (std::size_t i = 0; i < nvml_.gpus().size(); ++i) {
+    for (const std::size_t i : positions_) {
       const GpuReading r = nvml_.read(i, false);
       if (r.memory_used_bytes) used_max_ = std::max(used_max_.value_or(0), *r.memory_used_bytes);
       if (r.gpu_util_percent) {
@@ -61,16 +69,33 @@ class NvmlSampler : public bench::ConfigSampler {
 
  private:
   Nvml& nvml_;
+  std::vector<std::size_t> positions_;  // into nvml_.gpus()
   std::optional<std::int64_t> used_max_;
   double util_sum_ = 0, util_max_ = 0;
   int util_n_ = 0, ticks_ = 0;
 };
 
+std::string join(const std::vector<int>& devices) {
+  std::string s;
+  for (const int d : devices) s += (s.empty() ? "" : ",") + std::to_string(d);
+  return s;
+}
+
+std::string on_gpus(const std::vector<int>& devices) {
+  return fmt::format(" on GPU{} {}", devices.size() == 1 ? "" : "s", join(devices));
+}
+
 void print_progress(const bench::Progress& p) {
   const std::string at = fmt::format("[{}/{}]", p.position, p.total);
   const std::string eta = p.eta_seconds ? ", eta " + clock(*p.eta_seconds) : "";
+  // With --devices, configs end out of order: the end names its config and GPUs too.
+  const std::string where = p.devices == nullptr ? ""
+                            : p.devices->empty() ? " " + p.config->label
+                                                 : " " + p.config->label + on_gpus(*p.devices);
   if (p.event == bench::Progress::Event::started) {
-    std::cerr << fmt::format("{} {}  (elapsed {}{})\n", at, p.config->label, clock(p.elapsed_seconds), eta);
+    std::cerr << fmt::format("{} {}{}  (elapsed {}{}{})\n", at, p.config->label,
+                             p.devices != nullptr ? on_gpus(*p.devices) : "", clock(p.elapsed_seconds), eta,
+                             p.devices != nullptr ? fmt::format(", {} running", p.running) : "");
     return;
   }
   const auto& r = *p.row;
@@ -87,8 +112,8 @@ void print_progress(const bench::Progress& p) {
     return;
   }
   if (m.value("status", "") != "ok" && m.contains("error")) what += ": " + m["error"].get<std::string>().substr(0, 160);
-  std::cerr << fmt::format("{}   -> {}  ({:.1f} s; elapsed {}{})\n", at, what, r["bench"].value("wall_seconds", 0.0),
-                           clock(p.elapsed_seconds), eta);
+  std::cerr << fmt::format("{}{}   -> {}  ({:.1f} s; elapsed {}{})\n", at, where, what,
+                           r["bench"].value("wall_seconds", 0.0), clock(p.elapsed_seconds), eta);
 }
 
 }  // namespace
@@ -107,12 +132,19 @@ void add_bench_command(CLI::App& app, int& exit_code) {
   cmd->add_flag("--dry-run", flags->dry_run, "list the configs with their predictions; run nothing");
   cmd->add_flag("--retry-failed", flags->retry_failed, "run again the configs that crashed, timed out or failed");
   cmd->add_flag("--no-telemetry", flags->no_telemetry, "do not sample the GPU through NVML");
+  cmd->add_option("--devices", flags->devices,
+                  "run configs concurrently on these GPUs (NVML indices, PCI bus order: 0,1 or all), each on its\n"
+                  "`gpus` of them, started in plan order; the runner gets CUDA_VISIBLE_DEVICES and\n"
+                  "CUDA_DEVICE_ORDER=PCI_BUS_ID. Concurrent configs share the host's CPU and PCIe, so the step\n"
+                  "times of host-bound configs can move. Default: one config at a time, every GPU visible");
   cmd->callback([flags, &exit_code] {
     if (flags->format != "table" && flags->format != "json")
       throw InputError(fmt::format("unknown --format '{}'; expected table or json", flags->format));
     bench::ExperimentPlan plan = bench::load_experiment_plan(flags->plan);
     if (!flags->gpu.empty()) plan.gpu = find_gpu(flags->gpu).id;
     const std::vector<bench::BenchConfig> configs = bench::expand_matrix(plan);
+    // The list's form is checked before anything runs, even for --dry-run ("all" needs NVML).
+    if (flags->devices && *flags->devices != "all") bench::parse_devices(*flags->devices, nullptr);
     if (flags->dry_run) {
       std::cout << bench::render_matrix(plan, configs);
       exit_code = 0;
@@ -134,16 +166,29 @@ void add_bench_command(CLI::App& app, int& exit_code) {
     o.retry_failed = flags->retry_failed;
     o.on_progress = print_progress;
     std::unique_ptr<Nvml> nvml;
-    if (!flags->no_telemetry) {
+    if (!flags->no_telemetry || flags->devices) {  // --devices: NVML, when there, says which GPUs exist
       try {
         nvml = Nvml::open();
       } catch (const TelemetryUnavailable& e) {
-        std::cerr << fmt::format("trainfit bench: no NVML telemetry ({}); the runner's own readings only\n", e.what());
+        if (!flags->no_telemetry)
+          std::cerr << fmt::format("trainfit bench: no NVML telemetry ({}); the runner's own readings only\n",
+                                   e.what());
       }
     }
-    if (nvml) o.make_sampler = [&nvml] { return std::make_unique<NvmlSampler>(*nvml); };
-    std::cerr << fmt::format("{}: {} configs, results in {}/results.jsonl, runner: {}\n", plan.name, configs.size(),
-                             o.results_dir, runner);
+    if (flags->devices) {
+      std::vector<int> available;
+      if (nvml)
+        for (const auto& g : nvml->gpus()) available.push_back(g.index);
+      o.devices = bench::parse_devices(*flags->devices, nvml ? &available : nullptr);
+    }
+    if (nvml && !flags->no_telemetry)
+      o.make_sampler = [&nvml](const std::vector<int>& devices) {
+        return std::make_unique<NvmlSampler>(*nvml, devices);
+      };
+    std::cerr << fmt::format(
+        "{}: {} configs, results in {}/results.jsonl, runner: {}{}\n", plan.name, configs.size(), o.results_dir, runner,
+        o.devices.empty() ? ""
+                          : fmt::format("; on GPUs {}, up to {} configs at once", join(o.devices), o.devices.size()));
     const auto rows = bench::run_configs(plan, configs, o);
     const bench::BenchReport report = bench::judge_results(plan, rows);
     const nlohmann::json doc = bench::report_to_json(plan, report);

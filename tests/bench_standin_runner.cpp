@@ -5,22 +5,42 @@
 // field makes it misbehave: "oom" (ask for more than the card), "crash" (SIGSEGV), "kill"
 // (SIGKILL itself), "hang" (never finish), "hang-hard" (and ignore SIGTERM), "fail" (exit 1
 // without a row), "noresult" (exit 0 without a row). It writes its pid to PATH.pid first.
+// For the concurrency tests: x_gate (a path, or "" for none: wait until that file exists first),
+// x_rendezvous and x_peers (a folder: add a file for this runner, then wait, up to x_rendezvous_s
+// seconds (default 60), until x_peers runners have; status "error" if they never do),
+// x_spawn_child (fork a child that sleeps forever in the runner's process group; its pid goes to
+// PATH.child.pid). The row's measured.standin records CUDA_VISIBLE_DEVICES, CUDA_DEVICE_ORDER and
+// NCCL_NVLS_ENABLE as the runner saw them (null when unset) and its start and end (Unix seconds).
 #include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 using nlohmann::json;
+
+namespace {
+
+double unix_now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+json env_or_null(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr ? json(v) : json(nullptr);
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   std::string config_text, out;
@@ -32,6 +52,7 @@ int main(int argc, char** argv) {
     std::cerr << "usage: standin --config JSON --out PATH\n";
     return 2;
   }
+  const double started_unix = unix_now();
   std::ofstream(out + ".pid") << ::getpid() << "\n";
   const json c = json::parse(config_text);
   const std::string what = c.value("x_do", "ok");
@@ -56,13 +77,43 @@ int main(int argc, char** argv) {
   if (what == "hang" || what == "hang-hard")
     for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
 
+  if (c.value("x_spawn_child", false)) {
+    const pid_t child = ::fork();
+    if (child == 0)
+      for (;;) ::pause();
+    std::ofstream(out + ".child.pid") << child << "\n";
+  }
+  if (const std::string gate = c.value("x_gate", ""); !gate.empty()) {
+    while (!std::filesystem::exists(gate)) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
   json measured = {{"status", "ok"}};
+  bool met = true;
+  if (c.contains("x_rendezvous")) {
+    namespace fs = std::filesystem;
+    const fs::path dir = c["x_rendezvous"].get<std::string>();
+    const auto peers = c.value("x_peers", 2);
+    fs::create_directories(dir);
+    std::ofstream(dir / std::to_string(::getpid())) << "\n";
+    const auto until =
+        std::chrono::steady_clock::now() + std::chrono::duration<double>(c.value("x_rendezvous_s", 60.0));
+    for (;;) {
+      const auto n = std::distance(fs::directory_iterator(dir), fs::directory_iterator());
+      if (n >= peers) break;
+      if (std::chrono::steady_clock::now() > until) {
+        met = false;
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
   const double want = what == "oom" ? 1e9 : alloc_mib;
   const double cap_mib = c.contains("vram_bytes") && c.value("overflow", "oom") == "oom"
                              ? c["vram_bytes"].get<double>() / 1048576.0
                              : 1e12;
   std::vector<double> step_seconds;
-  if (want > cap_mib) {  // what a capped CUDA allocator does: refuse, and the runner reports it
+  if (!met) {
+    measured = {{"status", "error"}, {"error", "standin: the other runners of the rendezvous never came"}};
+  } else if (want > cap_mib) {  // what a capped CUDA allocator does: refuse, and the runner reports it
     measured = {{"status", "oom"}, {"error", "standin: tried to allocate past the emulated card"},
                 {"oom_at_step", 1}, {"num_ooms", 1}};
   } else {
@@ -89,6 +140,11 @@ int main(int argc, char** argv) {
     measured["num_alloc_retries"] = 0;
     measured["num_ooms"] = 0;
   }
+  measured["standin"] = {{"cuda_visible_devices", env_or_null("CUDA_VISIBLE_DEVICES")},
+                         {"cuda_device_order", env_or_null("CUDA_DEVICE_ORDER")},
+                         {"nccl_nvls_enable", env_or_null("NCCL_NVLS_ENABLE")},
+                         {"started_unix", started_unix},
+                         {"ended_unix", unix_now()}};
   const json row = {{"config", c}, {"measured", measured},
                     {"stack", {{"gpu", "stand-in"}, {"torch", "none"}, {"transformers", "none"}, {"peft", "none"},
                                {"driver", "none"}}}};

@@ -110,7 +110,7 @@ std::vector<BenchConfig> expand_matrix(const ExperimentPlan& plan);
 
 // ---- Running ----------------------------------------------------------------------------------
 
-// Samples the device while one config runs (NVML); summary() becomes the row's "telemetry".
+// Samples the GPUs of one running config (NVML); summary() becomes the row's "telemetry".
 class ConfigSampler {
  public:
   virtual ~ConfigSampler() = default;
@@ -120,12 +120,14 @@ class ConfigSampler {
 
 struct Progress {
   enum class Event { skipped, started, finished } event = Event::started;
-  std::size_t position = 0;   // 1-based
+  std::size_t position = 0;  // 1-based, in plan order
   std::size_t total = 0;
   const BenchConfig* config = nullptr;
   const nlohmann::json* row = nullptr;  // finished / skipped
   double elapsed_seconds = 0;           // since this invocation started
-  std::optional<double> eta_seconds;    // from the configs run so far
+  std::optional<double> eta_seconds;    // from the configs run so far, over the parallel slots
+  const std::vector<int>* devices = nullptr;  // with RunOptions::devices: the config's GPUs (empty when it got none)
+  std::size_t running = 0;                    // configs running after this event (a started one included)
 };
 
 struct RunOptions {
@@ -135,15 +137,27 @@ struct RunOptions {
   bool retry_failed = false;      // rerun rows whose status is crashed / timeout / error
   double kill_grace_seconds = 5;  // SIGTERM, then SIGKILL of the process group after this
   std::function<void(const Progress&)> on_progress;
-  std::function<std::unique_ptr<ConfigSampler>()> make_sampler;  // optional
+  // The GPUs to run on (NVML indices: PCI bus order). Empty: one config at a time, and its runner
+  // sees every GPU. Otherwise as many configs run at once as these devices allow, each on
+  // `config.gpus` of them, started in plan order (a config waits for enough free devices, and the
+  // ones after it wait behind it); its runner gets CUDA_VISIBLE_DEVICES=<its devices> and
+  // CUDA_DEVICE_ORDER=PCI_BUS_ID. A config needing more devices than listed gets an error row.
+  std::vector<int> devices;
+  // Optional: one sampler per running config, for its devices (empty: every GPU).
+  std::function<std::unique_ptr<ConfigSampler>(const std::vector<int>& devices)> make_sampler;
 };
 
 // Splits a command line on spaces, with '...' and "..." quoting.
 std::vector<std::string> split_command(std::string_view command);
 
+// `--devices`: "0,1", "3", or "all". `available`: the NVML indices when NVML answers (an index
+// not among them is an error; "all" means them); null: the indices are taken as given, and "all"
+// is an error. Throws InputError on a malformed list or a duplicate.
+std::vector<int> parse_devices(std::string_view text, const std::vector<int>* available);
+
 // Runs every config not already in results_dir/results.jsonl and returns all rows of this plan
-// (earlier and new), in matrix order. Throws InputError when the directory can't be used or
-// another bench holds it.
+// (earlier and new), in matrix order; results.jsonl gets each row as its config finishes. Throws
+// InputError when the directory can't be used or another bench holds it.
 std::vector<nlohmann::json> run_configs(const ExperimentPlan& plan, const std::vector<BenchConfig>& configs,
                                         const RunOptions& options);
 // Writes results_dir/results.json atomically (a temporary file renamed over it).

@@ -1,11 +1,17 @@
 // Runs each config in its own process and never loses a finished row.
 //
-// Durability: a row is one write() of one line to results.jsonl (O_APPEND), then fsync, before
-// the next config starts; a torn last line (the orchestrator killed inside write) is cut off on
+// Durability: a row is one write() of one line to results.jsonl (O_APPEND), then fsync, as soon
+// as its config finishes; a torn last line (the orchestrator killed inside write) is cut off on
 // the next start, and that config runs again. Isolation: each runner is its own process group
 // (setpgid), so a timeout kills it and everything it started (torchrun's workers); it also dies
-// with the orchestrator (PR_SET_PDEATHSIG), and a group left behind by a SIGKILLed orchestrator
-// is killed on the next start (the group id is kept in .running).
+// with the orchestrator (PR_SET_PDEATHSIG), and what a SIGKILLed orchestrator's runners left
+// behind is killed on the next start: .running lists every running group with a token that its
+// processes carry in their environment (TRAINFIT_BENCH_RUN), so they are found even after the
+// group's leader is gone.
+//
+// Concurrency (RunOptions::devices): a pool of GPUs; configs start in plan order while the free
+// devices cover the next one's `gpus`, and each running config is polled in turn (its own timeout,
+// its own sampler).
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/file.h>
@@ -26,6 +32,7 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -113,14 +120,65 @@ std::string start_time_of(pid_t pid) {
   return {};
 }
 
-void kill_stale_group(const fs::path& running) {
-  std::ifstream f(running);
+constexpr std::string_view kTokenVar = "TRAINFIT_BENCH_RUN";
+
+// Every process (but this one) whose environment carries TRAINFIT_BENCH_RUN=token.
+std::vector<pid_t> processes_with_token(const std::string& token) {
+  const std::string needle = std::string(1, '\0') + std::string(kTokenVar) + "=" + token + std::string(1, '\0');
+  std::vector<pid_t> out;
+  std::error_code ec;
+  for (fs::directory_iterator it("/proc", ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.empty() || !std::all_of(name.begin(), name.end(), [](char c) { return c >= '0' && c <= '9'; })) continue;
+    const pid_t pid = static_cast<pid_t>(std::stol(name));
+    if (pid == ::getpid()) continue;
+    const std::string env = std::string(1, '\0') + read_file(it->path() / "environ");  // unreadable: empty
+    if (env.find(needle) != std::string::npos) out.push_back(pid);
+  }
+  return out;
+}
+
+// .running: one line per running config, "PGID START TOKEN" (START: the leader's /proc start time).
+struct RunningGroup {
   long pgid = 0;
   std::string started;
-  if (f >> pgid >> started && pgid > 1 && start_time_of(static_cast<pid_t>(pgid)) == started)
-    ::kill(static_cast<pid_t>(-pgid), SIGKILL);
+  std::string token;
+};
+
+// Kills what a SIGKILLed orchestrator's runners left behind: each group whose leader is still the
+// process that was started, and every process carrying one of the tokens (the leader has died
+// with the orchestrator, but torchrun's workers or a runner's children may live on).
+void kill_stale_groups(const fs::path& running) {
+  std::ifstream f(running);
+  std::string line;
+  while (std::getline(f, line)) {
+    std::istringstream in(line);
+    RunningGroup g;
+    if (!(in >> g.pgid >> g.started) || g.pgid <= 1) continue;
+    in >> g.token;  // absent in a file written before tokens
+    if (start_time_of(static_cast<pid_t>(g.pgid)) == g.started) ::kill(static_cast<pid_t>(-g.pgid), SIGKILL);
+    if (!g.token.empty())
+      for (const pid_t pid : processes_with_token(g.token)) ::kill(pid, SIGKILL);
+  }
+  f.close();
   std::error_code ec;
   fs::remove(running, ec);
+}
+
+// Rewrites .running (a temporary file renamed over it) with the groups running now; removes it
+// when none is.
+void write_running(const fs::path& running, const std::vector<RunningGroup>& groups) {
+  std::error_code ec;
+  if (groups.empty()) {
+    fs::remove(running, ec);
+    return;
+  }
+  const fs::path tmp = running.string() + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    for (const auto& g : groups) out << g.pgid << " " << g.started << " " << g.token << "\n";
+  }
+  fs::rename(tmp, running, ec);
 }
 
 // Cuts a torn last line (no newline) so the next row starts on a line of its own.
@@ -190,41 +248,71 @@ Spawned spawn(const std::vector<std::string>& argv, const std::vector<std::pair<
   return {pid};
 }
 
-Exit wait_for(const Spawned& s, double timeout, double grace, ConfigSampler* sampler) {
-  const auto t0 = Clock::now();
-  auto last_tick = t0;
-  Exit e;
-  int status = 0;
+// One running config.
+struct Slot {
+  std::size_t position = 0;  // in the plan's configs
+  Spawned child;
+  RunningGroup group;
+  std::vector<std::size_t> pool_slots;  // positions in RunOptions::devices
+  std::vector<int> devices;             // the NVML indices (empty without a pool)
+  std::unique_ptr<ConfigSampler> sampler;
+  fs::path out, log;
+  std::string started;  // UTC
+  Clock::time_point t0, last_tick, term_at;
   bool terminated = false;
-  Clock::time_point term_at;
-  for (;;) {
-    const pid_t r = ::waitpid(s.pid, &status, WNOHANG);
-    if (r == s.pid) break;
-    if (r < 0 && errno != EINTR) break;
-    const double t = seconds_since(t0);
-    if (!terminated && t > timeout) {
-      e.timed_out = true;
-      terminated = true;
-      term_at = Clock::now();
-      ::kill(-s.pid, SIGTERM);
-    } else if (terminated && seconds_since(term_at) > grace) {
-      ::kill(-s.pid, SIGKILL);
+  bool timed_out = false;
+};
+
+// One look at a running config: its exit once it has ended (the rest of its group killed), else
+// the timeout's SIGTERM and SIGKILL when due, and a sample every 0.5 s.
+std::optional<Exit> poll(Slot& s, double timeout, double grace) {
+  int status = 0;
+  const pid_t r = ::waitpid(s.child.pid, &status, WNOHANG);
+  if (r == 0 || (r < 0 && errno == EINTR)) {
+    if (!s.terminated && seconds_since(s.t0) > timeout) {
+      s.timed_out = true;
+      s.terminated = true;
+      s.term_at = Clock::now();
+      ::kill(-s.child.pid, SIGTERM);
+    } else if (s.terminated && seconds_since(s.term_at) > grace) {
+      ::kill(-s.child.pid, SIGKILL);
     }
-    if (sampler != nullptr && seconds_since(last_tick) >= 0.5) {
-      sampler->tick();
-      last_tick = Clock::now();
+    if (s.sampler != nullptr && seconds_since(s.last_tick) >= 0.5) {
+      s.sampler->tick();
+      s.last_tick = Clock::now();
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    return std::nullopt;
   }
-  ::kill(-s.pid, SIGKILL);  // whatever the runner left behind (workers, a stuck child) goes too
-  e.seconds = seconds_since(t0);
-  if (WIFSIGNALED(status)) {
+  ::kill(-s.child.pid, SIGKILL);  // whatever the runner left behind (workers, a stuck child) goes too
+  Exit e;
+  e.timed_out = s.timed_out;
+  e.seconds = seconds_since(s.t0);
+  if (r == s.child.pid && WIFSIGNALED(status)) {
     e.signaled = true;
     e.code = WTERMSIG(status);
-  } else if (WIFEXITED(status)) {
+  } else if (r == s.child.pid && WIFEXITED(status)) {
     e.code = WEXITSTATUS(status);
   }
   return e;
+}
+
+// Kills and reaps the configs still running when run_configs leaves early (an exception).
+struct RunningReaper {
+  std::vector<std::unique_ptr<Slot>>& slots;
+  ~RunningReaper() {
+    for (const auto& s : slots) {
+      ::kill(-s->child.pid, SIGKILL);
+      int status = 0;
+      while (::waitpid(s->child.pid, &status, 0) < 0 && errno == EINTR) {
+      }
+    }
+  }
+};
+
+std::string join_devices(const std::vector<int>& devices) {
+  std::string s;
+  for (const int d : devices) s += (s.empty() ? "" : ",") + std::to_string(d);
+  return s;
 }
 
 bool mentions_oom(const std::string& log) {
@@ -236,7 +324,7 @@ bool mentions_oom(const std::string& log) {
 // The row for one finished config: the runner's measurement when it wrote one, otherwise what
 // the exit says (timeout / crashed / oom / error), with the end of its output.
 json make_row(const ExperimentPlan& plan, const BenchConfig& c, const Exit& exit, const fs::path& out,
-              const fs::path& log, const std::string& started) {
+              const fs::path& log, const std::string& started, const std::vector<int>* devices) {
   json row = json::object();
   const json reported = json::parse(read_file(out), nullptr, false);
   const bool have = reported.is_object() && reported.contains("measured") && reported["measured"].is_object();
@@ -273,6 +361,20 @@ json make_row(const ExperimentPlan& plan, const BenchConfig& c, const Exit& exit
                            : exit.signaled ? fmt::format("signal {}", exit.code)
                                            : fmt::format("code {}", exit.code)},
                   {"log", log.filename().string()}};
+  if (devices != nullptr) row["bench"]["devices"] = *devices;
+  return row;
+}
+
+// The row of a config that cannot run on the listed devices: it is not started.
+json unrunnable_row(const ExperimentPlan& plan, const BenchConfig& c, std::size_t needed, std::size_t listed,
+                    const std::string& started) {
+  json row = json::object();
+  row["config"] = c.config;
+  row["measured"] = {{"status", "error"},
+                     {"error", fmt::format("needs {} GPUs but --devices lists {}; not run", needed, listed)}};
+  row["stack"] = json::object();
+  row["bench"] = {{"plan", plan.name},  {"key", c.key},        {"index", c.index},  {"label", c.label},
+                  {"started", started}, {"wall_seconds", 0.0}, {"exit", "not run"}, {"devices", json::array()}};
   return row;
 }
 
@@ -304,6 +406,43 @@ std::vector<std::string> split_command(std::string_view command) {
   return out;
 }
 
+std::vector<int> parse_devices(std::string_view text, const std::vector<int>* available) {
+  const auto trim = [](std::string_view v) {
+    while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
+    while (!v.empty() && (v.back() == ' ' || v.back() == '\t')) v.remove_suffix(1);
+    return v;
+  };
+  const std::string_view all = trim(text);
+  if (all == "all") {
+    if (available == nullptr)
+      throw InputError("--devices all: NVML is not available to list the GPUs; name them (--devices 0,1)");
+    return *available;
+  }
+  if (all.empty()) throw InputError("--devices: empty list; expected GPU indices like 0,1 or all");
+  std::vector<int> out;
+  std::size_t from = 0;
+  for (;;) {
+    const std::size_t comma = all.find(',', from);
+    const std::string_view item =
+        trim(all.substr(from, comma == std::string_view::npos ? std::string_view::npos : comma - from));
+    const bool digits = !item.empty() && item.size() <= 6 &&
+                        std::all_of(item.begin(), item.end(), [](char c) { return c >= '0' && c <= '9'; });
+    if (!digits)
+      throw InputError(
+          fmt::format("--devices '{}': '{}' is not a GPU index; expected indices like 0,1 or all", text, item));
+    const int d = std::stoi(std::string(item));
+    if (std::find(out.begin(), out.end(), d) != out.end())
+      throw InputError(fmt::format("--devices '{}': GPU {} is listed twice", text, d));
+    if (available != nullptr && std::find(available->begin(), available->end(), d) == available->end())
+      throw InputError(
+          fmt::format("--devices '{}': there is no GPU {}; NVML lists {}", text, d, join_devices(*available)));
+    out.push_back(d);
+    if (comma == std::string_view::npos) break;
+    from = comma + 1;
+  }
+  return out;
+}
+
 std::vector<json> run_configs(const ExperimentPlan& plan, const std::vector<BenchConfig>& configs,
                               const RunOptions& options) {
   const fs::path dir(options.results_dir);
@@ -311,7 +450,8 @@ std::vector<json> run_configs(const ExperimentPlan& plan, const std::vector<Benc
   fs::create_directories(dir / "runs", ec);
   if (ec) throw InputError(fmt::format("cannot create '{}': {}", (dir / "runs").string(), ec.message()));
   const DirLock lock(dir);
-  kill_stale_group(dir / ".running");
+  const fs::path running_file = dir / ".running";
+  kill_stale_groups(running_file);
   const fs::path results = dir / "results.jsonl";
   repair_tail(results);
 
@@ -341,59 +481,153 @@ std::vector<json> run_configs(const ExperimentPlan& plan, const std::vector<Benc
     ~Closer() { ::close(fd); }
   } closer{fd};
 
+  // The pool: without devices, one anonymous slot (one config at a time, every GPU visible).
+  const bool pooled = !options.devices.empty();
+  const std::size_t pool = pooled ? options.devices.size() : 1;
+  std::vector<bool> busy(pool, false);
+  std::size_t free_count = pool;
+  auto needs = [&](const BenchConfig& c) -> std::size_t {
+    if (!pooled) return 1;
+    const json& g = c.config.contains("gpus") ? c.config["gpus"] : json(1);
+    return g.is_number_integer() && g.get<std::int64_t>() > 1 ? static_cast<std::size_t>(g.get<std::int64_t>()) : 1;
+  };
+
+  // ETA: the device-seconds still to spend (at the mean per device of the configs run so far),
+  // spread over the pool.
   const auto t0 = Clock::now();
-  std::size_t to_run = 0;
-  for (const auto& c : configs) to_run += finished(c) ? 0U : 1U;
-  std::size_t ran = 0;
-  double ran_seconds = 0;
-  std::vector<json> rows;
-  for (std::size_t i = 0; i < configs.size(); ++i) {
-    const BenchConfig& c = configs[i];
+  std::size_t units_left = 0;  // sum of needs() over the configs still to run
+  for (const auto& c : configs)
+    if (!finished(c) && needs(c) <= pool) units_left += needs(c);
+  std::size_t units_ran = 0;
+  double unit_seconds = 0;
+  auto eta = [&]() -> std::optional<double> {
+    if (units_ran == 0) return std::nullopt;
+    return unit_seconds / static_cast<double>(units_ran) * static_cast<double>(units_left) / static_cast<double>(pool);
+  };
+
+  std::vector<std::optional<json>> rows_at(configs.size());
+  std::vector<std::unique_ptr<Slot>> slots;
+  const RunningReaper reaper{slots};
+  auto running_groups = [&] {
+    std::vector<RunningGroup> groups;
+    for (const auto& s : slots) groups.push_back(s->group);
+    return groups;
+  };
+  auto report = [&](Progress::Event event, std::size_t i, const json* row, const std::vector<int>* devices) {
+    if (!options.on_progress) return;
     Progress p;
+    p.event = event;
     p.position = i + 1;
     p.total = configs.size();
-    p.config = &c;
-    if (finished(c)) {
-      rows.push_back(done[c.key]);
-      p.event = Progress::Event::skipped;
-      p.row = &rows.back();
-      p.elapsed_seconds = seconds_since(t0);
-      if (options.on_progress) options.on_progress(p);
-      continue;
-    }
+    p.config = &configs[i];
+    p.row = row;
     p.elapsed_seconds = seconds_since(t0);
-    if (ran > 0) p.eta_seconds = ran_seconds / static_cast<double>(ran) * static_cast<double>(to_run - ran);
-    if (options.on_progress) options.on_progress(p);
-
-    const std::string stem = fmt::format("{:04}-{}", c.index + 1, fnv1a_hex(c.key));
-    const fs::path out = dir / "runs" / (stem + ".json");
-    const fs::path log = dir / "runs" / (stem + ".log");
-    fs::remove(out, ec);
-    std::vector<std::string> argv = options.runner;
-    argv.insert(argv.end(), {"--config", c.key, "--out", out.string()});
-    const std::string started = utc_now();
-    std::unique_ptr<ConfigSampler> sampler = options.make_sampler ? options.make_sampler() : nullptr;
-    const Spawned child = spawn(argv, options.env, log);
-    {
-      std::ofstream running(dir / ".running", std::ios::trunc);
-      running << child.pid << " " << start_time_of(child.pid) << "\n";
-    }
-    const Exit exit = wait_for(child, plan.timeout_seconds, options.kill_grace_seconds, sampler.get());
-    fs::remove(dir / ".running", ec);
-    json row = make_row(plan, c, exit, out, log, started);
-    if (sampler) row["telemetry"] = sampler->summary();
-    annotate_row(plan, row);
+    if (event != Progress::Event::skipped) p.eta_seconds = eta();
+    p.devices = pooled ? devices : nullptr;
+    p.running = slots.size() + (event == Progress::Event::started ? 1 : 0);
+    options.on_progress(p);
+  };
+  auto append = [&](const json& row) {
     write_all(fd, row.dump() + "\n", results);
     if (::fsync(fd) != 0) throw InputError(fmt::format("cannot sync '{}': {}", results.string(), std::strerror(errno)));
-    ++ran;
-    ran_seconds += exit.seconds;
-    rows.push_back(std::move(row));
-    p.event = Progress::Event::finished;
-    p.row = &rows.back();
-    p.elapsed_seconds = seconds_since(t0);
-    p.eta_seconds = ran_seconds / static_cast<double>(ran) * static_cast<double>(to_run - ran);
-    if (options.on_progress) options.on_progress(p);
+  };
+  const std::vector<int> no_devices;
+
+  const std::string token_base =
+      fmt::format("{}-{}", ::getpid(), std::chrono::system_clock::now().time_since_epoch().count());
+  std::size_t next = 0;
+  while (next < configs.size() || !slots.empty()) {
+    // Start what fits, in plan order: the first config that does not fit waits, and so do the ones after it.
+    while (next < configs.size()) {
+      const std::size_t i = next;
+      const BenchConfig& c = configs[i];
+      if (finished(c)) {
+        rows_at[i] = done[c.key];
+        report(Progress::Event::skipped, i, &*rows_at[i], nullptr);
+        ++next;
+        continue;
+      }
+      const std::size_t need = needs(c);
+      if (need > pool) {
+        json row = unrunnable_row(plan, c, need, pool, utc_now());
+        annotate_row(plan, row);
+        append(row);
+        rows_at[i] = std::move(row);
+        report(Progress::Event::finished, i, &*rows_at[i], &no_devices);
+        ++next;
+        continue;
+      }
+      if (need > free_count) break;
+      auto slot = std::make_unique<Slot>();
+      slot->position = i;
+      for (std::size_t k = 0; k < pool && slot->pool_slots.size() < need; ++k) {
+        if (busy[k]) continue;
+        busy[k] = true;
+        slot->pool_slots.push_back(k);
+        if (pooled) slot->devices.push_back(options.devices[k]);
+      }
+      free_count -= need;
+      report(Progress::Event::started, i, nullptr, &slot->devices);
+
+      const std::string stem = fmt::format("{:04}-{}", c.index + 1, fnv1a_hex(c.key));
+      slot->out = dir / "runs" / (stem + ".json");
+      slot->log = dir / "runs" / (stem + ".log");
+      fs::remove(slot->out, ec);
+      std::vector<std::string> argv = options.runner;
+      argv.insert(argv.end(), {"--config", c.key, "--out", slot->out.string()});
+      std::vector<std::pair<std::string, std::string>> env = options.env;
+      slot->group.token = fmt::format("{}-{}", token_base, i);
+      env.emplace_back(kTokenVar, slot->group.token);
+      if (pooled) {
+        env.emplace_back("CUDA_VISIBLE_DEVICES", join_devices(slot->devices));
+        env.emplace_back("CUDA_DEVICE_ORDER", "PCI_BUS_ID");
+      }
+      slot->started = utc_now();
+      if (options.make_sampler) slot->sampler = options.make_sampler(slot->devices);
+      slot->child = spawn(argv, env, slot->log);
+      slot->t0 = slot->last_tick = Clock::now();
+      slot->group.pgid = slot->child.pid;
+      slot->group.started = start_time_of(slot->child.pid);
+      slots.push_back(std::move(slot));
+      write_running(running_file, running_groups());
+      ++next;
+    }
+
+    // Look at each running config; write the rows of those that ended, in the order they ended.
+    bool ended = false;
+    for (auto it = slots.begin(); it != slots.end();) {
+      Slot& s = **it;
+      const std::optional<Exit> exit = poll(s, plan.timeout_seconds, options.kill_grace_seconds);
+      if (!exit) {
+        ++it;
+        continue;
+      }
+      ended = true;
+      const BenchConfig& c = configs[s.position];
+      json row = make_row(plan, c, *exit, s.out, s.log, s.started, pooled ? &s.devices : nullptr);
+      if (s.sampler) row["telemetry"] = s.sampler->summary();
+      annotate_row(plan, row);
+      append(row);
+      const std::size_t need = s.pool_slots.size();
+      for (const std::size_t k : s.pool_slots) busy[k] = false;
+      free_count += need;
+      units_ran += need;
+      unit_seconds += exit->seconds * static_cast<double>(need);
+      units_left -= std::min(units_left, need);
+      const std::size_t i = s.position;
+      const std::vector<int> devices = s.devices;
+      rows_at[i] = std::move(row);
+      it = slots.erase(it);
+      write_running(running_file, running_groups());
+      report(Progress::Event::finished, i, &*rows_at[i], &devices);
+    }
+    if (!ended && !slots.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
+
+  std::vector<json> rows;
+  rows.reserve(configs.size());
+  for (auto& r : rows_at)
+    if (r) rows.push_back(std::move(*r));
   return rows;
 }
 
