@@ -21,6 +21,7 @@ import gc
 import importlib
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -377,12 +378,19 @@ def summarise(res, cfg, cuda, stats, device):
 # Several GPUs: torchrun starts one process per GPU; each runs the steps on its shard of the work.
 
 def wrap_distributed(torch, model, cfg, device):
+    """DDP (every rank holds the whole model; gradients all-reduced in buckets) or FSDP2's
+    fully_shard (parameters, gradients and optimizer states sharded; each decoder layer its own
+    unit, gathered for its forward and again for its backward; the root unit holds the
+    embedding, final norm and output layer).  FSDP2 shards each parameter on its own, so a LoRA
+    model's bf16 base and fp32 adapters can share a unit (FSDP1's flat parameters could not)."""
     if cfg.get("parallel", "ddp") == "fsdp":
-        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
-        from torch.distributed.fsdp.wrap import ModuleWrapPolicy
-        layer_types = {type(m) for n, m in model.named_modules() if n.endswith("layers.0")}
-        return FSDP(model, device_id=device if device.type == "cuda" else None, use_orig_params=True,
-                    auto_wrap_policy=ModuleWrapPolicy(layer_types) if layer_types else None)
+        from torch.distributed.fsdp import fully_shard
+        inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+        layers = [m for n, m in inner.named_modules() if re.fullmatch(r"(.*\.)?layers\.\d+", n)]
+        for layer in layers:
+            fully_shard(layer)
+        fully_shard(inner)
+        return model
     from torch.nn.parallel import DistributedDataParallel as DDP
     return DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
 
