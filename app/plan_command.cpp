@@ -17,7 +17,8 @@ namespace {
 struct SetupFlags {
   std::string method = "lora", weights, optimizer = "adamw", amp, attn = "sdpa", targets = "all-linear";
   std::string adapter_dtype = "fp32", compute_dtype = "bf16";
-  std::int64_t rank = 16, seq = 512, batch = 1, grad_accum = 1;
+  std::int64_t rank = 16, seq = 512, batch = 1, grad_accum = 1, gpus = 1;
+  std::string parallel = "ddp";
   std::optional<double> lora_alpha;
   double lora_dropout = 0.05, headroom = 0.2;
   bool grad_ckpt = false, no_double_quant = false, kbit_prepare = false;
@@ -46,6 +47,8 @@ void add_setup_flags(CLI::App& cmd, SetupFlags& f) {
   cmd.add_option("--seq", f.seq, "sequence length in tokens")->capture_default_str();
   cmd.add_option("--batch", f.batch, "micro-batch size")->capture_default_str();
   cmd.add_option("--grad-accum", f.grad_accum, "gradient accumulation steps")->capture_default_str();
+  cmd.add_option("--gpus", f.gpus, "data-parallel GPUs, each running --batch x --seq (memory is per GPU)")->capture_default_str();
+  cmd.add_option("--parallel", f.parallel, "with --gpus > 1: ddp (whole model on each GPU) | fsdp (FSDP2: sharded)")->capture_default_str();
   cmd.add_flag("--grad-ckpt,!--no-grad-ckpt", f.grad_ckpt, "gradient checkpointing on (off by default)");
   cmd.add_option("--attn", f.attn, "sdpa | eager | flash")->capture_default_str();
   cmd.add_option("--headroom", f.headroom, "fraction of the card to keep free")->capture_default_str();
@@ -74,6 +77,8 @@ TrainingSetup to_setup(const SetupFlags& f) {
   s.batch = f.batch;
   s.grad_accum = f.grad_accum;
   s.grad_ckpt = f.grad_ckpt;
+  s.gpus = f.gpus;
+  s.parallel = parse_parallel(f.parallel);
   s.headroom = f.headroom;
   validate(s);
   return s;

@@ -44,16 +44,17 @@ void print(const ComparisonSummary& summary, Format format) {
               << "\n";
     return;
   }
-  std::cout << fmt::format("{:>5}  {:<14}{:<7}{:<6}{:>6}{:>6}{:>5}{:>6}  {:>11}{:>11}{:>8}  {:>9}{:>9}{:>8}  {:<17}{}\n", "line",
-                           "model", "method", "wts", "seq", "batch", "rank", "ckpt", "MiB meas", "MiB pred", "error",
+  std::cout << fmt::format("{:>5}  {:<14}{:<7}{:<6}{:>6}{:>6}{:>5}{:>6}{:>8}  {:>11}{:>11}{:>8}  {:>9}{:>9}{:>8}  {:<17}{}\n", "line",
+                           "model", "method", "wts", "seq", "batch", "rank", "ckpt", "gpus", "MiB meas", "MiB pred", "error",
                            "s meas", "s pred", "error", "bottleneck", "predicted peak");
   for (const auto& c : summary.rows) {
     const auto& s = c.measured.setup;
     const bool timed = c.measured.step_seconds.has_value() && c.predicted_step_seconds > 0;
-    std::cout << fmt::format("{:>5}  {:<14}{:<7}{:<6}{:>6}{:>6}{:>5}{:>6}  {:>11.1f}{:>11.1f}{:>+7.1f}%  {:>9}{:>9.4f}{:>8}  {:<17}{}\n",
+    std::cout << fmt::format("{:>5}  {:<14}{:<7}{:<6}{:>6}{:>6}{:>5}{:>6}{:>8}  {:>11.1f}{:>11.1f}{:>+7.1f}%  {:>9}{:>9.4f}{:>8}  {:<17}{}\n",
                              c.measured.line, c.measured.model, to_string(s.method),
                              s.amp ? "amp" : to_string(s.weights), s.seq, s.batch,
                              s.method == Method::full ? 0 : s.lora.rank, s.grad_ckpt ? "on" : "off",
+                             s.gpus > 1 ? fmt::format("{} {}", to_string(s.parallel), s.gpus) : "1",
                              *c.measured.peak_allocated_mib, to_mib(c.predicted_allocated), 100.0 * c.allocated_error,
                              timed ? fmt::format("{:.4f}", *c.measured.step_seconds) : "-", c.predicted_step_seconds,
                              timed ? fmt::format("{:+.0f}%", 100.0 * c.step_error) : "-", c.predicted_bottleneck,

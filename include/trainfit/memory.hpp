@@ -15,7 +15,8 @@ std::string to_string(Phase p);
 
 // One category of the breakdown, at the moment of the peak.
 struct MemoryTerm {
-  std::string category;  // weights, quant_constants, adapters, gradients, optimizer_states,
+  std::string category;  // weights, quant_constants, adapters, gradients, optimizer_states, gradient_buckets
+                         // (DDP), gathered_weights (FSDP),
                          // master_weights, activations, logits_and_loss, transient, cublas_workspace
   std::int64_t bytes = 0;
 };

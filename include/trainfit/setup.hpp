@@ -13,6 +13,13 @@ enum class Method { full, lora, qlora };
 enum class DType { fp32, bf16, fp16, int8, nf4, fp4 };
 enum class Optimizer { adamw, adamw_8bit, sgd, sgd_momentum, adafactor };
 enum class Attention { sdpa, eager, flash };
+// How several GPUs share the work of one step (data parallelism: each GPU runs its own micro-batch).
+//   ddp:  PyTorch DistributedDataParallel: every GPU holds the whole model; gradients are
+//         all-reduced in buckets (flat copies of the trainable gradients).
+//   fsdp: FSDP2 fully_shard on each decoder layer and on the root: parameters, gradients and
+//         optimizer states sharded across the GPUs, each layer gathered for its forward and again
+//         for its backward.
+enum class Parallel { ddp, fsdp };
 
 struct LoraSetup {
   std::int64_t rank = 16;
@@ -43,6 +50,8 @@ struct TrainingSetup {
   std::int64_t grad_accum = 1;
   bool grad_ckpt = false;
   Attention attention = Attention::sdpa;
+  std::int64_t gpus = 1;              // data-parallel degree; batch and seq are per GPU
+  Parallel parallel = Parallel::ddp;  // with gpus > 1
   double headroom = 0.2;              // fraction of capacity to keep free
 };
 
@@ -51,12 +60,14 @@ Method parse_method(std::string_view s);
 DType parse_dtype(std::string_view s);
 Optimizer parse_optimizer(std::string_view s);
 Attention parse_attention(std::string_view s);
+Parallel parse_parallel(std::string_view s);
 std::vector<std::string> parse_lora_targets(std::string_view s);  // "all-linear" or "q,k,v,o" / "q_proj,v_proj"
 
 std::string to_string(Method m);
 std::string to_string(DType d);
 std::string to_string(Optimizer o);
 std::string to_string(Attention a);
+std::string to_string(Parallel p);
 
 double bytes_per_element(DType d);  // 0.5 for 4-bit types
 // Throws InputError when the setup is inconsistent (qlora with bf16 weights, rank 0, seq 0...).

@@ -26,6 +26,9 @@ struct TimeProfile {
   double host_seconds_per_op = 30e-6;  // CPU time to dispatch one operation (eager PyTorch, HF modules, autograd)
   double kernel_floor_seconds = 0.85e-6;  // the shortest a kernel takes on the GPU, however small
   double spill_efficiency = 0.063;     // fraction of the host link a thrashing system-memory fallback achieves
+  // NCCL bus bandwidth as a fraction of the GPU-to-GPU link (one direction), large messages.
+  double all_reduce_efficiency = 0.72;  // DDP's gradient all-reduce
+  double all_gather_efficiency = 0.59;  // FSDP's all-gather and reduce-scatter
 };
 
 // The profile trainfit uses for a card when none is given: the H200 profile fitted to the
@@ -57,16 +60,20 @@ struct StepWork {
   double model_flops = 0;      // the training math alone (no recomputation): for model FLOP utilisation
   double layer_working_set_bytes = 0;  // weights + activations one layer's pass touches (for spill)
   double layer_passes = 0;     // layer passes a step makes (forward, recompute, backward)
+  // Data parallelism, per micro-batch: the bytes each GPU's link carries (NCCL's bus bytes).
+  double all_reduce_bytes = 0;      // DDP: 2 (n-1)/n x the trainable gradients
+  double all_gather_bytes = 0;      // FSDP: (n-1)/n x (layers gathered twice, root once, gradients scattered)
 };
 
 StepWork step_work(const ModelSpec& model, const TrainingSetup& setup);
 
 struct TimeEstimate {
   double step_seconds = 0;       // steady-state wall time of one optimizer step
-  double tokens_per_second = 0;  // batch x seq x grad_accum / step_seconds
+  double tokens_per_second = 0;  // batch x seq x grad_accum x gpus / step_seconds (all GPUs together)
   double gpu_seconds = 0;        // the GPU's own work for the step
   double host_seconds = 0;       // the host's dispatch work for the step
   double spill_seconds = 0;      // system-memory fallback traffic (0 when the step fits)
+  double communication_seconds = 0;  // data-parallel collectives (0 on one GPU)
   double mfu = 0;                // model FLOPs / (step_seconds x dense bf16 peak)
   double spill_slowdown = 1;     // step_seconds / the same step fitting in memory
   Bottleneck bottleneck = Bottleneck::compute;

@@ -64,6 +64,8 @@ TrainingSetup setup_from(const json& c, std::string_view source, int line) {
       if (!c["grad_ckpt"].is_boolean()) fail(source, line, "field \"grad_ckpt\" must be true or false");
       s.grad_ckpt = c["grad_ckpt"].get<bool>();
     }
+    s.gpus = get_int(c, "gpus", 1, source, line);
+    s.parallel = parse_parallel(get_string(c, "parallel", "ddp", source, line));
     validate(s);
   } catch (const InputError& e) {
     fail(source, line, e.what());

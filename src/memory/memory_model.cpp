@@ -25,10 +25,11 @@ struct Moment {
   Phase phase = Phase::forward;
   std::string what;
   double weights = 0, master_weights = 0, quant_constants = 0, adapters = 0, gradients = 0, optimizer_states = 0,
-         activations = 0, logits_and_loss = 0, transient = 0, cublas_workspace = 0;
+         activations = 0, logits_and_loss = 0, transient = 0, cublas_workspace = 0, gradient_buckets = 0,
+         gathered_weights = 0;
   double total() const {
     return weights + master_weights + quant_constants + adapters + gradients + optimizer_states + activations +
-           logits_and_loss + transient + cublas_workspace;
+           logits_and_loss + transient + cublas_workspace + gradient_buckets + gathered_weights;
   }
 };
 
@@ -38,6 +39,10 @@ std::int64_t to_bytes(double v) { return static_cast<std::int64_t>(std::llround(
 // Measured on the H200 (torch 2.11, CUDA 13): NVML used - max_memory_reserved = 1382 MiB.
 // Other cards are assumed alike until measured (docs/model.md, "CUDA context").
 constexpr double kCudaContextBytes = 1382.0 * 1048576.0;
+// NCCL's communicator buffers, also outside the allocator: NVML used - max_memory_reserved grew
+// by 846 MiB (842-846 over 16 DDP and FSDP runs) on two NVLinked H200s (NCCL 2.28.9, 2026-11-30).
+// The buffers scale with NCCL's channels and peers; other machines are assumed alike.
+constexpr double kNcclBytes = 846.0 * 1048576.0;
 
 }  // namespace
 
@@ -51,28 +56,48 @@ MemoryEstimate estimate_memory(const ModelSpec& model, const TrainingSetup& setu
   const bool full = setup.method == Method::full;
   const ParameterCounts pc = count_parameters(model);
 
+  // Data parallelism: DDP keeps every tensor whole; FSDP stores 1/shards of each parameter,
+  // gradient and optimizer state (the roundings in `p` are already the shards').
+  const bool ddp = setup.gpus > 1 && setup.parallel == Parallel::ddp;
+  const bool fsdp = setup.gpus > 1 && setup.parallel == Parallel::fsdp;
+  const double share = 1.0 / p.shards;
+
   // Static: alive through the whole steady-state step.
   Moment base;
   if (full && setup.amp) {
-    base.master_weights = p.weights + p.weights_rounding;
+    base.master_weights = p.weights * share + p.weights_rounding;
   } else {
-    base.weights = p.weights + p.weights_rounding;
+    base.weights = p.weights * share + p.weights_rounding;
   }
   base.quant_constants = p.quant_constants;
-  base.adapters = p.adapters;
+  base.adapters = p.adapters * share;
   // Optimizer states have their parameters' shapes, so they round like them.
   const double states_per_param_copy = setup.optimizer == Optimizer::adamw ? 2.0
                                        : setup.optimizer == Optimizer::sgd_momentum ? 1.0 : 0.0;
-  base.optimizer_states = st.optimizer_states + states_per_param_copy * p.trainable_rounding;
+  base.optimizer_states = st.optimizer_states * share + states_per_param_copy * p.trainable_rounding;
   base.cublas_workspace = st.cublas_workspaces;
+  // DDP's reducer allocates flat bucket buffers for every trainable gradient when it wraps the
+  // model (gradient_as_bucket_view off: each gradient is copied in, all-reduced, copied back).
+  if (ddp) base.gradient_buckets = st.gradients;
 
   // Gradients: with accumulation, micro-batches after the first run with every gradient alive.
-  const double all_grads = st.gradients + p.trainable_rounding;
+  // Under FSDP a layer's gradients are reduce-scattered into shards as soon as its backward ends;
+  // the root's (output layer, embedding) only when the whole backward has ended.
+  const double all_grads = st.gradients * share + p.trainable_rounding;
   const double grads_prev = setup.grad_accum > 1 ? all_grads : 0.0;
   const double elem = p.trainable_bytes_each;
   const double head_grad = full ? static_cast<double>(pc.lm_head > 0 ? pc.lm_head : pc.embedding) * elem : 0.0;
   const double embed_grad = full ? static_cast<double>(pc.embedding) * elem : 0.0;
-  const double layer_grad = (all_grads - (full ? head_grad + (pc.lm_head > 0 ? embed_grad : 0.0) : 0.0)) / L;
+  const double root_grads = head_grad + (pc.lm_head > 0 ? embed_grad : 0.0);
+  const double layer_grad_whole = (st.gradients - (full ? root_grads : 0.0)) / L;
+  const double layer_grad = fsdp ? layer_grad_whole * share : (all_grads - (full ? root_grads : 0.0)) / L;
+  // FSDP, gathered: the root unit (not resharded after the forward: its backward follows at once)
+  // and the last layer's flat all-gather buffer, which FSDP holds until the next gather's copy;
+  // in a layer's backward, that layer, its flat buffer and the previous layer's prefetch.
+  const double gathered_fwd = fsdp ? p.root_weights + p.layer_weights : 0.0;
+  const double gathered_layer_bwd = fsdp ? p.root_weights + 3.0 * p.layer_weights : 0.0;
+  // A layer's whole gradients and the flat copy reduce-scatter sends, while it finishes.
+  const double reducing = fsdp ? 2.0 * layer_grad_whole : 0.0;
 
   // Each saved tensor is its own allocation, rounded by the caching allocator.
   const double layer_acts = detail::allocated_for(st.layer_activations, T);
@@ -96,6 +121,7 @@ MemoryEstimate estimate_memory(const ModelSpec& model, const TrainingSetup& setu
     m.phase = Phase::forward;
     m.what = "cross-entropy forward";
     m.gradients = grads_prev;
+    m.gathered_weights = gathered_fwd;
     m.activations = L * kept_per_layer + outside;
     m.weights += p.autocast_copies;
     m.logits_and_loss = logits_c + (st.logits_upcast ? logits_f : 0.0) + logits_f + softcap;
@@ -108,6 +134,7 @@ MemoryEstimate estimate_memory(const ModelSpec& model, const TrainingSetup& setu
     m.phase = Phase::backward;
     m.what = "cross-entropy backward";
     m.gradients = grads_prev;
+    m.gathered_weights = gathered_fwd;
     m.activations = L * kept_per_layer + outside;
     m.weights += copies_head + L * copies_kept_per_layer;
     m.logits_and_loss = 3.0 * logits_f + softcap;
@@ -120,6 +147,7 @@ MemoryEstimate estimate_memory(const ModelSpec& model, const TrainingSetup& setu
     m.phase = Phase::backward;
     m.what = "output layer backward";
     m.gradients = std::max(grads_prev, head_grad);
+    m.gathered_weights = gathered_fwd;
     m.activations = L * kept_per_layer + outside;
     m.weights += copies_head + L * copies_kept_per_layer;
     m.logits_and_loss = logits_c;
@@ -132,7 +160,9 @@ MemoryEstimate estimate_memory(const ModelSpec& model, const TrainingSetup& setu
     Moment m = base;
     m.phase = Phase::backward;
     m.what = done == 0.0 ? "last layer backward" : "first layer backward";
-    m.gradients = std::max(grads_prev, head_grad + (done + 1.0) * layer_grad);
+    m.gradients = fsdp ? std::max(grads_prev, head_grad + done * layer_grad) + reducing
+                       : std::max(grads_prev, head_grad + (done + 1.0) * layer_grad);
+    m.gathered_weights = gathered_layer_bwd;
     m.activations = (L - done) * kept_per_layer + (setup.grad_ckpt ? layer_acts : 0.0);
     m.weights += copies_kept_per_layer * (L - done) + (setup.grad_ckpt ? copies_layer : 0.0);
     m.transient = st.layer_backward_transient_per_token * T + st.dequant_transient;
@@ -146,7 +176,8 @@ MemoryEstimate estimate_memory(const ModelSpec& model, const TrainingSetup& setu
     Moment m = base;
     m.phase = Phase::backward;
     m.what = "embedding backward";
-    m.gradients = all_grads;
+    m.gradients = fsdp ? root_grads + L * layer_grad : all_grads;
+    m.gathered_weights = fsdp ? p.root_weights : 0.0;
     m.transient = pc.lm_head > 0 ? 0.0 : detail::allocator_block(static_cast<double>(pc.embedding) * 4.0);
     moments.push_back(m);
   }
@@ -180,6 +211,8 @@ MemoryEstimate estimate_memory(const ModelSpec& model, const TrainingSetup& setu
       {"transient", to_bytes(peak->transient)},
       {"cublas_workspace", to_bytes(peak->cublas_workspace)},
   };
+  if (ddp) est.breakdown.push_back({"gradient_buckets", to_bytes(peak->gradient_buckets)});
+  if (fsdp) est.breakdown.push_back({"gathered_weights", to_bytes(peak->gathered_weights)});
   for (const Phase ph : {Phase::forward, Phase::backward, Phase::optimizer}) {
     PhasePeak pp{ph, 0, ""};
     for (const auto& m : moments) {
@@ -196,9 +229,10 @@ MemoryEstimate estimate_memory(const ModelSpec& model, const TrainingSetup& setu
   const double fragmentation = (st.logits_upcast ? logits_c : 0.0) +
                                detail::allocator_block(st.layer_forward_transient_per_token * T);
   est.peak_reserved_bytes = to_bytes(peak->total() + fragmentation);
-  est.cuda_context_bytes = to_bytes(kCudaContextBytes);
+  est.cuda_context_bytes = to_bytes(kCudaContextBytes + (setup.gpus > 1 ? kNcclBytes : 0.0));
   est.device_used_bytes = est.peak_reserved_bytes + est.cuda_context_bytes;
-  est.weights_loaded_bytes = to_bytes(base.weights + base.master_weights + base.quant_constants + base.adapters);
+  est.weights_loaded_bytes =
+      to_bytes(base.weights + base.master_weights + base.quant_constants + base.adapters + base.gradient_buckets);
   est.trainable_parameters = static_cast<std::int64_t>(std::llround(p.trainable_params));
   est.total_parameters = pc.total + (full ? 0 : est.trainable_parameters);
   return est;

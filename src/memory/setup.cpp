@@ -55,6 +55,8 @@ constexpr std::array<std::pair<std::string_view, Optimizer>, 7> kOptimizers{{
 constexpr std::array<std::pair<std::string_view, Attention>, 4> kAttention{{
     {"sdpa", Attention::sdpa}, {"eager", Attention::eager}, {"flash", Attention::flash},
     {"flash_attention_2", Attention::flash}}};
+constexpr std::array<std::pair<std::string_view, Parallel>, 3> kParallel{{
+    {"ddp", Parallel::ddp}, {"fsdp", Parallel::fsdp}, {"fsdp2", Parallel::fsdp}}};
 
 // Short names people write for the usual projection modules.
 constexpr std::array<std::pair<std::string_view, std::string_view>, 7> kTargetShorthands{{
@@ -67,6 +69,7 @@ Method parse_method(std::string_view s) { return lookup("method", s, kMethods); 
 DType parse_dtype(std::string_view s) { return lookup("dtype", s, kDTypes); }
 Optimizer parse_optimizer(std::string_view s) { return lookup("optimizer", s, kOptimizers); }
 Attention parse_attention(std::string_view s) { return lookup("attention kernel", s, kAttention); }
+Parallel parse_parallel(std::string_view s) { return lookup("data parallelism", s, kParallel); }
 
 std::vector<std::string> parse_lora_targets(std::string_view s) {
   const std::string text = lower(s);
@@ -95,6 +98,7 @@ std::string to_string(Method m) { return name_of(m, kMethods); }
 std::string to_string(DType d) { return name_of(d, kDTypes); }
 std::string to_string(Optimizer o) { return name_of(o, kOptimizers); }
 std::string to_string(Attention a) { return name_of(a, kAttention); }
+std::string to_string(Parallel p) { return name_of(p, kParallel); }
 
 double bytes_per_element(DType d) {
   switch (d) {
@@ -136,6 +140,11 @@ void validate(const TrainingSetup& s) {
     if (s.lora.adapter_dtype != DType::fp32 && s.lora.adapter_dtype != DType::bf16 && s.lora.adapter_dtype != DType::fp16)
       throw InputError("--adapter-dtype must be fp32, bf16 or fp16");
   }
+  if (s.gpus < 1 || s.gpus > 65536) throw InputError(fmt::format("--gpus must be between 1 and 65536 (got {})", s.gpus));
+  // FSDP shards parameters; bitsandbytes' 4-bit storage needs its own FSDP path
+  // (quant_storage), whose memory has not been measured.
+  if (s.gpus > 1 && s.parallel == Parallel::fsdp && s.method == Method::qlora)
+    throw InputError("--parallel fsdp with --method qlora is not modelled; plan QLoRA with --parallel ddp");
   if (s.quant.compute_dtype != DType::bf16 && s.quant.compute_dtype != DType::fp16 && s.quant.compute_dtype != DType::fp32)
     throw InputError("--compute-dtype must be bf16, fp16 or fp32");
 }

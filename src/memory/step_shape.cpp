@@ -129,10 +129,14 @@ StepShape describe_step(const ModelSpec& model, const TrainingSetup& setup, cons
 
   // Every parameter-shaped tensor (weights, and in full fine-tuning their gradients and optimizer
   // states) is one allocation; the allocator's rounding of each adds up over hundreds of them.
+  // FSDP2 stores each parameter's dim-0 shard as its own tensor, so the rounding is the shards'.
+  const bool fsdp = setup.gpus > 1 && setup.parallel == Parallel::fsdp;
+  const double shards = fsdp ? as_d(setup.gpus) : 1.0;
   auto rounding = [&](double matrix_bytes, double other_bytes) {
     double extra = 0;
     auto add_tensor = [&](double elems, double bytes, double copies) {
-      if (elems > 0) extra += (allocator_block(elems * bytes) - elems * bytes) * copies;
+      const double stored = elems / shards * bytes;
+      if (elems > 0) extra += (allocator_block(stored) - stored) * copies;
     };
     auto add_mods = [&](const std::vector<LinearModule>& mods, double layers) {
       for (const auto& m : mods) {
@@ -181,6 +185,14 @@ StepShape describe_step(const ModelSpec& model, const TrainingSetup& setup, cons
     p.largest_trainable = r * std::max(h, as_d(model.intermediate_size));
   }
   st.gradients = p.trainable_params * p.trainable_bytes_each;
+
+  // FSDP's units: the root (what no decoder layer holds) stays gathered from the forward to the
+  // end of the backward; a layer is gathered into one flat buffer, then copied into its tensors.
+  const double root_bytes = quantised ? bytes_per_element(setup.quant.compute_dtype) : weight_bytes;
+  p.root_weights = allocator_block(embed_elems * root_bytes) + allocator_block(lm_head_elems * root_bytes) +
+                   allocator_block(h * root_bytes);
+  p.layer_weights = (p.weights - (embed_elems + lm_head_elems + h) * root_bytes + p.adapters) / L;
+  p.shards = shards;
 
   // ---- optimizer ------------------------------------------------------------------------
   const double tp = p.trainable_params;

@@ -29,6 +29,11 @@ struct ParameterStorage {
   // gradients and one optimizer state of the same shapes (full fine-tuning).
   double weights_rounding = 0;
   double trainable_rounding = 0;
+  // With FSDP each GPU stores a 1/gpus shard of every parameter, gradient and optimizer state
+  // (weights, adapters, the roundings above are then the shards'); these are whole tensors.
+  double root_weights = 0;     // embedding, output layer and final norm (FSDP's root unit), allocated
+  double layer_weights = 0;    // one decoder layer's parameters, adapters included, as one flat buffer
+  double shards = 1;           // the divisor of the stored parameters, gradients and states
 };
 
 struct StepShape {

@@ -47,9 +47,12 @@ std::string setup_text(const TrainingSetup& s) {
                            s.quant.double_quant && s.weights != DType::int8 ? " (double-quantised)" : "");
       break;
   }
-  return fmt::format("{}, {}, seq {} x batch {}{}, {}, {} attention", method, to_string(s.optimizer), s.seq, s.batch,
+  return fmt::format("{}, {}, seq {} x batch {}{}, {}, {} attention{}", method, to_string(s.optimizer), s.seq, s.batch,
                      s.grad_accum > 1 ? fmt::format(" x accum {}", s.grad_accum) : "",
-                     s.grad_ckpt ? "gradient checkpointing" : "no checkpointing", to_string(s.attention));
+                     s.grad_ckpt ? "gradient checkpointing" : "no checkpointing", to_string(s.attention),
+                     s.gpus > 1 ? fmt::format(", {} GPUs with {} (memory per GPU)", s.gpus,
+                                              s.parallel == Parallel::fsdp ? "FSDP" : "DDP")
+                                : "");
 }
 
 // Human names for the breakdown keys, in display order.
@@ -65,6 +68,8 @@ const std::vector<std::pair<std::string, std::string>>& category_names() {
       {"logits_and_loss", "logits and loss"},
       {"transient", "transient buffers"},
       {"cublas_workspace", "cuBLAS workspaces"},
+      {"gradient_buckets", "DDP gradient buckets"},
+      {"gathered_weights", "FSDP gathered weights"},
   };
   return names;
 }
@@ -166,6 +171,8 @@ json plan_to_json(const Plan& p) {
                 {"batch", s.batch},
                 {"grad_accum", s.grad_accum},
                 {"grad_ckpt", s.grad_ckpt},
+                {"gpus", s.gpus},
+                {"parallel", s.gpus > 1 ? json(to_string(s.parallel)) : json(nullptr)},
                 {"headroom", s.headroom}};
   if (s.method != Method::full) {
     setup["rank"] = s.lora.rank;

@@ -37,6 +37,10 @@ TimeProfile default_profile(const GpuSpec& gpu) {
   // Fitted to the seed's one spilling measurement (Qwen2.5-14B, 4-bit, no checkpointing, 21.7 s
   // on an RTX 5070 Ti under Windows): the only system-memory-fallback step measured so far.
   p.spill_efficiency = 0.063;
+  // NCCL 2.28.9 between two NVLinked H200s (NV18, 450 GB/s a direction), 1 GiB messages: all-reduce
+  // 325 GB/s bus bandwidth, all-gather 267, reduce-scatter 259 (data/measurements/h200x2-collectives-2026-11-30.json).
+  p.all_reduce_efficiency = 0.72;
+  p.all_gather_efficiency = 0.59;
   if (gpu.id != "h200") p.source += "; used as is for " + (gpu.id.empty() ? std::string("this card") : gpu.id);
   return p;
 }
@@ -71,10 +75,13 @@ TimeProfile parse_profile(std::string_view text, std::string_view src) {
   p.host_seconds_per_op = fraction(t, "host_seconds_per_op", p.host_seconds_per_op, src, 1.0);
   p.kernel_floor_seconds = fraction(t, "kernel_floor_seconds", p.kernel_floor_seconds, src, 1.0);
   p.spill_efficiency = fraction(t, "spill_efficiency", p.spill_efficiency, src, 1.0);
+  p.all_reduce_efficiency = fraction(t, "all_reduce_efficiency", p.all_reduce_efficiency, src, 1.0);
+  p.all_gather_efficiency = fraction(t, "all_gather_efficiency", p.all_gather_efficiency, src, 1.0);
   for (const auto& [key, value] : t) {
     static constexpr std::string_view known[] = {"name", "source", "matmul_efficiency", "attention_efficiency",
                                                  "fp32_efficiency", "bandwidth_efficiency", "host_seconds_per_op",
-                                                 "kernel_floor_seconds", "spill_efficiency"};
+                                                 "kernel_floor_seconds", "spill_efficiency", "all_reduce_efficiency",
+                                                 "all_gather_efficiency"};
     if (std::find(std::begin(known), std::end(known), key.str()) == std::end(known))
       throw InputError(fmt::format("{}: unknown field \"{}\"", src, key.str()));
   }
@@ -94,7 +101,9 @@ std::string profile_to_toml(const TimeProfile& p) {
                 {"bandwidth_efficiency", p.bandwidth_efficiency},
                 {"host_seconds_per_op", p.host_seconds_per_op},
                 {"kernel_floor_seconds", p.kernel_floor_seconds},
-                {"spill_efficiency", p.spill_efficiency}};
+                {"spill_efficiency", p.spill_efficiency},
+                {"all_reduce_efficiency", p.all_reduce_efficiency},
+                {"all_gather_efficiency", p.all_gather_efficiency}};
   std::ostringstream out;
   out << "# trainfit time profile (docs/model.md, \"The time model\")\n" << t << "\n";
   return out.str();

@@ -42,6 +42,14 @@ constexpr double kLoraBackwardPerForward = 2.0;
 // The loss over the vocabulary, per logit: the lm_head output, its fp32 copy, log-softmax read and
 // written, the NLL gradient written, log-softmax's backward reading two and writing one, the cast back.
 constexpr double kLossBytesPerLogit = 40.0;
+// FSDP2 works on each parameter tensor on the host in every step: DTensor wrapping, the copy into
+// the all-gather buffer and out of it, storage freeing, the gradient's reduce-scatter copy and
+// the optimizer's DTensor dispatch. Fitted: the 8 FSDP steps on two H200s
+// (data/bench/h200x2-data-parallel-2026-11-30.jsonl) took a median of 262 us more per parameter
+// tensor than the same steps on one GPU, 8 operations at the profile's 32.8 us.
+constexpr double kFsdpOpsPerParameter = 8.0;
+// DDP without gradient_as_bucket_view copies each gradient into its bucket and back.
+constexpr double kDdpOpsPerGradient = 2.0;
 // Dequantising a 4-bit weight reads half a byte and writes two; the GEMM then reads the two.
 constexpr double kDequantBytesPerWeight = 4.5;
 
@@ -175,6 +183,24 @@ StepWork step_work(const ModelSpec& model, const TrainingSetup& setup) {
   const double param_tensors = full ? L * 12.0 + 3.0 : 2.0 * targets;
   w.optimizer_ops = kNoGradOpCost * (setup.optimizer == Optimizer::adafactor ? 29.0 * param_tensors
                                                                             : 10.0 + 0.5 * param_tensors);
+
+  // Data parallelism: every micro-batch synchronises the gradients (no no_sync), and FSDP
+  // gathers each layer for its forward and again for its backward (the root only once).
+  if (setup.gpus > 1) {
+    const double n = as_d(setup.gpus);
+    const double moved = (n - 1.0) / n;
+    const double grads = st.gradients;
+    const double all_tensors = L * 12.0 + 3.0 + (full ? 0.0 : 2.0 * targets);
+    if (setup.parallel == Parallel::ddp) {
+      w.all_reduce_bytes = 2.0 * moved * grads;
+      w.ops += kDdpOpsPerGradient * param_tensors;
+    } else {
+      const double root = st.params.root_weights;
+      const double layers = st.params.weights + st.params.adapters - root;
+      w.all_gather_bytes = moved * (2.0 * layers + root + grads);
+      w.ops += kFsdpOpsPerParameter * all_tensors;
+    }
+  }
 
   // What one layer's pass touches: its weights and its activations (for the spill model).
   const double weight_bytes_per_layer = (st.params.weights + st.params.quant_constants) / L;

@@ -50,6 +50,28 @@ TEST(Cli, PlanJsonFollowsTheContract) {
   EXPECT_TRUE(j["time"]["breakdown"].contains("matmul"));
 }
 
+TEST(Cli, PlanForSeveralGpusIsPerGpu) {
+  const auto one = run("plan --model qwen2.5-7b --gpu h200 --method full --seq 2048 --no-suggest --format json");
+  const auto fsdp =
+      run("plan --model qwen2.5-7b --gpu h200 --method full --seq 2048 --gpus 2 --parallel fsdp --no-suggest --format json");
+  ASSERT_EQ(one.code, 0) << one.out;
+  ASSERT_EQ(fsdp.code, 0) << fsdp.out;
+  const auto a = nlohmann::json::parse(one.out);
+  const auto b = nlohmann::json::parse(fsdp.out);
+  EXPECT_EQ(b["setup"]["gpus"], 2);
+  EXPECT_EQ(b["setup"]["parallel"], "fsdp");
+  EXPECT_TRUE(b["memory"]["breakdown"].contains("gathered_weights"));
+  EXPECT_TRUE(b["time"]["breakdown"].contains("communication"));
+  EXPECT_LT(b["memory"]["peak_allocated_bytes"].get<double>(), 0.75 * a["memory"]["peak_allocated_bytes"].get<double>());
+  const auto text = run("plan --model qwen2.5-7b --gpu h200 --gpus 2 --no-suggest");
+  EXPECT_NE(text.out.find("2 GPUs with DDP"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("DDP gradient buckets"), std::string::npos) << text.out;
+  const auto bad = run("plan --model qwen2.5-7b --gpu h200 --gpus 2 --parallel zero3");
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_NE(bad.out.find("ddp, fsdp"), std::string::npos) << bad.out;
+  EXPECT_EQ(run("plan --model qwen2.5-7b --gpu h200 --gpus 0").code, 2);
+}
+
 TEST(Cli, CalibrateWritesAProfileThatPlanUses) {
   const std::string profile = testing::TempDir() + "/profile.toml";
   const auto r = run(std::string("calibrate ") + TRAINFIT_SOURCE_DIR +

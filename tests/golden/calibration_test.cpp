@@ -78,5 +78,31 @@ TEST(Seed, EightConfigsWithinTenPercentAndVerdictsReproduced) {
   EXPECT_EQ(checked, 8);
 }
 
+// Two H200s (NV18), torch 2.11: DDP and FSDP2, full fine-tuning and LoRA, 0.5B-7B, 2048 tokens a
+// GPU (data/bench/h200x2-data-parallel-2026-11-30.jsonl); the busiest GPU's peak.
+TEST(Calibration, DataParallelPeaksOnTwoH200s) {
+  const auto summary = compare_with_measurements(
+      load_measurements(std::string(TRAINFIT_SOURCE_DIR) + "/data/bench/h200x2-data-parallel-2026-11-30.jsonl"));
+  ASSERT_EQ(summary.rows.size(), 16u);
+  int fsdp = 0;
+  for (const auto& row : summary.rows) {
+    fsdp += row.measured.setup.parallel == Parallel::fsdp ? 1 : 0;
+    EXPECT_EQ(row.measured.setup.gpus, 2);
+    EXPECT_LT(std::abs(row.allocated_error), 0.03) << "line " << row.measured.line << " " << row.measured.model;
+  }
+  EXPECT_EQ(fsdp, 8);
+  EXPECT_LT(summary.median_abs_error, 0.01);
+}
+
+// The wide plan on one H200 (91 of 106 configs; one ran out of memory, as predicted).
+TEST(Calibration, WideBenchPlanOnOneH200) {
+  const auto summary = compare_with_measurements(
+      load_measurements(std::string(TRAINFIT_SOURCE_DIR) + "/data/bench/h200-wide-2026-11-30.jsonl"));
+  ASSERT_EQ(summary.rows.size(), 90u);
+  for (const auto& row : summary.rows)
+    EXPECT_LT(std::abs(row.allocated_error), 0.03) << "line " << row.measured.line << " " << row.measured.model;
+  EXPECT_LT(summary.median_abs_error, 0.01);
+}
+
 }  // namespace
 }  // namespace trainfit

@@ -31,6 +31,19 @@ TEST(TimeCalibration, HeldOutStepTimesWithinBars) {
   EXPECT_LT(summary.max_abs_step_error, 0.50);
 }
 
+// The bench runs: the wide plan on one H200 (out of sample: measured after the profile was fitted)
+// and DDP/FSDP on two (FSDP's per-parameter host work is fitted to these 8 rows; DDP's 8 are not).
+TEST(TimeCalibration, BenchRunsWithinBars) {
+  const auto wide = compare_with_measurements(load_measurements(kData + "bench/h200-wide-2026-11-30.jsonl"));
+  EXPECT_EQ(wide.timed_rows, 90u);
+  EXPECT_LT(wide.median_abs_step_error, 0.10);
+  EXPECT_LT(wide.max_abs_step_error, 0.50);
+  const auto dp = compare_with_measurements(load_measurements(kData + "bench/h200x2-data-parallel-2026-11-30.jsonl"));
+  EXPECT_EQ(dp.timed_rows, 16u);
+  EXPECT_LT(dp.median_abs_step_error, 0.10);
+  EXPECT_LT(dp.max_abs_step_error, 0.50);
+}
+
 TimeEstimate time_of(const std::string& model, TrainingSetup s, const std::string& gpu, bool spills = false) {
   const ModelSpec m = load_model(model);
   const GpuSpec& g = find_gpu(gpu);

@@ -55,5 +55,21 @@ TEST(Setup, BytesPerElement) {
   EXPECT_EQ(bytes_per_element(DType::fp32), 4.0);
 }
 
+TEST(SetupDataParallel, NamesAndLimits) {
+  EXPECT_EQ(parse_parallel("FSDP"), Parallel::fsdp);
+  EXPECT_EQ(parse_parallel("ddp"), Parallel::ddp);
+  EXPECT_THROW(parse_parallel("zero3"), InputError);
+  TrainingSetup s;
+  s.gpus = 0;
+  EXPECT_THROW(validate(s), InputError);
+  s.gpus = 2;
+  s.parallel = Parallel::fsdp;
+  s.method = Method::qlora;
+  s.weights = DType::nf4;
+  EXPECT_THROW(validate(s), InputError);  // not modelled: says so instead of guessing
+  s.parallel = Parallel::ddp;
+  EXPECT_NO_THROW(validate(s));
+}
+
 }  // namespace
 }  // namespace trainfit

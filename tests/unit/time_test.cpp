@@ -92,5 +92,32 @@ TEST(TimeCalibration, RecoversAKnownHostCost) {
   EXPECT_THROW(calibrate(steps, truth, {"no_such_parameter"}), InputError);
 }
 
+// Collectives: nothing on one GPU; DDP all-reduces 2 (n-1)/n of the trainable gradients and FSDP
+// gathers the layers twice; a slow link makes the step communication-bound.
+TEST(TimeDataParallel, CollectivesFollowTheLinkAndTheParallelism) {
+  const ModelSpec m = load_model("qwen2.5-7b");
+  TrainingSetup s;
+  s.method = Method::full;
+  s.seq = 2048;
+  EXPECT_EQ(step_work(m, s).all_reduce_bytes, 0.0);
+  s.gpus = 2;
+  const StepWork ddp = step_work(m, s);
+  EXPECT_NEAR(ddp.all_reduce_bytes, 2.0 * 0.5 * 7615616512.0 * 2.0, 1e3);
+  EXPECT_EQ(ddp.all_gather_bytes, 0.0);
+  s.parallel = Parallel::fsdp;
+  const StepWork fsdp = step_work(m, s);
+  EXPECT_GT(fsdp.all_gather_bytes, ddp.all_reduce_bytes);  // layers twice + gradients once > gradients twice
+  GpuSpec g = find_gpu("h200");
+  const TimeEstimate fast = estimate_time(m, s, g, default_profile(g), false);
+  EXPECT_GT(fast.communication_seconds, 0.0);
+  EXPECT_NE(fast.bottleneck, Bottleneck::communication);
+  g.gpu_link_bytes_per_s = 5e9;  // a slow link
+  const TimeEstimate slow = estimate_time(m, s, g, default_profile(g), false);
+  EXPECT_EQ(slow.bottleneck, Bottleneck::communication);
+  EXPECT_GT(slow.step_seconds, 5.0 * fast.step_seconds);
+  // Throughput counts every GPU's tokens.
+  EXPECT_NEAR(fast.tokens_per_second, 2.0 * 2048.0 / fast.step_seconds, 1e-6 * fast.tokens_per_second);
+}
+
 }  // namespace
 }  // namespace trainfit
