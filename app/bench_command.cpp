@@ -28,6 +28,7 @@ struct BenchFlags {
   bool dry_run = false;
   bool retry_failed = false;
   bool no_telemetry = false;
+  bool judge_only = false;
   std::optional<std::string> devices;
 };
 
@@ -132,6 +133,9 @@ void add_bench_command(CLI::App& app, int& exit_code) {
   cmd->add_flag("--dry-run", flags->dry_run, "list the configs with their predictions; run nothing");
   cmd->add_flag("--retry-failed", flags->retry_failed, "run again the configs that crashed, timed out or failed");
   cmd->add_flag("--no-telemetry", flags->no_telemetry, "do not sample the GPU through NVML");
+  cmd->add_flag("--judge-only", flags->judge_only,
+                "run nothing: judge the rows --results already holds (measured elsewhere, or before a planner\n"
+                "change) and write results.json");
   cmd->add_option("--devices", flags->devices,
                   "run configs concurrently on these GPUs (NVML indices, PCI bus order: 0,1 or all), each on its\n"
                   "`gpus` of them, started in plan order; the runner gets CUDA_VISIBLE_DEVICES and\n"
@@ -152,6 +156,21 @@ void add_bench_command(CLI::App& app, int& exit_code) {
     }
     bench::RunOptions o;
     o.results_dir = !flags->results.empty() ? flags->results : "results/" + plan.name;
+    auto judge_and_report = [&](const std::vector<nlohmann::json>& rows) {
+      const bench::BenchReport report = bench::judge_results(plan, rows);
+      const nlohmann::json doc = bench::report_to_json(plan, report);
+      bench::write_results_json(o.results_dir, doc);
+      if (flags->format == "json") std::cout << doc.dump(2) << "\n";
+      else std::cout << bench::render_report(plan, report) << fmt::format("\nresults: {}/results.json\n", o.results_dir);
+      exit_code = 0;
+    };
+    if (flags->judge_only) {
+      const auto rows = bench::finished_rows(configs, o.results_dir);
+      std::cerr << fmt::format("{}: judging the {} of {} configs {}/results.jsonl holds; running nothing\n", plan.name,
+                               rows.size(), configs.size(), o.results_dir);
+      judge_and_report(rows);
+      return;
+    }
     const char* env_runner = std::getenv("TRAINFIT_RUNNER");
     std::string runner = !flags->runner.empty() ? flags->runner
                          : !plan.runner.empty() ? plan.runner
@@ -189,13 +208,7 @@ void add_bench_command(CLI::App& app, int& exit_code) {
         "{}: {} configs, results in {}/results.jsonl, runner: {}{}\n", plan.name, configs.size(), o.results_dir, runner,
         o.devices.empty() ? ""
                           : fmt::format("; on GPUs {}, up to {} configs at once", join(o.devices), o.devices.size()));
-    const auto rows = bench::run_configs(plan, configs, o);
-    const bench::BenchReport report = bench::judge_results(plan, rows);
-    const nlohmann::json doc = bench::report_to_json(plan, report);
-    bench::write_results_json(o.results_dir, doc);
-    if (flags->format == "json") std::cout << doc.dump(2) << "\n";
-    else std::cout << bench::render_report(plan, report) << fmt::format("\nresults: {}/results.json\n", o.results_dir);
-    exit_code = 0;
+    judge_and_report(bench::run_configs(plan, configs, o));
   });
 }
 

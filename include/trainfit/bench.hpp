@@ -160,6 +160,9 @@ std::vector<int> parse_devices(std::string_view text, const std::vector<int>* av
 // InputError when the directory can't be used or another bench holds it.
 std::vector<nlohmann::json> run_configs(const ExperimentPlan& plan, const std::vector<BenchConfig>& configs,
                                         const RunOptions& options);
+// The rows results_dir/results.jsonl already holds for these configs, in matrix order, running
+// nothing (`--judge-only`: judge on another machine, or again after the planner changed).
+std::vector<nlohmann::json> finished_rows(const std::vector<BenchConfig>& configs, const std::string& results_dir);
 // Writes results_dir/results.json atomically (a temporary file renamed over it).
 void write_results_json(const std::string& results_dir, const nlohmann::json& doc);
 

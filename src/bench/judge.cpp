@@ -122,19 +122,25 @@ void set_verdict(const ExperimentPlan& plan, json& row, std::vector<std::string>
   row["verdict_reasons"] = reasons;
 }
 
-// Rows whose step time per unit of work is `slowdown` times that of a config with less work:
-// a step that "worked" but crawled (the seed's 14B: 51x the 7B's time for 2x the work).
+// Rows whose step time, for the work the step does, is `slowdown` times that of a config with less
+// work in the same run: a step that "worked" but crawled (the seed's 14B: 51x the 7B's time for 2x
+// the work). The work is the planner's in-memory step time when it has one (it counts the host's
+// fixed cost per operation, which dominates small steps), else the step's FLOPs.
 std::vector<std::vector<std::string>> slow_neighbours(const ExperimentPlan& plan, const std::vector<json>& rows) {
   std::vector<std::vector<std::string>> reasons(rows.size());
   struct Item {
     double work, seconds;
     std::size_t i;
   };
+  bool timed = !rows.empty();
+  for (const json& r : rows)
+    if (r["measured"].value("status", "") == "ok" && !number(r["predicted"], "step_seconds_in_memory")) timed = false;
+  const char* work_key = timed ? "step_seconds_in_memory" : "work_flops";
   std::vector<Item> items;
   for (std::size_t i = 0; i < rows.size(); ++i) {
     const json& r = rows[i];
     const auto t = number(r["measured"], "step_seconds_median");
-    const auto w = number(r["predicted"], "work_flops");
+    const auto w = number(r["predicted"], work_key);
     if (r["measured"].value("status", "") == "ok" && t && w && *t > 0 && *w > 0) items.push_back({*w, *t, i});
   }
   std::sort(items.begin(), items.end(), [](const Item& a, const Item& b) { return a.work < b.work; });
@@ -143,8 +149,9 @@ std::vector<std::vector<std::string>> slow_neighbours(const ExperimentPlan& plan
   for (const Item& it : items) {
     const double cost = it.seconds / it.work;
     if (std::isfinite(best) && cost > plan.slowdown * best) {
-      reasons[it.i].push_back(fmt::format("a step took {:.3g} s: per unit of work {:.0f}x row {}'s ({}, {:.3g} s)", it.seconds,
-                                          cost / best, best_i + 1, rows[best_i]["bench"].value("label", ""),
+      reasons[it.i].push_back(fmt::format("a step took {:.3g} s: {:.0f}x slower for its work ({}) than row {} ({}, {:.3g} s)",
+                                          it.seconds, cost / best, timed ? "the planner's step time" : "its FLOPs",
+                                          best_i + 1, rows[best_i]["bench"].value("label", ""),
                                           *number(rows[best_i]["measured"], "step_seconds_median")));
       continue;
     }
@@ -249,6 +256,7 @@ void annotate_row(const ExperimentPlan& plan, json& row) {
     pred["verdict"] = to_string(p.verdict);
     if (t.predicted) {
       pred["step_seconds"] = t.step_seconds;
+      pred["step_seconds_in_memory"] = t.step_seconds - t.spill_seconds;
       pred["bottleneck"] = to_string(t.bottleneck);
     }
     const json& m = row["measured"];

@@ -443,6 +443,36 @@ std::vector<int> parse_devices(std::string_view text, const std::vector<int>* av
   return out;
 }
 
+namespace {
+
+// What is already done: the last row of each key (a retried config's new row wins). Lines that
+// are not rows (a torn last line) are skipped.
+std::unordered_map<std::string, json> rows_by_key(const fs::path& results) {
+  std::unordered_map<std::string, json> done;
+  std::ifstream in(results);
+  std::string line;
+  while (std::getline(in, line)) {
+    json row = json::parse(line, nullptr, false);
+    if (!row.is_object() || !row.contains("bench") || !row["bench"].is_object() || !row["bench"].contains("key"))
+      continue;
+    const json& k = row["bench"]["key"];
+    if (k.is_string() && row.contains("measured") && row["measured"].is_object()) done[k.get<std::string>()] = std::move(row);
+  }
+  return done;
+}
+
+}  // namespace
+
+std::vector<json> finished_rows(const std::vector<BenchConfig>& configs, const std::string& results_dir) {
+  const fs::path results = fs::path(results_dir) / "results.jsonl";
+  if (!fs::exists(results)) throw InputError(fmt::format("no results to judge: '{}' does not exist", results.string()));
+  auto done = rows_by_key(results);
+  std::vector<json> rows;
+  for (const auto& c : configs)
+    if (auto it = done.find(c.key); it != done.end()) rows.push_back(std::move(it->second));
+  return rows;
+}
+
 std::vector<json> run_configs(const ExperimentPlan& plan, const std::vector<BenchConfig>& configs,
                               const RunOptions& options) {
   const fs::path dir(options.results_dir);
@@ -455,18 +485,7 @@ std::vector<json> run_configs(const ExperimentPlan& plan, const std::vector<Benc
   const fs::path results = dir / "results.jsonl";
   repair_tail(results);
 
-  // What is already done: the last row of each key (a retried config's new row wins).
-  std::unordered_map<std::string, json> done;
-  {
-    std::ifstream in(results);
-    std::string line;
-    while (std::getline(in, line)) {
-      json row = json::parse(line, nullptr, false);
-      if (!row.is_object() || !row.contains("bench") || !row["bench"].contains("key")) continue;
-      const json& k = row["bench"]["key"];
-      if (k.is_string()) done[k.get<std::string>()] = std::move(row);
-    }
-  }
+  std::unordered_map<std::string, json> done = rows_by_key(results);
   auto finished = [&](const BenchConfig& c) {
     const auto it = done.find(c.key);
     if (it == done.end()) return false;

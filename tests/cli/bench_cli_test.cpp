@@ -116,6 +116,41 @@ TEST(BenchCli, EachFailureGetsItsOwnStatusAndTheRestRun) {
   EXPECT_NE(again.out.find("already done"), std::string::npos);
 }
 
+// Rows measured on one machine are judged on another: nothing runs, results.jsonl is untouched,
+// configs without a row are left out, and a directory with no results is an error.
+TEST(BenchCli, JudgeOnlyRunsNothing) {
+  const fs::path dir = fresh_dir("judge");
+  const std::string plan = write_plan(dir, R"(
+name = "judge"
+[run]
+steps = 2
+warmup = 1
+gpu = "h200"
+[matrix]
+model = "qwen2.5-0.5b"
+x_do = ["ok", "ok-again"]
+[[criteria]]
+name = "all ran"
+expect = 'count(status == "ok") == 2'
+)");
+  const std::string out = (dir / "out").string();
+  ASSERT_EQ(run("bench " + plan + " --results " + out + " --runner " + TRAINFIT_STANDIN_RUNNER).code, 0);
+  // Keep the first row only, as if the second config had not run yet.
+  const auto rows = rows_of(dir / "out");
+  ASSERT_EQ(rows.size(), 2u);
+  std::ofstream(dir / "out" / "results.jsonl", std::ios::trunc) << rows[0].dump() << "\n";
+  const auto r = run("bench " + plan + " --results " + out + " --judge-only --runner /nonexistent/runner");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("judging the 1 of 2 configs"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("FAIL  all ran"), std::string::npos) << r.out;
+  EXPECT_EQ(rows_of(dir / "out").size(), 1u);
+  std::ifstream f(dir / "out" / "results.json");
+  EXPECT_EQ(json::parse(f)["rows"].size(), 1u);
+  const auto missing = run("bench " + plan + " --results " + (dir / "nothing").string() + " --judge-only");
+  EXPECT_EQ(missing.code, 2);
+  EXPECT_NE(missing.out.find("no results to judge"), std::string::npos) << missing.out;
+}
+
 bool alive(pid_t pid) { return ::kill(pid, 0) == 0; }
 
 TEST(BenchCli, SigkillKeepsEveryFinishedRowAndARerunFinishesTheRest) {
