@@ -72,6 +72,13 @@ std::vector<Suggestion> alternatives(const ModelSpec& model, const TrainingSetup
     t.lora.targets = {"q_proj", "v_proj"};
     consider(t, "LoRA on q_proj,v_proj only (--lora-targets q,v): fewer adapters and saved inputs");
   }
+  // On several GPUs, sharding with FSDP trains the same thing; it costs host work and collectives.
+  if (setup.gpus > 1 && setup.parallel == Parallel::ddp && setup.method != Method::qlora) {
+    TrainingSetup f = s;
+    f.parallel = Parallel::fsdp;
+    consider(f, "shard with FSDP (--parallel fsdp): weights, gradients and optimizer states split over the " +
+                    std::to_string(setup.gpus) + " GPUs, gathered layer by layer");
+  }
   if (setup.method == Method::full && setup.optimizer == Optimizer::adamw) {
     TrainingSetup o = s;
     o.optimizer = Optimizer::adamw_8bit;

@@ -30,6 +30,24 @@ TEST(Plan, OverCapacityComesWithAlternativesThatFit) {
   for (const auto& alt : p.suggestions) EXPECT_FALSE(alt.change.empty());
 }
 
+// 7B full fine-tuning with DDP on two 80 GB cards does not fit (every GPU holds weights, gradients,
+// buckets and AdamW states: about 90 GB); sharding the same run with FSDP does.
+TEST(Plan, DdpThatDoesNotFitIsOfferedFsdp) {
+  TrainingSetup s;
+  s.method = Method::full;
+  s.seq = 2048;
+  s.gpus = 2;
+  const Plan p = make_plan(load_model("qwen2.5-7b"), s, find_gpu("h100-sxm"));
+  EXPECT_NE(p.verdict, Verdict::fits);
+  bool offered = false;
+  for (const auto& alt : p.suggestions) {
+    if (alt.change.find("--parallel fsdp") == std::string::npos) continue;
+    offered = true;
+    EXPECT_EQ(alt.verdict, Verdict::fits);
+  }
+  EXPECT_TRUE(offered);
+}
+
 TEST(Plan, FittingSetupHasNoSuggestionsAndPositiveHeadroom) {
   TrainingSetup s;
   const Plan p = make_plan(load_model("qwen2.5-0.5b"), s, find_gpu("h200"));
