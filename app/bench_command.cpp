@@ -2,6 +2,7 @@
 // Progress goes to stderr as each config starts and ends; the judged criteria and the
 // predicted-vs-measured table to stdout at the end (docs/bench.md).
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <iostream>
 #include <memory>
@@ -33,7 +34,7 @@ struct BenchFlags {
 };
 
 std::string clock(double s) {
-  const long t = static_cast<long>(s + 0.5);
+  const long t = std::lround(s);
   return t >= 3600 ? fmt::format("{}h{:02}m", t / 3600, t / 60 % 60) : fmt::format("{}m{:02}s", t / 60, t % 60);
 }
 
@@ -60,7 +61,8 @@ class NvmlSampler : public bench::ConfigSampler {
   }
   nlohmann::json summary() override {
     nlohmann::json j = {{"source", "nvml"}, {"samples", ticks_}};
-    if (used_max_) j["device_used_max_mib"] = static_cast<double>(*used_max_ / (1 << 20));
+    // Whole MiB, as nvidia-smi prints it.
+    if (used_max_) j["device_used_max_mib"] = std::floor(static_cast<double>(*used_max_) / 1048576.0);
     if (util_n_ > 0) {
       j["gpu_util_mean"] = util_sum_ / util_n_;
       j["gpu_util_max"] = util_max_;

@@ -49,7 +49,7 @@ Suggestion evaluate(const ModelSpec& model, const TrainingSetup& setup, const Gp
 std::vector<Suggestion> alternatives(const ModelSpec& model, const TrainingSetup& setup, const GpuSpec& gpu,
                                      const PlanOptions& options) {
   std::vector<Suggestion> out;
-  auto consider = [&](TrainingSetup s, std::string change) {
+  auto consider = [&](const TrainingSetup& s, std::string change) {
     try {
       out.push_back(evaluate(model, s, gpu, options, std::move(change)));
     } catch (const InputError&) {
