@@ -25,6 +25,7 @@
 
 #include "trainfit/bench.hpp"
 #include "trainfit/error.hpp"
+#include "bench_test_files.hpp"
 #include "run_cli.hpp"
 
 namespace {
@@ -34,26 +35,9 @@ using nlohmann::json;
 using Result = trainfit::testing::CliResult;
 Result run(const std::string& args) { return trainfit::testing::run_cli(args); }
 
-fs::path fresh_dir(const std::string& name) {
-  const fs::path d = fs::path(testing::TempDir()) / ("bench-" + name + "-" + std::to_string(::getpid()));
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
-
-std::vector<json> rows_of(const fs::path& results) {
-  std::vector<json> rows;
-  std::ifstream in(results / "results.jsonl");
-  std::string line;
-  while (std::getline(in, line)) rows.push_back(json::parse(line));  // every line must parse
-  return rows;
-}
-
-std::string write_plan(const fs::path& dir, const std::string& body) {
-  const fs::path p = dir / "plan.toml";
-  std::ofstream(p) << body;
-  return p.string();
-}
+fs::path fresh_dir(const std::string& name) { return trainfit::testing::fresh_bench_dir(name); }
+std::vector<json> rows_of(const fs::path& results) { return trainfit::testing::results_rows(results); }
+std::string write_plan(const fs::path& dir, const std::string& body) { return trainfit::testing::write_bench_plan(dir, body); }
 
 const char* kMixedPlan = R"(
 name = "mixed"

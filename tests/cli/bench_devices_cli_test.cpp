@@ -25,6 +25,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench_test_files.hpp"
 #include "run_cli.hpp"
 #include "trainfit/bench.hpp"
 
@@ -38,26 +39,9 @@ Result run(const std::string& args, const std::string& env = "") {
   return trainfit::testing::run_cli(args, env);
 }
 
-fs::path fresh_dir(const std::string& name) {
-  const fs::path d = fs::path(testing::TempDir()) / ("bench-dev-" + name + "-" + std::to_string(::getpid()));
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
-
-std::vector<json> rows_of(const fs::path& results) {
-  std::vector<json> rows;
-  std::ifstream in(results / "results.jsonl");
-  std::string line;
-  while (std::getline(in, line)) rows.push_back(json::parse(line));  // every line must parse
-  return rows;
-}
-
-std::string write_plan(const fs::path& dir, const std::string& body) {
-  const fs::path p = dir / "plan.toml";
-  std::ofstream(p) << body;
-  return p.string();
-}
+fs::path fresh_dir(const std::string& name) { return trainfit::testing::fresh_bench_dir("dev-" + name); }
+std::vector<json> rows_of(const fs::path& results) { return trainfit::testing::results_rows(results); }
+std::string write_plan(const fs::path& dir, const std::string& body) { return trainfit::testing::write_bench_plan(dir, body); }
 
 std::string bench_args(const std::string& plan, const fs::path& out, const std::string& more = "") {
   return "bench " + plan + " --results " + out.string() + " --runner " + TRAINFIT_STANDIN_RUNNER + " " + more;
