@@ -163,7 +163,7 @@ TEST(Memory, EveryBuiltinModelPlansUnderEveryMethod) {
 }
 
 // DDP: every GPU runs the one-GPU step and also holds the reducer's flat bucket copy of every
-// trainable gradient (measured on two H200s: +14,526 MiB for Qwen2.5-7B full, +154 MiB for LoRA).
+// trainable gradient (measured on two H200s against one: +14,556 MiB for Qwen2.5-7B full, 14,526 predicted).
 TEST(MemoryDataParallel, DdpAddsOneCopyOfTheTrainableGradients) {
   for (const Method method : {Method::full, Method::lora}) {
     TrainingSetup one;
