@@ -228,7 +228,11 @@ MemoryEstimate estimate_memory(const ModelSpec& model, const TrainingSetup& setu
   // layer's forward temporaries.
   const double fragmentation = (st.logits_upcast ? logits_c : 0.0) +
                                detail::allocator_block(st.layer_forward_transient_per_token * T);
-  est.peak_reserved_bytes = to_bytes(peak->total() + fragmentation);
+  // FSDP allocates its flat all-gather buffers on its own stream, and the caching allocator keeps
+  // a stream's freed blocks for that stream: the root's buffer (gathered once, at the start of the
+  // forward) and two layers' beyond the one still held (the forward gathers ahead) stay reserved.
+  const double gather_pool = fsdp ? p.root_weights + 2.0 * p.layer_weights : 0.0;
+  est.peak_reserved_bytes = to_bytes(peak->total() + fragmentation + gather_pool);
   est.cuda_context_bytes = to_bytes(kCudaContextBytes + (setup.gpus > 1 ? kNcclBytes : 0.0));
   est.device_used_bytes = est.peak_reserved_bytes + est.cuda_context_bytes;
   est.weights_loaded_bytes =

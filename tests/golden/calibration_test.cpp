@@ -92,6 +92,13 @@ TEST(Calibration, DataParallelPeaksOnTwoH200s) {
   }
   EXPECT_EQ(fsdp, 8);
   EXPECT_LT(summary.median_abs_error, 0.01);
+  // Reserved: LoRA under FSDP keeps FSDP's all-gather pool, which the model counts; full
+  // fine-tuning's reserved memory is low with or without data parallelism (docs/model.md).
+  for (const auto& row : summary.rows) {
+    if (row.measured.setup.method != Method::lora) continue;
+    const double reserved_error = to_mib(row.predicted_reserved) / *row.measured.peak_reserved_mib - 1.0;
+    EXPECT_LT(std::abs(reserved_error), 0.03) << "line " << row.measured.line;
+  }
 }
 
 // The wide plan on one H200 (91 of 106 configs; one ran out of memory, as predicted).
