@@ -180,7 +180,12 @@ StepWork step_work(const ModelSpec& model, const TrainingSetup& setup) {
   // run without autograd or module code: measured on the H200 host, a no-grad operation costs a
   // quarter of what a training forward operation costs (7.9 us against the fitted ~32 us).
   constexpr double kNoGradOpCost = 0.25;
-  const double param_tensors = full ? L * 12.0 + 3.0 : 2.0 * targets;
+  // Parameter tensors of a Llama/Qwen-style model: 12 a layer (q, k, v with biases, o, the three
+  // MLP matrices, two norms), the embedding, the output layer and the final norm; LoRA adds A and B
+  // to each targeted module.
+  const double model_tensors = L * 12.0 + 3.0;
+  const double adapter_tensors = full ? 0.0 : 2.0 * targets;
+  const double param_tensors = full ? model_tensors : adapter_tensors;  // the trainable ones
   w.optimizer_ops = kNoGradOpCost * (setup.optimizer == Optimizer::adafactor ? 29.0 * param_tensors
                                                                             : 10.0 + 0.5 * param_tensors);
 
@@ -190,7 +195,6 @@ StepWork step_work(const ModelSpec& model, const TrainingSetup& setup) {
     const double n = as_d(setup.gpus);
     const double moved = (n - 1.0) / n;
     const double grads = st.gradients;
-    const double all_tensors = L * 12.0 + 3.0 + (full ? 0.0 : 2.0 * targets);
     if (setup.parallel == Parallel::ddp) {
       w.all_reduce_bytes = 2.0 * moved * grads;
       w.ops += kDdpOpsPerGradient * param_tensors;
@@ -198,7 +202,7 @@ StepWork step_work(const ModelSpec& model, const TrainingSetup& setup) {
       const double root = st.params.root_weights;
       const double layers = st.params.weights + st.params.adapters - root;
       w.all_gather_bytes = moved * (2.0 * layers + root + grads);
-      w.ops += kFsdpOpsPerParameter * all_tensors;
+      w.ops += kFsdpOpsPerParameter * (model_tensors + adapter_tensors);
     }
   }
 
