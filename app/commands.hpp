@@ -1,12 +1,14 @@
 #pragma once
 // Each subcommand of `trainfit` lives in its own file and registers itself on the app. Its
 // callback runs once the command line is parsed, writes its output, and sets the exit code;
-// a trainfit::InputError escaping it becomes one line on stderr and exit code 2 (main.cpp).
+// a trainfit::InputError escaping it becomes one line on stderr and exit code 2, a
+// trainfit::SystemError exit code 3 (main.cpp).
 #include <CLI/CLI.hpp>
 
 namespace trainfit::cli {
 
-constexpr int kExitBadInput = 2;
+constexpr int kExitBadInput = 2;    // the input was wrong: a flag, a file, a name
+constexpr int kExitSystemError = 3; // the machine failed: I/O, a process that cannot start, no driver
 
 void add_plan_command(CLI::App& app, int& exit_code);
 void add_catalog_commands(CLI::App& app, int& exit_code);

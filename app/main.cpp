@@ -1,5 +1,6 @@
 // The trainfit command line: a thin client of the library. Each subcommand is in its own file
-// (commands.hpp); main maps errors to exit codes: 2 for bad input, 1 for anything unexpected.
+// (commands.hpp); main maps errors to exit codes: 2 for bad input, 3 for a failure of the machine
+// (I/O, a process that cannot start, no driver), 1 for anything unexpected (a bug).
 #include <iostream>
 #include <string>
 
@@ -29,6 +30,9 @@ int main(int argc, char** argv) {
   } catch (const trainfit::InputError& e) {
     std::cerr << "trainfit: " << e.what() << "\n";
     return trainfit::cli::kExitBadInput;
+  } catch (const trainfit::SystemError& e) {
+    std::cerr << "trainfit: " << e.what() << "\n";
+    return trainfit::cli::kExitSystemError;
   } catch (const std::exception& e) {
     std::cerr << "trainfit: internal error: " << e.what() << "\n";
     return 1;
