@@ -59,15 +59,16 @@ class NvmlSampler : public bench::ConfigSampler {
     }
     ++ticks_;
   }
-  nlohmann::json summary() override {
-    nlohmann::json j = {{"source", "nvml"}, {"samples", ticks_}};
+  bench::ConfigTelemetry summary() override {
+    bench::ConfigTelemetry t;
+    t.samples = ticks_;
     // Whole MiB, as nvidia-smi prints it.
-    if (used_max_) j["device_used_max_mib"] = std::floor(static_cast<double>(*used_max_) / 1048576.0);
+    if (used_max_) t.device_used_max_mib = std::floor(static_cast<double>(*used_max_) / 1048576.0);
     if (util_n_ > 0) {
-      j["gpu_util_mean"] = util_sum_ / util_n_;
-      j["gpu_util_max"] = util_max_;
+      t.gpu_util_mean = util_sum_ / util_n_;
+      t.gpu_util_max = util_max_;
     }
-    return j;
+    return t;
   }
 
  private:
@@ -101,22 +102,19 @@ void print_progress(const bench::Progress& p) {
                              p.devices != nullptr ? fmt::format(", {} running", p.running) : "");
     return;
   }
-  const auto& r = *p.row;
-  const auto& m = r["measured"];
-  std::string what = fmt::format("{} {}", m.value("status", "?"), r.value("verdict", "?"));
-  if (m.contains("peak_allocated_mib") && m["peak_allocated_mib"].is_number())
-    what += fmt::format(", peak {:.1f} MiB", m["peak_allocated_mib"].get<double>());
-  const auto pred = r.value("predicted", nlohmann::json::object());
-  if (pred.contains("peak_allocated_mib")) what += fmt::format(" (predicted {:.1f})", pred["peak_allocated_mib"].get<double>());
-  if (m.contains("step_seconds_median") && m["step_seconds_median"].is_number())
-    what += fmt::format(", {:.3f} s/step", m["step_seconds_median"].get<double>());
+  const bench::BenchRow& r = *p.row;
+  const Measurement& m = r.measured;
+  std::string what = fmt::format("{} {}", m.status, r.verdict.empty() ? "?" : r.verdict);
+  if (m.peak_allocated_mib) what += fmt::format(", peak {:.1f} MiB", *m.peak_allocated_mib);
+  if (r.predicted && r.predicted->peak_allocated_mib) what += fmt::format(" (predicted {:.1f})", *r.predicted->peak_allocated_mib);
+  if (m.step_seconds) what += fmt::format(", {:.3f} s/step", *m.step_seconds);
   if (p.event == bench::Progress::Event::skipped) {
     std::cerr << fmt::format("{} {}  already done: {}\n", at, p.config->label, what);
     return;
   }
-  if (m.value("status", "") != "ok" && m.contains("error")) what += ": " + m["error"].get<std::string>().substr(0, 160);
-  std::cerr << fmt::format("{}{}   -> {}  ({:.1f} s; elapsed {}{})\n", at, where, what,
-                           r["bench"].value("wall_seconds", 0.0), clock(p.elapsed_seconds), eta);
+  if (m.status != "ok" && !m.error.empty()) what += ": " + m.error.substr(0, 160);
+  std::cerr << fmt::format("{}{}   -> {}  ({:.1f} s; elapsed {}{})\n", at, where, what, r.run.wall_seconds,
+                           clock(p.elapsed_seconds), eta);
 }
 
 }  // namespace
@@ -158,7 +156,7 @@ void add_bench_command(CLI::App& app, int& exit_code) {
     }
     bench::RunOptions o;
     o.results_dir = !flags->results.empty() ? flags->results : "results/" + plan.name;
-    auto judge_and_report = [&](const std::vector<nlohmann::json>& rows) {
+    auto judge_and_report = [&](const std::vector<bench::BenchRow>& rows) {
       const bench::BenchReport report = bench::judge_results(plan, rows);
       const nlohmann::json doc = bench::report_to_json(plan, report);
       bench::write_results_json(o.results_dir, doc);

@@ -1,4 +1,4 @@
-// `trainfit gpus` and `trainfit models`: the catalogues.
+// `trainfit gpus`, `trainfit models` and `trainfit schema`: the catalogues, and the vocabulary of a setup.
 #include <iostream>
 #include <memory>
 #include <string>
@@ -22,6 +22,14 @@ void add_catalog_commands(CLI::App& app, int& exit_code) {
   models->add_option("--format", *models_format, "table | json | markdown")->capture_default_str();
   models->callback([models_format, &exit_code] {
     std::cout << render_model_catalog(parse_format(*models_format));
+    exit_code = 0;
+  });
+
+  auto* schema = app.add_subcommand("schema",
+                                    "Print the JSON Schema of a training setup: every setting's JSON key, flag (x-flag), "
+                                    "type, allowed values, default and description");
+  schema->callback([&exit_code] {
+    std::cout << setup_schema().dump(2) << "\n";
     exit_code = 0;
   });
 }

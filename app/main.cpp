@@ -7,6 +7,7 @@
 #include <CLI/CLI.hpp>
 
 #include "commands.hpp"
+#include "setup_flags.hpp"
 #include "trainfit/error.hpp"
 
 int main(int argc, char** argv) {
@@ -26,6 +27,9 @@ int main(int argc, char** argv) {
     return app.exit(e);  // --help, --version
   } catch (const CLI::ParseError& e) {
     std::cerr << "trainfit: " << e.what() << " (see --help)\n";
+    return trainfit::cli::kExitBadInput;
+  } catch (const trainfit::SettingError& e) {
+    std::cerr << "trainfit: " << trainfit::cli::flag_message(e) << "\n";
     return trainfit::cli::kExitBadInput;
   } catch (const trainfit::InputError& e) {
     std::cerr << "trainfit: " << e.what() << "\n";

@@ -24,12 +24,12 @@ void print(const ComparisonSummary& summary, Format format) {
     nlohmann::json rows = nlohmann::json::array();
     for (const auto& c : summary.rows)
       rows.push_back({{"line", c.measured.line},
-                      {"model", c.measured.model},
-                      {"measured_peak_allocated_mib", *c.measured.peak_allocated_mib},
+                      {"model", c.measured.setup.model},
+                      {"measured_peak_allocated_mib", *c.measured.measured.peak_allocated_mib},
                       {"predicted_peak_allocated_mib", to_mib(c.predicted_allocated)},
                       {"error", c.allocated_error},
                       {"predicted_peak", c.predicted_peak_phase},
-                      {"measured_step_seconds", c.measured.step_seconds ? nlohmann::json(*c.measured.step_seconds) : nlohmann::json(nullptr)},
+                      {"measured_step_seconds", c.measured.measured.step_seconds ? nlohmann::json(*c.measured.measured.step_seconds) : nlohmann::json(nullptr)},
                       {"predicted_step_seconds", c.predicted_step_seconds},
                       {"step_error", c.step_error},
                       {"predicted_bottleneck", c.predicted_bottleneck}});
@@ -49,14 +49,15 @@ void print(const ComparisonSummary& summary, Format format) {
                            "s meas", "s pred", "error", "bottleneck", "predicted peak");
   for (const auto& c : summary.rows) {
     const auto& s = c.measured.setup;
-    const bool timed = c.measured.step_seconds.has_value() && c.predicted_step_seconds > 0;
+    const Measurement& m = c.measured.measured;
+    const bool timed = m.step_seconds.has_value() && c.predicted_step_seconds > 0;
     std::cout << fmt::format("{:>5}  {:<14}{:<7}{:<6}{:>6}{:>6}{:>5}{:>6}{:>8}  {:>11.1f}{:>11.1f}{:>+7.1f}%  {:>9}{:>9.4f}{:>8}  {:<17}{}\n",
-                             c.measured.line, c.measured.model, to_string(s.method),
+                             c.measured.line, s.model, to_string(s.method),
                              s.amp ? "amp" : to_string(s.weights), s.seq, s.batch,
                              s.method == Method::full ? 0 : s.lora.rank, s.grad_ckpt ? "on" : "off",
                              s.gpus > 1 ? fmt::format("{} {}", to_string(s.parallel), s.gpus) : "1",
-                             *c.measured.peak_allocated_mib, to_mib(c.predicted_allocated), 100.0 * c.allocated_error,
-                             timed ? fmt::format("{:.4f}", *c.measured.step_seconds) : "-", c.predicted_step_seconds,
+                             *m.peak_allocated_mib, to_mib(c.predicted_allocated), 100.0 * c.allocated_error,
+                             timed ? fmt::format("{:.4f}", *m.step_seconds) : "-", c.predicted_step_seconds,
                              timed ? fmt::format("{:+.0f}%", 100.0 * c.step_error) : "-", c.predicted_bottleneck,
                              c.predicted_peak_phase);
   }

@@ -20,6 +20,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "trainfit/measurements.hpp"
+#include "trainfit/settings.hpp"
+
 namespace trainfit::bench {
 
 // ---- The criteria language ---------------------------------------------------------------------
@@ -66,8 +69,8 @@ struct Criterion {
 };
 
 struct Axis {
-  std::string field;
-  std::vector<nlohmann::json> values;  // one value for a fixed setting
+  std::string field;                 // a setting's key (settings.hpp), "device", or a runner field x_...
+  std::vector<SettingValue> values;  // checked against the setting; one value for a fixed setting
 };
 
 struct ExperimentPlan {
@@ -97,25 +100,96 @@ struct ExperimentPlan {
 ExperimentPlan parse_experiment_plan(std::string_view toml_text, std::string_view source);
 ExperimentPlan load_experiment_plan(std::string_view path);
 
+// One config of the matrix: a whole training setup, and how the runner runs it.
 struct BenchConfig {
   std::size_t index = 0;    // 0-based position in the matrix
-  nlohmann::json config;    // canonical: every field with its default filled in
-  std::string key;          // config.dump(): the resume key
-  std::string label;        // "qwen2.5-7b qlora r16 s512 b1 ckpt"
+  TrainingSetup setup;      // the matrix's settings, every other one at its default; setup.gpu: the card
+  std::string device = "cuda";             // where the runner runs the steps: cuda, or cpu (tests of the runner)
+  std::optional<std::int64_t> vram_bytes;  // the emulated card's memory (the plan's run.vram)
+  std::string overflow = "oom";            // the plan's run.overflow, with an emulated card
+  int steps = 4;
+  int warmup = 1;
+  std::vector<std::pair<std::string, SettingValue>> runner_fields;  // x_...: passed to the runner as written
+  std::string key;          // the resume key: the canonical JSON of the config
+  std::string label;        // "qwen2.5-7b qlora r16 q,v s512 b1 ckpt"
 };
 
-// The Cartesian product of the axes, less the excluded configs. Each config is checked as the
-// planner would read it (unknown model, bad method...): InputError naming the config.
+// The config as the runner receives it (--config) and a row stores it: the matrix settings that
+// apply (settings.hpp), the card, the run's fields, the runner's fields.
+nlohmann::json config_to_json(const BenchConfig& config);
+// A config read back from a row. Throws InputError naming the field.
+BenchConfig config_from_json(const nlohmann::json& config);
+
+// The Cartesian product of the axes, less the excluded configs. Each config is resolved and
+// validated as the planner reads it (unknown model, bad method...): InputError naming the config.
 std::vector<BenchConfig> expand_matrix(const ExperimentPlan& plan);
+
+// ---- Rows ---------------------------------------------------------------------------------------
+
+// What NVML saw of the config's GPUs while it ran.
+struct ConfigTelemetry {
+  int samples = 0;
+  std::optional<double> device_used_max_mib;  // whole MiB, as nvidia-smi prints it
+  std::optional<double> gpu_util_mean;
+  std::optional<double> gpu_util_max;
+};
+
+// How the orchestrator ran a config (a row's "bench" object).
+struct RunRecord {
+  std::string plan;
+  std::string key;
+  std::size_t index = 0;
+  std::string label;
+  std::string started;      // UTC
+  double wall_seconds = 0;
+  std::string exit;         // "code 0", "signal 9", "timeout", "not run"
+  std::string log;          // the runner's output file, in runs/
+  std::optional<std::vector<int>> devices;  // with --devices: the GPUs it ran on
+};
+
+// The planner's prediction for a config, beside its measurement.
+struct Prediction {
+  std::int64_t total_parameters = 0;
+  double work_flops = 0;     // matrix and attention FLOPs of a step
+  std::string card;          // the card predicted for ("NVIDIA H200 SXM 141GB as a 16303 MiB card")
+  std::optional<double> peak_allocated_mib, peak_reserved_mib, device_used_mib;
+  std::string peak_phase;
+  std::string verdict;
+  std::optional<double> step_seconds, step_seconds_in_memory;
+  std::string bottleneck;
+  std::optional<double> error;       // predicted / measured peak allocated - 1
+  std::optional<double> step_error;  // predicted / measured step time - 1
+};
+
+// One line of results.jsonl.
+struct BenchRow {
+  BenchConfig config;
+  Measurement measured;
+  // What the runner wrote in "measured" and "stack", as it wrote them (per-step figures, per-rank
+  // peaks, a traceback, the versions of its stack): kept whole in the row; `measured` is read from it.
+  nlohmann::json reported = nlohmann::json::object();
+  nlohmann::json stack = nlohmann::json::object();
+  std::string output_tail;   // the end of the runner's output, when it did not end well
+  RunRecord run;
+  std::optional<ConfigTelemetry> telemetry;
+  std::optional<Prediction> predicted;
+  std::optional<double> capacity_mib;  // the card the row is judged against
+  std::string verdict;                 // fits, tight, spilled, oom, error
+  std::vector<std::string> verdict_reasons;
+};
+
+nlohmann::json row_to_json(const BenchRow& row);
+// A row read back from results.jsonl. Throws InputError naming the field.
+BenchRow row_from_json(const nlohmann::json& row);
 
 // ---- Running ----------------------------------------------------------------------------------
 
-// Samples the GPUs of one running config (NVML); summary() becomes the row's "telemetry".
+// Samples the GPUs of one running config (NVML); summary() becomes the row's telemetry.
 class ConfigSampler {
  public:
   virtual ~ConfigSampler() = default;
   virtual void tick() = 0;
-  virtual nlohmann::json summary() = 0;
+  virtual ConfigTelemetry summary() = 0;
 };
 
 struct Progress {
@@ -123,7 +197,7 @@ struct Progress {
   std::size_t position = 0;  // 1-based, in plan order
   std::size_t total = 0;
   const BenchConfig* config = nullptr;
-  const nlohmann::json* row = nullptr;  // finished / skipped
+  const BenchRow* row = nullptr;        // finished / skipped
   double elapsed_seconds = 0;           // since this invocation started
   std::optional<double> eta_seconds;    // from the configs run so far, over the parallel slots
   const std::vector<int>* devices = nullptr;  // with RunOptions::devices: the config's GPUs (empty when it got none)
@@ -158,11 +232,11 @@ std::vector<int> parse_devices(std::string_view text, const std::vector<int>* av
 // Runs every config not already in results_dir/results.jsonl and returns all rows of this plan
 // (earlier and new), in matrix order; results.jsonl gets each row as its config finishes. Throws
 // InputError when the directory can't be used or another bench holds it.
-std::vector<nlohmann::json> run_configs(const ExperimentPlan& plan, const std::vector<BenchConfig>& configs,
-                                        const RunOptions& options);
+std::vector<BenchRow> run_configs(const ExperimentPlan& plan, const std::vector<BenchConfig>& configs,
+                                  const RunOptions& options);
 // The rows results_dir/results.jsonl already holds for these configs, in matrix order, running
 // nothing (`--judge-only`: judge on another machine, or again after the planner changed).
-std::vector<nlohmann::json> finished_rows(const std::vector<BenchConfig>& configs, const std::string& results_dir);
+std::vector<BenchRow> finished_rows(const std::vector<BenchConfig>& configs, const std::string& results_dir);
 // Writes results_dir/results.json atomically (a temporary file renamed over it).
 void write_results_json(const std::string& results_dir, const nlohmann::json& doc);
 
@@ -178,7 +252,7 @@ struct CriterionResult {
 };
 
 struct BenchReport {
-  nlohmann::json rows;               // with final verdicts and predictions
+  std::vector<BenchRow> rows;        // with final verdicts and predictions
   std::vector<CriterionResult> criteria;
   nlohmann::json environment;
   double median_abs_error = 0;       // peak allocated, rows with both
@@ -186,13 +260,14 @@ struct BenchReport {
   std::size_t compared = 0;
 };
 
-// The planner's prediction for a config (into row["predicted"]) and the verdict of one finished
-// row on its own; judge_results adds the comparison with neighbours (abnormal slowdowns).
-void annotate_row(const ExperimentPlan& plan, nlohmann::json& row);
-BenchReport judge_results(const ExperimentPlan& plan, std::vector<nlohmann::json> rows);
-// The fields a criterion can name, and a row's values for them.
+// The planner's prediction for a config (row.predicted) and the verdict of one finished row on its
+// own; judge_results adds the comparison with neighbours (abnormal slowdowns).
+void annotate_row(const ExperimentPlan& plan, BenchRow& row);
+BenchReport judge_results(const ExperimentPlan& plan, std::vector<BenchRow> rows);
+// The fields a criterion can name (the matrix settings, the run's fields, what was measured,
+// judged and predicted), and a row's values for them.
 bool is_row_field(std::string_view name);
-Fields row_fields(const nlohmann::json& row);
+Fields row_fields(const BenchRow& row);
 
 nlohmann::json report_to_json(const ExperimentPlan& plan, const BenchReport& report);  // results.json
 std::string render_report(const ExperimentPlan& plan, const BenchReport& report);      // the closing text

@@ -5,7 +5,8 @@
 // - InputError: something the user gave is wrong (a flag value, a config file, a plan, a GPU
 //   spec, a measurement file). The message names the offending field. CLI exit code 2.
 // - SettingError: an InputError about one setting of a training setup. The message names the
-//   setting by its JSON key ("rank"); a front end maps it to its own spelling (the CLI: "--rank").
+//   setting by its JSON key ("rank"), and other settings it mentions as `key`; a front end maps
+//   them to its own spelling (the CLI: "--rank").
 // - SystemError: the machine, not the input, failed: a file that cannot be written or synced, a
 //   process that cannot be started, a missing NVIDIA driver. CLI exit code 3.
 #include <stdexcept>

@@ -7,21 +7,38 @@
 #include <string_view>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "trainfit/setup.hpp"
 #include "trainfit/time.hpp"
 
 namespace trainfit {
 
+// What a real training step measured (a bench runner, the probe, a data file's "measured" object).
+// Memory in MiB as the runner rounds it; absent when not measured.
+struct Measurement {
+  std::string status = "ok";  // ok, oom, error, crashed, timeout
+  std::string error;          // what went wrong, when status is not ok
+  std::optional<double> peak_allocated_mib;  // torch.cuda.max_memory_allocated(), busiest step after warm-up
+  std::optional<double> peak_reserved_mib;   // torch.cuda.max_memory_reserved()
+  std::optional<double> device_used_mib;     // NVML used memory of the device
+  std::optional<double> weights_loaded_mib;  // memory_allocated() after the model was built
+  std::optional<double> step_seconds;        // steady-state median wall time of an optimizer step
+  std::optional<double> tokens_per_second;
+  std::optional<double> alloc_retries;       // the caching allocator's cudaMalloc retries (memory pressure)
+  std::optional<double> ooms;                // out-of-memory errors the allocator raised
+  std::optional<double> oom_at_step;         // the step that ran out of memory
+};
+
+// Reads a "measured" object. Throws InputError naming the field when one has the wrong type (a
+// status that is not a string, a peak that is not a non-negative number).
+Measurement measurement_from_json(const nlohmann::json& measured);
+
 struct MeasuredStep {
-  int line = 0;                 // 1-based line in the source
-  std::string model;            // as written in the row ("qwen2.5-0.5b")
-  std::string gpu;              // catalogue name ("h200")
-  TrainingSetup setup;
-  std::string status;           // "ok", "oom", ...
-  std::optional<double> peak_allocated_mib;
-  std::optional<double> peak_reserved_mib;
-  std::optional<double> device_used_mib;
-  std::optional<double> step_seconds;  // steady-state median
+  int line = 0;          // 1-based line in the source
+  TrainingSetup setup;   // setup.model and setup.gpu: as the row names them
+  Measurement measured;
+  bool has_measurement = false;  // the row had a "measured" object
 };
 
 // Throws InputError naming the line and field on malformed input.

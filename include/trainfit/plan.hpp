@@ -47,13 +47,16 @@ struct Plan {
 // spills vs oom: over capacity, a Windows driver falls back to system memory (spills, very slow);
 // Linux has no such fallback and raises an out-of-memory error.
 Verdict judge(std::int64_t peak_allocated_bytes, std::int64_t device_used_bytes, std::int64_t capacity_bytes,
-              double headroom, bool sysmem_fallback);
+              double headroom, Platform platform);
 
 struct PlanOptions {
-  bool sysmem_fallback = false;  // the platform lets allocations spill into system memory (Windows driver)
   bool suggest = true;
   std::optional<TimeProfile> profile;  // default: default_profile(gpu)
 };
+
+// The card a setup names: its catalogue `gpu`, its `gpu_spec` file, or a card of `vram` bytes
+// (exactly one of them), else the catalogue card `fallback` when one is given. Throws SettingError.
+GpuSpec resolve_card(const TrainingSetup& setup, std::string_view fallback = {});
 
 Plan make_plan(const ModelSpec& model, const TrainingSetup& setup, const GpuSpec& gpu, const PlanOptions& options = {});
 

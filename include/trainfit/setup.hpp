@@ -1,10 +1,15 @@
 #pragma once
-// A training setup: everything about one optimizer step except the model and the card.
-// The vocabulary is that of `trainfit plan` (see PRODUCT.md).
+// A training setup: everything a user says about one training run (the model and card they name,
+// the method, dtypes, adapters, optimizer, sequence and batch, checkpointing, attention kernel,
+// GPU count and layout, headroom policy, platform). Each member is one row of the settings table
+// (trainfit/settings.hpp), which gives its flag, JSON key, allowed values and documentation; the
+// defaults here are the table's defaults. `trainfit schema` prints the whole vocabulary.
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <variant>
 #include <vector>
 
 namespace trainfit {
@@ -20,10 +25,17 @@ enum class Attention { sdpa, eager, flash };
 //         optimizer states sharded across the GPUs, each layer gathered for its forward and again
 //         for its backward.
 enum class Parallel { ddp, fsdp };
+// What the driver does with an allocation past the card: Linux fails it (CUDA out of memory); the
+// Windows driver's system-memory fallback serves it from host RAM over the PCIe link (very slowly).
+enum class Platform { linux, windows };
+
+// A setting's value whatever its type (settings.hpp): unset or "none" (monostate), a switch, a
+// whole number, a number, a name, a list of names.
+using SettingValue = std::variant<std::monostate, bool, std::int64_t, double, std::string, std::vector<std::string>>;
 
 struct LoraSetup {
   std::int64_t rank = 16;
-  double alpha = 32;
+  double alpha = 32;  // scales the adapters' output; no memory or time term depends on it
   double dropout = 0.05;
   // Module names as PEFT matches them; {"all-linear"} means every linear layer of the decoder.
   std::vector<std::string> targets = {"all-linear"};
@@ -35,10 +47,18 @@ struct QuantSetup {
   DType compute_dtype = DType::bf16;  // bnb_4bit_compute_dtype
   // prepare_model_for_kbit_training casts the non-quantised parameters to fp32.
   bool kbit_prepare = false;
-  std::int64_t block_size = 64;       // 4-bit block size (bitsandbytes: 64)
+  // bitsandbytes' 4-bit block size. Not a setting: bitsandbytes fixes it at 64 for 4-bit weights.
+  std::int64_t block_size = 64;
 };
 
 struct TrainingSetup {
+  // What is trained and on which card, as the user names them. The planner works on the loaded
+  // ModelSpec and the resolved GpuSpec; these say where they came from.
+  std::string model;                     // built-in name or a path to a config.json (or its folder)
+  std::string gpu;                       // catalogue card
+  std::optional<std::int64_t> vram_bytes;  // a card known by its memory only
+  std::string gpu_spec;                  // a GPU spec file (TOML)
+
   Method method = Method::lora;
   DType weights = DType::bf16;
   std::optional<DType> amp;           // autocast dtype over fp32 master weights
@@ -53,24 +73,34 @@ struct TrainingSetup {
   std::int64_t gpus = 1;              // data-parallel degree; batch and seq are per GPU
   Parallel parallel = Parallel::ddp;  // with gpus > 1
   double headroom = 0.2;              // fraction of capacity to keep free
+  Platform platform = Platform::linux;
+
+  // Values of settings added to the table at run time (add_setting): no built-in term reads them.
+  std::map<std::string, SettingValue, std::less<>> extensions;
 };
 
-// Throws InputError with the list of valid names.
+// Names as users write them; the first spelling of each value is canonical. Throw InputError
+// listing the valid names.
 Method parse_method(std::string_view s);
 DType parse_dtype(std::string_view s);
 Optimizer parse_optimizer(std::string_view s);
 Attention parse_attention(std::string_view s);
 Parallel parse_parallel(std::string_view s);
+Platform parse_platform(std::string_view s);
 std::vector<std::string> parse_lora_targets(std::string_view s);  // "all-linear" or "q,k,v,o" / "q_proj,v_proj"
+// The short form users write: "all-linear", or "q,v" for {"q_proj", "v_proj"}.
+std::string lora_targets_text(const std::vector<std::string>& targets);
 
 std::string to_string(Method m);
 std::string to_string(DType d);
 std::string to_string(Optimizer o);
 std::string to_string(Attention a);
 std::string to_string(Parallel p);
+std::string to_string(Platform p);
 
 double bytes_per_element(DType d);  // 0.5 for 4-bit types
-// Throws InputError when the setup is inconsistent (qlora with bf16 weights, rank 0, seq 0...).
+// Throws SettingError naming the setting when a value is out of its range or the setup is
+// inconsistent (qlora with bf16 weights, rank 0, seq 0...).
 void validate(const TrainingSetup& setup);
 
 }  // namespace trainfit

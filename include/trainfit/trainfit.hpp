@@ -6,6 +6,7 @@
 #include "trainfit/model.hpp"
 #include "trainfit/plan.hpp"
 #include "trainfit/report.hpp"
+#include "trainfit/settings.hpp"
 #include "trainfit/setup.hpp"
 #include "trainfit/telemetry.hpp"
 #include "trainfit/units.hpp"

@@ -18,10 +18,10 @@ std::string to_string(Verdict v) {
 }
 
 Verdict judge(std::int64_t peak_allocated_bytes, std::int64_t device_used_bytes, std::int64_t capacity_bytes,
-              double headroom, bool sysmem_fallback) {
+              double headroom, Platform platform) {
   if (capacity_bytes <= 0) throw InputError("the card's memory capacity must be positive");
   if (peak_allocated_bytes > capacity_bytes || device_used_bytes > capacity_bytes)
-    return sysmem_fallback ? Verdict::spills : Verdict::oom;
+    return platform == Platform::windows ? Verdict::spills : Verdict::oom;
   const double free_fraction = 1.0 - static_cast<double>(peak_allocated_bytes) / static_cast<double>(capacity_bytes);
   return free_fraction < headroom ? Verdict::tight : Verdict::fits;
 }
@@ -36,8 +36,7 @@ Suggestion evaluate(const ModelSpec& model, const TrainingSetup& setup, const Gp
   s.setup = setup;
   s.peak_allocated_bytes = est.peak_allocated_bytes;
   s.device_used_bytes = est.device_used_bytes;
-  s.verdict = judge(est.peak_allocated_bytes, est.device_used_bytes, gpu.memory_bytes, setup.headroom,
-                    options.sysmem_fallback);
+  s.verdict = judge(est.peak_allocated_bytes, est.device_used_bytes, gpu.memory_bytes, setup.headroom, setup.platform);
   const TimeEstimate t = estimate_time(model, setup, gpu, options.profile ? *options.profile : default_profile(gpu),
                                        s.verdict == Verdict::spills);
   if (t.predicted) s.step_seconds = t.step_seconds;
@@ -110,6 +109,16 @@ std::vector<Suggestion> alternatives(const ModelSpec& model, const TrainingSetup
 
 }  // namespace
 
+GpuSpec resolve_card(const TrainingSetup& setup, std::string_view fallback) {
+  const int given = (setup.gpu.empty() ? 0 : 1) + (setup.vram_bytes ? 1 : 0) + (setup.gpu_spec.empty() ? 0 : 1);
+  if (given > 1) throw SettingError("gpu", "give one of `gpu`, `vram` and `gpu_spec`");
+  if (!setup.gpu_spec.empty()) return load_gpu_spec_file(setup.gpu_spec);
+  if (setup.vram_bytes) return gpu_with_vram(*setup.vram_bytes);
+  if (!setup.gpu.empty()) return find_gpu(setup.gpu);
+  if (!fallback.empty()) return find_gpu(fallback);
+  throw SettingError("gpu", "name the card: `gpu` (see `trainfit gpus`), `vram` or `gpu_spec`");
+}
+
 Plan make_plan(const ModelSpec& model, const TrainingSetup& setup, const GpuSpec& gpu, const PlanOptions& options) {
   Plan plan;
   plan.model = model;
@@ -119,7 +128,7 @@ Plan make_plan(const ModelSpec& model, const TrainingSetup& setup, const GpuSpec
   const double cap = static_cast<double>(gpu.memory_bytes);
   plan.headroom_fraction = 1.0 - static_cast<double>(plan.memory.peak_allocated_bytes) / cap;
   plan.verdict = judge(plan.memory.peak_allocated_bytes, plan.memory.device_used_bytes, gpu.memory_bytes,
-                       setup.headroom, options.sysmem_fallback);
+                       setup.headroom, setup.platform);
   plan.over_capacity_bytes =
       std::max<std::int64_t>(0, std::max(plan.memory.peak_allocated_bytes, plan.memory.device_used_bytes) - gpu.memory_bytes);
   plan.profile = options.profile ? *options.profile : default_profile(gpu);

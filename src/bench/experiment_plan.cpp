@@ -17,6 +17,7 @@
 #include "trainfit/hardware.hpp"
 #include "trainfit/measurements.hpp"
 #include "trainfit/model.hpp"
+#include "trainfit/settings.hpp"
 #include "trainfit/units.hpp"
 
 namespace trainfit::bench {
@@ -24,26 +25,16 @@ namespace {
 
 using nlohmann::json;
 
-enum class Type { string, integer, number, boolean, any };
+// The fields a matrix may vary besides the settings (settings.hpp): where the runner runs the steps,
+// and runner-specific fields (x_...), passed through untouched.
+constexpr std::string_view kDeviceField = "device";
+bool is_runner_field(std::string_view key) { return key.size() > 2 && key.rfind("x_", 0) == 0; }
 
-// The plan flags a matrix may vary, in the order the matrix nests them (the last varies fastest).
-// Runner-specific fields start with "x_" and pass through untouched.
-struct FieldSpec {
-  std::string_view name;
-  Type type;
-};
-constexpr FieldSpec kMatrixFields[] = {
-    {"model", Type::string},        {"method", Type::string},      {"weights", Type::string},
-    {"amp", Type::string},          {"rank", Type::integer},       {"lora_alpha", Type::number},
-    {"lora_dropout", Type::number}, {"lora_targets", Type::string}, {"optimizer", Type::string},
-    {"attn", Type::string},         {"seq", Type::integer},        {"batch", Type::integer},
-    {"grad_accum", Type::integer},  {"grad_ckpt", Type::boolean},  {"gpus", Type::integer},
-    {"parallel", Type::string},     {"device", Type::string},
-};
-
-std::string field_list() {
+std::string matrix_field_list() {
   std::vector<std::string_view> names;
-  for (const auto& f : kMatrixFields) names.push_back(f.name);
+  for (const Setting& s : settings())
+    if (s.in_matrix) names.push_back(s.key);
+  names.push_back(kDeviceField);
   return fmt::format("{}", fmt::join(names, ", "));
 }
 
@@ -86,25 +77,12 @@ class Reader {
     for (const auto& e : *a) out.push_back(text(e, field));
     return out;
   }
-  json scalar(const toml::node& n, std::string_view field, Type type) const {
-    auto wrong = [&](std::string_view want) { fail(&n, field, fmt::format("expected {}", want)); };
-    if (const auto* s = n.as_string()) {
-      if (type != Type::any && type != Type::string) wrong(type == Type::boolean ? "true or false" : "a number");
-      return s->get();
-    }
-    if (const auto* i = n.as_integer()) {
-      if (type == Type::string) wrong("a string");
-      if (type == Type::boolean) wrong("true or false");
-      return i->get();
-    }
-    if (const auto* f = n.as_floating_point()) {
-      if (type != Type::any && type != Type::number) wrong(type == Type::integer ? "an integer" : type == Type::string ? "a string" : "true or false");
-      return f->get();
-    }
-    if (const auto* b = n.as_boolean()) {
-      if (type != Type::any && type != Type::boolean) wrong(type == Type::string ? "a string" : "a number");
-      return b->get();
-    }
+  // A TOML scalar as a setting's raw value (checked against the setting by the caller).
+  SettingValue value(const toml::node& n, std::string_view field) const {
+    if (const auto* v = n.as_string()) return v->get();
+    if (const auto* v = n.as_integer()) return v->get();
+    if (const auto* v = n.as_floating_point()) return v->get();
+    if (const auto* v = n.as_boolean()) return v->get();
     fail(&n, field, "expected a value or a list of values");
   }
 
@@ -181,45 +159,53 @@ void read_run(const Reader& r, const toml::table& t, ExperimentPlan& p) {
 }
 
 void read_matrix(const Reader& r, const toml::table& t, ExperimentPlan& p) {
-  std::vector<Axis> extra;
+  std::vector<Axis> runner_axes;
   for (const auto& [k, v] : t) {
     const std::string key(k.str());
-    const auto* spec = std::find_if(std::begin(kMatrixFields), std::end(kMatrixFields),
-                                    [&](const FieldSpec& f) { return f.name == key; });
-    const bool passthrough = key.size() > 2 && key.rfind("x_", 0) == 0;
-    if (spec == std::end(kMatrixFields) && !passthrough)
-      r.fail(&v, "matrix." + key, fmt::format("unknown field (known: {}; runner-specific fields start with x_)", field_list()));
-    const Type type = passthrough ? Type::any : spec->type;
+    const std::string field = "matrix." + key;
+    const Setting* setting = find_setting(key);
+    const bool runner = is_runner_field(key);
+    if ((setting == nullptr || !setting->in_matrix) && key != kDeviceField && !runner) {
+      const std::string why = setting != nullptr
+                                  ? fmt::format("is set for the whole run, not per config (see [run]); matrix fields: {}",
+                                                matrix_field_list())
+                                  : fmt::format("unknown field (known: {}; runner-specific fields start with x_)",
+                                                matrix_field_list());
+      r.fail(&v, field, why);
+    }
     Axis axis{key, {}};
-    if (const auto* a = v.as_array()) {
-      if (a->empty()) r.fail(&v, "matrix." + key, "an empty list leaves nothing to run");
-      for (const auto& e : *a) axis.values.push_back(r.scalar(e, "matrix." + key, type));
-    } else {
-      axis.values.push_back(r.scalar(v, "matrix." + key, type));
-    }
-    if (key == "model") {
-      for (std::size_t i = 0; i < axis.values.size(); ++i) {
-        try {
-          (void)load_model(axis.values[i].get<std::string>());
-        } catch (const InputError& e) {
-          const toml::node* at = v.is_array() ? v.as_array()->get(i) : &v;
-          r.fail(at, "matrix.model", e.what());
-        }
+    auto add = [&](const toml::node& n) {
+      SettingValue value = r.value(n, field);
+      try {
+        if (setting != nullptr) value = check_setting_value(*setting, value);
+        else if (key == kDeviceField && value != SettingValue(std::string("cuda")) && value != SettingValue(std::string("cpu")))
+          throw InputError("expected \"cuda\" or \"cpu\"");
+        if (key == "model") (void)load_model(std::get<std::string>(value));
+      } catch (const SettingError& e) {
+        r.fail(&n, field, e.reason());
+      } catch (const InputError& e) {
+        r.fail(&n, field, e.what());
       }
+      axis.values.push_back(std::move(value));
+    };
+    if (const auto* a = v.as_array()) {
+      if (a->empty()) r.fail(&v, field, "an empty list leaves nothing to run");
+      for (const auto& e : *a) add(e);
+    } else {
+      add(v);
     }
-    (passthrough ? extra : p.axes).push_back(std::move(axis));
+    (runner ? runner_axes : p.axes).push_back(std::move(axis));
   }
   if (std::none_of(p.axes.begin(), p.axes.end(), [](const Axis& a) { return a.field == "model"; }))
     r.fail(nullptr, "matrix.model", "missing: name at least one model");
-  // toml++ keeps keys sorted; the nesting order is the documented one, not the file's.
-  std::sort(p.axes.begin(), p.axes.end(), [](const Axis& a, const Axis& b) {
-    auto pos = [](const std::string& f) {
-      return std::find_if(std::begin(kMatrixFields), std::end(kMatrixFields), [&](const FieldSpec& s) { return s.name == f; }) -
-             std::begin(kMatrixFields);
-    };
-    return pos(a.field) < pos(b.field);
-  });
-  p.axes.insert(p.axes.end(), extra.begin(), extra.end());
+  // toml++ keeps keys sorted; the nesting order is the settings table's, then the device.
+  auto position = [](const std::string& f) {
+    const auto& table = settings();
+    const auto it = std::find_if(table.begin(), table.end(), [&](const Setting& s) { return s.key == f; });
+    return static_cast<std::size_t>(it - table.begin());
+  };
+  std::stable_sort(p.axes.begin(), p.axes.end(), [&](const Axis& a, const Axis& b) { return position(a.field) < position(b.field); });
+  p.axes.insert(p.axes.end(), runner_axes.begin(), runner_axes.end());
 }
 
 void read_criteria(const Reader& r, const toml::node& n, ExperimentPlan& p) {
@@ -250,64 +236,16 @@ void read_criteria(const Reader& r, const toml::node& n, ExperimentPlan& p) {
   }
 }
 
-std::string value_text(const json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); }
-
-// Fills in every default so that the same setup written two ways has one key.
-json canonical(const ExperimentPlan& plan, const std::vector<std::pair<std::string, json>>& chosen) {
-  json given = json::object();
-  for (const auto& [k, v] : chosen) given[k] = v;
-  auto get = [&](const char* k, json fallback) { return given.contains(k) ? given[k] : fallback; };
-  json c = json::object();
-  c["model"] = given["model"];
-  const std::string method = get("method", "lora").get<std::string>();
-  c["method"] = method;
-  c["weights"] = get("weights", method == "qlora" ? "nf4" : "bf16");
-  const json amp = get("amp", nullptr);
-  c["amp"] = amp.is_string() && amp.get<std::string>() != "none" ? amp : json(nullptr);
-  if (method != "full") {
-    const std::int64_t rank = get("rank", 16).get<std::int64_t>();
-    c["rank"] = rank;
-    c["lora_alpha"] = get("lora_alpha", 2.0 * static_cast<double>(rank)).get<double>();
-    c["lora_dropout"] = get("lora_dropout", 0.05).get<double>();
-    c["lora_targets"] = get("lora_targets", "all-linear");
-  }
-  c["optimizer"] = get("optimizer", "adamw");
-  c["attn"] = get("attn", "sdpa");
-  c["seq"] = get("seq", 512);
-  c["batch"] = get("batch", 1);
-  c["grad_accum"] = get("grad_accum", 1);
-  c["grad_ckpt"] = get("grad_ckpt", false);
-  const std::int64_t gpus = get("gpus", 1).get<std::int64_t>();
-  c["gpus"] = gpus;
-  if (gpus > 1) c["parallel"] = get("parallel", "ddp");
-  c["device"] = get("device", "cuda");
-  if (!plan.gpu.empty()) c["gpu"] = plan.gpu;
-  if (plan.vram_bytes) {
-    c["vram_bytes"] = *plan.vram_bytes;
-    c["overflow"] = plan.overflow;
-  }
-  c["steps"] = plan.steps;
-  c["warmup"] = plan.warmup;
-  for (const auto& [k, v] : chosen)
-    if (k.rfind("x_", 0) == 0) c[k] = v;
-  return c;
+// The short form of a runner field's value in a label.
+std::string runner_value_text(const SettingValue& v) {
+  const json j = setting_value_to_json(v);
+  return j.is_string() ? j.get<std::string>() : j.dump();
 }
 
-std::string label_of(const json& c) {
-  std::string s = c["model"].get<std::string>() + " " + c["method"].get<std::string>();
-  const std::string w = c["weights"].get<std::string>();
-  if (!c["amp"].is_null()) s += " fp32+amp";
-  else if (!(c["method"] == "qlora" && w == "nf4") && w != "bf16") s += " " + w;
-  if (c.contains("rank")) s += fmt::format(" r{}", c["rank"].get<std::int64_t>());
-  if (c.contains("lora_targets") && c["lora_targets"] != "all-linear") s += " " + c["lora_targets"].get<std::string>();
-  s += fmt::format(" s{} b{}", c["seq"].get<std::int64_t>(), c["batch"].get<std::int64_t>());
-  if (c["grad_accum"].get<std::int64_t>() > 1) s += fmt::format("x{}", c["grad_accum"].get<std::int64_t>());
-  if (c["grad_ckpt"].get<bool>()) s += " ckpt";
-  if (c["attn"] != "sdpa") s += " " + c["attn"].get<std::string>();
-  if (c["optimizer"] != "adamw") s += " " + c["optimizer"].get<std::string>();
-  if (c["gpus"].get<std::int64_t>() > 1) s += fmt::format(" {}x{}", c["parallel"].get<std::string>(), c["gpus"].get<std::int64_t>());
-  for (const auto& [k, v] : c.items())
-    if (k.rfind("x_", 0) == 0) s += fmt::format(" {}={}", k.substr(2), value_text(v));
+std::string label_of(const BenchConfig& c) {
+  std::string s = setup_label(c.setup);
+  if (c.device != "cuda") s += " " + c.device;
+  for (const auto& [k, v] : c.runner_fields) s += fmt::format(" {}={}", k.substr(2), runner_value_text(v));
   return s;
 }
 
@@ -358,6 +296,52 @@ ExperimentPlan load_experiment_plan(std::string_view path) {
   return parse_experiment_plan(text, path);
 }
 
+json config_to_json(const BenchConfig& c) {
+  json j = setup_to_json(c.setup, {.matrix_only = true});
+  if (!c.setup.gpu.empty()) j["gpu"] = c.setup.gpu;
+  j[kDeviceField] = c.device;
+  if (c.vram_bytes) {
+    j["vram_bytes"] = *c.vram_bytes;
+    j["overflow"] = c.overflow;
+  }
+  j["steps"] = c.steps;
+  j["warmup"] = c.warmup;
+  for (const auto& [k, v] : c.runner_fields) j[k] = setting_value_to_json(v);
+  return j;
+}
+
+BenchConfig config_from_json(const json& j) {
+  if (!j.is_object()) throw InputError("field \"config\" must be an object");
+  BenchConfig c;
+  auto integer = [&](const char* key, std::int64_t lo, std::int64_t hi) -> std::optional<std::int64_t> {
+    if (!j.contains(key) || j[key].is_null()) return std::nullopt;
+    if (!j[key].is_number_integer() || j[key].get<std::int64_t>() < lo || j[key].get<std::int64_t>() > hi)
+      throw InputError(fmt::format("field \"{}\" must be a whole number from {} to {}", key, lo, hi));
+    return j[key].get<std::int64_t>();
+  };
+  auto text = [&](const char* key) -> std::optional<std::string> {
+    if (!j.contains(key) || j[key].is_null()) return std::nullopt;
+    if (!j[key].is_string()) throw InputError(fmt::format("field \"{}\" must be a string", key));
+    return j[key].get<std::string>();
+  };
+  c.setup = setup_from_json(j, [](std::string_view key) {
+    return key == kDeviceField || key == "vram_bytes" || key == "overflow" || key == "steps" || key == "warmup" ||
+           is_runner_field(key);
+  });
+  if (c.setup.model.empty()) throw InputError("field \"model\" is missing");
+  c.device = text("device").value_or("cuda");
+  if (c.device != "cuda" && c.device != "cpu") throw InputError("field \"device\" must be cuda or cpu");
+  c.vram_bytes = integer("vram_bytes", 1, std::int64_t{1} << 50);
+  c.overflow = text("overflow").value_or("oom");
+  c.steps = static_cast<int>(integer("steps", 1, 10000).value_or(4));
+  c.warmup = static_cast<int>(integer("warmup", 0, 10000).value_or(1));
+  for (const auto& [k, v] : j.items())
+    if (is_runner_field(k)) c.runner_fields.emplace_back(k, setting_value_from_json(v));
+  c.key = config_to_json(c).dump();
+  c.label = label_of(c);
+  return c;
+}
+
 std::vector<BenchConfig> expand_matrix(const ExperimentPlan& plan) {
   std::size_t total = 1;
   for (const auto& a : plan.axes) {
@@ -368,30 +352,35 @@ std::vector<BenchConfig> expand_matrix(const ExperimentPlan& plan) {
   std::unordered_set<std::string> seen;
   std::vector<std::size_t> at(plan.axes.size(), 0);
   for (std::size_t n = 0; n < total; ++n) {
-    std::vector<std::pair<std::string, json>> chosen;
-    for (std::size_t i = 0; i < plan.axes.size(); ++i) chosen.emplace_back(plan.axes[i].field, plan.axes[i].values[at[i]]);
+    BenchConfig bc;
+    std::vector<GivenSetting> given;
+    for (std::size_t i = 0; i < plan.axes.size(); ++i) {
+      const Axis& axis = plan.axes[i];
+      const SettingValue& value = axis.values[at[i]];
+      if (const Setting* s = find_setting(axis.field)) given.push_back({s, value});
+      else if (axis.field == kDeviceField) bc.device = std::get<std::string>(value);
+      else bc.runner_fields.emplace_back(axis.field, value);
+    }
     for (std::size_t i = plan.axes.size(); i-- > 0;) {  // odometer: the last axis turns fastest
       if (++at[i] < plan.axes[i].values.size()) break;
       at[i] = 0;
     }
-    BenchConfig bc;
-    bc.config = canonical(plan, chosen);
-    bc.label = label_of(bc.config);
-    // Checked as `trainfit validate` will read the row: the same parser, the same messages.
+    std::string described;  // the config in words, for a message about it
+    for (const auto& g : given) described += fmt::format("{}{}={}", described.empty() ? "" : " ", g.setting->key, setting_text(*g.setting, g.value));
     try {
-      const auto& c = bc.config;
-      if (c["device"] != "cuda" && c["device"] != "cpu") throw InputError("field \"device\" must be cuda or cpu");
-      if (c["gpus"].get<std::int64_t>() < 1 || c["gpus"].get<std::int64_t>() > 1024)
-        throw InputError("field \"gpus\" must be between 1 and 1024");
-      if (c.contains("parallel") && c["parallel"] != "ddp" && c["parallel"] != "fsdp")
-        throw InputError("field \"parallel\" must be ddp or fsdp");
-      (void)parse_measurements(json{{"config", bc.config}}.dump(), "config");
+      bc.setup = resolve_setup(given);
     } catch (const InputError& e) {
-      std::string why = e.what();
-      if (why.rfind("config:1: ", 0) == 0) why = why.substr(10);
-      throw InputError(fmt::format("{}: matrix config {} ({}): {}", plan.source, n + 1, bc.label, why));
+      throw InputError(fmt::format("{}: matrix config {} ({}): {}", plan.source, n + 1, described, e.what()));
     }
-    const Fields f = row_fields(json{{"config", bc.config}});
+    bc.setup.gpu = plan.gpu;
+    bc.vram_bytes = plan.vram_bytes;
+    if (plan.vram_bytes) bc.overflow = plan.overflow;
+    bc.steps = plan.steps;
+    bc.warmup = plan.warmup;
+    bc.label = label_of(bc);
+    BenchRow row;
+    row.config = bc;
+    const Fields f = row_fields(row);
     bool excluded = false;
     for (const auto& x : plan.exclude) {
       try {
@@ -402,7 +391,7 @@ std::vector<BenchConfig> expand_matrix(const ExperimentPlan& plan) {
       }
     }
     if (excluded) continue;
-    bc.key = bc.config.dump();
+    bc.key = config_to_json(bc).dump();
     if (!seen.insert(bc.key).second) continue;
     bc.index = out.size();
     out.push_back(std::move(bc));

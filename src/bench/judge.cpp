@@ -15,6 +15,7 @@
 #include "trainfit/measurements.hpp"
 #include "trainfit/memory.hpp"
 #include "trainfit/model.hpp"
+#include "trainfit/settings.hpp"
 #include "trainfit/plan.hpp"
 #include "trainfit/time.hpp"
 #include "trainfit/units.hpp"
@@ -24,11 +25,11 @@ namespace {
 
 using nlohmann::json;
 
+// The fields a criterion can name besides the matrix settings (settings.hpp) and runner fields (x_...).
 constexpr std::string_view kFieldNames[] = {
-    // the config
-    "model", "method", "weights", "amp", "rank", "lora_alpha", "lora_dropout", "lora_targets", "optimizer", "attn",
-    "seq", "batch", "grad_accum", "grad_ckpt", "gpus", "parallel", "device", "gpu", "steps", "warmup", "overflow",
-    // derived from it
+    // the run's own (the plan's [run] table and where the runner ran the steps)
+    "device", "gpu", "steps", "warmup", "overflow",
+    // derived from the config
     "vram", "tokens", "params", "params_b",
     // measured
     "status", "peak_allocated", "peak_reserved", "device_used", "weights_loaded", "step_seconds", "tokens_per_second",
@@ -37,21 +38,15 @@ constexpr std::string_view kFieldNames[] = {
     "verdict", "predicted_peak_allocated", "predicted_peak_reserved", "predicted_device_used", "predicted_verdict",
     "predicted_step_seconds", "error", "abs_error", "step_error"};
 
-std::optional<double> number(const json& o, const char* key) {
-  if (!o.is_object() || !o.contains(key) || !o[key].is_number()) return std::nullopt;
-  return o[key].get<double>();
-}
-
-json or_null(const std::optional<double>& v) { return v ? json(*v) : json(nullptr); }
-
 double round_to(double v, double step) { return std::round(v / step) * step; }
 
-// The physical card: the plan's, else the one the runner reports ("NVIDIA H200 (143771 MiB)").
-std::optional<GpuSpec> physical_gpu(const json& row) {
-  std::string name;
-  if (row["config"].contains("gpu")) name = row["config"]["gpu"].get<std::string>();
-  else if (row.contains("stack") && row["stack"].contains("gpu") && row["stack"]["gpu"].is_string())
-    name = row["stack"]["gpu"].get<std::string>().substr(0, row["stack"]["gpu"].get<std::string>().find(" ("));
+// The physical card: the config's, else the one the runner reports ("NVIDIA H200 (143771 MiB)").
+std::optional<GpuSpec> physical_gpu(const BenchRow& row) {
+  std::string name = row.config.setup.gpu;
+  if (name.empty() && row.stack.contains("gpu") && row.stack["gpu"].is_string()) {
+    const std::string reported = row.stack["gpu"].get<std::string>();
+    name = reported.substr(0, reported.find(" ("));
+  }
   if (name.empty()) return std::nullopt;
   try {
     return find_gpu(name);
@@ -60,49 +55,46 @@ std::optional<GpuSpec> physical_gpu(const json& row) {
   }
 }
 
-TrainingSetup setup_of(const json& config) {
-  return parse_measurements(json{{"config", config}}.dump(), "row").front().setup;
-}
-
 // The card the row is judged against, in MiB: the emulated size, else what the runner measured,
 // else the catalogue's.
-std::optional<double> capacity_mib(const json& row, const std::optional<GpuSpec>& gpu) {
-  const json& c = row["config"];
-  if (c.contains("vram_bytes")) return to_mib(c["vram_bytes"].get<std::int64_t>());
-  if (auto m = number(row.value("stack", json::object()), "gpu_memory_mib")) return *m;
-  if (gpu && c.value("device", "cuda") == "cuda") return to_mib(gpu->memory_bytes);
+std::optional<double> capacity_mib(const BenchRow& row, const std::optional<GpuSpec>& gpu) {
+  const BenchConfig& c = row.config;
+  if (c.vram_bytes) return to_mib(*c.vram_bytes);
+  if (row.stack.contains("gpu_memory_mib") && row.stack["gpu_memory_mib"].is_number())
+    return row.stack["gpu_memory_mib"].get<double>();
+  if (gpu && c.device == "cuda") return to_mib(gpu->memory_bytes);
   return std::nullopt;
 }
 
-void set_verdict(const ExperimentPlan& plan, json& row, std::vector<std::string> extra_reasons = {}) {
-  const json& m = row["measured"];
-  const std::string status = m.value("status", "error");
+void set_verdict(const ExperimentPlan& plan, BenchRow& row, std::vector<std::string> extra_reasons = {}) {
+  const Measurement& m = row.measured;
   std::vector<std::string> reasons;
   std::string verdict;
-  if (status == "oom") {
+  if (m.status == "oom") {
     verdict = "oom";
-    reasons.push_back("out of memory" + (m.contains("oom_at_step") ? fmt::format(" in step {}", m["oom_at_step"].dump()) : ""));
-  } else if (status != "ok") {
+    reasons.push_back("out of memory" + (m.oom_at_step ? fmt::format(" in step {}", *m.oom_at_step) : ""));
+  } else if (m.status != "ok") {
     verdict = "error";
-    reasons.push_back(fmt::format("{}: {}", status, m.value("error", "")));
-  } else if (!number(m, "peak_allocated_mib")) {
+    reasons.push_back(fmt::format("{}: {}", m.status, m.error));
+  } else if (!m.peak_allocated_mib) {
     verdict = "error";
     reasons.emplace_back("no peak allocated memory was measured");
   } else {
-    const double peak = *number(m, "peak_allocated_mib");
-    const auto cap = number(row, "capacity_mib");
-    const auto step = number(m, "step_seconds_median");
-    const auto predicted_step = number(row["predicted"], "step_seconds");
+    const double peak = *m.peak_allocated_mib;
+    const auto& cap = row.capacity_mib;
+    // 0 when unknown (plain doubles: GCC 12 warns falsely about optionals read in fmt calls).
+    const double step = m.step_seconds.value_or(0);
+    const double predicted_step = row.predicted ? row.predicted->step_seconds.value_or(0) : 0;
     verdict = "fits";
     if (cap && peak > *cap) {
       verdict = "spilled";
       reasons.push_back(fmt::format("peak allocated {:.1f} MiB is over the card's {:.0f} MiB ({:.0f}%)", peak, *cap,
                                     100.0 * peak / *cap));
     }
-    if (step && predicted_step && *predicted_step > 0 && *step > plan.slowdown * *predicted_step) {
+    if (step > 0 && predicted_step > 0 && step > plan.slowdown * predicted_step) {
       verdict = "spilled";
-      reasons.push_back(fmt::format("a step took {:.3g} s, {:.1f}x the planner's {:.3g} s", *step, *step / *predicted_step,
-                                    *predicted_step));
+      reasons.push_back(fmt::format("a step took {:.3g} s, {:.1f}x the planner's {:.3g} s", step, step / predicted_step,
+                                    predicted_step));
     }
     for (auto& r : extra_reasons) {
       verdict = "spilled";
@@ -113,35 +105,39 @@ void set_verdict(const ExperimentPlan& plan, json& row, std::vector<std::string>
       reasons.push_back(fmt::format("peak allocated is {:.0f}% of the card: less than the {:.0f}% headroom left",
                                     100.0 * peak / *cap, 100.0 * plan.headroom));
     }
-    if (const auto retries = number(m, "num_alloc_retries"); retries && *retries > 0) {
+    if (m.alloc_retries && *m.alloc_retries > 0) {
       if (verdict == "fits") verdict = "tight";
-      reasons.push_back(fmt::format("the allocator freed its cache and retried {:.0f} times (memory pressure)", *retries));
+      reasons.push_back(fmt::format("the allocator freed its cache and retried {:.0f} times (memory pressure)", *m.alloc_retries));
     }
   }
-  row["verdict"] = verdict;
-  row["verdict_reasons"] = reasons;
+  row.verdict = verdict;
+  row.verdict_reasons = reasons;
 }
 
 // Rows whose step time, for the work the step does, is `slowdown` times that of a config with less
 // work in the same run: a step that "worked" but crawled (the seed's 14B: 51x the 7B's time for 2x
 // the work). The work is the planner's in-memory step time when it has one (it counts the host's
 // fixed cost per operation, which dominates small steps), else the step's FLOPs.
-std::vector<std::vector<std::string>> slow_neighbours(const ExperimentPlan& plan, const std::vector<json>& rows) {
+std::vector<std::vector<std::string>> slow_neighbours(const ExperimentPlan& plan, const std::vector<BenchRow>& rows) {
   std::vector<std::vector<std::string>> reasons(rows.size());
   struct Item {
     double work, seconds;
     std::size_t i;
   };
   bool timed = !rows.empty();
-  for (const json& r : rows)
-    if (r["measured"].value("status", "") == "ok" && !number(r["predicted"], "step_seconds_in_memory")) timed = false;
-  const char* work_key = timed ? "step_seconds_in_memory" : "work_flops";
+  for (const BenchRow& r : rows)
+    if (r.measured.status == "ok" && !(r.predicted && r.predicted->step_seconds_in_memory)) timed = false;
+  auto work_of = [&](const BenchRow& r) -> std::optional<double> {
+    if (!r.predicted) return std::nullopt;
+    if (timed) return r.predicted->step_seconds_in_memory;
+    return r.predicted->work_flops;
+  };
   std::vector<Item> items;
   for (std::size_t i = 0; i < rows.size(); ++i) {
-    const json& r = rows[i];
-    const auto t = number(r["measured"], "step_seconds_median");
-    const auto w = number(r["predicted"], work_key);
-    if (r["measured"].value("status", "") == "ok" && t && w && *t > 0 && *w > 0) items.push_back({*w, *t, i});
+    const BenchRow& r = rows[i];
+    const auto& t = r.measured.step_seconds;
+    const auto w = work_of(r);
+    if (r.measured.status == "ok" && t && w && *t > 0 && *w > 0) items.push_back({*w, *t, i});
   }
   std::sort(items.begin(), items.end(), [](const Item& a, const Item& b) { return a.work < b.work; });
   double best = std::numeric_limits<double>::infinity();
@@ -151,8 +147,7 @@ std::vector<std::vector<std::string>> slow_neighbours(const ExperimentPlan& plan
     if (std::isfinite(best) && cost > plan.slowdown * best) {
       reasons[it.i].push_back(fmt::format("a step took {:.3g} s: {:.0f}x slower for its work ({}) than row {} ({}, {:.3g} s)",
                                           it.seconds, cost / best, timed ? "the planner's step time" : "its FLOPs",
-                                          best_i + 1, rows[best_i]["bench"].value("label", ""),
-                                          *number(rows[best_i]["measured"], "step_seconds_median")));
+                                          best_i + 1, rows[best_i].run.label, *rows[best_i].measured.step_seconds));
       continue;
     }
     if (cost < best) {
@@ -173,105 +168,121 @@ std::string num_or_dash(const std::optional<double>& v, const char* f) {
 
 bool is_row_field(std::string_view name) {
   if (name.size() > 2 && name.rfind("x_", 0) == 0) return true;
+  if (const Setting* s = find_setting(name); s != nullptr && s->in_matrix) return true;
   return std::find(std::begin(kFieldNames), std::end(kFieldNames), name) != std::end(kFieldNames);
 }
 
-Fields row_fields(const json& row) {
+Fields row_fields(const BenchRow& row) {
   Fields f;
-  auto put = [&](const std::string& k, const json& v) {
-    if (v.is_boolean()) f[k] = v.get<bool>();
-    else if (v.is_number()) f[k] = v.get<double>();
-    else if (v.is_string()) f[k] = v.get<std::string>();
+  auto put = [&](const std::string& k, const SettingValue& v) {
+    if (const auto* b = std::get_if<bool>(&v)) f[k] = *b;
+    else if (const auto* i = std::get_if<std::int64_t>(&v)) f[k] = static_cast<double>(*i);
+    else if (const auto* d = std::get_if<double>(&v)) f[k] = *d;
+    else if (const auto* s = std::get_if<std::string>(&v)) f[k] = *s;
     else f[k] = std::monostate{};
   };
-  const json& c = row["config"];
-  for (const auto& [k, v] : c.items()) put(k, v);
-  if (c.contains("vram_bytes")) f["vram"] = to_mib(c["vram_bytes"].get<std::int64_t>());
-  else if (auto cap = number(row, "capacity_mib")) f["vram"] = *cap;
-  if (c.contains("seq") && c.contains("batch"))
-    f["tokens"] = c["seq"].get<double>() * c["batch"].get<double>() * c.value("grad_accum", 1.0);
-  const json p = row.value("predicted", json::object());
-  if (auto n = number(p, "total_parameters")) {
-    f["params"] = *n;
-    f["params_b"] = *n / 1e9;
-  }
-  const json m = row.value("measured", json::object());
-  auto measured = [&](const char* field, const char* key) {
-    if (m.contains(key)) put(field, m[key]);
+  auto put_number = [&](const std::string& k, const std::optional<double>& v) {
+    if (v) f[k] = *v;
   };
-  measured("status", "status");
-  measured("peak_allocated", "peak_allocated_mib");
-  measured("peak_reserved", "peak_reserved_mib");
-  measured("device_used", "device_used_mib");
-  measured("weights_loaded", "weights_loaded_mib");
-  measured("step_seconds", "step_seconds_median");
-  measured("tokens_per_second", "tokens_per_second");
-  measured("alloc_retries", "num_alloc_retries");
-  measured("ooms", "num_ooms");
-  const json t = row.value("telemetry", json::object());
-  if (auto u = number(t, "gpu_util_mean")) f["gpu_util"] = *u;
-  if (auto u = number(t, "device_used_max_mib")) f["device_used_max"] = *u;
-  if (row.contains("verdict")) put("verdict", row["verdict"]);
-  for (const auto& [field, key] : {std::pair{"predicted_peak_allocated", "peak_allocated_mib"},
-                                   {"predicted_peak_reserved", "peak_reserved_mib"},
-                                   {"predicted_device_used", "device_used_mib"},
-                                   {"predicted_verdict", "verdict"},
-                                   {"predicted_step_seconds", "step_seconds"},
-                                   {"error", "error"},
-                                   {"step_error", "step_error"}})
-    if (p.contains(key)) put(field, p[key]);
-  if (auto e = number(p, "error")) f["abs_error"] = std::abs(*e);
+  const BenchConfig& c = row.config;
+  // The matrix settings, as the criteria name them: a list by its short text ("q,v").
+  for (const Setting& s : settings()) {
+    if (!s.in_matrix || !applies(s, c.setup)) continue;
+    const SettingValue v = s.get(c.setup);
+    if (std::holds_alternative<std::vector<std::string>>(v)) f[s.key] = setting_text(s, v);
+    else put(s.key, v);
+  }
+  if (!c.setup.gpu.empty()) f["gpu"] = c.setup.gpu;
+  f["device"] = c.device;
+  f["steps"] = static_cast<double>(c.steps);
+  f["warmup"] = static_cast<double>(c.warmup);
+  if (c.vram_bytes) f["overflow"] = c.overflow;
+  for (const auto& [k, v] : c.runner_fields) put(k, v);
+  if (c.vram_bytes) f["vram"] = to_mib(*c.vram_bytes);
+  else put_number("vram", row.capacity_mib);
+  f["tokens"] = static_cast<double>(c.setup.seq) * static_cast<double>(c.setup.batch) * static_cast<double>(c.setup.grad_accum);
+  if (row.predicted) {
+    f["params"] = static_cast<double>(row.predicted->total_parameters);
+    f["params_b"] = static_cast<double>(row.predicted->total_parameters) / 1e9;
+  }
+  // What was measured: only once the config has run.
+  if (!row.run.exit.empty() || !row.reported.empty()) {
+    const Measurement& m = row.measured;
+    f["status"] = m.status;
+    put_number("peak_allocated", m.peak_allocated_mib);
+    put_number("peak_reserved", m.peak_reserved_mib);
+    put_number("device_used", m.device_used_mib);
+    put_number("weights_loaded", m.weights_loaded_mib);
+    put_number("step_seconds", m.step_seconds);
+    put_number("tokens_per_second", m.tokens_per_second);
+    put_number("alloc_retries", m.alloc_retries);
+    put_number("ooms", m.ooms);
+  }
+  if (row.telemetry) {
+    put_number("gpu_util", row.telemetry->gpu_util_mean);
+    put_number("device_used_max", row.telemetry->device_used_max_mib);
+  }
+  if (!row.verdict.empty()) f["verdict"] = row.verdict;
+  if (row.predicted) {
+    const Prediction& p = *row.predicted;
+    put_number("predicted_peak_allocated", p.peak_allocated_mib);
+    put_number("predicted_peak_reserved", p.peak_reserved_mib);
+    put_number("predicted_device_used", p.device_used_mib);
+    if (!p.verdict.empty()) f["predicted_verdict"] = p.verdict;
+    put_number("predicted_step_seconds", p.step_seconds);
+    put_number("error", p.error);
+    put_number("step_error", p.step_error);
+    if (p.error) f["abs_error"] = std::abs(*p.error);
+  }
   return f;
 }
 
-void annotate_row(const ExperimentPlan& plan, json& row) {
-  const json& c = row["config"];
-  json pred = json::object();
-  const ModelSpec model = load_model(c["model"].get<std::string>());
-  pred["total_parameters"] = count_parameters(model).total;
-  const TrainingSetup setup = setup_of(c);
-  const StepWork work = step_work(model, setup);
-  pred["work_flops"] = work.tensor_flops + work.attention_flops + work.fp32_flops;
+void annotate_row(const ExperimentPlan& plan, BenchRow& row) {
+  const BenchConfig& c = row.config;
+  Prediction pred;
+  const ModelSpec model = load_model(c.setup.model);
+  pred.total_parameters = count_parameters(model).total;
+  const StepWork work = step_work(model, c.setup);
+  pred.work_flops = work.tensor_flops + work.attention_flops + work.fp32_flops;
   const std::optional<GpuSpec> gpu = physical_gpu(row);
-  if (gpu && !c.contains("gpu")) row["config"]["gpu"] = gpu->id;  // so that `trainfit validate` reads the row
-  row["capacity_mib"] = or_null(capacity_mib(row, gpu));
-  if (gpu && c.value("device", "cuda") == "cuda") {
+  if (gpu && row.config.setup.gpu.empty()) row.config.setup.gpu = gpu->id;  // so that `trainfit validate` reads the row
+  row.capacity_mib = capacity_mib(row, gpu);
+  if (gpu && c.device == "cuda") {
     GpuSpec card = *gpu;
-    if (c.contains("vram_bytes")) {
-      card.memory_bytes = c["vram_bytes"].get<std::int64_t>();
+    if (c.vram_bytes) {
+      card.memory_bytes = *c.vram_bytes;
       card.name += fmt::format(" as a {:.0f} MiB card", to_mib(card.memory_bytes));
     }
-    TrainingSetup s = setup;
+    TrainingSetup s = c.setup;
     s.headroom = plan.headroom;
+    s.platform = c.overflow == "spill" && c.vram_bytes ? Platform::windows : Platform::linux;
     PlanOptions o;
-    o.sysmem_fallback = c.value("overflow", "oom") == "spill";
     o.suggest = false;
     const Plan p = make_plan(model, s, card, o);
     const TimeEstimate& t = p.time;  // the plan's own estimate: same card, profile and spill verdict
-    pred["card"] = card.name;
-    pred["peak_allocated_mib"] = round_to(to_mib(p.memory.peak_allocated_bytes), 0.1);
-    pred["peak_reserved_mib"] = round_to(to_mib(p.memory.peak_reserved_bytes), 0.1);
-    pred["device_used_mib"] = round_to(to_mib(p.memory.device_used_bytes), 0.1);
-    pred["peak_phase"] = to_string(p.memory.peak_phase) + ": " + p.memory.peak_moment;
-    pred["verdict"] = to_string(p.verdict);
+    pred.card = card.name;
+    pred.peak_allocated_mib = round_to(to_mib(p.memory.peak_allocated_bytes), 0.1);
+    pred.peak_reserved_mib = round_to(to_mib(p.memory.peak_reserved_bytes), 0.1);
+    pred.device_used_mib = round_to(to_mib(p.memory.device_used_bytes), 0.1);
+    pred.peak_phase = to_string(p.memory.peak_phase) + ": " + p.memory.peak_moment;
+    pred.verdict = to_string(p.verdict);
     if (t.predicted) {
-      pred["step_seconds"] = t.step_seconds;
-      pred["step_seconds_in_memory"] = t.step_seconds - t.spill_seconds;
-      pred["bottleneck"] = to_string(t.bottleneck);
+      pred.step_seconds = t.step_seconds;
+      pred.step_seconds_in_memory = t.step_seconds - t.spill_seconds;
+      pred.bottleneck = to_string(t.bottleneck);
     }
-    const json& m = row["measured"];
-    if (m.value("status", "") == "ok") {
-      if (auto peak = number(m, "peak_allocated_mib"); peak && *peak > 0)
-        pred["error"] = to_mib(p.memory.peak_allocated_bytes) / *peak - 1.0;
-      if (auto step = number(m, "step_seconds_median"); step && *step > 0 && t.predicted)
-        pred["step_error"] = t.step_seconds / *step - 1.0;
+    const Measurement& m = row.measured;
+    if (m.status == "ok") {
+      if (m.peak_allocated_mib && *m.peak_allocated_mib > 0)
+        pred.error = to_mib(p.memory.peak_allocated_bytes) / *m.peak_allocated_mib - 1.0;
+      if (m.step_seconds && *m.step_seconds > 0 && t.predicted) pred.step_error = t.step_seconds / *m.step_seconds - 1.0;
     }
   }
-  row["predicted"] = pred;
+  row.predicted = pred;
   set_verdict(plan, row);
 }
 
-BenchReport judge_results(const ExperimentPlan& plan, std::vector<json> rows) {
+BenchReport judge_results(const ExperimentPlan& plan, std::vector<BenchRow> rows) {
   BenchReport out;
   for (auto& r : rows) annotate_row(plan, r);
   const auto slow = slow_neighbours(plan, rows);
@@ -321,8 +332,8 @@ BenchReport judge_results(const ExperimentPlan& plan, std::vector<json> rows) {
 
   std::vector<double> errors;
   for (const auto& r : rows) {
-    if (auto e = number(r["predicted"], "error")) errors.push_back(std::abs(*e));
-    if (r.contains("stack") && r["stack"].is_object() && !r["stack"].empty()) out.environment = r["stack"];
+    if (r.predicted && r.predicted->error) errors.push_back(std::abs(*r.predicted->error));
+    if (r.stack.is_object() && !r.stack.empty()) out.environment = r.stack;
   }
   if (!errors.empty()) {
     std::sort(errors.begin(), errors.end());
@@ -331,7 +342,7 @@ BenchReport judge_results(const ExperimentPlan& plan, std::vector<json> rows) {
     out.max_abs_error = errors.back();
     out.compared = n;
   }
-  out.rows = rows;
+  out.rows = std::move(rows);
   return out;
 }
 
@@ -343,6 +354,8 @@ json report_to_json(const ExperimentPlan& plan, const BenchReport& report) {
     criteria.push_back({{"name", c.name}, {"text", c.text}, {"expression", c.expression}, {"outcome", c.outcome},
                         {"detail", c.detail}, {"deciding_rows", deciding}});
   }
+  json rows = json::array();
+  for (const auto& r : report.rows) rows.push_back(row_to_json(r));
   json run = {{"steps", plan.steps}, {"warmup", plan.warmup}, {"timeout_seconds", plan.timeout_seconds},
               {"overflow", plan.overflow}, {"headroom", plan.headroom}, {"slowdown", plan.slowdown}};
   if (!plan.gpu.empty()) run["gpu"] = plan.gpu;
@@ -354,7 +367,7 @@ json report_to_json(const ExperimentPlan& plan, const BenchReport& report) {
           {"criteria", criteria},
           {"accuracy", {{"rows_compared", report.compared}, {"peak_allocated_median_abs_error", report.median_abs_error},
                         {"peak_allocated_max_abs_error", report.max_abs_error}}},
-          {"rows", report.rows}};
+          {"rows", rows}};
 }
 
 std::string render_report(const ExperimentPlan& plan, const BenchReport& report) {
@@ -367,23 +380,21 @@ std::string render_report(const ExperimentPlan& plan, const BenchReport& report)
   }
   s += fmt::format("\n{:>3}  {:<44}{:<9}{:<9}{:>10}{:>10}{:>8}{:>10}{:>10}{:>9}{:>9}\n", "#", "config", "status", "verdict",
                    "peak MiB", "pred MiB", "error", "reserved", "dev used", "s/step", "pred s");
+  auto fixed = [](const std::optional<double>& v, const char* f) { return num_or_dash(v, f); };
   for (std::size_t i = 0; i < report.rows.size(); ++i) {
-    const json& r = report.rows[i];
-    const json& m = r["measured"];
-    const json p = r.value("predicted", json::object());
-    s += fmt::format("{:>3}  {:<44}{:<9}{:<9}{:>10}{:>10}{:>8}{:>10}{:>10}{:>9}{:>9}\n", i + 1,
-                     r["bench"].value("label", ""), m.value("status", "?"), r.value("verdict", "?"),
-                     num_or_dash(number(m, "peak_allocated_mib"), "{:.1f}"), num_or_dash(number(p, "peak_allocated_mib"), "{:.1f}"),
-                     percent(number(p, "error")), num_or_dash(number(m, "peak_reserved_mib"), "{:.0f}"),
-                     num_or_dash(number(m, "device_used_mib"), "{:.0f}"), num_or_dash(number(m, "step_seconds_median"), "{:.3f}"),
-                     num_or_dash(number(p, "step_seconds"), "{:.3f}"));
+    const BenchRow& r = report.rows[i];
+    const Measurement& m = r.measured;
+    const Prediction p = r.predicted.value_or(Prediction{});
+    s += fmt::format("{:>3}  {:<44}{:<9}{:<9}{:>10}{:>10}{:>8}{:>10}{:>10}{:>9}{:>9}\n", i + 1, r.run.label, m.status,
+                     r.verdict.empty() ? "?" : r.verdict, fixed(m.peak_allocated_mib, "{:.1f}"),
+                     fixed(p.peak_allocated_mib, "{:.1f}"), percent(p.error), fixed(m.peak_reserved_mib, "{:.0f}"),
+                     fixed(m.device_used_mib, "{:.0f}"), fixed(m.step_seconds, "{:.3f}"), fixed(p.step_seconds, "{:.3f}"));
   }
   std::string notes;
   for (std::size_t i = 0; i < report.rows.size(); ++i) {
-    const json& r = report.rows[i];
-    if (r.value("verdict", "") == "fits") continue;
-    for (const auto& why : r.value("verdict_reasons", json::array()))
-      notes += fmt::format("  {:>3}  {}: {}\n", i + 1, r.value("verdict", ""), why.get<std::string>().substr(0, 300));
+    const BenchRow& r = report.rows[i];
+    if (r.verdict == "fits") continue;
+    for (const auto& why : r.verdict_reasons) notes += fmt::format("  {:>3}  {}: {}\n", i + 1, r.verdict, why.substr(0, 300));
   }
   if (!notes.empty()) s += "\nwhy:\n" + notes;
   if (report.compared > 0)
@@ -408,12 +419,13 @@ std::string render_matrix(const ExperimentPlan& plan, const std::vector<BenchCon
                               plan.vram_bytes ? fmt::format(", emulated card {:.0f} MiB ({})", to_mib(*plan.vram_bytes), plan.overflow) : "");
   s += fmt::format("{:>3}  {:<44}{:>10}{:>10}{:>10}  {}\n", "#", "config", "pred MiB", "verdict", "pred s", "predicted peak");
   for (const auto& c : configs) {
-    json row = {{"config", c.config}, {"measured", json::object()}, {"bench", {{"label", c.label}}}};
+    BenchRow row;
+    row.config = c;
+    row.run.label = c.label;
     annotate_row(plan, row);
-    const json& p = row["predicted"];
-    s += fmt::format("{:>3}  {:<44}{:>10}{:>10}{:>10}  {}\n", c.index + 1, c.label,
-                     num_or_dash(number(p, "peak_allocated_mib"), "{:.1f}"), p.value("verdict", "-"),
-                     num_or_dash(number(p, "step_seconds"), "{:.3f}"), p.value("peak_phase", ""));
+    const Prediction& p = *row.predicted;
+    s += fmt::format("{:>3}  {:<44}{:>10}{:>10}{:>10}  {}\n", c.index + 1, c.label, num_or_dash(p.peak_allocated_mib, "{:.1f}"),
+                     p.verdict.empty() ? "-" : p.verdict, num_or_dash(p.step_seconds, "{:.3f}"), p.peak_phase);
   }
   if (plan.gpu.empty()) s += "(no run.gpu in the plan: predictions wait for the card the runner reports)\n";
   return s;

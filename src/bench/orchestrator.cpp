@@ -322,59 +322,75 @@ bool mentions_oom(const std::string& log) {
 }
 
 // The row for one finished config: the runner's measurement when it wrote one, otherwise what
-// the exit says (timeout / crashed / oom / error), with the end of its output.
-json make_row(const ExperimentPlan& plan, const BenchConfig& c, const Exit& exit, const fs::path& out,
-              const fs::path& log, const std::string& started, const std::vector<int>* devices) {
-  json row = json::object();
+// the exit says (timeout / crashed / oom / error), with the end of its output. A runner's file is
+// outside input: a malformed one makes an error row, never a lost one.
+BenchRow make_row(const ExperimentPlan& plan, const BenchConfig& c, const Exit& exit, const fs::path& out,
+                  const fs::path& log, const std::string& started, const std::vector<int>* devices) {
+  BenchRow row;
+  row.config = c;
   const json reported = json::parse(read_file(out), nullptr, false);
   const bool have = reported.is_object() && reported.contains("measured") && reported["measured"].is_object();
-  json measured = have ? reported["measured"] : json::object();
-  const std::string log_text = read_file(log);
-  if (exit.timed_out) {
-    measured["status"] = "timeout";
-    measured["error"] = fmt::format("no result after {:.0f} s (the run's timeout); killed", plan.timeout_seconds);
-  } else if (!have) {
-    if (exit.signaled) {
-      measured["status"] = "crashed";
-      measured["error"] = fmt::format("the runner died of signal {} ({})", exit.code, ::strsignal(exit.code));
-    } else if (mentions_oom(log_text)) {
-      measured["status"] = "oom";
-      measured["error"] = fmt::format("the runner exited with code {} after running out of memory", exit.code);
-    } else {
-      measured["status"] = "error";
-      measured["error"] = exit.code == 0 ? "the runner exited without writing a result"
-                                         : fmt::format("the runner exited with code {} without a result", exit.code);
+  if (have) {
+    row.reported = reported["measured"];
+    if (reported.contains("stack") && reported["stack"].is_object()) row.stack = reported["stack"];
+    try {
+      row.measured = measurement_from_json(row.reported);
+      if (!row.reported.contains("status")) throw InputError("field \"status\" is missing");
+    } catch (const InputError& e) {
+      row.measured = Measurement{};
+      row.measured.status = "error";
+      row.measured.error = fmt::format("the runner's row is malformed: {}", e.what());
     }
   }
-  if (!measured.contains("status") || !measured["status"].is_string()) measured["status"] = "error";
-  if (measured["status"] != "ok") measured["stderr_tail"] = tail(log_text, 3000);
-  row["config"] = c.config;
-  row["measured"] = measured;
-  row["stack"] = have && reported.contains("stack") ? reported["stack"] : json::object();
-  row["bench"] = {{"plan", plan.name},
-                  {"key", c.key},
-                  {"index", c.index},
-                  {"label", c.label},
-                  {"started", started},
-                  {"wall_seconds", std::round(exit.seconds * 100) / 100},
-                  {"exit", exit.timed_out ? "timeout"
-                           : exit.signaled ? fmt::format("signal {}", exit.code)
-                                           : fmt::format("code {}", exit.code)},
-                  {"log", log.filename().string()}};
-  if (devices != nullptr) row["bench"]["devices"] = *devices;
+  const std::string log_text = read_file(log);
+  Measurement& m = row.measured;
+  if (exit.timed_out) {
+    m.status = "timeout";
+    m.error = fmt::format("no result after {:.0f} s (the run's timeout); killed", plan.timeout_seconds);
+  } else if (!have) {
+    if (exit.signaled) {
+      m.status = "crashed";
+      m.error = fmt::format("the runner died of signal {} ({})", exit.code, ::strsignal(exit.code));
+    } else if (mentions_oom(log_text)) {
+      m.status = "oom";
+      m.error = fmt::format("the runner exited with code {} after running out of memory", exit.code);
+    } else {
+      m.status = "error";
+      m.error = exit.code == 0 ? "the runner exited without writing a result"
+                               : fmt::format("the runner exited with code {} without a result", exit.code);
+    }
+  }
+  if (m.status != "ok") row.output_tail = tail(log_text, 3000);
+  row.run = {.plan = plan.name,
+             .key = c.key,
+             .index = c.index,
+             .label = c.label,
+             .started = started,
+             .wall_seconds = std::round(exit.seconds * 100) / 100,
+             .exit = exit.timed_out ? "timeout"
+                     : exit.signaled ? fmt::format("signal {}", exit.code)
+                                     : fmt::format("code {}", exit.code),
+             .log = log.filename().string(),
+             .devices = devices != nullptr ? std::optional(*devices) : std::nullopt};
   return row;
 }
 
 // The row of a config that cannot run on the listed devices: it is not started.
-json unrunnable_row(const ExperimentPlan& plan, const BenchConfig& c, std::size_t needed, std::size_t listed,
-                    const std::string& started) {
-  json row = json::object();
-  row["config"] = c.config;
-  row["measured"] = {{"status", "error"},
-                     {"error", fmt::format("needs {} GPUs but --devices lists {}; not run", needed, listed)}};
-  row["stack"] = json::object();
-  row["bench"] = {{"plan", plan.name},  {"key", c.key},        {"index", c.index},  {"label", c.label},
-                  {"started", started}, {"wall_seconds", 0.0}, {"exit", "not run"}, {"devices", json::array()}};
+BenchRow unrunnable_row(const ExperimentPlan& plan, const BenchConfig& c, std::size_t needed, std::size_t listed,
+                        const std::string& started) {
+  BenchRow row;
+  row.config = c;
+  row.measured.status = "error";
+  row.measured.error = fmt::format("needs {} GPUs but --devices lists {}; not run", needed, listed);
+  row.run = {.plan = plan.name,
+             .key = c.key,
+             .index = c.index,
+             .label = c.label,
+             .started = started,
+             .wall_seconds = 0.0,
+             .exit = "not run",
+             .log = "",
+             .devices = std::vector<int>{}};
   return row;
 }
 
@@ -445,36 +461,49 @@ std::vector<int> parse_devices(std::string_view text, const std::vector<int>* av
 
 namespace {
 
-// What is already done: the last row of each key (a retried config's new row wins). Lines that
-// are not rows (a torn last line) are skipped.
-std::unordered_map<std::string, json> rows_by_key(const fs::path& results) {
-  std::unordered_map<std::string, json> done;
+// What is already done: the last row of each config (a retried config's new row wins), by the
+// config's canonical key. The key is recomputed from the config the row was run as (its stored
+// key is that config's JSON), so rows written by an older trainfit, whose keys spelled defaults
+// differently, still resume. Lines that are not rows (a torn last line) are skipped.
+std::unordered_map<std::string, BenchRow> rows_by_key(const fs::path& results) {
+  std::unordered_map<std::string, BenchRow> done;
   std::ifstream in(results);
   std::string line;
   while (std::getline(in, line)) {
-    json row = json::parse(line, nullptr, false);
-    if (!row.is_object() || !row.contains("bench") || !row["bench"].is_object() || !row["bench"].contains("key"))
+    const json j = json::parse(line, nullptr, false);
+    if (!j.is_object() || !j.contains("bench") || !j["bench"].is_object() || !j.contains("measured") ||
+        !j["measured"].is_object())
       continue;
-    const json& k = row["bench"]["key"];
-    if (k.is_string() && row.contains("measured") && row["measured"].is_object()) done[k.get<std::string>()] = std::move(row);
+    try {
+      BenchRow row = row_from_json(j);
+      std::string key = row.config.key;
+      const json& stored = j["bench"].contains("key") ? j["bench"]["key"] : json();
+      if (stored.is_string()) {
+        const json as_run = json::parse(stored.get<std::string>(), nullptr, false);
+        if (as_run.is_object()) key = config_from_json(as_run).key;
+      }
+      done.insert_or_assign(key, std::move(row));
+    } catch (const InputError&) {
+      continue;  // a row this trainfit cannot read as a config of any plan
+    }
   }
   return done;
 }
 
 }  // namespace
 
-std::vector<json> finished_rows(const std::vector<BenchConfig>& configs, const std::string& results_dir) {
+std::vector<BenchRow> finished_rows(const std::vector<BenchConfig>& configs, const std::string& results_dir) {
   const fs::path results = fs::path(results_dir) / "results.jsonl";
   if (!fs::exists(results)) throw InputError(fmt::format("no results to judge: '{}' does not exist", results.string()));
   auto done = rows_by_key(results);
-  std::vector<json> rows;
+  std::vector<BenchRow> rows;
   for (const auto& c : configs)
     if (auto it = done.find(c.key); it != done.end()) rows.push_back(std::move(it->second));
   return rows;
 }
 
-std::vector<json> run_configs(const ExperimentPlan& plan, const std::vector<BenchConfig>& configs,
-                              const RunOptions& options) {
+std::vector<BenchRow> run_configs(const ExperimentPlan& plan, const std::vector<BenchConfig>& configs,
+                                  const RunOptions& options) {
   const fs::path dir(options.results_dir);
   std::error_code ec;
   fs::create_directories(dir / "runs", ec);
@@ -485,11 +514,11 @@ std::vector<json> run_configs(const ExperimentPlan& plan, const std::vector<Benc
   const fs::path results = dir / "results.jsonl";
   repair_tail(results);
 
-  std::unordered_map<std::string, json> done = rows_by_key(results);
+  std::unordered_map<std::string, BenchRow> done = rows_by_key(results);
   auto finished = [&](const BenchConfig& c) {
     const auto it = done.find(c.key);
     if (it == done.end()) return false;
-    const json& st = it->second["measured"]["status"];
+    const std::string& st = it->second.measured.status;
     return !options.retry_failed || st == "ok" || st == "oom";
   };
 
@@ -507,8 +536,7 @@ std::vector<json> run_configs(const ExperimentPlan& plan, const std::vector<Benc
   std::size_t free_count = pool;
   auto needs = [&](const BenchConfig& c) -> std::size_t {
     if (!pooled) return 1;
-    const json& g = c.config.contains("gpus") ? c.config["gpus"] : json(1);
-    return g.is_number_integer() && g.get<std::int64_t>() > 1 ? static_cast<std::size_t>(g.get<std::int64_t>()) : 1;
+    return static_cast<std::size_t>(std::max<std::int64_t>(1, c.setup.gpus));
   };
 
   // ETA: the device-seconds still to spend (at the mean per device of the configs run so far),
@@ -524,7 +552,7 @@ std::vector<json> run_configs(const ExperimentPlan& plan, const std::vector<Benc
     return unit_seconds / static_cast<double>(units_ran) * static_cast<double>(units_left) / static_cast<double>(pool);
   };
 
-  std::vector<std::optional<json>> rows_at(configs.size());
+  std::vector<std::optional<BenchRow>> rows_at(configs.size());
   std::vector<std::unique_ptr<Slot>> slots;
   const RunningReaper reaper{slots};
   auto running_groups = [&] {
@@ -532,7 +560,7 @@ std::vector<json> run_configs(const ExperimentPlan& plan, const std::vector<Benc
     for (const auto& s : slots) groups.push_back(s->group);
     return groups;
   };
-  auto report = [&](Progress::Event event, std::size_t i, const json* row, const std::vector<int>* devices) {
+  auto report = [&](Progress::Event event, std::size_t i, const BenchRow* row, const std::vector<int>* devices) {
     if (!options.on_progress) return;
     Progress p;
     p.event = event;
@@ -546,8 +574,8 @@ std::vector<json> run_configs(const ExperimentPlan& plan, const std::vector<Benc
     p.running = slots.size() + (event == Progress::Event::started ? 1 : 0);
     options.on_progress(p);
   };
-  auto append = [&](const json& row) {
-    write_all(fd, row.dump() + "\n", results);
+  auto append = [&](const BenchRow& row) {
+    write_all(fd, row_to_json(row).dump() + "\n", results);
     if (::fsync(fd) != 0) throw InputError(fmt::format("cannot sync '{}': {}", results.string(), std::strerror(errno)));
   };
   const std::vector<int> no_devices;
@@ -568,7 +596,7 @@ std::vector<json> run_configs(const ExperimentPlan& plan, const std::vector<Benc
       }
       const std::size_t need = needs(c);
       if (need > pool) {
-        json row = unrunnable_row(plan, c, need, pool, utc_now());
+        BenchRow row = unrunnable_row(plan, c, need, pool, utc_now());
         annotate_row(plan, row);
         append(row);
         rows_at[i] = std::move(row);
@@ -623,8 +651,8 @@ std::vector<json> run_configs(const ExperimentPlan& plan, const std::vector<Benc
       }
       ended = true;
       const BenchConfig& c = configs[s.position];
-      json row = make_row(plan, c, *exit, s.out, s.log, s.started, pooled ? &s.devices : nullptr);
-      if (s.sampler) row["telemetry"] = s.sampler->summary();
+      BenchRow row = make_row(plan, c, *exit, s.out, s.log, s.started, pooled ? &s.devices : nullptr);
+      if (s.sampler) row.telemetry = s.sampler->summary();
       annotate_row(plan, row);
       append(row);
       const std::size_t need = s.pool_slots.size();
@@ -643,7 +671,7 @@ std::vector<json> run_configs(const ExperimentPlan& plan, const std::vector<Benc
     if (!ended && !slots.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
 
-  std::vector<json> rows;
+  std::vector<BenchRow> rows;
   rows.reserve(configs.size());
   for (auto& r : rows_at)
     if (r) rows.push_back(std::move(*r));

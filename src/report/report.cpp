@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "trainfit/error.hpp"
+#include "trainfit/settings.hpp"
 #include "trainfit/units.hpp"
 
 namespace trainfit {
@@ -161,25 +162,7 @@ json plan_to_json(const Plan& p) {
                            {"peak_allocated_bytes", s.peak_allocated_bytes},
                            {"device_used_bytes", s.device_used_bytes},
                            {"verdict", to_string(s.verdict)}});
-  const auto& s = p.setup;
-  json setup = {{"method", to_string(s.method)},
-                {"weights", to_string(s.weights)},
-                {"amp", s.amp ? json(to_string(*s.amp)) : json(nullptr)},
-                {"optimizer", to_string(s.optimizer)},
-                {"attn", to_string(s.attention)},
-                {"seq", s.seq},
-                {"batch", s.batch},
-                {"grad_accum", s.grad_accum},
-                {"grad_ckpt", s.grad_ckpt},
-                {"gpus", s.gpus},
-                {"parallel", s.gpus > 1 ? json(to_string(s.parallel)) : json(nullptr)},
-                {"headroom", s.headroom}};
-  if (s.method != Method::full) {
-    setup["rank"] = s.lora.rank;
-    setup["lora_alpha"] = s.lora.alpha;
-    setup["lora_dropout"] = s.lora.dropout;
-    setup["lora_targets"] = s.lora.targets;
-  }
+  const json setup = setup_to_json(p.setup);
   return {{"schema", "trainfit.plan/1"},
           {"model", {{"name", p.model.name},
                      {"model_type", p.model.model_type},

@@ -219,9 +219,9 @@ x_do = ["hang-hard", "ok"]
   const auto rows = trainfit::bench::run_configs(plan, trainfit::bench::expand_matrix(plan), o);
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 10.0);
   ASSERT_EQ(rows.size(), 2u);
-  EXPECT_EQ(rows[0]["measured"]["status"], "timeout");
-  EXPECT_EQ(rows[0]["bench"]["exit"], "timeout");
-  EXPECT_EQ(rows[1]["measured"]["status"], "ok");
+  EXPECT_EQ(rows[0].measured.status, "timeout");
+  EXPECT_EQ(rows[0].run.exit, "timeout");
+  EXPECT_EQ(rows[1].measured.status, "ok");
   EXPECT_EQ(events, (std::vector<std::string>{"start", "end", "start", "end"}));
   // a second orchestrator on the same directory at the same time is refused
   const int fd = ::open((dir / "out" / ".lock").c_str(), O_RDWR);
@@ -235,7 +235,7 @@ TEST(BenchCli, BadPlansExitTwoNamingTheLine) {
   const fs::path dir = fresh_dir("bad");
   auto r = run("bench " + write_plan(dir, "name = 'x'\n[matrix]\nmodel = 'qwen2.5-0.5b'\nbatch = 'two'\n"));
   EXPECT_EQ(r.code, 2);
-  EXPECT_NE(r.out.find("plan.toml:4: matrix.batch: expected a number"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("plan.toml:4: matrix.batch: expected a whole number, not a string"), std::string::npos) << r.out;
   r = run("bench " + write_plan(dir, "name = 'x'\n[matrix]\nmodel = 'qwen2.5-0.5b'\n[[criteria]]\nexpect = 'status = 1'\n"));
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.out.find("plan.toml:5: criteria[1].expect"), std::string::npos) << r.out;

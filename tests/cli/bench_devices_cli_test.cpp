@@ -291,7 +291,12 @@ x_sleep_s = 0.05
     std::vector<int> devices;
     explicit Recorder(std::vector<int> d) : devices(std::move(d)) {}
     void tick() override {}
-    json summary() override { return {{"devices", devices}}; }
+    // The sampler's summary says which devices it was made for: the first one, -1 for all.
+    trainfit::bench::ConfigTelemetry summary() override {
+      trainfit::bench::ConfigTelemetry t;
+      t.samples = devices.empty() ? -1 : devices.front();
+      return t;
+    }
   };
   for (const bool pooled : {false, true}) {
     trainfit::bench::RunOptions o;
@@ -305,7 +310,7 @@ x_sleep_s = 0.05
       return std::make_unique<Recorder>(d);
     };
     std::vector<trainfit::bench::Progress> ends;
-    std::vector<json> end_rows;
+    std::vector<trainfit::bench::BenchRow> end_rows;
     o.on_progress = [&](const trainfit::bench::Progress& p) {
       most_running = std::max(most_running, p.running);
       EXPECT_EQ(p.devices != nullptr, pooled);
@@ -323,10 +328,14 @@ x_sleep_s = 0.05
     EXPECT_EQ(most_running, pooled ? 2u : 1u);
     ASSERT_EQ(sampled.size(), 4u);
     for (std::size_t i = 0; i < rows.size(); ++i) {
-      EXPECT_EQ(rows[i]["bench"]["index"], i);  // returned in plan order
-      EXPECT_EQ(rows[i]["telemetry"]["devices"], pooled ? rows[i]["bench"]["devices"] : json::array());
+      EXPECT_EQ(rows[i].run.index, i);  // returned in plan order
+      ASSERT_TRUE(rows[i].telemetry.has_value());
       if (pooled) {
-        EXPECT_EQ(rows[i]["bench"]["devices"].size(), 1u);
+        ASSERT_TRUE(rows[i].run.devices.has_value());
+        ASSERT_EQ(rows[i].run.devices->size(), 1u);
+        EXPECT_EQ(rows[i].telemetry->samples, rows[i].run.devices->front());
+      } else {
+        EXPECT_EQ(rows[i].telemetry->samples, -1);
       }
     }
     if (pooled) {
@@ -334,7 +343,7 @@ x_sleep_s = 0.05
     }
     // The first end: its wall time for each of the three configs left, over the slots.
     ASSERT_TRUE(ends[0].eta_seconds.has_value());
-    EXPECT_NEAR(*ends[0].eta_seconds, end_rows[0]["bench"]["wall_seconds"].get<double>() * 3 / (pooled ? 2 : 1), 0.02);
+    EXPECT_NEAR(*ends[0].eta_seconds, end_rows[0].run.wall_seconds * 3 / (pooled ? 2 : 1), 0.02);
     EXPECT_EQ(*ends[3].eta_seconds, 0.0);
   }
 }

@@ -18,7 +18,7 @@ TEST(Calibration, H200PeakAllocatedWithinProductBars) {
   const auto summary = compare_with_measurements(load_measurements(kReference + "h200-hf-peft-calibration.jsonl"));
   ASSERT_EQ(summary.rows.size(), 28u);
   for (const auto& row : summary.rows)
-    EXPECT_LT(std::abs(row.allocated_error), 0.08) << "line " << row.measured.line << " " << row.measured.model;
+    EXPECT_LT(std::abs(row.allocated_error), 0.08) << "line " << row.measured.line << " " << row.measured.setup.model;
   EXPECT_LT(summary.median_abs_error, 0.03);
 }
 
@@ -30,7 +30,7 @@ TEST(Calibration, HeldOutPhaseMeasurementsWithinProductBars) {
       load_measurements(std::string(TRAINFIT_SOURCE_DIR) + "/data/measurements/h200-memory-phases-2026-11-30.jsonl"));
   ASSERT_EQ(summary.rows.size(), 40u);
   for (const auto& row : summary.rows)
-    EXPECT_LT(std::abs(row.allocated_error), 0.08) << "line " << row.measured.line << " " << row.measured.model;
+    EXPECT_LT(std::abs(row.allocated_error), 0.08) << "line " << row.measured.line << " " << row.measured.setup.model;
   EXPECT_LT(summary.median_abs_error, 0.03);
 }
 
@@ -39,9 +39,9 @@ TEST(Calibration, ReservedAndDeviceUsedAreNearMeasured) {
   // only for the loss buffers (docs/model.md).
   const auto summary = compare_with_measurements(load_measurements(kReference + "h200-hf-peft-calibration.jsonl"));
   for (const auto& row : summary.rows) {
-    ASSERT_TRUE(row.measured.peak_reserved_mib && row.measured.device_used_mib);
-    const double reserved_error = to_mib(row.predicted_reserved) / *row.measured.peak_reserved_mib - 1.0;
-    const double device_error = to_mib(row.predicted_device_used) / *row.measured.device_used_mib - 1.0;
+    ASSERT_TRUE(row.measured.measured.peak_reserved_mib && row.measured.measured.device_used_mib);
+    const double reserved_error = to_mib(row.predicted_reserved) / *row.measured.measured.peak_reserved_mib - 1.0;
+    const double device_error = to_mib(row.predicted_device_used) / *row.measured.measured.device_used_mib - 1.0;
     EXPECT_LT(std::abs(reserved_error), 0.15) << "line " << row.measured.line;
     EXPECT_LT(std::abs(device_error), 0.15) << "line " << row.measured.line;
   }
@@ -56,7 +56,6 @@ TEST(Seed, EightConfigsWithinTenPercentAndVerdictsReproduced) {
   const GpuSpec& gpu = find_gpu("rtx-5070-ti");
   ASSERT_EQ(gpu.memory_bytes, std::int64_t{16303} * kMiB);
   PlanOptions windows;
-  windows.sysmem_fallback = true;
   windows.suggest = false;
   const std::map<std::string, Verdict> expected = {{"qwen2.5-1.5b", Verdict::fits}, {"qwen2.5-3b", Verdict::fits},
                                                    {"qwen2.5-7b", Verdict::fits}, {"qwen2.5-14b", Verdict::spills}};
@@ -67,6 +66,7 @@ TEST(Seed, EightConfigsWithinTenPercentAndVerdictsReproduced) {
       s.method = Method::qlora;
       s.weights = DType::int8;
       s.lora.targets = {"q_proj", "v_proj"};
+      s.platform = Platform::windows;
       s.grad_ckpt = ckpt;
       const Plan plan = make_plan(load_model(model), s, gpu, windows);
       const double measured = figures[ckpt ? "grad_ckpt_on" : "grad_ckpt_off"].get<double>();
@@ -88,7 +88,7 @@ TEST(Calibration, DataParallelPeaksOnTwoH200s) {
   for (const auto& row : summary.rows) {
     fsdp += row.measured.setup.parallel == Parallel::fsdp ? 1 : 0;
     EXPECT_EQ(row.measured.setup.gpus, 2);
-    EXPECT_LT(std::abs(row.allocated_error), 0.03) << "line " << row.measured.line << " " << row.measured.model;
+    EXPECT_LT(std::abs(row.allocated_error), 0.03) << "line " << row.measured.line << " " << row.measured.setup.model;
   }
   EXPECT_EQ(fsdp, 8);
   EXPECT_LT(summary.median_abs_error, 0.01);
@@ -96,7 +96,7 @@ TEST(Calibration, DataParallelPeaksOnTwoH200s) {
   // fine-tuning's reserved memory is low with or without data parallelism (docs/model.md).
   for (const auto& row : summary.rows) {
     if (row.measured.setup.method != Method::lora) continue;
-    const double reserved_error = to_mib(row.predicted_reserved) / *row.measured.peak_reserved_mib - 1.0;
+    const double reserved_error = to_mib(row.predicted_reserved) / *row.measured.measured.peak_reserved_mib - 1.0;
     EXPECT_LT(std::abs(reserved_error), 0.03) << "line " << row.measured.line;
   }
 }
@@ -107,7 +107,7 @@ TEST(Calibration, WideBenchPlanOnOneH200) {
       load_measurements(std::string(TRAINFIT_SOURCE_DIR) + "/data/bench/h200-wide-2026-11-30.jsonl"));
   ASSERT_EQ(summary.rows.size(), 90u);
   for (const auto& row : summary.rows)
-    EXPECT_LT(std::abs(row.allocated_error), 0.03) << "line " << row.measured.line << " " << row.measured.model;
+    EXPECT_LT(std::abs(row.allocated_error), 0.03) << "line " << row.measured.line << " " << row.measured.setup.model;
   EXPECT_LT(summary.median_abs_error, 0.01);
 }
 

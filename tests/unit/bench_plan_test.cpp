@@ -1,6 +1,7 @@
 // Experiment plans: the matrix, the criteria, the verdicts, and bad files with clear errors.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 
 #include "trainfit/bench.hpp"
@@ -59,18 +60,25 @@ TEST(BenchPlan, MatrixExpandsInDocumentedOrderWithDefaultsFilled) {
   ASSERT_EQ(p.criteria.size(), 2u);
   const auto configs = expand_matrix(p);
   ASSERT_EQ(configs.size(), 3u);  // 2 x 2, less 3b with checkpointing
-  EXPECT_EQ(configs[0].config["model"], "qwen2.5-1.5b");
-  EXPECT_EQ(configs[0].config["grad_ckpt"], false);
-  EXPECT_EQ(configs[1].config["grad_ckpt"], true);  // the last axis turns fastest
-  EXPECT_EQ(configs[2].config["model"], "qwen2.5-3b");
-  const json& c = configs[0].config;
+  EXPECT_EQ(configs[0].setup.model, "qwen2.5-1.5b");
+  EXPECT_FALSE(configs[0].setup.grad_ckpt);
+  EXPECT_TRUE(configs[1].setup.grad_ckpt);  // the last axis turns fastest
+  EXPECT_EQ(configs[2].setup.model, "qwen2.5-3b");
+  const json c = config_to_json(configs[0]);
   EXPECT_EQ(c["weights"], "nf4");  // qlora's default
   EXPECT_EQ(c["lora_alpha"], 32.0);
-  EXPECT_EQ(c["lora_targets"], "q,v");
+  EXPECT_EQ(c["lora_targets"], json::array({"q_proj", "v_proj"}));
   EXPECT_EQ(c["gpu"], "h200");
   EXPECT_EQ(c["x_note"], "hello");
+  EXPECT_EQ(c["double_quant"], true);  // QLoRA's own settings apply; LoRA's apply; data parallelism does not
+  EXPECT_FALSE(c.contains("parallel"));
+  EXPECT_FALSE(c.contains("headroom"));  // the run's, not the config's
   EXPECT_EQ(configs[0].key, c.dump());
   EXPECT_EQ(configs[0].label, "qwen2.5-1.5b qlora r16 q,v s512 b1 note=hello");
+  // What a row stores reads back as the same config, with the same key.
+  const BenchConfig back = config_from_json(c);
+  EXPECT_EQ(back.key, configs[0].key);
+  EXPECT_EQ(back.label, configs[0].label);
 }
 
 TEST(BenchPlan, TheSameSetupWrittenTwoWaysHasOneKey) {
@@ -83,7 +91,7 @@ TEST(BenchPlan, TheSameSetupWrittenTwoWaysHasOneKey) {
 TEST(BenchPlan, BadFilesNameTheLineAndField) {
   EXPECT_NE(error_of("name = 'x'\n[matrix]\nmodel = 'qwen2.5-0.5b'\nsqe = 512\n").find("bad.toml:4: matrix.sqe: unknown field"),
             std::string::npos);
-  EXPECT_NE(error_of("name = 'x'\n[matrix]\nmodel = 'qwen2.5-0.5b'\nseq = '512'\n").find("bad.toml:4: matrix.seq: expected a number"),
+  EXPECT_NE(error_of("name = 'x'\n[matrix]\nmodel = 'qwen2.5-0.5b'\nseq = '512'\n").find("bad.toml:4: matrix.seq: expected a whole number"),
             std::string::npos);
   EXPECT_NE(error_of("name = 'x'\n[matrix]\nmodel = ['qwen2.5-0.5b', 'gpt-17']\n").find("bad.toml:3: matrix.model"),
             std::string::npos);
@@ -97,7 +105,15 @@ TEST(BenchPlan, BadFilesNameTheLineAndField) {
             std::string::npos);
   EXPECT_NE(error_of("name='x'\n[run]\noverflow='swap'\n[matrix]\nmodel='qwen2.5-0.5b'\n").find("run.overflow"),
             std::string::npos);
-  EXPECT_NE(error_of("name='x'\n[matrix]\nmodel='qwen2.5-0.5b'\nmethod=['lora','fulll']\n").find("matrix config 2"),
+  // A value the setting does not know is caught where it is written; a config whose settings do
+  // not go together, by its place in the matrix.
+  EXPECT_NE(error_of("name='x'\n[matrix]\nmodel='qwen2.5-0.5b'\nmethod=['lora','fulll']\n")
+                .find("bad.toml:4: matrix.method: unknown value 'fulll'; expected one of: full, lora, qlora"),
+            std::string::npos);
+  const std::string mixed = error_of("name='x'\n[matrix]\nmodel='qwen2.5-0.5b'\nmethod=['lora','qlora']\nweights='bf16'\n");
+  EXPECT_NE(mixed.find("matrix config 2"), std::string::npos) << mixed;
+  EXPECT_NE(mixed.find("`method` qlora needs `weights` nf4"), std::string::npos) << mixed;
+  EXPECT_NE(error_of("name='x'\n[matrix]\nmodel='qwen2.5-0.5b'\nheadroom=0.1\n").find("matrix.headroom: is set for the whole run"),
             std::string::npos);
   const std::string crit = error_of("name='x'\n[matrix]\nmodel='qwen2.5-0.5b'\n[[criteria]]\nexpect = 'peak <= 0.8 * vram'\n");
   EXPECT_NE(crit.find("bad.toml:5: criteria[1].expect"), std::string::npos) << crit;
@@ -112,17 +128,18 @@ TEST(BenchPlan, BadFilesNameTheLineAndField) {
   EXPECT_NE(error_of("name='x'\nexclude=['seq > 1']\n[matrix]\nmodel='qwen2.5-0.5b'\n").find("every config"), std::string::npos);
 }
 
-json row(const std::string& model, bool ckpt, const std::string& status, double peak, double seconds) {
+BenchRow row(const std::string& model, bool ckpt, const std::string& status, double peak, double seconds,
+             const std::string& gpu = "rtx-5070-ti") {
   json c = {{"model", model}, {"method", "qlora"}, {"weights", "nf4"}, {"amp", nullptr}, {"rank", 16},
             {"lora_alpha", 32.0}, {"lora_dropout", 0.05}, {"lora_targets", "q,v"}, {"optimizer", "adamw"},
             {"attn", "sdpa"}, {"seq", 512}, {"batch", 1}, {"grad_accum", 1}, {"grad_ckpt", ckpt}, {"gpus", 1},
-            {"device", "cuda"}, {"gpu", "rtx-5070-ti"}, {"steps", 3}, {"warmup", 1}};
+            {"device", "cuda"}, {"gpu", gpu}, {"steps", 3}, {"warmup", 1}};
   json m = {{"status", status}};
   if (status == "ok") {
     m["peak_allocated_mib"] = peak;
     m["step_seconds_median"] = seconds;
   }
-  return {{"config", c}, {"measured", m}, {"bench", {{"label", model}}}};
+  return row_from_json({{"config", c}, {"measured", m}, {"bench", {{"label", model}}}});
 }
 
 // The seed's own figures, judged as the seed should have judged them.
@@ -143,14 +160,14 @@ name = "14b-fits"
 where = 'model == "qwen2.5-14b"'
 expect = 'verdict == "fits"'
 )", "seed.toml");
-  std::vector<json> rows = {row("qwen2.5-1.5b", false, "ok", 4000.7, 0.2),  row("qwen2.5-1.5b", true, "ok", 2855.5, 0.25),
+  std::vector<BenchRow> rows = {row("qwen2.5-1.5b", false, "ok", 4000.7, 0.2),  row("qwen2.5-1.5b", true, "ok", 2855.5, 0.25),
                             row("qwen2.5-3b", false, "ok", 6749.0, 0.3),    row("qwen2.5-3b", true, "ok", 4490.8, 0.375),
                             row("qwen2.5-7b", false, "ok", 11897.9, 0.425), row("qwen2.5-7b", true, "ok", 9709.9, 0.425),
                             row("qwen2.5-14b", false, "ok", 22189.8, 21.7), row("qwen2.5-14b", true, "ok", 17470.9, 34.5)};
   const BenchReport r = judge_results(p, rows);
-  EXPECT_EQ(r.rows[4]["verdict"], "fits");  // 73% of the card
-  EXPECT_EQ(r.rows[6]["verdict"], "spilled");
-  EXPECT_EQ(r.rows[7]["verdict"], "spilled");
+  EXPECT_EQ(r.rows[4].verdict, "fits");  // 73% of the card
+  EXPECT_EQ(r.rows[6].verdict, "spilled");
+  EXPECT_EQ(r.rows[7].verdict, "spilled");
   ASSERT_EQ(r.criteria.size(), 3u);
   EXPECT_EQ(r.criteria[0].outcome, "pass");  // as written, the 14B "ran"
   EXPECT_EQ(r.criteria[0].deciding, (std::vector<std::size_t>{6, 7}));
@@ -158,12 +175,13 @@ expect = 'verdict == "fits"'
   EXPECT_EQ(r.criteria[2].outcome, "fail");
   EXPECT_GT(r.compared, 0u);
   // A step that crawls with memory to spare is caught by its neighbours.
-  std::vector<json> slow = {row("qwen2.5-7b", false, "ok", 9000, 0.4), row("qwen2.5-14b", false, "ok", 12000, 20.0)};
-  for (auto& s : slow) s["config"]["gpu"] = "h200";
+  std::vector<BenchRow> slow = {row("qwen2.5-7b", false, "ok", 9000, 0.4, "h200"),
+                                row("qwen2.5-14b", false, "ok", 12000, 20.0, "h200")};
   const BenchReport rs = judge_results(p, slow);
-  EXPECT_EQ(rs.rows[0]["verdict"], "fits");
-  EXPECT_EQ(rs.rows[1]["verdict"], "spilled");
-  EXPECT_NE(rs.rows[1]["verdict_reasons"].dump().find("slower for its work"), std::string::npos);
+  EXPECT_EQ(rs.rows[0].verdict, "fits");
+  EXPECT_EQ(rs.rows[1].verdict, "spilled");
+  EXPECT_TRUE(std::any_of(rs.rows[1].verdict_reasons.begin(), rs.rows[1].verdict_reasons.end(),
+                          [](const std::string& why) { return why.find("slower for its work") != std::string::npos; }));
   const std::string text = render_report(p, r);
   EXPECT_NE(text.find("FAIL  ckpt-raises-ceiling"), std::string::npos) << text;
   EXPECT_NE(text.find("spilled"), std::string::npos);
@@ -172,13 +190,13 @@ expect = 'verdict == "fits"'
 
 TEST(BenchJudge, FailuresGetTheirOwnVerdicts) {
   const ExperimentPlan p = parse_experiment_plan("name='x'\n[matrix]\nmodel='qwen2.5-0.5b'\n", "x");
-  std::vector<json> rows = {row("qwen2.5-0.5b", false, "oom", 0, 0), row("qwen2.5-0.5b", false, "timeout", 0, 0),
+  std::vector<BenchRow> rows = {row("qwen2.5-0.5b", false, "oom", 0, 0), row("qwen2.5-0.5b", false, "timeout", 0, 0),
                             row("qwen2.5-0.5b", false, "crashed", 0, 0), row("qwen2.5-0.5b", false, "ok", 15000, 0.1)};
   const BenchReport r = judge_results(p, rows);
-  EXPECT_EQ(r.rows[0]["verdict"], "oom");
-  EXPECT_EQ(r.rows[1]["verdict"], "error");
-  EXPECT_EQ(r.rows[2]["verdict"], "error");
-  EXPECT_EQ(r.rows[3]["verdict"], "tight");  // 92% of a 16,303 MiB card
+  EXPECT_EQ(r.rows[0].verdict, "oom");
+  EXPECT_EQ(r.rows[1].verdict, "error");
+  EXPECT_EQ(r.rows[2].verdict, "error");
+  EXPECT_EQ(r.rows[3].verdict, "tight");  // 92% of a 16,303 MiB card
 }
 
 TEST(BenchCommand, SplitsLikeAShell) {

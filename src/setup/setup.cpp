@@ -1,3 +1,4 @@
+// Names of the setup's enumerations, and the consistency of a whole setup.
 #include <algorithm>
 #include <array>
 #include <cctype>
@@ -6,8 +7,10 @@
 #include <utility>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "trainfit/error.hpp"
+#include "trainfit/settings.hpp"
 #include "trainfit/setup.hpp"
 
 namespace trainfit {
@@ -19,19 +22,22 @@ std::string lower(std::string_view s) {
   return out;
 }
 
-// Looks a name up in a table of (spelling, value); the first spelling of each value is canonical.
+// Looks a name up in a table of (spelling, value); the first spelling of each value is canonical,
+// the others are aliases people also write.
 template <typename E, std::size_t N>
 E lookup(std::string_view what, std::string_view text, const std::array<std::pair<std::string_view, E>, N>& table) {
   const std::string key = lower(text);
   for (const auto& [name, value] : table) {
     if (name == key) return value;
   }
-  std::string names;
+  std::vector<std::string_view> names;  // the canonical spelling of each value
+  std::vector<E> seen;
   for (const auto& [name, value] : table) {
-    if (!names.empty()) names += ", ";
-    names += name;
+    if (std::find(seen.begin(), seen.end(), value) != seen.end()) continue;
+    seen.push_back(value);
+    names.push_back(name);
   }
-  throw InputError(fmt::format("unknown {} '{}'; expected one of: {}", what, text, names));
+  throw InputError(fmt::format("unknown {} '{}'; expected one of: {}", what, text, fmt::join(names, ", ")));
 }
 
 template <typename E, std::size_t N>
@@ -57,6 +63,8 @@ constexpr std::array<std::pair<std::string_view, Attention>, 4> kAttention{{
     {"flash_attention_2", Attention::flash}}};
 constexpr std::array<std::pair<std::string_view, Parallel>, 3> kParallel{{
     {"ddp", Parallel::ddp}, {"fsdp", Parallel::fsdp}, {"fsdp2", Parallel::fsdp}}};
+constexpr std::array<std::pair<std::string_view, Platform>, 2> kPlatforms{{
+    {"linux", Platform::linux}, {"windows", Platform::windows}}};
 
 // Short names people write for the usual projection modules.
 constexpr std::array<std::pair<std::string_view, std::string_view>, 7> kTargetShorthands{{
@@ -70,6 +78,7 @@ DType parse_dtype(std::string_view s) { return lookup("dtype", s, kDTypes); }
 Optimizer parse_optimizer(std::string_view s) { return lookup("optimizer", s, kOptimizers); }
 Attention parse_attention(std::string_view s) { return lookup("attention kernel", s, kAttention); }
 Parallel parse_parallel(std::string_view s) { return lookup("data parallelism", s, kParallel); }
+Platform parse_platform(std::string_view s) { return lookup("platform", s, kPlatforms); }
 
 std::vector<std::string> parse_lora_targets(std::string_view s) {
   const std::string text = lower(s);
@@ -80,18 +89,29 @@ std::vector<std::string> parse_lora_targets(std::string_view s) {
     const std::size_t comma = std::min(text.find(',', start), text.size());
     std::string item = text.substr(start, comma - start);
     item.erase(std::remove_if(item.begin(), item.end(), [](unsigned char c) { return std::isspace(c) != 0; }), item.end());
-    if (item.empty()) throw InputError(fmt::format("--lora-targets: empty module name in '{}'", s));
+    if (item.empty()) throw InputError(fmt::format("empty module name in '{}'", s));
     for (const auto& [shorthand, full] : kTargetShorthands) {
       if (item == shorthand) item = std::string(full);
     }
     const bool valid = std::all_of(item.begin(), item.end(), [](unsigned char c) {
       return std::isalnum(c) != 0 || c == '_' || c == '.';
     });
-    if (!valid) throw InputError(fmt::format("--lora-targets: '{}' is not a module name", item));
+    if (!valid) throw InputError(fmt::format("'{}' is not a module name", item));
     if (std::find(targets.begin(), targets.end(), item) == targets.end()) targets.push_back(item);
     start = comma + 1;
   }
   return targets;
+}
+
+std::string lora_targets_text(const std::vector<std::string>& targets) {
+  std::vector<std::string_view> names;
+  for (const auto& t : targets) {
+    std::string_view name = t;
+    for (const auto& [shorthand, full] : kTargetShorthands)
+      if (t == full) name = shorthand;
+    names.push_back(name);
+  }
+  return fmt::format("{}", fmt::join(names, ","));
 }
 
 std::string to_string(Method m) { return name_of(m, kMethods); }
@@ -99,6 +119,7 @@ std::string to_string(DType d) { return name_of(d, kDTypes); }
 std::string to_string(Optimizer o) { return name_of(o, kOptimizers); }
 std::string to_string(Attention a) { return name_of(a, kAttention); }
 std::string to_string(Parallel p) { return name_of(p, kParallel); }
+std::string to_string(Platform p) { return name_of(p, kPlatforms); }
 
 double bytes_per_element(DType d) {
   switch (d) {
@@ -113,40 +134,29 @@ double bytes_per_element(DType d) {
 }
 
 void validate(const TrainingSetup& s) {
-  // Limits far beyond any real run, so that products of them stay far from int64 overflow.
+  // Each value inside its row's range and choices (settings.cpp): a setup built in code is held
+  // to what a flag or a file would be.
+  for (const Setting& row : settings()) {
+    if (row.type == SettingType::integer || row.type == SettingType::number ||
+        (row.type == SettingType::choice && !row.choices.empty()))
+      (void)check_setting_value(row, row.get(s));
+  }
+  // Products of the limits must stay far from int64 overflow: a micro-batch's tokens are bounded.
   constexpr std::int64_t kMaxTokens = std::int64_t{1} << 24;
-  if (s.seq <= 0 || s.seq > kMaxTokens) throw InputError(fmt::format("--seq must be between 1 and {} (got {})", kMaxTokens, s.seq));
-  if (s.batch <= 0 || s.batch > 65536) throw InputError(fmt::format("--batch must be between 1 and 65536 (got {})", s.batch));
-  if (s.seq * s.batch > kMaxTokens) throw InputError(fmt::format("--seq x --batch must be at most {} tokens (got {})", kMaxTokens, s.seq * s.batch));
-  if (s.grad_accum <= 0 || s.grad_accum > 1'000'000) throw InputError(fmt::format("--grad-accum must be between 1 and 1000000 (got {})", s.grad_accum));
-  if (!(s.headroom >= 0.0 && s.headroom < 1.0)) throw InputError(fmt::format("--headroom must be a fraction in [0, 1) (got {})", s.headroom));
+  if (s.seq * s.batch > kMaxTokens)
+    throw SettingError("batch", fmt::format("`seq` x `batch` must be at most {} tokens (got {})", kMaxTokens, s.seq * s.batch));
   const bool quantised = s.weights == DType::nf4 || s.weights == DType::fp4 || s.weights == DType::int8;
   if (s.method == Method::qlora && !quantised)
-    throw InputError(fmt::format("--method qlora needs --weights nf4, fp4 or int8 (got {})", to_string(s.weights)));
+    throw SettingError("weights", fmt::format("`method` qlora needs `weights` nf4, fp4 or int8 (got {})", to_string(s.weights)));
   if (s.method != Method::qlora && quantised)
-    throw InputError(fmt::format("--weights {} is a quantised base: use --method qlora", to_string(s.weights)));
-  if (s.method == Method::full && s.optimizer == Optimizer::adamw_8bit && s.weights != DType::fp32 && !s.amp) {
-    // bitsandbytes' 8-bit AdamW works for half-precision params too; nothing to reject.
-  }
-  if (s.amp && *s.amp != DType::bf16 && *s.amp != DType::fp16)
-    throw InputError(fmt::format("--amp must be bf16 or fp16 (got {})", to_string(*s.amp)));
+    throw SettingError("weights", fmt::format("{} is a quantised base: use `method` qlora", to_string(s.weights)));
   if (s.amp && s.method == Method::full && s.weights != DType::fp32)
-    throw InputError("--amp autocasts over fp32 master weights: use --weights fp32 with it");
-  if (s.method != Method::full) {
-    if (s.lora.rank <= 0 || s.lora.rank > 65536) throw InputError(fmt::format("--rank must be between 1 and 65536 (got {})", s.lora.rank));
-    if (!(s.lora.dropout >= 0.0 && s.lora.dropout < 1.0)) throw InputError(fmt::format("--lora-dropout must be in [0, 1) (got {})", s.lora.dropout));
-    if (!std::isfinite(s.lora.alpha) || s.lora.alpha <= 0) throw InputError(fmt::format("--lora-alpha must be positive (got {})", s.lora.alpha));
-    if (s.lora.targets.empty()) throw InputError("--lora-targets names no module");
-    if (s.lora.adapter_dtype != DType::fp32 && s.lora.adapter_dtype != DType::bf16 && s.lora.adapter_dtype != DType::fp16)
-      throw InputError("--adapter-dtype must be fp32, bf16 or fp16");
-  }
-  if (s.gpus < 1 || s.gpus > 65536) throw InputError(fmt::format("--gpus must be between 1 and 65536 (got {})", s.gpus));
+    throw SettingError("amp", "autocasts over fp32 master weights: use `weights` fp32 with it");
+  if (s.method != Method::full && s.lora.targets.empty()) throw SettingError("lora_targets", "names no module");
   // FSDP shards parameters; bitsandbytes' 4-bit storage needs its own FSDP path
   // (quant_storage), whose memory has not been measured.
   if (s.gpus > 1 && s.parallel == Parallel::fsdp && s.method == Method::qlora)
-    throw InputError("--parallel fsdp with --method qlora is not modelled; plan QLoRA with --parallel ddp");
-  if (s.quant.compute_dtype != DType::bf16 && s.quant.compute_dtype != DType::fp16 && s.quant.compute_dtype != DType::fp32)
-    throw InputError("--compute-dtype must be bf16, fp16 or fp32");
+    throw SettingError("parallel", "fsdp with `method` qlora is not modelled; plan QLoRA with `parallel` ddp");
 }
 
 }  // namespace trainfit

@@ -1,0 +1,35 @@
+#pragma once
+// The settings table (trainfit/settings.hpp) as command-line flags: one flag per setting, its
+// --help from the row (description, allowed values or range, default), and the settings a command
+// line named, checked by the library.
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "trainfit/error.hpp"
+#include "trainfit/settings.hpp"
+
+namespace trainfit::cli {
+
+class SetupFlags {
+ public:
+  // Adds a flag for every setting (booleans also get --no-<name>) to `cmd`, in the table's order.
+  explicit SetupFlags(CLI::App& cmd);
+  // The settings given on the command line, parsed and checked. Throws SettingError.
+  std::vector<GivenSetting> given() const;
+  bool was_given(std::string_view key) const;
+
+ private:
+  CLI::App* cmd_;
+  std::map<std::string, std::string, std::less<>> text_;  // by key: what a flag was given
+  std::map<std::string, bool, std::less<>> switch_;       // by key: a boolean's last --x / --no-x
+};
+
+// A setting error in the command line's spelling: "--rank: must be between 1 and 65536 (got 0)",
+// with every `key` the message names written as its flag.
+std::string flag_message(const SettingError& e);
+
+}  // namespace trainfit::cli

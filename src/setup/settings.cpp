@@ -1,0 +1,588 @@
+// The settings table and what derives from it: checking a value, resolving defaults, labels and the
+// arguments that reproduce a setup. JSON reading and writing and the schema are in setup_json.cpp.
+#include "trainfit/settings.hpp"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
+#include <mutex>
+#include <string>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "trainfit/error.hpp"
+#include "trainfit/units.hpp"
+
+namespace trainfit {
+namespace {
+
+// ---- Building rows -------------------------------------------------------------------------------
+
+// A row whose value is one member of TrainingSetup. `member` is a generic lambda
+// ([](auto& s) -> auto& { return s.seq; }) so that it serves the const and the mutable setup.
+template <typename T, typename Member>
+void bind(Setting& row, Member member) {
+  row.get = [member](const TrainingSetup& s) { return SettingValue(T(member(s))); };
+  row.set = [member](TrainingSetup& s, const SettingValue& v) { member(s) = std::get<T>(v); };
+}
+
+// A choice between the names of an enumeration: `parse` accepts aliases, `name` gives the canonical one.
+template <typename E, typename Member>
+void bind_enum(Setting& row, Member member, E (*parse)(std::string_view), std::string (*name)(E)) {
+  row.get = [member, name](const TrainingSetup& s) { return SettingValue(name(member(s))); };
+  row.set = [member, parse](TrainingSetup& s, const SettingValue& v) { member(s) = parse(std::get<std::string>(v)); };
+  row.canonical = [parse, name](std::string_view text) { return SettingValue(name(parse(text))); };
+}
+
+SettingCondition condition(std::string setting, std::vector<std::string> one_of, std::vector<std::string> none_of,
+                           std::optional<double> at_least = std::nullopt) {
+  SettingCondition c;
+  c.setting = std::move(setting);
+  c.one_of = std::move(one_of);
+  c.none_of = std::move(none_of);
+  c.at_least = at_least;
+  return c;
+}
+const SettingCondition kLora = condition("method", {}, {"full"});  // LoRA and QLoRA
+const SettingCondition kQlora = condition("method", {"qlora"}, {});
+
+DerivedDefault value_when(SettingCondition when, SettingValue value) {
+  DerivedDefault d;
+  d.when = std::move(when);
+  d.value = std::move(value);
+  return d;
+}
+DerivedDefault times(std::string setting, double factor) {
+  DerivedDefault d;
+  d.times = std::move(setting);
+  d.factor = factor;
+  return d;
+}
+
+std::vector<Setting> builtin_table() {
+  std::vector<Setting> t;
+  auto row = [&t](std::string key, std::string flag, SettingType type, std::string description) -> Setting& {
+    Setting s;
+    s.key = std::move(key);
+    s.flag = std::move(flag);
+    s.type = type;
+    s.description = std::move(description);
+    t.push_back(std::move(s));
+    return t.back();
+  };
+  using enum SettingType;
+  constexpr double kMaxTokens = 16777216;  // 2^24: products of sizes stay far from int64 overflow
+
+  // What is trained, on which card.
+  {
+    auto& r = row("model", "--model", text,
+                  "built-in model name (see `trainfit models`), or a path to a config.json or a folder holding one");
+    r.label = "{}";
+    r.label_always = true;
+    bind<std::string>(r, [](auto& s) -> auto& { return s.model; });
+  }
+  {
+    auto& r = row("gpu", "--gpu", text, "catalogue GPU (see `trainfit gpus`)");
+    r.in_matrix = false;
+    bind<std::string>(r, [](auto& s) -> auto& { return s.gpu; });
+  }
+  {
+    auto& r = row("vram", "--vram", bytes, "memory of a card not in the catalogue, e.g. 16GiB, 24GB, 16303MiB");
+    r.in_matrix = false;
+    r.minimum = 1;
+    r.maximum = 16.0 * 1024 * 1024 * 1024 * 1024;  // 16 TiB: far above any card, catches unit mistakes
+    r.get = [](const TrainingSetup& s) { return s.vram_bytes ? SettingValue(*s.vram_bytes) : SettingValue(); };
+    r.set = [](TrainingSetup& s, const SettingValue& v) {
+      if (std::holds_alternative<std::int64_t>(v)) s.vram_bytes = std::get<std::int64_t>(v);
+      else s.vram_bytes.reset();
+    };
+  }
+  {
+    auto& r = row("gpu_spec", "--gpu-spec", text, "TOML file describing a GPU (docs/gpus.md)");
+    r.in_matrix = false;
+    bind<std::string>(r, [](auto& s) -> auto& { return s.gpu_spec; });
+  }
+
+  // How it is trained.
+  {
+    auto& r = row("method", "--method", choice, "full fine-tuning, LoRA on a frozen base, or LoRA on a quantised base");
+    r.choices = {"full", "lora", "qlora"};
+    r.label = "{}";
+    r.label_always = true;
+    bind_enum(r, [](auto& s) -> auto& { return s.method; }, parse_method, to_string);
+  }
+  {
+    auto& r = row("weights", "--weights", choice, "dtype the base weights are stored in");
+    r.choices = {"fp32", "bf16", "fp16", "int8", "nf4", "fp4"};
+    r.derived_default = value_when(kQlora, std::string("nf4"));
+    r.default_rule = "nf4 with method qlora";
+    r.label = "{}";
+    bind_enum(r, [](auto& s) -> auto& { return s.weights; }, parse_dtype, to_string);
+  }
+  {
+    auto& r = row("amp", "--amp", choice, "autocast dtype over fp32 master weights (full fine-tuning with weights fp32)");
+    r.choices = {"bf16", "fp16"};
+    r.nullable = true;
+    r.label = "amp-{}";
+    r.get = [](const TrainingSetup& s) { return s.amp ? SettingValue(to_string(*s.amp)) : SettingValue(); };
+    r.set = [](TrainingSetup& s, const SettingValue& v) {
+      if (std::holds_alternative<std::string>(v)) s.amp = parse_dtype(std::get<std::string>(v));
+      else s.amp.reset();
+    };
+    r.canonical = [](std::string_view text) { return SettingValue(to_string(parse_dtype(text))); };
+  }
+  {
+    auto& r = row("rank", "--rank", integer, "LoRA rank");
+    r.minimum = 1;
+    r.maximum = 65536;
+    r.applies_when = kLora;
+    r.label = "r{}";
+    r.label_always = true;
+    bind<std::int64_t>(r, [](auto& s) -> auto& { return s.lora.rank; });
+  }
+  {
+    auto& r = row("lora_alpha", "--lora-alpha", number, "LoRA alpha (scales the adapters; no memory or time term depends on it)");
+    r.minimum = 0;
+    r.exclusive_minimum = true;
+    r.maximum = 1e9;
+    r.applies_when = kLora;
+    r.derived_default = times("rank", 2);
+    r.default_rule = "2 x rank";
+    r.label = "alpha{}";
+    bind<double>(r, [](auto& s) -> auto& { return s.lora.alpha; });
+  }
+  {
+    auto& r = row("lora_dropout", "--lora-dropout", number, "LoRA dropout probability");
+    r.minimum = 0;
+    r.maximum = 1;
+    r.exclusive_maximum = true;
+    r.applies_when = kLora;
+    r.label = "dropout{}";
+    bind<double>(r, [](auto& s) -> auto& { return s.lora.dropout; });
+  }
+  {
+    auto& r = row("lora_targets", "--lora-targets", list, "modules with adapters: all-linear, or q,k,v,o,gate,up,down or q_proj,v_proj...");
+    r.applies_when = kLora;
+    r.label = "{}";
+    bind<std::vector<std::string>>(r, [](auto& s) -> auto& { return s.lora.targets; });
+    r.canonical = [](std::string_view text) { return SettingValue(parse_lora_targets(text)); };
+  }
+  {
+    auto& r = row("adapter_dtype", "--adapter-dtype", choice, "dtype of the LoRA weights (PEFT keeps them fp32)");
+    r.choices = {"fp32", "bf16", "fp16"};
+    r.applies_when = kLora;
+    r.label = "adapters-{}";
+    bind_enum(r, [](auto& s) -> auto& { return s.lora.adapter_dtype; }, parse_dtype, to_string);
+  }
+  {
+    auto& r = row("compute_dtype", "--compute-dtype", choice, "QLoRA compute dtype (bnb_4bit_compute_dtype)");
+    r.choices = {"bf16", "fp16", "fp32"};
+    r.applies_when = kQlora;
+    r.label = "compute-{}";
+    bind_enum(r, [](auto& s) -> auto& { return s.quant.compute_dtype; }, parse_dtype, to_string);
+  }
+  {
+    auto& r = row("double_quant", "--double-quant", boolean, "QLoRA double quantisation of the block constants (bnb_4bit_use_double_quant)");
+    r.applies_when = kQlora;
+    r.label = "dq";
+    bind<bool>(r, [](auto& s) -> auto& { return s.quant.double_quant; });
+  }
+  {
+    auto& r = row("kbit_prepare", "--kbit-prepare", boolean, "QLoRA after peft.prepare_model_for_kbit_training (fp32 non-quantised weights)");
+    r.applies_when = kQlora;
+    r.label = "kbit-prepare";
+    bind<bool>(r, [](auto& s) -> auto& { return s.quant.kbit_prepare; });
+  }
+  {
+    auto& r = row("optimizer", "--optimizer", choice, "optimizer (adamw-8bit: bitsandbytes' 8-bit AdamW)");
+    r.choices = {"adamw", "adamw-8bit", "sgd", "sgd-momentum", "adafactor"};
+    r.label = "{}";
+    bind_enum(r, [](auto& s) -> auto& { return s.optimizer; }, parse_optimizer, to_string);
+  }
+  {
+    auto& r = row("attn", "--attn", choice, "attention kernel (sdpa: PyTorch's fused kernels; flash: flash-attention 2)");
+    r.choices = {"sdpa", "eager", "flash"};
+    r.label = "{}";
+    bind_enum(r, [](auto& s) -> auto& { return s.attention; }, parse_attention, to_string);
+  }
+  {
+    auto& r = row("seq", "--seq", integer, "sequence length in tokens");
+    r.minimum = 1;
+    r.maximum = kMaxTokens;
+    r.label = "s{}";
+    r.label_always = true;
+    bind<std::int64_t>(r, [](auto& s) -> auto& { return s.seq; });
+  }
+  {
+    auto& r = row("batch", "--batch", integer, "micro-batch size (sequences a GPU runs at once)");
+    r.minimum = 1;
+    r.maximum = 65536;
+    r.label = "b{}";
+    r.label_always = true;
+    bind<std::int64_t>(r, [](auto& s) -> auto& { return s.batch; });
+  }
+  {
+    auto& r = row("grad_accum", "--grad-accum", integer, "gradient accumulation steps (micro-batches per optimizer step)");
+    r.minimum = 1;
+    r.maximum = 1000000;
+    r.label = "x{}";
+    bind<std::int64_t>(r, [](auto& s) -> auto& { return s.grad_accum; });
+  }
+  {
+    auto& r = row("grad_ckpt", "--grad-ckpt", boolean, "gradient checkpointing (recompute each layer in the backward)");
+    r.label = "ckpt";
+    bind<bool>(r, [](auto& s) -> auto& { return s.grad_ckpt; });
+  }
+  {
+    auto& r = row("gpus", "--gpus", integer, "data-parallel GPUs, each running batch x seq (memory is per GPU)");
+    r.minimum = 1;
+    r.maximum = 65536;
+    r.label = "{}gpus";
+    bind<std::int64_t>(r, [](auto& s) -> auto& { return s.gpus; });
+  }
+  {
+    auto& r = row("parallel", "--parallel", choice, "with gpus > 1: ddp (whole model on each GPU) or fsdp (FSDP2: sharded)");
+    r.choices = {"ddp", "fsdp"};
+    r.applies_when = condition("gpus", {}, {}, 2);
+    r.label = "{}";
+    r.label_always = true;
+    bind_enum(r, [](auto& s) -> auto& { return s.parallel; }, parse_parallel, to_string);
+  }
+
+  // How the answer is judged.
+  {
+    auto& r = row("headroom", "--headroom", number, "fraction of the card to keep free");
+    r.minimum = 0;
+    r.maximum = 1;
+    r.exclusive_maximum = true;
+    r.in_matrix = false;
+    bind<double>(r, [](auto& s) -> auto& { return s.headroom; });
+  }
+  {
+    auto& r = row("platform", "--platform", choice,
+                  "linux (memory past the card: out of memory) or windows (the driver spills into system memory)");
+    r.choices = {"linux", "windows"};
+    r.in_matrix = false;
+    bind_enum(r, [](auto& s) -> auto& { return s.platform; }, parse_platform, to_string);
+  }
+  return t;
+}
+
+// The table: built once; add_setting appends under the lock before anyone reads it concurrently
+// (a program registers its settings at start-up).
+std::vector<Setting>& table() {
+  static std::vector<Setting> t = builtin_table();
+  return t;
+}
+std::mutex& table_mutex() {
+  static std::mutex m;
+  return m;
+}
+
+// ---- Values --------------------------------------------------------------------------------------
+
+std::string number_text(double v) {
+  if (std::isfinite(v) && v == std::floor(v) && std::abs(v) < 1e15) return fmt::format("{}", static_cast<std::int64_t>(v));
+  return fmt::format("{}", v);
+}
+
+std::string range_text(const Setting& s) {
+  const auto lo = s.minimum, hi = s.maximum;
+  if (s.type == SettingType::integer && lo && hi) return fmt::format("between {} and {}", number_text(*lo), number_text(*hi));
+  if (lo && hi)
+    return fmt::format("in {}{}, {}{}", s.exclusive_minimum ? "(" : "[", number_text(*lo), number_text(*hi),
+                       s.exclusive_maximum ? ")" : "]");
+  if (lo) return fmt::format("{} {}", s.exclusive_minimum ? "greater than" : "at least", number_text(*lo));
+  if (hi) return fmt::format("{} {}", s.exclusive_maximum ? "less than" : "at most", number_text(*hi));
+  return "";
+}
+
+void check_range(const Setting& s, double v, const std::string& shown) {
+  const bool low = s.minimum && (s.exclusive_minimum ? !(v > *s.minimum) : !(v >= *s.minimum));
+  const bool high = s.maximum && (s.exclusive_maximum ? !(v < *s.maximum) : !(v <= *s.maximum));
+  if (!std::isfinite(v) || low || high) throw SettingError(s.key, fmt::format("must be {} (got {})", range_text(s), shown));
+}
+
+std::string type_word(const SettingValue& v) {
+  switch (v.index()) {
+    case 0: return "null";
+    case 1: return "true or false";
+    case 2: return "a whole number";
+    case 3: return "a number";
+    case 4: return "a string";
+    default: return "a list";
+  }
+}
+
+[[noreturn]] void wrong_type(const Setting& s, const SettingValue& raw, std::string_view expected) {
+  throw SettingError(s.key, fmt::format("expected {}, not {}", expected, type_word(raw)));
+}
+
+bool holds(const SettingCondition& c, const TrainingSetup& so_far) {
+  const Setting* other = find_setting(c.setting);
+  if (other == nullptr) return false;
+  const SettingValue v = other->get(so_far);
+  if (c.at_least) {
+    double x = 0;
+    if (const auto* i = std::get_if<std::int64_t>(&v)) x = static_cast<double>(*i);
+    else if (const auto* d = std::get_if<double>(&v)) x = *d;
+    else return false;
+    if (!(x >= *c.at_least)) return false;
+  }
+  const std::string text = setting_text(*other, v);
+  if (!c.one_of.empty() && std::find(c.one_of.begin(), c.one_of.end(), text) == c.one_of.end()) return false;
+  if (std::find(c.none_of.begin(), c.none_of.end(), text) != c.none_of.end()) return false;
+  return true;
+}
+
+std::string flag_name(const Setting& s) { return s.flag.size() > 2 ? s.flag.substr(2) : s.flag; }
+
+}  // namespace
+
+std::string to_string(SettingType t) {
+  switch (t) {
+    case SettingType::choice: return "choice";
+    case SettingType::integer: return "integer";
+    case SettingType::number: return "number";
+    case SettingType::boolean: return "boolean";
+    case SettingType::list: return "list";
+    case SettingType::text: return "text";
+    case SettingType::bytes: return "bytes";
+  }
+  return "?";
+}
+
+const std::vector<Setting>& settings() { return table(); }
+
+const Setting* find_setting(std::string_view key) {
+  for (const Setting& s : table())
+    if (s.key == key) return &s;
+  return nullptr;
+}
+
+const Setting* find_setting_by_flag(std::string_view flag) {
+  for (const Setting& s : table()) {
+    if (s.flag == flag) return &s;
+    if (s.type == SettingType::boolean && flag == "--no-" + flag_name(s)) return &s;
+  }
+  return nullptr;
+}
+
+void add_setting(Setting row) {
+  const std::lock_guard lock(table_mutex());
+  if (row.key.empty() || row.flag.size() < 3 || row.flag.rfind("--", 0) != 0)
+    throw InputError(fmt::format("a setting needs a key and a flag starting with -- (got '{}', '{}')", row.key, row.flag));
+  if (row.key.rfind("x_", 0) == 0) throw InputError(fmt::format("setting '{}': keys starting with x_ belong to runners", row.key));
+  for (const Setting& s : table())
+    if (s.key == row.key || s.flag == row.flag)
+      throw InputError(fmt::format("setting '{}' ({}) is already defined", row.key, row.flag));
+  if (!row.get != !row.set) throw InputError(fmt::format("setting '{}': give both get and set, or neither", row.key));
+  if (!row.get) {
+    const std::string key = row.key;
+    SettingValue fallback = row.extension_default;
+    row.get = [key, fallback](const TrainingSetup& s) {
+      const auto it = s.extensions.find(key);
+      return it == s.extensions.end() ? fallback : it->second;
+    };
+    row.set = [key](TrainingSetup& s, const SettingValue& v) { s.extensions[key] = v; };
+  }
+  table().push_back(std::move(row));
+}
+
+bool applies(const Setting& s, const TrainingSetup& setup) { return !s.applies_when || holds(*s.applies_when, setup); }
+
+SettingValue default_value(const Setting& s, const TrainingSetup& so_far) {
+  if (s.derived_default) {
+    const DerivedDefault& d = *s.derived_default;
+    if (!d.times.empty()) {
+      if (const Setting* other = find_setting(d.times)) {
+        const SettingValue v = other->get(so_far);
+        if (const auto* i = std::get_if<std::int64_t>(&v)) return d.factor * static_cast<double>(*i);
+        if (const auto* x = std::get_if<double>(&v)) return d.factor * *x;
+      }
+    } else if (!d.when || holds(*d.when, so_far)) {
+      return d.value;
+    }
+  }
+  return s.get(TrainingSetup{});
+}
+
+SettingValue check_setting_value(const Setting& s, const SettingValue& raw) {
+  using enum SettingType;
+  switch (s.type) {
+    case choice: {
+      if (std::holds_alternative<std::monostate>(raw) && s.nullable) return raw;
+      if (!std::holds_alternative<std::string>(raw)) wrong_type(s, raw, "a name");
+      const std::string& text = std::get<std::string>(raw);
+      if (s.nullable && text == "none") return std::monostate{};
+      std::string name = text;
+      if (s.canonical) {
+        try {
+          name = std::get<std::string>(s.canonical(text));
+        } catch (const InputError&) {
+          name.clear();
+        }
+      }
+      if (std::find(s.choices.begin(), s.choices.end(), name) == s.choices.end())
+        throw SettingError(s.key, fmt::format("unknown value '{}'; expected one of: {}{}", text, fmt::join(s.choices, ", "),
+                                              s.nullable ? ", none" : ""));
+      return name;
+    }
+    case integer: {
+      if (!std::holds_alternative<std::int64_t>(raw)) wrong_type(s, raw, "a whole number");
+      const std::int64_t v = std::get<std::int64_t>(raw);
+      check_range(s, static_cast<double>(v), std::to_string(v));
+      return raw;
+    }
+    case number: {
+      double v = 0;
+      if (const auto* i = std::get_if<std::int64_t>(&raw)) v = static_cast<double>(*i);
+      else if (const auto* d = std::get_if<double>(&raw)) v = *d;
+      else wrong_type(s, raw, "a number");
+      check_range(s, v, number_text(v));
+      return v;
+    }
+    case boolean:
+      if (!std::holds_alternative<bool>(raw)) wrong_type(s, raw, "true or false");
+      return raw;
+    case list: {
+      std::string text;
+      if (const auto* str = std::get_if<std::string>(&raw)) text = *str;
+      else if (const auto* items = std::get_if<std::vector<std::string>>(&raw)) text = fmt::format("{}", fmt::join(*items, ","));
+      else wrong_type(s, raw, "a list of names");
+      if (!s.canonical) {
+        std::vector<std::string> out;
+        for (std::size_t from = 0; from <= text.size();) {
+          const std::size_t comma = std::min(text.find(',', from), text.size());
+          if (comma > from) out.push_back(text.substr(from, comma - from));
+          from = comma + 1;
+        }
+        return out;
+      }
+      try {
+        return s.canonical(text);
+      } catch (const InputError& e) {
+        throw SettingError(s.key, e.what());
+      }
+    }
+    case text:
+      if (std::holds_alternative<std::monostate>(raw)) return std::string();
+      if (!std::holds_alternative<std::string>(raw)) wrong_type(s, raw, "a name");
+      return raw;
+    case bytes: {
+      if (std::holds_alternative<std::monostate>(raw)) return raw;
+      std::int64_t v = 0;
+      if (const auto* i = std::get_if<std::int64_t>(&raw)) {
+        v = *i;
+      } else if (const auto* str = std::get_if<std::string>(&raw)) {
+        try {
+          v = parse_bytes(*str);
+        } catch (const InputError& e) {
+          throw SettingError(s.key, e.what());
+        }
+      } else {
+        wrong_type(s, raw, "a size such as 16GiB");
+      }
+      check_range(s, static_cast<double>(v), std::to_string(v));
+      return v;
+    }
+  }
+  return raw;
+}
+
+SettingValue parse_setting_text(const Setting& s, std::string_view input) {
+  using enum SettingType;
+  const std::string t(input);
+  switch (s.type) {
+    case integer: {
+      std::int64_t v = 0;
+      const auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), v);
+      if (ec == std::errc::result_out_of_range)
+        throw SettingError(s.key, fmt::format("must be {} (got {})", range_text(s), t));
+      if (ec != std::errc{} || end != t.data() + t.size() || t.empty())
+        throw SettingError(s.key, fmt::format("'{}' is not a whole number", t));
+      return check_setting_value(s, v);
+    }
+    case number: {
+      char* end = nullptr;
+      const double v = std::strtod(t.c_str(), &end);
+      if (t.empty() || end != t.c_str() + t.size()) throw SettingError(s.key, fmt::format("'{}' is not a number", t));
+      return check_setting_value(s, v);
+    }
+    case boolean: {
+      for (const char* yes : {"true", "1", "yes", "on"})
+        if (t == yes) return true;
+      for (const char* no : {"false", "0", "no", "off"})
+        if (t == no) return false;
+      throw SettingError(s.key, fmt::format("'{}' is not true or false", t));
+    }
+    default:
+      return check_setting_value(s, t);
+  }
+}
+
+std::string setting_text(const Setting& s, const SettingValue& value) {
+  switch (value.index()) {
+    case 0: return s.type == SettingType::choice ? "none" : "";
+    case 1: return std::get<bool>(value) ? "true" : "false";
+    case 2: return std::to_string(std::get<std::int64_t>(value));  // a size in bytes reads back as bytes
+    case 3: return number_text(std::get<double>(value));
+    case 4: return std::get<std::string>(value);
+    default: {
+      const auto& items = std::get<std::vector<std::string>>(value);
+      return s.key == "lora_targets" ? lora_targets_text(items) : fmt::format("{}", fmt::join(items, ","));
+    }
+  }
+}
+
+TrainingSetup resolve_setup(const std::vector<GivenSetting>& given) {
+  TrainingSetup setup;
+  for (const Setting& row : settings()) {
+    const auto it = std::find_if(given.begin(), given.end(), [&](const GivenSetting& g) { return g.setting == &row; });
+    row.set(setup, it != given.end() ? it->value : default_value(row, setup));
+  }
+  validate(setup);
+  return setup;
+}
+
+std::vector<std::string> setup_to_args(const TrainingSetup& setup) {
+  std::vector<std::string> args;
+  TrainingSetup defaults;  // the settings so far, for the defaults that depend on them
+  for (const Setting& row : settings()) {
+    const SettingValue v = row.get(setup);
+    const SettingValue d = default_value(row, defaults);
+    row.set(defaults, v);
+    if (!applies(row, setup) || v == d) continue;
+    if (row.type == SettingType::boolean) {
+      args.push_back(std::get<bool>(v) ? row.flag : "--no-" + flag_name(row));
+      continue;
+    }
+    args.push_back(row.flag);
+    args.push_back(setting_text(row, v));
+  }
+  return args;
+}
+
+std::string setup_label(const TrainingSetup& setup) {
+  std::vector<std::string> parts;
+  TrainingSetup defaults;
+  for (const Setting& row : settings()) {
+    const SettingValue v = row.get(setup);
+    const SettingValue d = default_value(row, defaults);
+    row.set(defaults, v);
+    if (row.label.empty() || !applies(row, setup)) continue;
+    if (!row.label_always && v == d) continue;
+    if (row.type == SettingType::boolean) {
+      if (std::get<bool>(v)) parts.push_back(row.label);
+      else parts.push_back("no-" + row.label);
+      continue;
+    }
+    if (std::holds_alternative<std::monostate>(v)) continue;
+    parts.push_back(fmt::format(fmt::runtime(row.label), setting_text(row, v)));
+  }
+  return fmt::format("{}", fmt::join(parts, " "));
+}
+
+}  // namespace trainfit

@@ -1,0 +1,152 @@
+// A setup as JSON (plans, bench configs and rows, probe rows, `validate` input) and the JSON Schema
+// of the vocabulary (`trainfit schema`), both from the settings table.
+#include <cmath>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "trainfit/error.hpp"
+#include "trainfit/settings.hpp"
+
+namespace trainfit {
+namespace {
+
+using nlohmann::json;
+
+json condition_to_json(const SettingCondition& c) {
+  json j = {{"setting", c.setting}};
+  if (!c.one_of.empty()) j["one_of"] = c.one_of;
+  if (!c.none_of.empty()) j["none_of"] = c.none_of;
+  if (c.at_least) j["at_least"] = *c.at_least;
+  return j;
+}
+
+json property_of(const Setting& s) {
+  json p = json::object();
+  using enum SettingType;
+  switch (s.type) {
+    case choice: {
+      json names = s.choices;
+      if (s.nullable) names.push_back(nullptr);
+      p["type"] = s.nullable ? json::array({"string", "null"}) : json("string");
+      p["enum"] = names;
+      break;
+    }
+    case integer: p["type"] = "integer"; break;
+    case number: p["type"] = "number"; break;
+    case boolean: p["type"] = "boolean"; break;
+    case list:
+      // An array of names, or the same names in one comma-separated string.
+      p["type"] = json::array({"array", "string"});
+      p["items"] = {{"type", "string"}};
+      break;
+    case text: p["type"] = "string"; break;
+    case bytes: p["type"] = json::array({"integer", "string"}); break;
+  }
+  if (s.minimum) p[s.exclusive_minimum ? "exclusiveMinimum" : "minimum"] = *s.minimum;
+  if (s.maximum) p[s.exclusive_maximum ? "exclusiveMaximum" : "maximum"] = *s.maximum;
+  p["default"] = setting_value_to_json(s.get(TrainingSetup{}));
+  p["description"] = s.description;
+  p["x-flag"] = s.flag;
+  p["x-matrix"] = s.in_matrix;
+  if (!s.default_rule.empty()) p["x-default-rule"] = s.default_rule;
+  if (s.derived_default) {
+    const DerivedDefault& d = *s.derived_default;
+    json dd = json::object();
+    if (!d.times.empty()) {
+      dd["times"] = d.times;
+      dd["factor"] = d.factor;
+    } else {
+      if (d.when) dd["when"] = condition_to_json(*d.when);
+      dd["value"] = setting_value_to_json(d.value);
+    }
+    p["x-derived-default"] = dd;
+  }
+  if (s.applies_when) p["x-applies-when"] = condition_to_json(*s.applies_when);
+  return p;
+}
+
+}  // namespace
+
+json setting_value_to_json(const SettingValue& v) {
+  switch (v.index()) {
+    case 1: return std::get<bool>(v);
+    case 2: return std::get<std::int64_t>(v);
+    case 3: return std::get<double>(v);
+    case 4: return std::get<std::string>(v);
+    case 5: return std::get<std::vector<std::string>>(v);
+    default: return nullptr;
+  }
+}
+
+SettingValue setting_value_from_json(const json& j) {
+  if (j.is_boolean()) return j.get<bool>();
+  if (j.is_number_integer()) {
+    if (j.is_number_unsigned() && j.get<std::uint64_t>() > static_cast<std::uint64_t>(INT64_MAX)) return j.get<double>();
+    return j.get<std::int64_t>();
+  }
+  if (j.is_number()) return j.get<double>();
+  if (j.is_string()) return j.get<std::string>();
+  if (j.is_array()) {
+    std::vector<std::string> items;
+    for (const auto& e : j) {
+      if (!e.is_string()) throw InputError("expected a list of strings");
+      items.push_back(e.get<std::string>());
+    }
+    return items;
+  }
+  if (j.is_null()) return std::monostate{};
+  throw InputError("expected a value, not an object");
+}
+
+json setup_to_json(const TrainingSetup& setup, const SetupJsonOptions& options) {
+  json j = json::object();
+  for (const Setting& row : settings()) {
+    if (options.matrix_only && !row.in_matrix) continue;
+    if (!applies(row, setup)) continue;
+    const SettingValue v = row.get(setup);
+    // An unnamed card or file is not part of the setup; "none" (amp off) is.
+    const bool unset = (row.type == SettingType::text && std::get<std::string>(v).empty()) ||
+                       (row.type == SettingType::bytes && std::holds_alternative<std::monostate>(v));
+    if (!unset) j[row.key] = setting_value_to_json(v);
+  }
+  return j;
+}
+
+TrainingSetup setup_from_json(const json& object, const std::function<bool(std::string_view)>& other_key) {
+  if (!object.is_object()) throw InputError("a setup must be a JSON object");
+  std::vector<GivenSetting> given;
+  for (const auto& [key, value] : object.items()) {
+    const Setting* row = find_setting(key);
+    if (row == nullptr) {
+      if (other_key && !other_key(key)) throw SettingError(key, "unknown setting (see `trainfit schema`)");
+      continue;
+    }
+    if (value.is_null() && !row->nullable) continue;  // null: not given
+    SettingValue raw;
+    try {
+      raw = setting_value_from_json(value);
+    } catch (const InputError& e) {
+      throw SettingError(key, e.what());
+    }
+    given.push_back({row, check_setting_value(*row, raw)});
+  }
+  return resolve_setup(given);
+}
+
+json setup_schema() {
+  json properties = json::object();
+  for (const Setting& row : settings()) properties[row.key] = property_of(row);
+  return {{"$schema", "https://json-schema.org/draft/2020-12/schema"},
+          {"$id", "trainfit.setup/1"},
+          {"title", "trainfit training setup"},
+          {"description",
+           "The settings of one training run, as `trainfit plan` takes them (x-flag), as JSON setups and bench "
+           "configs carry them (the keys) and as bench matrices vary them (x-matrix). A setting left out takes its "
+           "default; x-derived-default gives a default that depends on another setting; x-applies-when says when "
+           "a setting means anything (JSON written by trainfit leaves out what does not apply)."},
+          {"type", "object"},
+          {"properties", properties}};
+}
+
+}  // namespace trainfit
