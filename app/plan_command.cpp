@@ -75,7 +75,7 @@ void add_plan_command(CLI::App& app, int& exit_code) {
   plan->add_option("--format", flags->format, "table | json | markdown")->capture_default_str();
   plan->add_flag("--no-suggest", flags->no_suggest, "do not search for changes that make the setup fit");
   plan->add_option("--profile", flags->profile, "time profile from `trainfit calibrate` (default: the card's default profile)");
-  plan->footer("Every setting is also a JSON key of the plan's \"setup\" object and of bench configs: `trainfit schema`.");
+  plan->footer("Every setting is also a JSON key of the plan's \"setup\" object and of bench configs: `trainfit schema`.\n");
   plan->callback([setup_flags, flags, &exit_code] {
     if (!setup_flags->was_given("model")) {
       exit_code = run_seed_scenario(*setup_flags, *flags);

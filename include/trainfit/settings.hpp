@@ -104,6 +104,10 @@ std::string setting_text(const Setting& s, const SettingValue& value);
 
 // Settings as a front end received them, each at most once, values checked.
 struct GivenSetting {
+  GivenSetting() = default;
+  // A constructor rather than aggregate initialisation: GCC 12 warns falsely (maybe-uninitialized)
+  // about a variant holding a vector inside a braced temporary.
+  GivenSetting(const Setting* s, SettingValue v) : setting(s), value(std::move(v)) {}
   const Setting* setting = nullptr;
   SettingValue value;
 };

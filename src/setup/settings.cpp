@@ -146,7 +146,6 @@ std::vector<Setting> builtin_table() {
     auto& r = row("lora_alpha", "--lora-alpha", number, "LoRA alpha (scales the adapters; no memory or time term depends on it)");
     r.minimum = 0;
     r.exclusive_minimum = true;
-    r.maximum = 1e9;
     r.applies_when = kLora;
     r.derived_default = times("rank", 2);
     r.default_rule = "2 x rank";
