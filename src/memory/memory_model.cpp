@@ -42,7 +42,7 @@ namespace detail {
 
 double cublas_workspace_bytes(const GpuSpec& gpu) {
   const double each = gpu.compute_capability_major >= kCublasLargeWorkspaceMajor ? kCublasWorkspaceHopper
-                                                                                   : kCublasWorkspaceBeforeHopper;
+                                                                                 : kCublasWorkspaceBeforeHopper;
   return kCublasWorkspacesPerStep * each + kCublasLtWorkspace;
 }
 

@@ -180,8 +180,8 @@ ParameterStorage parameter_storage(const StepBasis& b, const LinearTotals& lin) 
     if (setup.amp) {
       // Autocast caches one low-precision copy of each fp32 weight a matmul uses, until the
       // forward leaves the autocast region; autograd keeps each copy until that matmul's backward.
-      p.autocast_copies = (lin.weight_elems + (lm_head_elems > 0 ? lm_head_elems : embed_elems)) *
-                          bytes_per_element(*setup.amp);
+      p.autocast_copies =
+          (lin.weight_elems + (lm_head_elems > 0 ? lm_head_elems : embed_elems)) * bytes_per_element(*setup.amp);
     }
   } else {
     p.adapters = lin.adapter_params * b.adapter_bytes;
@@ -227,8 +227,7 @@ OptimizerMemory optimizer_memory(const StepBasis& b, const LinearTotals& lin, co
       // Factored second moment: one row and one column vector per matrix (grad dtype).
       // Vectors (norms, biases) keep a full second moment.
       double factored = lin.factored_elems;
-      if (b.full)
-        factored += (b.V + b.h) * (b.pc.lm_head > 0 ? 2.0 : 1.0) + as_d(b.pc.norms) + lin.bias_elems;
+      if (b.full) factored += (b.V + b.h) * (b.pc.lm_head > 0 ? 2.0 : 1.0) + as_d(b.pc.norms) + lin.bias_elems;
       o.states = factored * p.trainable_bytes_each;
       // transformers' Adafactor works in fp32 on one parameter at a time: fp32 copies of the
       // parameter, its gradient, the update and its square for the largest tensor (measured:
