@@ -4,6 +4,7 @@
 #include <array>
 #include <cmath>
 
+#include "memory/memory_model.hpp"
 #include "memory/step_shape.hpp"
 #include "trainfit/memory.hpp"
 
@@ -35,20 +36,21 @@ struct Moment {
 
 std::int64_t to_bytes(double v) { return static_cast<std::int64_t>(std::llround(std::max(0.0, v))); }
 
-// CUDA context, driver and library memory outside PyTorch's allocator, as NVML sees it.
-// Measured on the H200 (torch 2.11, CUDA 13): NVML used - max_memory_reserved = 1382 MiB.
-// Other cards are assumed alike until measured (docs/model.md, "CUDA context").
-constexpr double kCudaContextBytes = 1382.0 * 1048576.0;
-// NCCL's communicator buffers, also outside the allocator: NVML used - max_memory_reserved grew
-// by 846 MiB (842-846 over 16 DDP and FSDP runs) on two NVLinked H200s (NCCL 2.28.9, 2026-11-30).
-// The buffers scale with NCCL's channels and peers; other machines are assumed alike.
-constexpr double kNcclBytes = 846.0 * 1048576.0;
-
 }  // namespace
+
+namespace detail {
+
+double cublas_workspace_bytes(const GpuSpec& gpu) {
+  const double each = gpu.compute_capability_major >= kCublasLargeWorkspaceMajor ? kCublasWorkspaceHopper
+                                                                                 : kCublasWorkspaceBeforeHopper;
+  return kCublasWorkspacesPerStep * each + kCublasLtWorkspace;
+}
+
+}  // namespace detail
 
 MemoryEstimate estimate_memory(const ModelSpec& model, const TrainingSetup& setup, const GpuSpec& gpu) {
   validate(setup);
-  const detail::StepShape st = detail::describe_step(model, setup, gpu);
+  const detail::StepShape st = detail::describe_step(model, setup);
   const auto& p = st.params;
   const double T = st.tokens;
   const double L = static_cast<double>(model.num_layers);
@@ -75,7 +77,8 @@ MemoryEstimate estimate_memory(const ModelSpec& model, const TrainingSetup& setu
   const double states_per_param_copy = setup.optimizer == Optimizer::adamw ? 2.0
                                        : setup.optimizer == Optimizer::sgd_momentum ? 1.0 : 0.0;
   base.optimizer_states = st.optimizer_states * share + states_per_param_copy * p.trainable_rounding;
-  base.cublas_workspace = st.cublas_workspaces;
+  // The libraries' workspaces are the one static term that depends on the card.
+  base.cublas_workspace = detail::cublas_workspace_bytes(gpu);
   // DDP's reducer allocates flat bucket buffers for every trainable gradient when it wraps the
   // model (gradient_as_bucket_view off: each gradient is copied in, all-reduced, copied back).
   if (ddp) base.gradient_buckets = st.gradients;
@@ -233,7 +236,7 @@ MemoryEstimate estimate_memory(const ModelSpec& model, const TrainingSetup& setu
   // forward) and two layers' beyond the one still held (the forward gathers ahead) stay reserved.
   const double gather_pool = fsdp ? p.root_weights + 2.0 * p.layer_weights : 0.0;
   est.peak_reserved_bytes = to_bytes(peak->total() + fragmentation + gather_pool);
-  est.cuda_context_bytes = to_bytes(kCudaContextBytes + (setup.gpus > 1 ? kNcclBytes : 0.0));
+  est.cuda_context_bytes = to_bytes(detail::kCudaContextBytes + (setup.gpus > 1 ? detail::kNcclBytes : 0.0));
   est.device_used_bytes = est.peak_reserved_bytes + est.cuda_context_bytes;
   est.weights_loaded_bytes =
       to_bytes(base.weights + base.master_weights + base.quant_constants + base.adapters + base.gradient_buckets);

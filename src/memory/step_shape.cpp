@@ -5,32 +5,27 @@
 
 #include <algorithm>
 #include <cmath>
-#include <map>
+#include <set>
+#include <utility>
 
 namespace trainfit::detail {
 namespace {
 
 double as_d(std::int64_t v) { return static_cast<double>(v); }
 
-bool targets_module(const LoraSetup& lora, const LinearModule& m) {
-  for (const auto& t : lora.targets) {
-    // PEFT's "all-linear" matches every nn.Linear but the output layer. Transformers 5 stores
-    // routed experts as fused 3-D parameters, which are not nn.Linear, so they are not matched.
-    if (t == "all-linear") return m.count == 1 || m.token_fraction >= 1.0;
-    // PEFT matches a target name against the end of the module path.
-    if (m.name == t || (m.name.size() > t.size() && m.name.compare(m.name.size() - t.size(), t.size(), t) == 0 &&
-                        m.name[m.name.size() - t.size() - 1] == '.'))
-      return true;
-  }
-  return false;
-}
+// bitsandbytes' double quantisation stores one fp32 constant per 256 of a weight's 8-bit block
+// absmax values.
+constexpr double kAbsmaxPerDoubleQuantConstant = 256;
+// bitsandbytes' 8-bit optimizers keep one fp32 absmax per 2048-element block of each state.
+constexpr double kEightBitStateBlock = 2048;
+constexpr double kFp32Bytes = 4;
 
 // Bytes of a 4-bit weight's constants (bitsandbytes): one absmax per block; with double
 // quantisation the absmax are themselves 8-bit with one fp32 constant per 256 of them.
 double quant_constants_per_element(const TrainingSetup& s) {
   if (s.weights == DType::int8) return 0;  // LLM.int8 row scales are counted per row below
   const double blocks = 1.0 / as_d(s.quant.block_size);
-  return s.quant.double_quant ? blocks * (1.0 + 4.0 / 256.0) : blocks * 4.0;
+  return s.quant.double_quant ? blocks * (1.0 + kFp32Bytes / kAbsmaxPerDoubleQuantConstant) : blocks * kFp32Bytes;
 }
 
 struct Widths {
@@ -62,14 +57,450 @@ Widths widths_for(const TrainingSetup& s) {
   return w;
 }
 
+// What every part of the step's description is computed from, derived once: the model's sizes,
+// the setup's byte widths and the linear modules of its layers with the LoRA targets among them.
+struct StepBasis {
+  StepBasis(const ModelSpec& m, const TrainingSetup& s)
+      : model(m),
+        setup(s),
+        h(as_d(m.hidden_size)),
+        nq(as_d(m.num_heads)),
+        q(nq * as_d(m.head_dim)),
+        kv(as_d(m.num_kv_heads) * as_d(m.head_dim)),
+        V(as_d(m.vocab_size)),
+        L(as_d(m.num_layers)),
+        seq(as_d(s.seq)),
+        full(s.method == Method::full),
+        quantised(s.method == Method::qlora),
+        w(widths_for(s)),
+        r(as_d(s.lora.rank)),
+        adapter_bytes(bytes_per_element(s.lora.adapter_dtype)),
+        pc(count_parameters(m)),
+        linears(layer_linears(m, s)) {}
+
+  const ModelSpec& model;
+  const TrainingSetup& setup;
+  double h, nq, q, kv, V, L, seq;  // hidden size, query heads, query and key/value widths, vocabulary, layers
+  bool full, quantised;            // full fine-tuning; a 4-bit or 8-bit base (QLoRA)
+  Widths w;
+  double r;              // LoRA rank
+  double adapter_bytes;  // bytes per element of a LoRA adapter (and of its branch's activations)
+  ParameterCounts pc;
+  LayerLinears linears;
+};
+
+// Sums over the linear modules of every decoder layer.
+struct LinearTotals {
+  double weight_elems = 0;    // matrix weights
+  double bias_elems = 0;
+  double rows = 0;            // output features (LLM.int8 keeps one scale per row)
+  double adapter_params = 0;  // LoRA A and B of the targeted modules
+  double largest = 0;         // elements of the largest single matrix (one expert's for experts)
+  double factored_elems = 0;  // Adafactor's row + column vectors over the trainable matrices
+};
+
+LinearTotals sum_linears(const StepBasis& b) {
+  LinearTotals t;
+  const double r = b.r;
+  auto add_layer = [&](const std::vector<LayerLinear>& mods, double layers) {
+    for (const auto& [m, lora_target] : mods) {
+      const double n = as_d(m.in_features) * as_d(m.out_features) * as_d(m.count);
+      t.weight_elems += n * layers;
+      t.bias_elems += (m.bias ? as_d(m.out_features) * as_d(m.count) : 0) * layers;
+      t.rows += as_d(m.out_features) * as_d(m.count) * layers;
+      t.largest = std::max(t.largest, as_d(m.in_features) * as_d(m.out_features));
+      if (b.full) t.factored_elems += (as_d(m.in_features) + as_d(m.out_features)) * as_d(m.count) * layers;
+      if (lora_target) {
+        t.adapter_params += r * (as_d(m.in_features) + as_d(m.out_features)) * as_d(m.count) * layers;
+        t.factored_elems += (as_d(m.in_features) + as_d(m.out_features) + 2.0 * r) * as_d(m.count) * layers;
+      }
+    }
+  };
+  add_layer(b.linears.dense, b.linears.dense_layers);
+  if (b.linears.moe_layers > 0) add_layer(b.linears.moe, b.linears.moe_layers);
+  return t;
+}
+
+// What the caching allocator's block rounding adds over every parameter-shaped tensor, stored at
+// `matrix_bytes` a weight-matrix element and `other_bytes` for the rest. Every such tensor
+// (weights, and in full fine-tuning their gradients and optimizer states) is one allocation; the
+// allocator's rounding of each adds up over hundreds of them. FSDP2 stores each parameter's
+// dim-0 shard as its own tensor, so the rounding is the shards'.
+double parameter_rounding(const StepBasis& b, double matrix_bytes, double other_bytes, double shards) {
+  double extra = 0;
+  auto add_tensor = [&](double elems, double bytes, double copies) {
+    const double stored = elems / shards * bytes;
+    if (elems > 0) extra += (allocator_block(stored) - stored) * copies;
+  };
+  auto add_mods = [&](const std::vector<LayerLinear>& mods, double layers) {
+    for (const auto& [m, lora_target] : mods) {
+      add_tensor(as_d(m.in_features) * as_d(m.out_features) * as_d(m.count), matrix_bytes, layers);
+      if (m.bias) add_tensor(as_d(m.out_features) * as_d(m.count), other_bytes, layers);
+    }
+  };
+  add_mods(b.linears.dense, b.linears.dense_layers);
+  if (b.linears.moe_layers > 0) add_mods(b.linears.moe, b.linears.moe_layers);
+  add_tensor(as_d(b.pc.embedding), other_bytes, 1.0);
+  add_tensor(as_d(b.pc.lm_head), other_bytes, 1.0);
+  add_tensor(b.h, other_bytes, b.L * as_d(b.model.norms_per_layer) + 1.0);
+  return extra;
+}
+
+// The parameters as stored: the base weights (quantised or not) with their constants and the
+// allocator's rounding, the adapters, what trains, and FSDP's shards and gathered units.
+ParameterStorage parameter_storage(const StepBasis& b, const LinearTotals& lin) {
+  const TrainingSetup& setup = b.setup;
+  ParameterStorage p;
+  const double weight_bytes = bytes_per_element(setup.weights);
+  const double other_elems = as_d(b.pc.total) - lin.weight_elems;  // embeddings, lm_head, norms, biases
+  const double lm_head_elems = as_d(b.pc.lm_head);
+  const double embed_elems = as_d(b.pc.embedding);
+  const bool fsdp = setup.gpus > 1 && setup.parallel == Parallel::fsdp;
+  const double shards = fsdp ? as_d(setup.gpus) : 1.0;
+
+  if (b.quantised) {
+    // bitsandbytes quantises every decoder nn.Linear weight; transformers keeps the output
+    // layer, the embedding, the norms and the biases in the load dtype (fp32 after k-bit prep).
+    const double keep_bytes = setup.quant.kbit_prepare ? 4.0 : bytes_per_element(setup.quant.compute_dtype);
+    p.weights = lin.weight_elems * bytes_per_element(setup.weights) + other_elems * keep_bytes;
+    // LLM.int8 keeps one fp32 scale per output row.
+    p.quant_constants = lin.weight_elems * quant_constants_per_element(setup) +
+                        (setup.weights == DType::int8 ? lin.rows * kFp32Bytes : 0.0);
+    p.weights_rounding = parameter_rounding(b, bytes_per_element(setup.weights), keep_bytes, shards);
+  } else {
+    p.weights = as_d(b.pc.total) * weight_bytes;
+    p.weights_rounding = parameter_rounding(b, weight_bytes, weight_bytes, shards);
+  }
+
+  if (b.full) {
+    p.trainable_params = as_d(b.pc.total);
+    p.trainable_bytes_each = weight_bytes;
+    p.largest_trainable = std::max({lin.largest, embed_elems, lm_head_elems});
+    p.trainable_rounding = parameter_rounding(b, weight_bytes, weight_bytes, shards);
+    if (setup.amp) {
+      // Autocast caches one low-precision copy of each fp32 weight a matmul uses, until the
+      // forward leaves the autocast region; autograd keeps each copy until that matmul's backward.
+      p.autocast_copies =
+          (lin.weight_elems + (lm_head_elems > 0 ? lm_head_elems : embed_elems)) * bytes_per_element(*setup.amp);
+    }
+  } else {
+    p.adapters = lin.adapter_params * b.adapter_bytes;
+    p.trainable_params = lin.adapter_params;
+    p.trainable_bytes_each = b.adapter_bytes;
+    p.largest_trainable = b.r * std::max(b.h, as_d(b.model.intermediate_size));
+  }
+
+  // FSDP's units: the root (what no decoder layer holds) stays gathered from the forward to the
+  // end of the backward; a layer is gathered into one flat buffer, then copied into its tensors.
+  const double root_bytes = b.quantised ? bytes_per_element(setup.quant.compute_dtype) : weight_bytes;
+  p.root_weights = allocator_block(embed_elems * root_bytes) + allocator_block(lm_head_elems * root_bytes) +
+                   allocator_block(b.h * root_bytes);
+  p.layer_weights = (p.weights - (embed_elems + lm_head_elems + b.h) * root_bytes + p.adapters) / b.L;
+  p.shards = shards;
+  return p;
+}
+
+struct OptimizerMemory {
+  double states = 0;     // alive through the whole step
+  double transient = 0;  // alive inside the optimizer step only
+};
+
+OptimizerMemory optimizer_memory(const StepBasis& b, const LinearTotals& lin, const ParameterStorage& p) {
+  OptimizerMemory o;
+  const double tp = p.trainable_params;
+  switch (b.setup.optimizer) {
+    case Optimizer::adamw:
+      // exp_avg and exp_avg_sq in the parameter's dtype; fused AdamW needs no temporaries.
+      o.states = 2.0 * tp * p.trainable_bytes_each;
+      break;
+    case Optimizer::adamw_8bit:
+      // bitsandbytes: two uint8 states with one fp32 absmax per 2048-element block.
+      o.states = 2.0 * tp * (1.0 + kFp32Bytes / kEightBitStateBlock);
+      break;
+    case Optimizer::sgd:
+      o.states = 0;
+      break;
+    case Optimizer::sgd_momentum:
+      o.states = tp * p.trainable_bytes_each;
+      break;
+    case Optimizer::adafactor: {
+      // Factored second moment: one row and one column vector per matrix (grad dtype).
+      // Vectors (norms, biases) keep a full second moment.
+      double factored = lin.factored_elems;
+      if (b.full) factored += (b.V + b.h) * (b.pc.lm_head > 0 ? 2.0 : 1.0) + as_d(b.pc.norms) + lin.bias_elems;
+      o.states = factored * p.trainable_bytes_each;
+      // transformers' Adafactor works in fp32 on one parameter at a time: fp32 copies of the
+      // parameter, its gradient, the update and its square for the largest tensor (measured:
+      // four fp32 copies of the embedding on Qwen2.5-0.5B).
+      o.transient = 4.0 * 4.0 * p.largest_trainable;
+      break;
+    }
+  }
+  return o;
+}
+
+void keep(std::vector<Sized>& v, const std::string& name, double bytes) {
+  if (bytes > 0) v.push_back({name, bytes});
+}
+
+// An RMSNorm upcasts its input to fp32 and keeps it for pow()'s backward; with a trainable
+// weight it also keeps the normalised input for the weight's gradient.
+void keep_norm(std::vector<Sized>& v, const StepBasis& b, const std::string& name, double width) {
+  keep(v, name + " fp32 input", 4.0 * width);
+  if (b.full) keep(v, name + " normalised input", b.w.residual * width);
+}
+
+// The first module of `mods` PEFT would match by `name`.
+const LayerLinear* find_module(const std::vector<LayerLinear>& mods, std::string_view name) {
+  for (const auto& m : mods)
+    if (module_name_matches(m.module.name, name)) return &m;
+  return nullptr;
+}
+
+// What autograd keeps, bytes per token, for one decoder layer of one kind, in the order the
+// forward makes it.
+class LayerActivations {
+ public:
+  explicit LayerActivations(const StepBasis& b) : b_(b) {}
+
+  std::vector<Sized> of_layer(const std::vector<LayerLinear>& mods, bool moe) && {
+    keep_norm(kept_, b_, "input norm", b_.h);
+    attention(mods);
+    for (std::int64_t i = 1; i < b_.model.norms_per_layer; ++i)
+      keep_norm(kept_, b_, i == 1 ? "post-attention norm" : "extra norm " + std::to_string(i), b_.h);
+    if (moe) {
+      moe_mlp(mods);
+    } else {
+      std::vector<const LayerLinear*> gu;
+      for (const char* name : {"gate_proj", "up_proj", "gate_up_proj"})
+        if (const auto* m = find_module(mods, name)) gu.push_back(m);
+      mlp("", gu, find_module(mods, "down_proj"), as_d(b_.model.intermediate_size), 1.0);
+    }
+    return std::move(kept_);
+  }
+
+ private:
+  // What one linear module keeps: its input for the weight gradient when the base trains
+  // (under autocast each call casts the fp32 input to a copy of its own), and the LoRA
+  // branch's fp32 copy of the input, dropout mask and A output. Modules reading the same input
+  // (q/k/v, gate/up) share one saved tensor, named `input_name`.
+  void linear(const LayerLinear& l, const std::string& input_name, double input_bytes, double rows) {
+    const LinearModule& m = l.module;
+    const double in = as_d(m.in_features) * rows;
+    if (b_.full) {
+      const bool cast_copy = b_.setup.amp && input_bytes != b_.w.compute;
+      if (cast_copy) {
+        keep(kept_, m.name + " input (autocast copy)", b_.w.compute * in);
+      } else {
+        keep_shared_input(input_name, input_bytes * in);
+      }
+    } else if (l.lora_target) {
+      if (b_.setup.lora.dropout > 0) {
+        keep(kept_, m.name + " lora dropout output", b_.adapter_bytes * in);
+        keep(kept_, m.name + " lora dropout mask", 1.0 * in);
+      } else if (b_.adapter_bytes != input_bytes) {
+        keep(kept_, m.name + " lora input cast", b_.adapter_bytes * in);
+      } else {
+        keep_shared_input(input_name, input_bytes * in);
+      }
+      keep(kept_, m.name + " lora A output", b_.adapter_bytes * b_.r * as_d(m.count) * rows);
+    }
+  }
+
+  void keep_shared_input(const std::string& input_name, double bytes) {
+    if (shared_inputs_kept_.insert(input_name).second) keep(kept_, input_name, bytes);
+  }
+
+  void attention(const std::vector<LayerLinear>& mods) {
+    const double c = b_.w.compute;
+    const double q = b_.q, kv = b_.kv, nq = b_.nq, seq = b_.seq;
+    // attention projections
+    for (const char* name : {"q_proj", "k_proj", "v_proj", "qkv_proj"})
+      if (const auto* m = find_module(mods, name)) linear(*m, "attention input", b_.w.norm_out, 1.0);
+    if (b_.model.qk_norm) {
+      keep(kept_, "q/k norm fp32 inputs", 4.0 * (q + kv));
+      if (b_.full) keep(kept_, "q/k norm normalised inputs", c * (q + kv));
+    }
+    keep(kept_, "query after RoPE", c * q);
+    keep(kept_, "key after RoPE", c * kv);
+    keep(kept_, "value", c * kv);
+    // PyTorch's fused SDPA kernels take half precision only; fp32 with grouped-query attention
+    // falls back to the math path (measured on the H200), which keeps the scores like eager does.
+    const bool math_sdpa =
+        b_.setup.attention != Attention::eager && c >= 4.0 && b_.model.num_kv_heads < b_.model.num_heads;
+    const LayerLinear* o_proj = find_module(mods, "o_proj");
+    if (math_sdpa) {
+      keep(kept_, "key repeated to query heads", c * q);
+      keep(kept_, "value repeated to query heads", c * q);
+      keep(kept_, "attention probabilities (fp32 softmax output)", 4.0 * nq * seq);
+      if (o_proj) linear(*o_proj, "attention output (contiguous copy)", c, 1.0);
+    } else if (b_.setup.attention == Attention::eager) {
+      // Eager attention repeats the key/value heads to the query heads before its matmuls,
+      // keeps softmax's fp32 output and the cast copy the value matmul saves: seq x seq per head.
+      keep(kept_, "key repeated to query heads", c * q);
+      keep(kept_, "value repeated to query heads", c * q);
+      keep(kept_, "attention probabilities (fp32 softmax output)", 4.0 * nq * seq);
+      keep(kept_, "attention probabilities (cast copy)", c * nq * seq);
+      // Its output is transposed into a new contiguous tensor, o_proj's input.
+      if (o_proj) linear(*o_proj, "attention output (contiguous copy)", c, 1.0);
+    } else {
+      // The fused kernels (cuDNN/flash on Hopper) write their output already in the layout
+      // o_proj reads, so the output they keep is also o_proj's input.
+      keep(kept_, "attention log-sum-exp", 4.0 * nq);
+      keep(kept_, "attention output", c * q);
+      shared_inputs_kept_.insert("attention output");
+      if (o_proj) linear(*o_proj, "attention output", c, 1.0);
+    }
+  }
+
+  // A gated MLP: gate and up read the normalised input, the activation keeps its input, the
+  // product keeps both factors, down reads the product. `rows` is the fraction of the layer's
+  // tokens one copy of the modules sees.
+  void mlp(const std::string& prefix, const std::vector<const LayerLinear*>& gate_up, const LayerLinear* down,
+           double inter, double rows) {
+    const double c = b_.w.compute;
+    for (const auto* m : gate_up) linear(*m, prefix + "mlp input", b_.w.norm_out, rows);
+    keep(kept_, prefix + "gate output (activation input)", c * inter * rows);
+    keep(kept_, prefix + "activation output", c * inter * rows);
+    keep(kept_, prefix + "up output", c * inter * rows);
+    if (down) linear(*down, prefix + "activation x up (down input)", c, rows);
+  }
+
+  void moe_mlp(const std::vector<LayerLinear>& mods) {
+    const ModelSpec& model = b_.model;
+    const double c = b_.w.compute;
+    const double h = b_.h;
+    const double k = as_d(model.experts_per_token);
+    const double E = as_d(model.num_experts);
+    if (const auto* router = find_module(mods, "gate")) linear(*router, "mlp input", b_.w.norm_out, 1.0);
+    keep(kept_, "router probabilities (fp32)", 4.0 * E);
+    // Each routed (token, expert) pair gathers a copy of the token, runs the expert MLP and
+    // is scaled by its routing weight (which keeps the expert output for the weight's gradient).
+    keep(kept_, "tokens gathered for experts", b_.full ? c * h * k : 0);
+    std::vector<const LayerLinear*> gu;
+    for (const auto& l : mods)
+      if (l.module.count > 1 && (l.module.name.ends_with("gate_proj") || l.module.name.ends_with("up_proj") ||
+                                 l.module.name.ends_with("gate_up_proj")))
+        gu.push_back(&l);
+    const LayerLinear* down = nullptr;
+    for (const auto& l : mods)
+      if (l.module.count > 1 && l.module.name.ends_with("down_proj")) down = &l;
+    // Per token, k of the E experts run: rows = k/E of the tokens per expert, times E copies.
+    mlp("expert ", gu, down, as_d(model.moe_intermediate_size) * k, 1.0 / E);
+    keep(kept_, "expert outputs (for routing-weight gradient)", c * h * k);
+    if (model.shared_expert_intermediate_size > 0) {
+      std::vector<const LayerLinear*> sgu;
+      for (const auto& l : mods)
+        if (l.module.count == 1 && l.module.name.find("shared_expert.") != std::string::npos &&
+            (l.module.name.ends_with("gate_proj") || l.module.name.ends_with("up_proj")))
+          sgu.push_back(&l);
+      const LayerLinear* sdown = nullptr;
+      for (const auto& l : mods)
+        if (l.module.count == 1 && l.module.name.find("shared_expert.down_proj") != std::string::npos) sdown = &l;
+      mlp("shared expert ", sgu, sdown, as_d(model.shared_expert_intermediate_size), 1.0);
+      keep(kept_, "shared expert output and gate", c * h + 4.0);
+    }
+  }
+
+  const StepBasis& b_;
+  std::vector<Sized> kept_;
+  std::set<std::string> shared_inputs_kept_;
+};
+
+// The activations of one decoder layer, bytes per token. The per-layer figure is the average
+// over the model's layers (MoE models may mix kinds).
+std::vector<Sized> layer_activations(const StepBasis& b) {
+  const LayerLinears& ls = b.linears;
+  if (!b.model.is_moe()) return LayerActivations(b).of_layer(ls.dense, false);
+  std::vector<Sized> moe_acts = LayerActivations(b).of_layer(ls.moe, true);
+  if (ls.dense_layers > 0) {
+    std::vector<Sized> dense_acts = LayerActivations(b).of_layer(ls.dense, false);
+    for (auto& s : moe_acts) s.bytes *= ls.moe_layers / b.L;
+    for (auto& s : dense_acts) {
+      s.bytes *= ls.dense_layers / b.L;
+      moe_acts.push_back({"dense layers: " + s.name, s.bytes});
+    }
+  }
+  return moe_acts;
+}
+
+// What autograd keeps outside the decoder layers, bytes per token.
+std::vector<Sized> outside_activations(const StepBasis& b) {
+  std::vector<Sized> out;
+  keep_norm(out, b, "final norm", b.h);
+  if (b.full)
+    keep(out, b.setup.amp ? "lm_head input (autocast copy)" : "lm_head input",
+         (b.setup.amp ? b.w.compute : b.w.norm_out) * b.h);
+  // cos/sin of the rotary embedding, computed once and kept by every layer's RoPE.
+  keep(out, "rotary cos/sin", 2.0 * b.w.compute * as_d(b.model.head_dim));
+  if (b.setup.attention == Attention::eager) keep(out, "causal mask", b.w.compute * b.seq);
+  return out;
+}
+
+double total_bytes(const std::vector<Sized>& v) {
+  double total = 0;
+  for (const auto& s : v) total += s.bytes;
+  return total;
+}
+
+// Temporaries: freed within the step, but alive together at some moment of it.
+struct Transients {
+  double layer_backward_per_token = 0;
+  double layer_forward_per_token = 0;
+  double dequant = 0;
+};
+
+Transients transients(const StepBasis& b, const LinearTotals& lin) {
+  const ModelSpec& model = b.model;
+  Transients t;
+  // Gradients in flight inside one layer's backward: the MLP's intermediate gradients and a
+  // few residual-width ones.
+  t.layer_backward_per_token =
+      3.0 * b.w.compute *
+          as_d(model.is_moe() ? model.moe_intermediate_size * model.experts_per_token : model.intermediate_size) +
+      4.0 * b.w.residual * b.h;
+
+  // The largest set of temporaries a layer's forward holds at once (freed, but their blocks stay
+  // reserved): a LoRA branch's fp32 input copy, B's fp32 output and its scaled copy (4 in + 8 out
+  // for the widest module); without LoRA, an RMSNorm's two fp32 temporaries; eager attention's raw
+  // and masked scores.
+  double widest = 8.0 * b.h;
+  for (const auto& [m, lora_target] : b.linears.dense)
+    if (lora_target) widest = std::max(widest, b.adapter_bytes * (as_d(m.in_features) + 2.0 * as_d(m.out_features)));
+  if (b.setup.attention == Attention::eager) widest = std::max(widest, 2.0 * b.w.compute * b.nq * b.seq);
+  t.layer_forward_per_token = widest;
+
+  // Forward and backward dequantise one weight at a time into the compute dtype.
+  if (b.quantised) t.dequant = lin.largest * bytes_per_element(b.setup.quant.compute_dtype);
+  return t;
+}
+
+// Logits and loss: HF's loss casts the lm_head's logits to fp32 for cross_entropy.
+struct LogitsAndLoss {
+  double compute_bytes = 0;  // bytes per logit as the lm_head makes them
+  bool upcast = false;       // the fp32 cast is a new tensor
+  double softcap_bytes = 0;  // gemma2's soft-capping keeps tanh's output
+};
+
+LogitsAndLoss logits_and_loss(const StepBasis& b) {
+  const TrainingSetup& setup = b.setup;
+  LogitsAndLoss l;
+  if (b.full) l.compute_bytes = setup.amp ? b.w.compute : bytes_per_element(setup.weights);
+  else if (b.quantised) l.compute_bytes = setup.quant.kbit_prepare ? 4.0 : b.w.compute;
+  else l.compute_bytes = bytes_per_element(setup.weights);
+  l.upcast = l.compute_bytes < 4.0;
+  if (b.model.final_logit_softcapping > 0) l.softcap_bytes = l.compute_bytes;
+  return l;
+}
+
 }  // namespace
 
 double allocator_block(double bytes) {
-  constexpr double kMiB = 1048576.0;
-  const double rounded = std::ceil(bytes / 512.0) * 512.0;
-  if (rounded < 10.0 * kMiB) return rounded;
-  const double segment = std::ceil(rounded / (2.0 * kMiB)) * 2.0 * kMiB;
-  return segment - rounded > kMiB ? rounded : segment;
+  using namespace caching_allocator;
+  const double rounded = std::ceil(bytes / kMinBlockSize) * kMinBlockSize;
+  if (rounded < kMinLargeAlloc) return rounded;
+  const double segment = std::ceil(rounded / kRoundLarge) * kRoundLarge;
+  return segment - rounded > kSmallSize ? rounded : segment;
 }
 
 double allocated_for(const std::vector<Sized>& per_token, double tokens) {
@@ -78,344 +509,75 @@ double allocated_for(const std::vector<Sized>& per_token, double tokens) {
   return total;
 }
 
-StepShape describe_step(const ModelSpec& model, const TrainingSetup& setup, const GpuSpec& gpu) {
-  StepShape st;
-  const double h = as_d(model.hidden_size);
-  const double nq = as_d(model.num_heads);
-  const double q = nq * as_d(model.head_dim);
-  const double kv = as_d(model.num_kv_heads) * as_d(model.head_dim);
-  const double V = as_d(model.vocab_size);
+bool module_name_matches(std::string_view module_path, std::string_view name) {
+  return module_path == name || (module_path.size() > name.size() && module_path.ends_with(name) &&
+                                 module_path[module_path.size() - name.size() - 1] == '.');
+}
+
+bool targets_module(const LoraSetup& lora, const LinearModule& m) {
+  for (const auto& t : lora.targets) {
+    // PEFT's "all-linear" matches every nn.Linear but the output layer. Transformers 5 stores
+    // routed experts as fused 3-D parameters, which are not nn.Linear, so they are not matched.
+    if (t == "all-linear") return m.count == 1 || m.token_fraction >= 1.0;
+    // PEFT matches a target name against the end of the module path.
+    if (module_name_matches(m.name, t)) return true;
+  }
+  return false;
+}
+
+LayerLinears layer_linears(const ModelSpec& model, const TrainingSetup& setup) {
+  const bool adapters = setup.method != Method::full;
+  auto with_targets = [&](std::vector<LinearModule> mods) {
+    std::vector<LayerLinear> out;
+    out.reserve(mods.size());
+    for (auto& m : mods) {
+      const bool target = adapters && targets_module(setup.lora, m);
+      out.push_back({std::move(m), target});
+    }
+    return out;
+  };
+  LayerLinears ls;
   const double L = as_d(model.num_layers);
-  const double seq = as_d(setup.seq);
-  st.tokens = as_d(setup.seq) * as_d(setup.batch);
-  const bool full = setup.method == Method::full;
-  const bool quantised = setup.method == Method::qlora;
-  const Widths w = widths_for(setup);
-  const double r = as_d(setup.lora.rank);
-  const double adapter_bytes = bytes_per_element(setup.lora.adapter_dtype);
-
-  const ParameterCounts pc = count_parameters(model);
-  const std::vector<LinearModule> moe_or_dense = layer_linear_modules(model);
-  const std::vector<LinearModule> dense_mods = model.is_moe() ? dense_layer_linear_modules(model) : moe_or_dense;
-  const double dense_layers = model.is_moe() ? as_d(model.dense_layers) : L;
-  const double sparse_layers = L - dense_layers;
-
-  // ---- parameters ----------------------------------------------------------------------
-  ParameterStorage& p = st.params;
-  const double weight_bytes = bytes_per_element(setup.weights);
-  double linear_weight_elems = 0, linear_bias_elems = 0, linear_rows = 0;
-  double adapter_params = 0;
-  double largest_linear = 0;
-  double factored_elems = 0;  // Adafactor's row + column vectors over the trainable matrices
-  auto add_layer = [&](const std::vector<LinearModule>& mods, double layers) {
-    for (const auto& m : mods) {
-      const double n = as_d(m.in_features) * as_d(m.out_features) * as_d(m.count);
-      linear_weight_elems += n * layers;
-      linear_bias_elems += (m.bias ? as_d(m.out_features) * as_d(m.count) : 0) * layers;
-      linear_rows += as_d(m.out_features) * as_d(m.count) * layers;
-      largest_linear = std::max(largest_linear, as_d(m.in_features) * as_d(m.out_features));
-      if (full) factored_elems += (as_d(m.in_features) + as_d(m.out_features)) * as_d(m.count) * layers;
-      if (!full && targets_module(setup.lora, m)) {
-        adapter_params += r * (as_d(m.in_features) + as_d(m.out_features)) * as_d(m.count) * layers;
-        factored_elems += (as_d(m.in_features) + as_d(m.out_features) + 2.0 * r) * as_d(m.count) * layers;
-      }
-    }
-  };
-  add_layer(dense_mods, dense_layers);
-  if (sparse_layers > 0) add_layer(moe_or_dense, sparse_layers);
-  const double other_elems = as_d(pc.total) - linear_weight_elems;  // embeddings, lm_head, norms, biases
-  const double lm_head_elems = as_d(pc.lm_head);
-  const double embed_elems = as_d(pc.embedding);
-
-  // Every parameter-shaped tensor (weights, and in full fine-tuning their gradients and optimizer
-  // states) is one allocation; the allocator's rounding of each adds up over hundreds of them.
-  // FSDP2 stores each parameter's dim-0 shard as its own tensor, so the rounding is the shards'.
-  const bool fsdp = setup.gpus > 1 && setup.parallel == Parallel::fsdp;
-  const double shards = fsdp ? as_d(setup.gpus) : 1.0;
-  auto rounding = [&](double matrix_bytes, double other_bytes) {
-    double extra = 0;
-    auto add_tensor = [&](double elems, double bytes, double copies) {
-      const double stored = elems / shards * bytes;
-      if (elems > 0) extra += (allocator_block(stored) - stored) * copies;
-    };
-    auto add_mods = [&](const std::vector<LinearModule>& mods, double layers) {
-      for (const auto& m : mods) {
-        add_tensor(as_d(m.in_features) * as_d(m.out_features) * as_d(m.count), matrix_bytes, layers);
-        if (m.bias) add_tensor(as_d(m.out_features) * as_d(m.count), other_bytes, layers);
-      }
-    };
-    add_mods(dense_mods, dense_layers);
-    if (sparse_layers > 0) add_mods(moe_or_dense, sparse_layers);
-    add_tensor(embed_elems, other_bytes, 1.0);
-    add_tensor(lm_head_elems, other_bytes, 1.0);
-    add_tensor(h, other_bytes, L * as_d(model.norms_per_layer) + 1.0);
-    return extra;
-  };
-
-  if (quantised) {
-    // bitsandbytes quantises every decoder nn.Linear weight; transformers keeps the output
-    // layer, the embedding, the norms and the biases in the load dtype (fp32 after k-bit prep).
-    const double keep_bytes = setup.quant.kbit_prepare ? 4.0 : bytes_per_element(setup.quant.compute_dtype);
-    p.weights = linear_weight_elems * bytes_per_element(setup.weights) + other_elems * keep_bytes;
-    p.quant_constants = linear_weight_elems * quant_constants_per_element(setup) +
-                        (setup.weights == DType::int8 ? linear_rows * 4.0 : 0.0);
-    // Forward and backward dequantise one weight at a time into the compute dtype.
-    st.dequant_transient = largest_linear * bytes_per_element(setup.quant.compute_dtype);
-    p.weights_rounding = rounding(bytes_per_element(setup.weights), keep_bytes);
-  } else {
-    p.weights = as_d(pc.total) * weight_bytes;
-    p.weights_rounding = rounding(weight_bytes, weight_bytes);
-  }
-
-  if (full) {
-    p.trainable_params = as_d(pc.total);
-    p.trainable_bytes_each = weight_bytes;
-    p.largest_trainable = std::max({largest_linear, embed_elems, lm_head_elems});
-    p.trainable_rounding = rounding(weight_bytes, weight_bytes);
-    if (setup.amp) {
-      // Autocast caches one low-precision copy of each fp32 weight a matmul uses, until the
-      // forward leaves the autocast region; autograd keeps each copy until that matmul's backward.
-      p.autocast_copies = (linear_weight_elems + (lm_head_elems > 0 ? lm_head_elems : embed_elems)) *
-                          bytes_per_element(*setup.amp);
-    }
-  } else {
-    p.adapters = adapter_params * adapter_bytes;
-    p.trainable_params = adapter_params;
-    p.trainable_bytes_each = adapter_bytes;
-    p.largest_trainable = r * std::max(h, as_d(model.intermediate_size));
-  }
-  st.gradients = p.trainable_params * p.trainable_bytes_each;
-
-  // FSDP's units: the root (what no decoder layer holds) stays gathered from the forward to the
-  // end of the backward; a layer is gathered into one flat buffer, then copied into its tensors.
-  const double root_bytes = quantised ? bytes_per_element(setup.quant.compute_dtype) : weight_bytes;
-  p.root_weights = allocator_block(embed_elems * root_bytes) + allocator_block(lm_head_elems * root_bytes) +
-                   allocator_block(h * root_bytes);
-  p.layer_weights = (p.weights - (embed_elems + lm_head_elems + h) * root_bytes + p.adapters) / L;
-  p.shards = shards;
-
-  // ---- optimizer ------------------------------------------------------------------------
-  const double tp = p.trainable_params;
-  switch (setup.optimizer) {
-    case Optimizer::adamw:
-      // exp_avg and exp_avg_sq in the parameter's dtype; fused AdamW needs no temporaries.
-      st.optimizer_states = 2.0 * tp * p.trainable_bytes_each;
-      break;
-    case Optimizer::adamw_8bit:
-      // bitsandbytes: two uint8 states with one fp32 absmax per 2048-element block.
-      st.optimizer_states = 2.0 * tp * (1.0 + 4.0 / 2048.0);
-      break;
-    case Optimizer::sgd:
-      st.optimizer_states = 0;
-      break;
-    case Optimizer::sgd_momentum:
-      st.optimizer_states = tp * p.trainable_bytes_each;
-      break;
-    case Optimizer::adafactor: {
-      // Factored second moment: one row and one column vector per matrix (grad dtype).
-      // Vectors (norms, biases) keep a full second moment.
-      double factored = factored_elems;
-      if (full) factored += (V + h) * (lm_head_elems > 0 ? 2.0 : 1.0) + as_d(pc.norms) + linear_bias_elems;
-      st.optimizer_states = factored * p.trainable_bytes_each;
-      // transformers' Adafactor works in fp32 on one parameter at a time: fp32 copies of the
-      // parameter, its gradient, the update and its square for the largest tensor (measured:
-      // four fp32 copies of the embedding on Qwen2.5-0.5B).
-      st.optimizer_transient = 4.0 * 4.0 * p.largest_trainable;
-      break;
-    }
-  }
-
-  // ---- activations of one decoder layer, bytes per token ---------------------------------
-  auto& acts = st.layer_activations;
-  auto add = [&](std::vector<Sized>& v, const std::string& name, double bytes) {
-    if (bytes > 0) v.push_back({name, bytes});
-  };
-  // An RMSNorm upcasts its input to fp32 and keeps it for pow()'s backward; with a trainable
-  // weight it also keeps the normalised input for the weight's gradient.
-  auto norm = [&](std::vector<Sized>& v, const std::string& name, double width) {
-    add(v, name + " fp32 input", 4.0 * width);
-    if (full) add(v, name + " normalised input", w.residual * width);
-  };
-  // What one linear module keeps: its input for the weight gradient when the base trains
-  // (under autocast each call casts the fp32 input to a copy of its own), and the LoRA
-  // branch's fp32 copy of the input, dropout mask and A output.
-  std::map<std::string, bool> shared_input_seen;
-  auto linear = [&](std::vector<Sized>& v, const LinearModule& m, const std::string& input_name,
-                    double input_bytes, double rows) {
-    const double in = as_d(m.in_features) * rows;
-    if (full) {
-      const bool cast_copy = setup.amp && input_bytes != w.compute;
-      if (cast_copy) {
-        add(v, m.name + " input (autocast copy)", w.compute * in);
-      } else if (!shared_input_seen[input_name]) {
-        shared_input_seen[input_name] = true;
-        add(v, input_name, input_bytes * in);
-      }
-    } else if (targets_module(setup.lora, m)) {
-      if (setup.lora.dropout > 0) {
-        add(v, m.name + " lora dropout output", adapter_bytes * in);
-        add(v, m.name + " lora dropout mask", 1.0 * in);
-      } else if (adapter_bytes != input_bytes) {
-        add(v, m.name + " lora input cast", adapter_bytes * in);
-      } else if (!shared_input_seen[input_name]) {
-        shared_input_seen[input_name] = true;
-        add(v, input_name, input_bytes * in);
-      }
-      add(v, m.name + " lora A output", adapter_bytes * r * as_d(m.count) * rows);
-    }
-  };
-  auto find = [](const std::vector<LinearModule>& mods, const std::string& name) -> const LinearModule* {
-    for (const auto& m : mods)
-      if (m.name == name || (m.name.size() > name.size() && m.name.ends_with("." + name))) return &m;
-    return nullptr;
-  };
-
-  auto layer = [&](const std::vector<LinearModule>& mods, bool moe) {
-    std::vector<Sized> v;
-    shared_input_seen.clear();
-    const double c = w.compute;
-    norm(v, "input norm", h);
-    // attention projections
-    for (const char* name : {"q_proj", "k_proj", "v_proj", "qkv_proj"})
-      if (const auto* m = find(mods, name)) linear(v, *m, "attention input", w.norm_out, 1.0);
-    if (model.qk_norm) {
-      add(v, "q/k norm fp32 inputs", 4.0 * (q + kv));
-      if (full) add(v, "q/k norm normalised inputs", c * (q + kv));
-    }
-    add(v, "query after RoPE", c * q);
-    add(v, "key after RoPE", c * kv);
-    add(v, "value", c * kv);
-    // PyTorch's fused SDPA kernels take half precision only; fp32 with grouped-query attention
-    // falls back to the math path (measured on the H200), which keeps the scores like eager does.
-    const bool math_sdpa = setup.attention != Attention::eager && c >= 4.0 && model.num_kv_heads < model.num_heads;
-    if (math_sdpa) {
-      add(v, "key repeated to query heads", c * q);
-      add(v, "value repeated to query heads", c * q);
-      add(v, "attention probabilities (fp32 softmax output)", 4.0 * nq * seq);
-      if (const auto* m = find(mods, "o_proj")) linear(v, *m, "attention output (contiguous copy)", c, 1.0);
-    } else if (setup.attention == Attention::eager) {
-      // Eager attention repeats the key/value heads to the query heads before its matmuls,
-      // keeps softmax's fp32 output and the cast copy the value matmul saves: seq x seq per head.
-      add(v, "key repeated to query heads", c * q);
-      add(v, "value repeated to query heads", c * q);
-      add(v, "attention probabilities (fp32 softmax output)", 4.0 * nq * seq);
-      add(v, "attention probabilities (cast copy)", c * nq * seq);
-      // Its output is transposed into a new contiguous tensor, o_proj's input.
-      if (const auto* m = find(mods, "o_proj")) linear(v, *m, "attention output (contiguous copy)", c, 1.0);
-    } else {
-      // The fused kernels (cuDNN/flash on Hopper) write their output already in the layout
-      // o_proj reads, so the output they keep is also o_proj's input.
-      add(v, "attention log-sum-exp", 4.0 * nq);
-      add(v, "attention output", c * q);
-      shared_input_seen["attention output"] = true;
-      if (const auto* m = find(mods, "o_proj")) linear(v, *m, "attention output", c, 1.0);
-    }
-    for (std::int64_t i = 1; i < model.norms_per_layer; ++i) norm(v, i == 1 ? "post-attention norm" : "extra norm " + std::to_string(i), h);
-    // MLP
-    auto mlp = [&](const std::string& prefix, const std::vector<const LinearModule*>& gate_up,
-                   const LinearModule* down, double inter, double rows) {
-      for (const auto* m : gate_up) linear(v, *m, prefix + "mlp input", w.norm_out, rows);
-      add(v, prefix + "gate output (activation input)", c * inter * rows);
-      add(v, prefix + "activation output", c * inter * rows);
-      add(v, prefix + "up output", c * inter * rows);
-      if (down) linear(v, *down, prefix + "activation x up (down input)", c, rows);
-    };
-    if (!moe) {
-      std::vector<const LinearModule*> gu;
-      for (const char* name : {"gate_proj", "up_proj", "gate_up_proj"})
-        if (const auto* m = find(mods, name)) gu.push_back(m);
-      mlp("", gu, find(mods, "down_proj"), as_d(model.intermediate_size), 1.0);
-    } else {
-      const double k = as_d(model.experts_per_token);
-      const double E = as_d(model.num_experts);
-      if (const auto* router = find(mods, "gate")) linear(v, *router, "mlp input", w.norm_out, 1.0);
-      add(v, "router probabilities (fp32)", 4.0 * E);
-      // Each routed (token, expert) pair gathers a copy of the token, runs the expert MLP and
-      // is scaled by its routing weight (which keeps the expert output for the weight's gradient).
-      add(v, "tokens gathered for experts", full ? c * h * k : 0);
-      std::vector<const LinearModule*> gu;
-      for (const auto& m : mods)
-        if (m.count > 1 && (m.name.ends_with("gate_proj") || m.name.ends_with("up_proj") || m.name.ends_with("gate_up_proj"))) gu.push_back(&m);
-      const LinearModule* down = nullptr;
-      for (const auto& m : mods)
-        if (m.count > 1 && m.name.ends_with("down_proj")) down = &m;
-      // Per token, k of the E experts run: rows = k/E of the tokens per expert, times E copies.
-      mlp("expert ", gu, down, as_d(model.moe_intermediate_size) * k, 1.0 / E);
-      add(v, "expert outputs (for routing-weight gradient)", c * h * k);
-      if (model.shared_expert_intermediate_size > 0) {
-        std::vector<const LinearModule*> sgu;
-        for (const auto& m : mods)
-          if (m.count == 1 && m.name.find("shared_expert.") != std::string::npos &&
-              (m.name.ends_with("gate_proj") || m.name.ends_with("up_proj"))) sgu.push_back(&m);
-        const LinearModule* sdown = nullptr;
-        for (const auto& m : mods)
-          if (m.count == 1 && m.name.find("shared_expert.down_proj") != std::string::npos) sdown = &m;
-        mlp("shared expert ", sgu, sdown, as_d(model.shared_expert_intermediate_size), 1.0);
-        add(v, "shared expert output and gate", c * h + 4.0);
-      }
-    }
-    return v;
-  };
-
-  // The per-layer figure is the average over the model's layers (MoE models may mix kinds).
-  std::vector<Sized> dense_acts = layer(dense_mods, false);
   if (model.is_moe()) {
-    std::vector<Sized> moe_acts = layer(moe_or_dense, true);
-    if (dense_layers > 0) {
-      for (auto& s : moe_acts) s.bytes *= sparse_layers / L;
-      for (auto& s : dense_acts) {
-        s.bytes *= dense_layers / L;
-        moe_acts.push_back({"dense layers: " + s.name, s.bytes});
-      }
-    }
-    acts = moe_acts;
+    ls.moe = with_targets(layer_linear_modules(model));
+    ls.dense = with_targets(dense_layer_linear_modules(model));
+    ls.dense_layers = as_d(model.dense_layers);
   } else {
-    acts = dense_acts;
+    ls.dense = with_targets(layer_linear_modules(model));
+    ls.dense_layers = L;
   }
-  for (const auto& s : acts) st.layer_activation_per_token += s.bytes;
+  ls.moe_layers = L - ls.dense_layers;
+  return ls;
+}
 
-  // ---- outside the layers ----------------------------------------------------------------
-  auto& out = st.outside_activations;
-  norm(out, "final norm", h);
-  if (full) add(out, setup.amp ? "lm_head input (autocast copy)" : "lm_head input", (setup.amp ? w.compute : w.norm_out) * h);
-  // cos/sin of the rotary embedding, computed once and kept by every layer's RoPE.
-  add(out, "rotary cos/sin", 2.0 * w.compute * as_d(model.head_dim));
-  if (setup.attention == Attention::eager) add(out, "causal mask", w.compute * seq);
-  for (const auto& s : out) st.outside_per_token += s.bytes;
+StepShape describe_step(const ModelSpec& model, const TrainingSetup& setup) {
+  const StepBasis b(model, setup);
+  const LinearTotals lin = sum_linears(b);
+  StepShape st;
+  st.tokens = as_d(setup.seq) * as_d(setup.batch);
 
+  st.params = parameter_storage(b, lin);
+  st.gradients = st.params.trainable_params * st.params.trainable_bytes_each;
+  const OptimizerMemory opt = optimizer_memory(b, lin, st.params);
+  st.optimizer_states = opt.states;
+  st.optimizer_transient = opt.transient;
+
+  st.layer_activations = layer_activations(b);
+  st.layer_activation_per_token = total_bytes(st.layer_activations);
+  st.outside_activations = outside_activations(b);
+  st.outside_per_token = total_bytes(st.outside_activations);
   // Non-reentrant checkpointing keeps each layer's input (the residual stream).
-  st.checkpoint_per_token = w.residual * h;
-  // Gradients in flight inside one layer's backward: the MLP's intermediate gradients and a
-  // few residual-width ones.
-  st.layer_backward_transient_per_token = 3.0 * w.compute * as_d(model.is_moe() ? model.moe_intermediate_size * model.experts_per_token : model.intermediate_size) + 4.0 * w.residual * h;
+  st.checkpoint_per_token = b.w.residual * b.h;
 
-  // The largest set of temporaries a layer's forward holds at once (freed, but their blocks stay
-  // reserved): a LoRA branch's fp32 input copy, B's fp32 output and its scaled copy (4 in + 8 out
-  // for the widest module); without LoRA, an RMSNorm's two fp32 temporaries; eager attention's raw
-  // and masked scores.
-  double widest = 8.0 * h;
-  if (!full) {
-    for (const auto& m : dense_mods)
-      if (targets_module(setup.lora, m))
-        widest = std::max(widest, adapter_bytes * (as_d(m.in_features) + 2.0 * as_d(m.out_features)));
-  }
-  if (setup.attention == Attention::eager) widest = std::max(widest, 2.0 * w.compute * nq * seq);
-  st.layer_forward_transient_per_token = widest;
+  const Transients tr = transients(b, lin);
+  st.layer_backward_transient_per_token = tr.layer_backward_per_token;
+  st.layer_forward_transient_per_token = tr.layer_forward_per_token;
+  st.dequant_transient = tr.dequant;
 
-  // ---- logits and loss --------------------------------------------------------------------
-  if (full) st.logits_compute_bytes = setup.amp ? w.compute : bytes_per_element(setup.weights);
-  else if (quantised) st.logits_compute_bytes = setup.quant.kbit_prepare ? 4.0 : w.compute;
-  else st.logits_compute_bytes = bytes_per_element(setup.weights);
-  st.logits_upcast = st.logits_compute_bytes < 4.0;
-  if (model.final_logit_softcapping > 0) st.softcap_bytes = st.logits_compute_bytes;
-
-  // ---- library workspaces ----------------------------------------------------------------
-  // PyTorch gives each (thread, stream) its own cuBLAS workspace: the forward runs on the
-  // main thread and the backward on autograd's device thread, so two exist. Hopper and newer
-  // get 32 MiB each, older cards 4096 KiB x 2 + 16 KiB x 8.
-  // Measured on the H200: 65 MiB, the two cuBLAS workspaces and 1 MiB of cuBLASLt's.
-  const double ws = gpu.compute_capability_major >= 9 ? 32.0 * 1048576.0 : (4096.0 * 2 + 16.0 * 8) * 1024.0;
-  st.cublas_workspaces = 2.0 * ws + 1048576.0;
+  const LogitsAndLoss logits = logits_and_loss(b);
+  st.logits_compute_bytes = logits.compute_bytes;
+  st.logits_upcast = logits.upcast;
+  st.softcap_bytes = logits.softcap_bytes;
   return st;
 }
 

@@ -1,13 +1,15 @@
 #pragma once
-// What the memory and (later) time models share: the tensors of one training step,
-// derived once from the model, the setup and the card.
+// What the memory and time models share: the tensors of one training step, derived once from
+// the model and the setup. Nothing here depends on the card; what does (the cuBLAS workspaces)
+// is the memory model's, in memory/memory_model.hpp.
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
-#include "trainfit/hardware.hpp"
 #include "trainfit/model.hpp"
 #include "trainfit/setup.hpp"
+#include "trainfit/units.hpp"
 
 namespace trainfit::detail {
 
@@ -52,9 +54,27 @@ struct StepShape {
   double gradients = 0;               // bytes of all trainable gradients
   double optimizer_states = 0;
   double optimizer_transient = 0;
-  double cublas_workspaces = 0;
   double dequant_transient = 0;       // largest dequantised weight of a 4-bit/8-bit base
 };
+
+// PyTorch's CUDACachingAllocator rounding, under the names c10/cuda/CUDACachingAllocator.cpp
+// gives these constants (the same values since torch 1.x; newer releases declare them in
+// c10/core/AllocatorConfig.h). Checked against the H200 measurements: Qwen2.5-3B's 43 MiB MLP
+// matrices take 44 MiB blocks each (docs/model.md, "Allocator block rounding").
+namespace caching_allocator {
+// Every request is rounded up to a multiple of 512 bytes ("all sizes are rounded to at least
+// 512 bytes").
+inline constexpr double kMinBlockSize = 512;
+// "Largest small allocation is 1 MiB". It is also the most a large block may leave unused: a
+// block is split only when what remains is larger than this (`should_split`), so a segment's
+// tail of up to 1 MiB stays in the block and counts as allocated.
+inline constexpr double kSmallSize = 1.0 * static_cast<double>(kMiB);
+// Requests from here up get a segment (one cudaMalloc) of their own; smaller ones are carved
+// out of shared 2 MiB or 20 MiB segments, so their block is the rounded request.
+inline constexpr double kMinLargeAlloc = 10.0 * static_cast<double>(kMiB);
+// A large request's own segment is rounded up to a multiple of 2 MiB.
+inline constexpr double kRoundLarge = 2.0 * static_cast<double>(kMiB);
+}  // namespace caching_allocator
 
 // The bytes the caching allocator counts as allocated for one request (PyTorch's
 // CUDACachingAllocator): requests round up to 512 bytes; one of 10 MiB or more gets its own
@@ -65,6 +85,30 @@ double allocator_block(double bytes);
 // Sum of allocator_block over a list of tensors, each `bytes_per_token * tokens` bytes.
 double allocated_for(const std::vector<Sized>& per_token, double tokens);
 
-StepShape describe_step(const ModelSpec& model, const TrainingSetup& setup, const GpuSpec& gpu);
+// PEFT's rule for a target name: it matches a module whose path is that name or ends with
+// "." and that name ("v_proj" matches "self_attn.v_proj", "proj" matches neither).
+bool module_name_matches(std::string_view module_path, std::string_view name);
+
+// Whether PEFT wraps this decoder module in a LoRA adapter for these targets.
+bool targets_module(const LoraSetup& lora, const LinearModule& m);
+
+// A linear module of a decoder layer, and whether a LoRA adapter wraps it.
+struct LayerLinear {
+  LinearModule module;
+  bool lora_target = false;  // never in full fine-tuning: the base itself trains
+};
+
+// The linear modules of each kind of decoder layer. A dense model has one kind; an MoE model has
+// its expert layers and may have some layers with a dense MLP instead.
+struct LayerLinears {
+  std::vector<LayerLinear> dense;  // every layer of a dense model; an MoE model's dense-MLP layer
+  std::vector<LayerLinear> moe;    // an MoE model's expert layer; empty for a dense model
+  double dense_layers = 0;         // how many layers are of each kind
+  double moe_layers = 0;
+};
+LayerLinears layer_linears(const ModelSpec& model, const TrainingSetup& setup);
+
+// The tensors of one step of this setup; the same on every card.
+StepShape describe_step(const ModelSpec& model, const TrainingSetup& setup);
 
 }  // namespace trainfit::detail

@@ -11,6 +11,7 @@
 #include <map>
 #include <numeric>
 
+#include "common/statistics.hpp"
 #include "trainfit/telemetry.hpp"
 #include "trainfit/units.hpp"
 
@@ -74,13 +75,6 @@ struct Series {
     return v.empty() ? std::nullopt : std::optional(*std::max_element(v.begin(), v.end()));
   }
 };
-
-std::optional<double> median(std::vector<double> v) {
-  if (v.empty()) return std::nullopt;
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 std::optional<double> sum(std::optional<double> a, std::optional<double> b) {
   if (!a && !b) return std::nullopt;
@@ -214,7 +208,7 @@ WindowStats window_stats(std::span<const Sample> window, std::span<const StepEve
           std::max(s.reserved_fraction_of_limit.value_or(0),
                    static_cast<double>(*e.reserved_bytes) / static_cast<double>(*e.limit_bytes));
   }
-  s.step_seconds_median = median(step_times);
+  s.step_seconds_median = detail::median(step_times);
   if (have_data && stepped > 0) s.data_share = data / stepped;
   if (first_retries && last_retries) s.alloc_retries = *last_retries - *first_retries;
   if (first_ooms && last_ooms) s.ooms = *last_ooms - *first_ooms;
@@ -232,7 +226,7 @@ WindowStats window_stats(std::span<const Sample> window, std::span<const StepEve
   if (last && last->ooms)
     s.recent_ooms = *last->ooms - (lookback_base && lookback_base->ooms ? *lookback_base->ooms : 0);
   if (before.size() >= 5 && s.step_seconds_median) {
-    const auto b = median(before);
+    const auto b = detail::median(before);
     if (b && *b > 0) s.step_slowdown = *s.step_seconds_median / *b;
   }
   return s;

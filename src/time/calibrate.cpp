@@ -5,6 +5,7 @@
 #include <cmath>
 #include <numeric>
 
+#include "common/statistics.hpp"
 #include "trainfit/error.hpp"
 #include "trainfit/time.hpp"
 
@@ -125,10 +126,8 @@ CalibrationResult calibrate(const std::vector<TimedStep>& steps, const TimeProfi
   r.steps = steps.size();
   std::vector<double> abs_err;
   for (double e : log_errors(steps, r.profile)) abs_err.push_back(std::abs(std::exp(e) - 1.0));
-  std::sort(abs_err.begin(), abs_err.end());
-  const std::size_t m = abs_err.size();
-  r.median_abs_error = m % 2 ? abs_err[m / 2] : 0.5 * (abs_err[m / 2 - 1] + abs_err[m / 2]);
-  r.max_abs_error = abs_err.back();
+  r.median_abs_error = detail::median(abs_err).value_or(0.0);  // never empty: steps > fitted parameters
+  r.max_abs_error = detail::max_abs(abs_err);
   return r;
 }
 

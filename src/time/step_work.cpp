@@ -68,24 +68,16 @@ StepWork step_work(const ModelSpec& model, const TrainingSetup& setup) {
   const bool fp32_compute = (full && !setup.amp && setup.weights == DType::fp32) ||
                             (setup.method == Method::lora && setup.weights == DType::fp32);
 
-  // Linear layers (average over dense and MoE layers).
-  const auto mods = layer_linear_modules(model);
-  const auto dense = model.is_moe() ? dense_layer_linear_modules(model) : mods;
-  const double dense_layers = model.is_moe() ? as_d(model.dense_layers) : L;
+  // Linear layers (average over dense and MoE layers), with the LoRA targets among them.
+  const detail::LayerLinears linears = detail::layer_linears(model, setup);
   double linear_flops_per_token = 0, targeted_rank_widths = 0, targets = 0, weight_elems = 0;
   double targeted_in = 0, targeted_out = 0;  // widths of the targeted modules, summed over layers
-  auto add = [&](const std::vector<LinearModule>& ms, double layers) {
-    for (const auto& m : ms) {
+  auto add = [&](const std::vector<detail::LayerLinear>& ms, double layers) {
+    for (const auto& [m, lora_target] : ms) {
       const double rows = as_d(m.count) * m.token_fraction;  // copies a token passes through
       linear_flops_per_token += 2.0 * as_d(m.in_features) * as_d(m.out_features) * rows * layers;
       weight_elems += as_d(m.in_features) * as_d(m.out_features) * as_d(m.count) * layers;
-      bool targeted = false;
-      if (!full) {
-        for (const auto& t : setup.lora.targets)
-          targeted = targeted || (t == "all-linear" ? (m.count == 1 || m.token_fraction >= 1.0)
-                                                    : (m.name == t || m.name.ends_with("." + t)));
-      }
-      if (targeted) {
+      if (lora_target) {
         targeted_rank_widths += r * (as_d(m.in_features) + as_d(m.out_features)) * rows * layers;
         targeted_in += as_d(m.in_features) * rows * layers;
         targeted_out += as_d(m.out_features) * rows * layers;
@@ -93,8 +85,8 @@ StepWork step_work(const ModelSpec& model, const TrainingSetup& setup) {
       }
     }
   };
-  add(dense, dense_layers);
-  if (model.is_moe()) add(mods, L - dense_layers);
+  add(linears.dense, linears.dense_layers);
+  if (model.is_moe()) add(linears.moe, linears.moe_layers);
 
   const double lm_flops = 2.0 * V * h * T;
   const double layers_fwd = linear_flops_per_token * T;
@@ -126,8 +118,7 @@ StepWork step_work(const ModelSpec& model, const TrainingSetup& setup) {
   w.model_flops = 2.0 * fwd + (full ? fwd : 0.0) + attn_fwd * 3.5 + 6.0 * targeted_rank_widths * T;
 
   // Bytes: elementwise work over the saved activations, the loss, dequantisation.
-  const GpuSpec any;  // activations do not depend on the card
-  const detail::StepShape st = detail::describe_step(model, setup, any);
+  const detail::StepShape st = detail::describe_step(model, setup);
   // The LoRA branch's saved tensors are part of its traffic above; the rest of the layer's are
   // written and read by the base model's elementwise work.
   double lora_saved_per_token = 0;
@@ -165,10 +156,10 @@ StepWork step_work(const ModelSpec& model, const TrainingSetup& setup) {
   layer_ops += kLoraForwardOps * targets / L;
   // A 4-bit or 8-bit base runs bitsandbytes' Python wrapper and its dequantisation kernels (the
   // block constants first, with double quantisation) around every matmul, in every pass.
-  if (setup.method == Method::qlora) layer_ops += 6.0 * static_cast<double>(dense.size());
+  if (setup.method == Method::qlora) layer_ops += 6.0 * static_cast<double>(linears.dense.size());
   // Autocast casts each matmul's input (and, once per forward, its weight): two more operations
   // per linear module.
-  if (setup.amp) layer_ops += 2.0 * static_cast<double>(dense.size());
+  if (setup.amp) layer_ops += 2.0 * static_cast<double>(linears.dense.size());
   if (model.is_moe()) layer_ops += 10.0 + 6.0 * as_d(model.num_experts);  // router, then a loop over experts
   const double fwd_ops = L * layer_ops + kModelForwardOps;
   // Non-reentrant checkpointing runs two Python hooks per saved tensor (pack and unpack).
