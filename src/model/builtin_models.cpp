@@ -4,9 +4,7 @@
 #include <cctype>
 #include <cstdint>
 #include <filesystem>
-#include <fstream>
 #include <iterator>
-#include <sstream>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -123,21 +121,10 @@ std::string close_names(std::string_view typed) {
 }
 
 // Past this a "config.json" is not one; reading it whole would only waste memory.
-constexpr std::uintmax_t kMaxConfigBytes = 16u << 20;
+constexpr std::size_t kMaxConfigBytes = std::size_t{16} << 20;
 
-std::string read_config_file(const std::filesystem::path& path, const std::string& shown) {
-  std::error_code ec;
-  const std::uintmax_t size = std::filesystem::file_size(path, ec);
-  if (ec) throw InputError(shown + ": cannot read: " + ec.message());
-  if (size > kMaxConfigBytes) {
-    throw InputError(shown + ": " + std::to_string(size) + " bytes is too large for a config.json");
-  }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(shown + ": cannot open for reading");
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) throw InputError(shown + ": read error");
-  return std::move(text).str();
+ModelSpec read_config_file(const std::string& path) {
+  return parse_model_config(detail::read_text_file(path, "model config", kMaxConfigBytes), path);
 }
 
 }  // namespace
@@ -171,11 +158,9 @@ ModelSpec load_model(std::string_view name_or_path) {
       if (!std::filesystem::is_regular_file(file, ec)) {
         throw InputError(std::string(name_or_path) + ": folder holds no config.json");
       }
-      const std::string shown = file.string();
-      return parse_model_config(read_config_file(file, shown), shown);
+      return read_config_file(file.string());
     }
-    const std::string shown(name_or_path);
-    return parse_model_config(read_config_file(path, shown), shown);
+    return read_config_file(std::string(name_or_path));
   }
 
   const std::string typed = lower(name_or_path);
