@@ -35,6 +35,7 @@ struct GpuSpec {
   std::string source;                // where the figures come from
 };
 
+// The built-in catalogue: data/gpus/<id>.toml compiled in, in data/gpus/order.txt's order.
 const std::vector<GpuSpec>& gpu_catalog();
 // Exact id or a forgiving match ("5070ti", "RTX 5070 Ti", "h100" -> "h100-sxm").
 // Throws InputError listing close names when nothing matches.

@@ -16,24 +16,51 @@ namespace trainfit {
 
 // What a card + software stack achieve, as fractions of the card's datasheet peaks and as host
 // time per dispatched operation. `trainfit calibrate` fits these to measured steps.
+//
+// The initialisers are the shipped profile, measured on an H200 (HF transformers + PEFT, torch 2.11
+// + CUDA 13) and used for every card until that card is measured: the one place these values
+// live, so that default_profile() and a profile file that leaves a field out agree. Measured by
+// python/trainfit_runner/measure_rates.py (data/measurements/h200-rates-2026-11-30.json) unless
+// the comment says fitted; the fitted ones come from `trainfit calibrate
+// data/reference/h200-hf-peft-calibration.jsonl` (tests/golden/time_test.cpp refits them).
 struct TimeProfile {
   std::string name = "default";
   std::string source;                  // what it was measured or fitted on
-  double matmul_efficiency = 0.69;     // fraction of dense bf16/fp16 tensor peak that training GEMMs reach
-  double attention_efficiency = 0.43;  // fraction of tensor peak causal fused attention (fwd + bwd) reaches
-  double fp32_efficiency = 0.76;       // fraction of CUDA-core fp32 peak fp32 GEMMs reach
-  double bandwidth_efficiency = 0.88;  // fraction of memory bandwidth elementwise kernels reach
-  double host_seconds_per_op = 30e-6;  // CPU time to dispatch one operation (eager PyTorch, HF modules, autograd)
-  double kernel_floor_seconds = 0.85e-6;  // the shortest a kernel takes on the GPU, however small
-  double spill_efficiency = 0.063;     // fraction of the host link a thrashing system-memory fallback achieves
+  // Fraction of dense bf16/fp16 tensor peak that training GEMMs reach. Micro-benchmarks at training
+  // shapes reach 760-825 of 989 TFLOP/s, but in a step GEMMs run below that (backward layouts,
+  // mixed shapes): the profile of a Qwen2.5-14B LoRA step
+  // (data/measurements/h200-step-profiles-2026-11-30.json) spends 0.99 s in bf16 tensor GEMMs for
+  // 675 TFLOP: 0.69 of peak.
+  double matmul_efficiency = 0.69;
+  // Fraction of tensor peak causal fused attention (fwd + bwd) reaches: cuDNN attention forward +
+  // backward, 196-501 TFLOP/s over five shapes, median 422.
+  double attention_efficiency = 0.43;
+  // Fraction of CUDA-core fp32 peak fp32 GEMMs reach: 51 of 67 TFLOP/s.
+  double fp32_efficiency = 0.76;
+  // Fraction of memory bandwidth elementwise kernels reach. Fitted: the mix of training's
+  // elementwise kernels (strided RoPE slices, reductions, casts) reaches 0.63 of the bandwidth; a
+  // streaming kernel reaches 0.88 (4.21 of 4.8 TB/s, measured).
+  double bandwidth_efficiency = 0.63;
+  // CPU time to dispatch one operation (eager PyTorch, HF modules, PEFT wrappers, autograd).
+  // Fitted to whole steps; a bare tiny op is 10 us.
+  double host_seconds_per_op = 32.8e-6;
+  // The shortest a kernel takes on the GPU, however small: a tiny kernel replayed in a CUDA graph.
+  double kernel_floor_seconds = 0.85e-6;
+  // Fraction of the host link a thrashing system-memory fallback achieves. Fitted to the seed's
+  // one spilling measurement (Qwen2.5-14B, 4-bit, no checkpointing, 21.7 s on an RTX 5070 Ti under
+  // Windows): the only system-memory-fallback step measured so far.
+  double spill_efficiency = 0.063;
   // NCCL bus bandwidth as a fraction of the GPU-to-GPU link (one direction), large messages.
+  // NCCL 2.28.9 between two NVLinked H200s (NV18, 450 GB/s a direction), 1 GiB messages: all-reduce
+  // 325 GB/s, all-gather 267, reduce-scatter 259 (data/measurements/h200x2-collectives-2026-11-30.json).
   double all_reduce_efficiency = 0.72;  // DDP's gradient all-reduce
   double all_gather_efficiency = 0.59;  // FSDP's all-gather and reduce-scatter
 };
 
-// The profile trainfit uses for a card when none is given: the H200 profile fitted to the
-// calibration data (for every card; fractions of each card's own peaks, see docs/model.md).
+// The profile trainfit uses for a card when none is given: TimeProfile's values (the H200's),
+// named, for every card (fractions of each card's own peaks, see docs/model.md).
 TimeProfile default_profile(const GpuSpec& gpu);
+// A profile file (TOML, the fields of TimeProfile); a field left out keeps TimeProfile's value.
 TimeProfile parse_profile(std::string_view toml_text, std::string_view source_name);
 TimeProfile load_profile(std::string_view path);
 std::string profile_to_toml(const TimeProfile& profile);

@@ -1,13 +1,16 @@
 #include "common/text.hpp"
 
 #include <algorithm>
+#include <array>
+#include <filesystem>
 #include <fstream>
-#include <sstream>
+#include <system_error>
 #include <vector>
 
 #include <fmt/format.h>
 
 #include "trainfit/error.hpp"
+#include "trainfit/units.hpp"
 
 namespace trainfit::detail {
 
@@ -27,12 +30,29 @@ std::size_t edit_distance(std::string_view a, std::string_view b) {
   return row[b.size()];
 }
 
-std::string read_text_file(std::string_view path, std::string_view what) {
-  std::ifstream in{std::string(path), std::ios::binary};
+std::string read_text_file(std::string_view path, std::string_view what, std::optional<std::size_t> max_bytes) {
+  const std::filesystem::path p{std::string(path)};
+  std::error_code ec;
+  const auto status = std::filesystem::status(p, ec);
+  if (ec && ec != std::errc::no_such_file_or_directory)
+    throw InputError(fmt::format("cannot read {} '{}': {}", what, path, ec.message()));
+  if (!std::filesystem::exists(status)) throw InputError(fmt::format("cannot read {} '{}': no such file", what, path));
+  // A directory opens like a file and reads as empty: say what it is instead.
+  if (std::filesystem::is_directory(status))
+    throw InputError(fmt::format("cannot read {} '{}': it is a directory", what, path));
+  std::ifstream in{p, std::ios::binary};
   if (!in) throw InputError(fmt::format("cannot read {} '{}'", what, path));
-  std::ostringstream text;
-  text << in.rdbuf();
-  return std::move(text).str();
+  std::string text;
+  std::array<char, 1 << 16> chunk{};
+  while (in.read(chunk.data(), static_cast<std::streamsize>(chunk.size())) || in.gcount() > 0) {
+    text.append(chunk.data(), static_cast<std::size_t>(in.gcount()));
+    if (max_bytes && text.size() > *max_bytes) {
+      throw InputError(fmt::format("{} '{}' is larger than {}", what, path,
+                                   format_bytes(static_cast<std::int64_t>(*max_bytes))));
+    }
+  }
+  if (in.bad()) throw InputError(fmt::format("cannot read {} '{}'", what, path));
+  return text;
 }
 
 }  // namespace trainfit::detail

@@ -1,6 +1,7 @@
 #pragma once
-// Small text helpers shared by the catalogues.
+// Small text helpers shared by the catalogues and the readers of the user's files.
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -10,7 +11,11 @@ namespace trainfit::detail {
 // to suggest the names closest to one the user mistyped.
 std::size_t edit_distance(std::string_view a, std::string_view b);
 
-// The whole of a file the user named, or an InputError "cannot read <what> '<path>'".
-std::string read_text_file(std::string_view path, std::string_view what);
+// The whole of a file the user named, or an InputError: "cannot read <what> '<path>': <why>" when
+// it is missing, a directory or unreadable, and "<what> '<path>' is larger than <max>" past
+// `max_bytes`. The cap stops a wrong path (a dataset, a device) from being read whole into memory
+// before the parser rejects it; it is checked while reading, so pipes are capped too.
+std::string read_text_file(std::string_view path, std::string_view what,
+                           std::optional<std::size_t> max_bytes = std::nullopt);
 
 }  // namespace trainfit::detail

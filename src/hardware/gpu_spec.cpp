@@ -1,17 +1,15 @@
-// GPU spec files (TOML) and cards known only by their memory size.
+// GPU spec files (TOML), the built-in catalogue's card files, and cards known only by their memory.
 #include <charconv>
-#include <cmath>
-#include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <optional>
 #include <string>
 #include <system_error>
 #include <utility>
 
 #include <fmt/format.h>
-#include <toml++/toml.h>
 
+#include "common/text.hpp"
+#include "common/toml_reader.hpp"
+#include "hardware/gpu_card.hpp"
 #include "trainfit/error.hpp"
 #include "trainfit/hardware.hpp"
 #include "trainfit/units.hpp"
@@ -25,24 +23,18 @@ constexpr std::int64_t kMaxMemory = 16 * 1024 * kGiB;  // 16 TiB
 constexpr double kMaxBandwidth = 100e12;                // 100 TB/s
 constexpr double kMaxTflops = 100000;
 constexpr double kMaxLinkGBs = 100000;
-constexpr std::size_t kMaxFileBytes = 1 << 20;
+// A spec file is a few hundred bytes; past this the path names something else.
+constexpr std::size_t kMaxFileBytes = std::size_t{1} << 20;
 
 constexpr std::string_view kFields =
     "id, name, vendor, architecture, compute_capability, class, memory, memory_bytes, memory_bandwidth, "
     "memory_bandwidth_bytes_per_s, fp32_tflops, tf32_tflops, bf16_tflops, fp16_tflops, fp8_tflops, int8_tops, "
     "pcie_generation, pcie_lanes, host_link_gb_per_s, gpu_link, gpu_link_gb_per_s, source, base";
 
-std::string_view type_name(const toml::node& n) {
-  switch (n.type()) {
-    case toml::node_type::string: return "a string";
-    case toml::node_type::integer: return "an integer";
-    case toml::node_type::floating_point: return "a float";
-    case toml::node_type::boolean: return "a boolean";
-    case toml::node_type::table: return "a table";
-    case toml::node_type::array: return "an array";
-    default: return "a date/time";
-  }
-}
+// What a catalogue card must say for itself: left out, each would silently take a user file's
+// "unknown" default ("custom", a datacenter card of compute capability 0.0...).
+constexpr std::string_view kCatalogueRequired[] = {"id", "name", "architecture", "class", "compute_capability",
+                                                   "source"};
 
 // "8.9" -> {8, 9}; nullopt unless exactly 1-2 digits, a dot, 1-2 digits.
 std::optional<std::pair<int, int>> compute_capability(std::string_view v) {
@@ -61,91 +53,38 @@ std::optional<std::pair<int, int>> compute_capability(std::string_view v) {
   return std::pair{*major, *minor};
 }
 
-class Reader {
- public:
-  explicit Reader(std::string_view source) : source_(source) {}
-
-  [[noreturn]] void fail(std::string_view key, std::string_view why) const {
-    throw InputError(fmt::format("GPU spec '{}': field '{}': {}", source_, key, why));
-  }
-
-  std::string text(std::string_view key, const toml::node& n) const {
-    const auto* s = n.as_string();
-    if (s == nullptr) fail(key, fmt::format("expected a string, got {}", type_name(n)));
-    return s->get();
-  }
-
-  std::int64_t integer(std::string_view key, const toml::node& n) const {
-    const auto* i = n.as_integer();
-    if (i == nullptr) fail(key, fmt::format("expected an integer, got {}", type_name(n)));
-    return i->get();
-  }
-
-  double number(std::string_view key, const toml::node& n) const {
-    double v = 0;
-    if (const auto* i = n.as_integer()) {
-      v = static_cast<double>(i->get());
-    } else if (const auto* f = n.as_floating_point()) {
-      v = f->get();
-    } else {
-      fail(key, fmt::format("expected a number, got {}", type_name(n)));
-    }
-    if (!std::isfinite(v)) fail(key, "must be a finite number");
-    return v;
-  }
-
-  // A number in [0, max]: 0 means "not supported / unknown" for throughput and links.
-  double bounded(std::string_view key, const toml::node& n, double max, bool zero_ok) const {
-    const double v = number(key, n);
-    if (v < 0 || (!zero_ok && v == 0)) fail(key, zero_ok ? "must not be negative" : "must be positive");
-    if (v > max) fail(key, fmt::format("{} is implausibly large (limit {})", v, max));
-    return v;
-  }
-
-  std::int64_t bytes(std::string_view key, std::string_view value) const {
-    try {
-      return parse_bytes(value);
-    } catch (const InputError& e) {
-      fail(key, e.what());
-    }
-  }
-
- private:
-  std::string_view source_;
-};
-
-toml::table parse_toml(std::string_view text, std::string_view source) {
-#if TOML_EXCEPTIONS
-  try {
-    return toml::parse(text, source);
-  } catch (const toml::parse_error& e) {
-    throw InputError(fmt::format("GPU spec '{}' line {}: invalid TOML: {}", source, e.source().begin.line,
-                                 e.description()));
-  }
-#else
-  toml::parse_result result = toml::parse(text, source);
-  if (!result) {
-    throw InputError(fmt::format("GPU spec '{}' line {}: invalid TOML: {}", source,
-                                 result.error().source().begin.line, result.error().description()));
-  }
-  return std::move(result).table();
-#endif
+// A number in [0, max]: 0 means "not supported / unknown" for throughput and links. The words
+// say which way the value is wrong, and that a too-large one is likely a unit mistake.
+double bounded(const detail::TomlReader& r, std::string_view key, const toml::node& n, double max, bool zero_ok) {
+  const double v = r.number(n, key);
+  if (v < 0 || (!zero_ok && v == 0)) r.fail(&n, key, zero_ok ? "must not be negative" : "must be positive");
+  if (v > max) r.fail(&n, key, fmt::format("{} is implausibly large (limit {})", v, max));
+  return v;
 }
 
 }  // namespace
 
-GpuSpec parse_gpu_spec(std::string_view toml_text, std::string_view source_name) {
-  const toml::table table = parse_toml(toml_text, source_name);
-  const Reader r(source_name);
+namespace detail {
 
-  GpuSpec spec;
-  const bool has_base = table.contains("base");
-  if (has_base) {
-    const std::string base = r.text("base", *table.get("base"));
+GpuCard read_gpu_card(std::string_view toml_text, std::string_view source_name, GpuSpecKind kind) {
+  const toml::table table = parse_toml(toml_text, source_name);
+  const TomlReader r(source_name);
+  const bool catalogue = kind == GpuSpecKind::catalogue;
+
+  GpuCard card;
+  GpuSpec& spec = card.spec;
+  const toml::node* base_node = table.get("base");
+  if (base_node != nullptr) {
+    // Checked before the lookup: a catalogue card naming a base would read the catalogue while
+    // the catalogue is being built.
+    if (catalogue) {
+      r.fail(base_node, "base", "a catalogue card is complete in its own file; give its fields, not a base");
+    }
+    const std::string base = r.text(*base_node, "base");
     try {
       spec = find_gpu(base);
     } catch (const InputError& e) {
-      r.fail("base", e.what());
+      r.fail(base_node, "base", e.what());
     }
     spec.source = fmt::format("{}; overridden by {}", spec.source, source_name);
     spec.id = "custom";
@@ -156,6 +95,7 @@ GpuSpec parse_gpu_spec(std::string_view toml_text, std::string_view source_name)
   }
 
   bool memory_set = false;
+  bool bandwidth_set = false;
   bool host_link_set = false;
   bool gpu_link_rate_set = false;
   bool pcie_changed = false;
@@ -165,81 +105,108 @@ GpuSpec parse_gpu_spec(std::string_view toml_text, std::string_view source_name)
     if (key == "base") continue;
     if (key == "id" || key == "name" || key == "vendor" || key == "architecture" || key == "source" ||
         key == "gpu_link") {
-      std::string v = r.text(key, node);
-      if (v.empty() && key != "source") r.fail(key, "must not be empty");
+      std::string v = r.text(node, key);
+      if (v.empty() && key != "source") r.fail(&node, key, "must not be empty");
       if (key == "id") spec.id = std::move(v);
       if (key == "name") { spec.name = std::move(v); name_set = true; }
       if (key == "vendor") spec.vendor = std::move(v);
       if (key == "architecture") spec.architecture = std::move(v);
       if (key == "source") spec.source = std::move(v);
       if (key == "gpu_link") spec.gpu_link = std::move(v);
+    } else if (key == "aliases") {
+      // A --gpu-spec card is used as given, never looked up by name, so an alias there would
+      // promise a lookup that never happens.
+      if (!catalogue) {
+        r.fail(&node, key,
+               "only the built-in catalogue's cards (data/gpus/) have aliases; a --gpu-spec card is used as given");
+      }
+      card.aliases = r.strings(node, key);
+      for (const std::string& alias : card.aliases) {
+        if (alias.empty()) r.fail(&node, key, "an alias must not be empty");
+      }
     } else if (key == "compute_capability") {
       // "8.9" as a string (a TOML float 8.9 is accepted too, and 12 as an integer).
       std::string v;
-      if (node.is_string()) v = r.text(key, node);
-      else if (node.is_integer()) v = fmt::format("{}.0", r.integer(key, node));
-      else if (node.is_floating_point()) v = fmt::format("{:.1f}", r.number(key, node));
-      else r.fail(key, "expected a string such as \"8.9\"");
+      if (node.is_string()) v = r.text(node, key);
+      else if (node.is_integer()) v = fmt::format("{}.0", r.integer(node, key));
+      else if (node.is_floating_point()) v = fmt::format("{:.1f}", r.number(node, key));
+      else r.fail(&node, key, "expected a string such as \"8.9\"");
       const auto cc = compute_capability(v);
-      if (!cc) r.fail(key, fmt::format("'{}' is not of the form major.minor, e.g. \"8.9\"", v));
+      if (!cc) r.fail(&node, key, fmt::format("'{}' is not of the form major.minor, e.g. \"8.9\"", v));
       spec.compute_capability_major = cc->first;
       spec.compute_capability_minor = cc->second;
     } else if (key == "class") {
-      const std::string v = r.text(key, node);
+      const std::string v = r.text(node, key);
       if (v == "consumer") spec.gpu_class = GpuClass::consumer;
       else if (v == "workstation") spec.gpu_class = GpuClass::workstation;
       else if (v == "datacenter") spec.gpu_class = GpuClass::datacenter;
-      else r.fail(key, fmt::format("'{}' is not one of consumer, workstation, datacenter", v));
+      else r.fail(&node, key, fmt::format("'{}' is not one of consumer, workstation, datacenter", v));
     } else if (key == "memory" || key == "memory_bytes") {
-      if (memory_set) r.fail(key, "give memory or memory_bytes, not both");
-      const std::int64_t m = node.is_string() && key == "memory" ? r.bytes(key, r.text(key, node)) : r.integer(key, node);
-      if (m <= 0) r.fail(key, "must be positive");
-      if (m > kMaxMemory) r.fail(key, "is above 16 TiB; is the unit right?");
+      if (memory_set) r.fail(&node, key, "give memory or memory_bytes, not both");
+      // `memory` takes a size ("24GiB") or a byte count; `memory_bytes` only a byte count.
+      const std::int64_t m = key == "memory" ? r.bytes(node, key) : r.integer(node, key);
+      if (m <= 0) r.fail(&node, key, "must be positive");
+      if (m > kMaxMemory) r.fail(&node, key, "is above 16 TiB; is the unit right?");
       spec.memory_bytes = m;
       memory_set = true;
     } else if (key == "memory_bandwidth") {
       // "1008GB/s", "4.8 TB/s": the /s is optional, units as for memory (GB = 10^9).
-      std::string v = r.text(key, node);
+      std::string v = r.text(node, key);
       if (v.size() >= 2 && (v.ends_with("/s") || v.ends_with("/S"))) v.resize(v.size() - 2);
-      const auto bw = static_cast<double>(r.bytes(key, v));
-      if (bw > kMaxBandwidth) r.fail(key, "is above 100 TB/s; is the unit right?");
+      double bw = 0;
+      try {
+        bw = static_cast<double>(parse_bytes(v));
+      } catch (const InputError& e) {
+        r.fail(&node, key, e.what());
+      }
+      if (bw > kMaxBandwidth) r.fail(&node, key, "is above 100 TB/s; is the unit right?");
       spec.memory_bandwidth_bytes_per_s = bw;
+      bandwidth_set = true;
     } else if (key == "memory_bandwidth_bytes_per_s") {
-      spec.memory_bandwidth_bytes_per_s = r.bounded(key, node, kMaxBandwidth, false);
+      spec.memory_bandwidth_bytes_per_s = bounded(r, key, node, kMaxBandwidth, false);
+      bandwidth_set = true;
     } else if (key == "fp32_tflops") {
-      spec.fp32_flops = r.bounded(key, node, kMaxTflops, true) * 1e12;
+      spec.fp32_flops = bounded(r, key, node, kMaxTflops, true) * 1e12;
     } else if (key == "tf32_tflops") {
-      spec.tf32_flops = r.bounded(key, node, kMaxTflops, true) * 1e12;
+      spec.tf32_flops = bounded(r, key, node, kMaxTflops, true) * 1e12;
     } else if (key == "bf16_tflops") {
-      spec.bf16_flops = r.bounded(key, node, kMaxTflops, true) * 1e12;
+      spec.bf16_flops = bounded(r, key, node, kMaxTflops, true) * 1e12;
     } else if (key == "fp16_tflops") {
-      spec.fp16_flops = r.bounded(key, node, kMaxTflops, true) * 1e12;
+      spec.fp16_flops = bounded(r, key, node, kMaxTflops, true) * 1e12;
     } else if (key == "fp8_tflops") {
-      spec.fp8_flops = r.bounded(key, node, kMaxTflops, true) * 1e12;
+      spec.fp8_flops = bounded(r, key, node, kMaxTflops, true) * 1e12;
     } else if (key == "int8_tops") {
-      spec.int8_ops = r.bounded(key, node, kMaxTflops, true) * 1e12;
+      spec.int8_ops = bounded(r, key, node, kMaxTflops, true) * 1e12;
     } else if (key == "pcie_generation") {
-      const std::int64_t g = r.integer(key, node);
-      if (g < 1 || g > 6) r.fail(key, "must be 1 to 6");
-      spec.pcie_generation = static_cast<int>(g);
+      spec.pcie_generation = static_cast<int>(r.integer(node, key, 1, 6));
       pcie_changed = true;
     } else if (key == "pcie_lanes") {
-      const std::int64_t l = r.integer(key, node);
-      if (l != 1 && l != 2 && l != 4 && l != 8 && l != 16 && l != 32) r.fail(key, "must be 1, 2, 4, 8, 16 or 32");
+      const std::int64_t l = r.integer(node, key);
+      if (l != 1 && l != 2 && l != 4 && l != 8 && l != 16 && l != 32) {
+        r.fail(&node, key, "must be 1, 2, 4, 8, 16 or 32");
+      }
       spec.pcie_lanes = static_cast<int>(l);
       pcie_changed = true;
     } else if (key == "host_link_gb_per_s") {
-      spec.host_link_bytes_per_s = r.bounded(key, node, kMaxLinkGBs, false) * 1e9;
+      spec.host_link_bytes_per_s = bounded(r, key, node, kMaxLinkGBs, false) * 1e9;
       host_link_set = true;
     } else if (key == "gpu_link_gb_per_s") {
-      spec.gpu_link_bytes_per_s = r.bounded(key, node, kMaxLinkGBs, true) * 1e9;
+      spec.gpu_link_bytes_per_s = bounded(r, key, node, kMaxLinkGBs, true) * 1e9;
       gpu_link_rate_set = true;
     } else {
-      r.fail(key, fmt::format("unknown field (known: {})", kFields));
+      r.fail(&node, key, fmt::format("unknown field (known: {}{})", kFields, catalogue ? ", aliases" : ""));
     }
   }
 
-  if (!has_base && !memory_set) r.fail("memory", "missing (give memory = \"24GiB\", or base = \"<catalogue id>\")");
+  if (catalogue) {
+    for (std::string_view field : kCatalogueRequired) {
+      if (!table.contains(field)) r.fail(nullptr, field, "missing: a catalogue card gives it (data/gpus/README.md)");
+    }
+    if (!bandwidth_set) r.fail(nullptr, "memory_bandwidth", "missing: a catalogue card gives it (data/gpus/README.md)");
+  }
+  if (base_node == nullptr && !memory_set) {
+    r.fail(nullptr, "memory", "missing (give memory = \"24GiB\", or base = \"<catalogue id>\")");
+  }
   // A changed PCIe link changes the host link unless that was given explicitly.
   if (pcie_changed && !host_link_set) {
     const double derived = pcie_bytes_per_s(spec.pcie_generation, spec.pcie_lanes);
@@ -248,26 +215,20 @@ GpuSpec parse_gpu_spec(std::string_view toml_text, std::string_view source_name)
   if (spec.gpu_link.empty()) spec.gpu_link = spec.host_link_bytes_per_s > 0 ? "pcie" : "none";
   if (spec.gpu_link == "pcie" && !gpu_link_rate_set) spec.gpu_link_bytes_per_s = spec.host_link_bytes_per_s;
   if (!name_set) {
-    spec.name = has_base ? spec.name + " (modified)" : fmt::format("custom {} card", format_bytes(spec.memory_bytes));
+    spec.name = base_node != nullptr ? spec.name + " (modified)"
+                                     : fmt::format("custom {} card", format_bytes(spec.memory_bytes));
   }
-  return spec;
+  return card;
+}
+
+}  // namespace detail
+
+GpuSpec parse_gpu_spec(std::string_view toml_text, std::string_view source_name) {
+  return detail::read_gpu_card(toml_text, source_name, detail::GpuSpecKind::user_file).spec;
 }
 
 GpuSpec load_gpu_spec_file(std::string_view path) {
-  const std::string p(path);
-  std::error_code ec;
-  if (!std::filesystem::is_regular_file(p, ec)) {
-    throw InputError(fmt::format("GPU spec file '{}' does not exist or is not a file", p));
-  }
-  std::ifstream in(p, std::ios::binary);
-  if (!in) throw InputError(fmt::format("cannot read GPU spec file '{}'", p));
-  std::string text;
-  text.resize(kMaxFileBytes + 1);
-  in.read(text.data(), static_cast<std::streamsize>(text.size()));
-  if (in.bad()) throw InputError(fmt::format("cannot read GPU spec file '{}'", p));
-  text.resize(static_cast<std::size_t>(in.gcount()));
-  if (text.size() > kMaxFileBytes) throw InputError(fmt::format("GPU spec file '{}' is larger than 1 MiB", p));
-  return parse_gpu_spec(text, p);
+  return parse_gpu_spec(detail::read_text_file(path, "GPU spec file", kMaxFileBytes), path);
 }
 
 GpuSpec gpu_with_vram(std::int64_t memory_bytes) {

@@ -1,8 +1,12 @@
 // GPU spec files (TOML), base overrides, every rejection, and --vram cards.
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
 #include <string>
 
+#include "hardware/gpu_card.hpp"
 #include "trainfit/error.hpp"
 #include "trainfit/hardware.hpp"
 #include "trainfit/units.hpp"
@@ -126,64 +130,70 @@ struct BadCase {
 
 class GpuSpecBad : public ::testing::TestWithParam<BadCase> {};
 
+// Every error starts with the file and, where the field is in the file, its line:
+// "test.toml:2: bf16_tflops: must not be negative".
 TEST_P(GpuSpecBad, RejectsNamingTheField) {
   const std::string msg = error_of(GetParam().toml);
   EXPECT_NE(msg.find(GetParam().must_mention), std::string::npos) << "input: " << GetParam().toml << "\nerror: " << msg;
-  EXPECT_NE(msg.find("test.toml"), std::string::npos) << msg;
+  EXPECT_EQ(msg.rfind("test.toml:", 0), 0u) << msg;
 }
 
 INSTANTIATE_TEST_SUITE_P(
     GpuSpecFile, GpuSpecBad,
     ::testing::Values(
-        BadCase{"memory = \"16GiB\"\nname = ", "line 2"},              // bad TOML, with the line
-        BadCase{"memory = \"16GiB\"\n[[[", "line 2"},
-        BadCase{"memory = \"16GiB\"\nmemory = \"8GiB\"", "line 2"},   // duplicate key
-        BadCase{"name = \"x\"", "'memory'"},                            // memory required without base
-        BadCase{"", "'memory'"},
-        BadCase{"memory = \"lots\"", "'memory'"},
-        BadCase{"memory = \"-16GiB\"", "'memory'"},
-        BadCase{"memory = \"0GiB\"", "'memory'"},
-        BadCase{"memory = 0", "'memory'"},
-        BadCase{"memory = -5", "'memory'"},
-        BadCase{"memory = 16.5", "'memory'"},
-        BadCase{"memory = true", "'memory'"},
+        BadCase{"memory = \"16GiB\"\nname = ", "test.toml:2: invalid TOML"},              // bad TOML, with the line
+        BadCase{"memory = \"16GiB\"\n[[[", "test.toml:2: invalid TOML"},
+        BadCase{"memory = \"16GiB\"\nmemory = \"8GiB\"", "test.toml:2: invalid TOML"},   // duplicate key
+        BadCase{"name = \"x\"", "test.toml: memory:"},                            // memory required without base
+        BadCase{"", "test.toml: memory:"},
+        BadCase{"memory = \"lots\"", "test.toml:1: memory:"},
+        BadCase{"memory = \"-16GiB\"", "test.toml:1: memory:"},
+        BadCase{"memory = \"0GiB\"", "test.toml:1: memory:"},
+        BadCase{"memory = 0", "test.toml:1: memory:"},
+        BadCase{"memory = -5", "test.toml:1: memory:"},
+        BadCase{"memory = 16.5", "test.toml:1: memory:"},
+        BadCase{"memory = true", "test.toml:1: memory:"},
         BadCase{"memory = \"17TiB\"", "16 TiB"},
-        BadCase{"memory_bytes = 99999999999999999", "'memory_bytes'"},
-        BadCase{"memory_bytes = \"16GiB\"", "'memory_bytes'"},
+        BadCase{"memory_bytes = 99999999999999999", "test.toml:1: memory_bytes:"},
+        BadCase{"memory_bytes = \"16GiB\"", "test.toml:1: memory_bytes:"},
         BadCase{"memory = \"16GiB\"\nmemory_bytes = 5", "not both"},
-        BadCase{"memory = \"16GiB\"\nmemory_bandwidth = \"200TB/s\"", "'memory_bandwidth'"},
-        BadCase{"memory = \"16GiB\"\nmemory_bandwidth = 900", "'memory_bandwidth'"},
-        BadCase{"memory = \"16GiB\"\nmemory_bandwidth = \"fast\"", "'memory_bandwidth'"},
-        BadCase{"memory = \"16GiB\"\nmemory_bandwidth_bytes_per_s = 0", "'memory_bandwidth_bytes_per_s'"},
-        BadCase{"memory = \"16GiB\"\nmemory_bandwidth_bytes_per_s = -1.0", "'memory_bandwidth_bytes_per_s'"},
-        BadCase{"memory = \"16GiB\"\nmemory_bandwidth_bytes_per_s = nan", "'memory_bandwidth_bytes_per_s'"},
-        BadCase{"memory = \"16GiB\"\nbf16_tflops = -1", "'bf16_tflops'"},
-        BadCase{"memory = \"16GiB\"\nbf16_tflops = 1e6", "'bf16_tflops'"},
-        BadCase{"memory = \"16GiB\"\nbf16_tflops = inf", "'bf16_tflops'"},
-        BadCase{"memory = \"16GiB\"\nfp16_tflops = \"fast\"", "'fp16_tflops'"},
-        BadCase{"memory = \"16GiB\"\nfp32_tflops = -0.5", "'fp32_tflops'"},
-        BadCase{"memory = \"16GiB\"\ntf32_tflops = 200000", "'tf32_tflops'"},
-        BadCase{"memory = \"16GiB\"\nfp8_tflops = [1]", "'fp8_tflops'"},
-        BadCase{"memory = \"16GiB\"\nint8_tops = -3", "'int8_tops'"},
-        BadCase{"memory = \"16GiB\"\ncompute_capability = \"nine\"", "'compute_capability'"},
-        BadCase{"memory = \"16GiB\"\ncompute_capability = \"8.9.1\"", "'compute_capability'"},
-        BadCase{"memory = \"16GiB\"\ncompute_capability = \"-8.9\"", "'compute_capability'"},
-        BadCase{"memory = \"16GiB\"\ncompute_capability = true", "'compute_capability'"},
-        BadCase{"memory = \"16GiB\"\nclass = \"gaming\"", "'class'"},
-        BadCase{"memory = \"16GiB\"\nclass = 3", "'class'"},
-        BadCase{"memory = \"16GiB\"\npcie_generation = 9", "'pcie_generation'"},
-        BadCase{"memory = \"16GiB\"\npcie_generation = 4.0", "'pcie_generation'"},
-        BadCase{"memory = \"16GiB\"\npcie_lanes = 12", "'pcie_lanes'"},
-        BadCase{"memory = \"16GiB\"\nhost_link_gb_per_s = 0", "'host_link_gb_per_s'"},
-        BadCase{"memory = \"16GiB\"\nhost_link_gb_per_s = 1e9", "'host_link_gb_per_s'"},
-        BadCase{"memory = \"16GiB\"\ngpu_link_gb_per_s = -1", "'gpu_link_gb_per_s'"},
-        BadCase{"memory = \"16GiB\"\ngpu_link = 5", "'gpu_link'"},
-        BadCase{"memory = \"16GiB\"\nid = \"\"", "'id'"},
-        BadCase{"memory = \"16GiB\"\nname = 7", "'name'"},
-        BadCase{"memory = \"16GiB\"\nmemmory = \"8GiB\"", "'memmory'"},     // typo: unknown field
-        BadCase{"memory = \"16GiB\"\n[gpu]\nname = \"x\"", "'gpu'"},
-        BadCase{"base = \"rtx-9090\"", "'base'"},
-        BadCase{"base = 4090", "'base'"}));
+        BadCase{"memory = \"16GiB\"\nmemory_bandwidth = \"200TB/s\"", "test.toml:2: memory_bandwidth:"},
+        BadCase{"memory = \"16GiB\"\nmemory_bandwidth = 900", "test.toml:2: memory_bandwidth:"},
+        BadCase{"memory = \"16GiB\"\nmemory_bandwidth = \"fast\"", "test.toml:2: memory_bandwidth:"},
+        BadCase{"memory = \"16GiB\"\nmemory_bandwidth_bytes_per_s = 0", "test.toml:2: memory_bandwidth_bytes_per_s:"},
+        BadCase{"memory = \"16GiB\"\nmemory_bandwidth_bytes_per_s = -1.0",
+                "test.toml:2: memory_bandwidth_bytes_per_s:"},
+        BadCase{"memory = \"16GiB\"\nmemory_bandwidth_bytes_per_s = nan", "test.toml:2: memory_bandwidth_bytes_per_s:"},
+        BadCase{"memory = \"16GiB\"\nbf16_tflops = -1", "test.toml:2: bf16_tflops:"},
+        BadCase{"memory = \"16GiB\"\nbf16_tflops = 1e6", "test.toml:2: bf16_tflops:"},
+        BadCase{"memory = \"16GiB\"\nbf16_tflops = inf", "test.toml:2: bf16_tflops:"},
+        BadCase{"memory = \"16GiB\"\nfp16_tflops = \"fast\"", "test.toml:2: fp16_tflops:"},
+        BadCase{"memory = \"16GiB\"\nfp32_tflops = -0.5", "test.toml:2: fp32_tflops:"},
+        BadCase{"memory = \"16GiB\"\ntf32_tflops = 200000", "test.toml:2: tf32_tflops:"},
+        BadCase{"memory = \"16GiB\"\nfp8_tflops = [1]", "test.toml:2: fp8_tflops:"},
+        BadCase{"memory = \"16GiB\"\nint8_tops = -3", "test.toml:2: int8_tops:"},
+        BadCase{"memory = \"16GiB\"\ncompute_capability = \"nine\"", "test.toml:2: compute_capability:"},
+        BadCase{"memory = \"16GiB\"\ncompute_capability = \"8.9.1\"", "test.toml:2: compute_capability:"},
+        BadCase{"memory = \"16GiB\"\ncompute_capability = \"-8.9\"", "test.toml:2: compute_capability:"},
+        BadCase{"memory = \"16GiB\"\ncompute_capability = true", "test.toml:2: compute_capability:"},
+        BadCase{"memory = \"16GiB\"\nclass = \"gaming\"", "test.toml:2: class:"},
+        BadCase{"memory = \"16GiB\"\nclass = 3", "test.toml:2: class:"},
+        BadCase{"memory = \"16GiB\"\npcie_generation = 9", "test.toml:2: pcie_generation:"},
+        BadCase{"memory = \"16GiB\"\npcie_generation = 4.0", "test.toml:2: pcie_generation:"},
+        BadCase{"memory = \"16GiB\"\npcie_lanes = 12", "test.toml:2: pcie_lanes:"},
+        BadCase{"memory = \"16GiB\"\nhost_link_gb_per_s = 0", "test.toml:2: host_link_gb_per_s:"},
+        BadCase{"memory = \"16GiB\"\nhost_link_gb_per_s = 1e9", "test.toml:2: host_link_gb_per_s:"},
+        BadCase{"memory = \"16GiB\"\ngpu_link_gb_per_s = -1", "test.toml:2: gpu_link_gb_per_s:"},
+        BadCase{"memory = \"16GiB\"\ngpu_link = 5", "test.toml:2: gpu_link:"},
+        BadCase{"memory = \"16GiB\"\nid = \"\"", "test.toml:2: id:"},
+        BadCase{"memory = \"16GiB\"\nname = 7", "test.toml:2: name:"},
+        BadCase{"memory = \"16GiB\"\nmemmory = \"8GiB\"", "test.toml:2: memmory:"},     // typo: unknown field
+        BadCase{"memory = \"16GiB\"\n[gpu]\nname = \"x\"", "test.toml:2: gpu:"},
+        BadCase{"base = \"rtx-9090\"", "test.toml:1: base:"},
+        BadCase{"base = 4090", "test.toml:1: base:"},
+        // Aliases are the catalogue's: a --gpu-spec card is never looked up by name.
+        BadCase{"memory = \"16GiB\"\naliases = [\"mine\"]",
+                "test.toml:2: aliases: only the built-in catalogue's cards"}));
 
 TEST(GpuSpecFile, BaseErrorListsCatalogue) {
   const std::string msg = error_of("base = \"rtx-9090\"");
@@ -192,7 +202,7 @@ TEST(GpuSpecFile, BaseErrorListsCatalogue) {
 }
 
 TEST(GpuSpecFile, LoadsTheShippedExample) {
-  const GpuSpec g = load_gpu_spec_file(TRAINFIT_SOURCE_DIR "/data/gpus/example-gpu.toml");
+  const GpuSpec g = load_gpu_spec_file(TRAINFIT_SOURCE_DIR "/docs/examples/example-gpu.toml");
   EXPECT_GT(g.memory_bytes, 0);
   EXPECT_GT(g.bf16_flops, 0);
   EXPECT_GT(g.memory_bandwidth_bytes_per_s, 0);
@@ -207,6 +217,101 @@ TEST(GpuSpecFile, MissingFileIsAnInputError) {
     EXPECT_NE(std::string(e.what()).find("/nonexistent/dir/gpu.toml"), std::string::npos) << e.what();
   }
   EXPECT_THROW(load_gpu_spec_file(TRAINFIT_SOURCE_DIR "/data"), InputError);  // a directory
+}
+
+TEST(GpuSpecFile, LargerThanOneMebibyteIsRefused) {
+  const std::string path = ::testing::TempDir() + "/huge-gpu.toml";
+  std::ofstream(path) << "memory = \"16GiB\"\n" << std::string(std::size_t{1} << 20, '#') << "\n";
+  try {
+    load_gpu_spec_file(path);
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()), "GPU spec file '" + path + "' is larger than 1.0 MiB");
+  }
+}
+
+// A catalogue card (data/gpus/<id>.toml) is read by the same reader, with two differences: it is
+// complete on its own (no base, every identifying field given) and it may give aliases.
+constexpr const char* kCard = R"(id = "x1"
+name = "Example X1"
+architecture = "ada"
+class = "workstation"
+compute_capability = "8.9"
+memory = "20GiB"
+memory_bandwidth = "360GB/s"
+source = "test"
+)";
+
+std::string card_error(const std::string& text) {
+  try {
+    (void)detail::read_gpu_card(text, "data/gpus/x1.toml", detail::GpuSpecKind::catalogue);
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "(accepted)";
+}
+
+TEST(GpuCatalogueCard, CompleteCardWithAliases) {
+  const auto card = detail::read_gpu_card(std::string(kCard) + "aliases = [\"X 1\", \"ex1\"]\n", "data/gpus/x1.toml",
+                                          detail::GpuSpecKind::catalogue);
+  EXPECT_EQ(card.spec.id, "x1");
+  EXPECT_EQ(card.spec.memory_bytes, 20 * kGiB);
+  EXPECT_EQ(card.aliases, (std::vector<std::string>{"X 1", "ex1"}));
+  EXPECT_EQ(card_error(kCard), "(accepted)");
+}
+
+TEST(GpuCatalogueCard, RejectsWhatOnlyAUserFileMaySay) {
+  EXPECT_EQ(card_error(std::string("base = \"h200\"\n") + kCard)
+                .rfind("data/gpus/x1.toml:1: base: a catalogue card is complete", 0),
+            0u);
+  EXPECT_EQ(card_error(std::string(kCard) + "aliases = [\"\"]\n"),
+            "data/gpus/x1.toml:9: aliases: an alias must not be empty");
+  EXPECT_EQ(card_error(std::string(kCard) + "aliases = [7]\n"),
+            "data/gpus/x1.toml:9: aliases: expected a string, got an integer");
+  // Each identifying field is required: left out, it would take a user file's "unknown" default.
+  for (const char* field :
+       {"id", "name", "architecture", "class", "compute_capability", "source", "memory_bandwidth"}) {
+    std::string text;
+    std::istringstream lines(kCard);
+    for (std::string line; std::getline(lines, line);) {
+      if (!line.starts_with(std::string(field) + " ")) text += line + "\n";
+    }
+    EXPECT_EQ(card_error(text).rfind(std::string("data/gpus/x1.toml: ") + field + ": missing", 0), 0u)
+        << field << ": " << card_error(text);
+  }
+}
+
+std::string catalogue_error(const std::vector<std::pair<std::string_view, std::string_view>>& files) {
+  try {
+    (void)detail::build_gpu_catalogue(files);
+  } catch (const std::logic_error& e) {
+    return e.what();
+  }
+  return "(accepted)";
+}
+
+// The shipped files are checked by tests/golden/gpu_catalogue_test.cpp; these are the mistakes a
+// new card file could make, each refused as a defect of the build, naming the file.
+TEST(GpuCatalogueBuild, RefusesBrokenCardFiles) {
+  const std::string x1 = kCard;
+  const std::string x2 = "id = \"x2\"\nname = \"Example X2\"\n" + x1.substr(x1.find("architecture"));
+  EXPECT_EQ(catalogue_error({{"x1", x1}, {"x2", x2}}), "(accepted)");
+  EXPECT_EQ(catalogue_error({{"x1", x1 + "memory = \n"}})
+                .rfind("built-in GPU catalogue: data/gpus/x1.toml:9: invalid TOML", 0),
+            0u);
+  EXPECT_EQ(catalogue_error({{"y1", x1}}), "built-in GPU catalogue: data/gpus/y1.toml: id 'x1' is not the file's name");
+  EXPECT_EQ(catalogue_error({{"x1", x1 + "aliases = [\"- _\"]\n"}}),
+            "built-in GPU catalogue: data/gpus/x1.toml: alias '- _' is empty once separators are dropped");
+  EXPECT_EQ(catalogue_error({{"x1", x1 + "aliases = [\"xx\"]\n"}, {"x2", x2 + "aliases = [\"XX\"]\n"}}),
+            "built-in GPU catalogue: alias 'xx' names both x1 and x2");
+  EXPECT_EQ(catalogue_error({{"x1", x1 + "aliases = [\"Example X2\"]\n"}, {"x2", x2}}),
+            "built-in GPU catalogue: alias 'examplex2' of x1 is x2's own id or name");
+  const auto built = detail::build_gpu_catalogue({{"x1", x1 + "aliases = [\"Example-One\"]\n"}, {"x2", x2}});
+  ASSERT_EQ(built.cards.size(), 2u);
+  EXPECT_EQ(built.cards[1].id, "x2");  // the files' order
+  ASSERT_EQ(built.aliases.size(), 1u);
+  EXPECT_EQ(built.aliases[0].first, "exampleone");
+  EXPECT_EQ(built.aliases[0].second, 0u);
 }
 
 TEST(GpuWithVram, MemoryOnlyCard) {

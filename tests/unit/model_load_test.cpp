@@ -79,6 +79,12 @@ TEST_F(TempDir, MalformedFileNamesThePath) {
   EXPECT_EQ(e.rfind(file.string() + ": not valid JSON", 0), 0u) << e;
 }
 
+// Past 16 MiB a "config.json" is not one: refused before it is read whole.
+TEST_F(TempDir, OversizedConfigIsRefused) {
+  const fs::path file = write("huge.json", "{" + std::string(std::size_t{16} << 20, ' ') + "}");
+  EXPECT_EQ(load_error(file.string()), "model config '" + file.string() + "' is larger than 16.0 MiB");
+}
+
 TEST_F(TempDir, ExistingPathWinsOverBuiltinName) {
   write("qwen2.5-7b/config.json", kTinyQwen3);
   const fs::path old = fs::current_path();

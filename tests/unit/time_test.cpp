@@ -2,6 +2,9 @@
 #include <gtest/gtest.h>
 
 #include <sstream>
+#include <string_view>
+#include <utility>
+#include <vector>
 
 #include "trainfit/trainfit.hpp"
 
@@ -70,6 +73,59 @@ TEST(TimeProfile, RoundTripsAndRejectsBadFiles) {
   EXPECT_THROW(parse_profile("matmul_eficiency = 0.5\n", "t"), InputError);
   EXPECT_THROW(parse_profile("= broken", "t"), InputError);
   EXPECT_THROW(load_profile("/nonexistent/profile.toml"), InputError);
+}
+
+std::string profile_error(const std::string& text) {
+  try {
+    (void)parse_profile(text, "p.toml");
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "(accepted)";
+}
+
+TEST(TimeProfile, ErrorsNameFileLineAndField) {
+  EXPECT_EQ(profile_error("name = \"x\"\nmatmul_efficiency = 1.5\n"),
+            "p.toml:2: matmul_efficiency: must be above 0 and at most 1");
+  EXPECT_EQ(profile_error("host_seconds_per_op = 0\n"), "p.toml:1: host_seconds_per_op: must be above 0 and at most 1");
+  EXPECT_EQ(profile_error("spill_efficiency = \"fast\"\n"),
+            "p.toml:1: spill_efficiency: expected a number, got a string");
+  EXPECT_EQ(profile_error("\nname = 5\n"), "p.toml:2: name: expected a string, got an integer");
+  EXPECT_EQ(
+      profile_error("matmul_eficiency = 0.5\n").rfind("p.toml:1: matmul_eficiency: unknown field (known: name, ", 0),
+      0u);
+  EXPECT_EQ(profile_error("a = 1\n= broken").rfind("p.toml:2: invalid TOML", 0), 0u);
+  EXPECT_EQ(profile_error("fp32_efficiency = 1\n"), "(accepted)");  // an integer is a number, 1 the peak
+}
+
+// Every rate of a profile, by name: comparing them all, a new rate cannot be left out unnoticed
+// (a profile's size is its two names and these).
+std::vector<std::pair<const char*, double>> rates(const TimeProfile& p) {
+  static_assert(sizeof(TimeProfile) == 2 * sizeof(std::string) + 9 * sizeof(double), "a rate was added: list it here");
+  return {{"matmul_efficiency", p.matmul_efficiency},       {"attention_efficiency", p.attention_efficiency},
+          {"fp32_efficiency", p.fp32_efficiency},           {"bandwidth_efficiency", p.bandwidth_efficiency},
+          {"host_seconds_per_op", p.host_seconds_per_op},   {"kernel_floor_seconds", p.kernel_floor_seconds},
+          {"spill_efficiency", p.spill_efficiency},         {"all_reduce_efficiency", p.all_reduce_efficiency},
+          {"all_gather_efficiency", p.all_gather_efficiency}};
+}
+
+// A profile file that leaves rates out gets the shipped ones: the values default_profile() uses,
+// not other numbers of their own (it once fell back to 30 us a dispatch and 0.88 of bandwidth).
+TEST(TimeProfile, FieldsLeftOutAreTheShippedProfile) {
+  const TimeProfile named = parse_profile("name = \"x\"", "t");
+  const TimeProfile shipped = default_profile(find_gpu("h200"));
+  EXPECT_EQ(named.name, "x");
+  const auto got = rates(named);
+  const auto want = rates(shipped);
+  for (std::size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i].second, want[i].second) << got[i].first;
+  // One rate given, the others still shipped.
+  const auto one = rates(parse_profile("host_seconds_per_op = 2e-5", "t"));
+  for (std::size_t i = 0; i < one.size(); ++i) {
+    if (std::string_view(one[i].first) == "host_seconds_per_op") EXPECT_EQ(one[i].second, 2e-5);
+    else EXPECT_EQ(one[i].second, want[i].second) << one[i].first;
+  }
+  EXPECT_EQ(shipped.name, "h200-hf-peft");
+  EXPECT_NE(default_profile(find_gpu("rtx-4090")).source.find("used as is for rtx-4090"), std::string::npos);
 }
 
 TEST(TimeCalibration, RecoversAKnownHostCost) {
