@@ -178,9 +178,12 @@ void add_bench_command(CLI::App& app, int& exit_code) {
                                                  : "python3 -m trainfit_runner";
     o.runner = bench::split_command(runner);
     if (o.runner.empty()) throw InputError("--runner: empty command");
-    // The runner package lives in the source tree's python/ folder.
-    const char* pythonpath = std::getenv("PYTHONPATH");
-    o.env.emplace_back("PYTHONPATH", std::string(TRAINFIT_PYTHON_DIR) + (pythonpath ? std::string(":") + pythonpath : ""));
+    // The runner package: share/trainfit/python beside this binary, or $TRAINFIT_PYTHON_DIR.
+    if (const auto python_dir = bench::runner_python_dir()) {
+      const char* pythonpath = std::getenv("PYTHONPATH");  // kept after it; an empty one would add the cwd
+      o.env.emplace_back("PYTHONPATH",
+                         python_dir->string() + (pythonpath && *pythonpath ? std::string(":") + pythonpath : ""));
+    }
     o.env.emplace_back("PYTHONUNBUFFERED", "1");
     o.retry_failed = flags->retry_failed;
     o.on_progress = print_progress;

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Quick start, part two: install, build, and run every test that needs no GPU.
+# Quick start, part two: install, build, run every test that needs no GPU, then check that
+# `cmake --install` gives a working trainfit and CMake package (scripts/check-install.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 cmake --preset default >/dev/null
 cmake --build --preset default
 ctest --preset default
+scripts/check-install.sh build/default

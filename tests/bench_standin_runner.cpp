@@ -9,8 +9,9 @@
 // x_rendezvous and x_peers (a folder: add a file for this runner, then wait, up to x_rendezvous_s
 // seconds (default 60), until x_peers runners have; status "error" if they never do),
 // x_spawn_child (fork a child that sleeps forever in the runner's process group; its pid goes to
-// PATH.child.pid). The row's measured.standin records CUDA_VISIBLE_DEVICES, CUDA_DEVICE_ORDER and
-// NCCL_NVLS_ENABLE as the runner saw them (null when unset) and its start and end (Unix seconds).
+// PATH.child.pid). The row's measured.standin records CUDA_VISIBLE_DEVICES, CUDA_DEVICE_ORDER,
+// NCCL_NVLS_ENABLE and PYTHONPATH as the runner saw them (null when unset) and its start and end
+// (Unix seconds).
 #include <signal.h>
 #include <unistd.h>
 
@@ -143,6 +144,7 @@ int main(int argc, char** argv) {
   measured["standin"] = {{"cuda_visible_devices", env_or_null("CUDA_VISIBLE_DEVICES")},
                          {"cuda_device_order", env_or_null("CUDA_DEVICE_ORDER")},
                          {"nccl_nvls_enable", env_or_null("NCCL_NVLS_ENABLE")},
+                         {"pythonpath", env_or_null("PYTHONPATH")},
                          {"started_unix", started_unix},
                          {"ended_unix", unix_now()}};
   const json row = {{"config", c}, {"measured", measured},

@@ -9,6 +9,7 @@
 // and each criterion passed or failed with the rows that decided it.
 #include <cstddef>
 #include <cstdint>
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <memory>
@@ -223,6 +224,16 @@ struct RunOptions {
 
 // Splits a command line on spaces, with '...' and "..." quoting.
 std::vector<std::string> split_command(std::string_view command);
+
+// The folder the default runner (python3 -m trainfit_runner) is imported from: what goes first on
+// its PYTHONPATH. $TRAINFIT_PYTHON_DIR when set, as given; else share/trainfit/python beside the
+// running program (<prefix>/bin/trainfit -> <prefix>/share/trainfit/python, where an install puts
+// the package; the build links the source's python/ folder to the same place beside the built
+// binary) when it holds trainfit_runner/__init__.py; else none: the runner must be importable as
+// it is (installed with pip, or on the caller's PYTHONPATH).
+std::optional<std::filesystem::path> runner_python_dir();
+// The same lookup for a given program path and $TRAINFIT_PYTHON_DIR value (null or empty: unset).
+std::optional<std::filesystem::path> runner_python_dir(const std::filesystem::path& program, const char* override_dir);
 
 // `--devices`: "0,1", "3", or "all". `available`: the NVML indices when NVML answers (an index
 // not among them is an error; "all" means them); null: the indices are taken as given, and "all"

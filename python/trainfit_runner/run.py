@@ -30,7 +30,11 @@ import traceback
 from pathlib import Path
 
 MIB = 1 << 20
-REPO = Path(__file__).resolve().parents[2]
+# The built-in models' config.json files: data/models/ of the repository this package is in
+# (python/trainfit_runner/), or models/ beside python/ in an install (<prefix>/share/trainfit/:
+# python/trainfit_runner/ and models/; docs/bench.md). resolve(): the build tree links python/.
+ROOT = Path(__file__).resolve().parents[2]
+MODEL_DIRS = (ROOT / "data" / "models", ROOT / "models")
 TARGETS = {"q": "q_proj", "k": "k_proj", "v": "v_proj", "o": "o_proj", "gate": "gate_proj", "up": "up_proj",
            "down": "down_proj"}
 
@@ -112,6 +116,15 @@ def stack_info(torch, device, nv):
 # ---------------------------------------------------------------------------------------------
 # Model
 
+def builtin_config_path(name):
+    """The config.json of a built-in model (MODEL_DIRS/NAME.json), or None."""
+    for d in MODEL_DIRS:
+        p = d / (name + ".json")
+        if p.is_file():
+            return p
+    return None
+
+
 def load_hf_config(name):
     """The transformers config of a built-in name (data/models/NAME.json) or a config.json path."""
     import transformers
@@ -119,7 +132,10 @@ def load_hf_config(name):
     if p.is_dir():
         p = p / "config.json"
     if not p.is_file():
-        p = REPO / "data" / "models" / (name + ".json")
+        p = builtin_config_path(name)
+        if p is None:
+            raise FileNotFoundError("model %r: no such config.json, and no built-in model of that name in %s"
+                                    % (name, " or ".join(str(d) for d in MODEL_DIRS)))
     d = json.loads(p.read_text())
     d.pop("torch_dtype", None)
     d.pop("transformers_version", None)

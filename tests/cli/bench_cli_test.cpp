@@ -135,6 +135,39 @@ expect = 'count(status == "ok") == 2'
   EXPECT_NE(missing.out.find("no results to judge"), std::string::npos) << missing.out;
 }
 
+// The runner's environment: the runner package first on PYTHONPATH. The built binary imports the
+// source's python/trainfit_runner (through the build's share/trainfit/python link), the caller's
+// PYTHONPATH stays after it, and $TRAINFIT_PYTHON_DIR replaces the package's folder. An installed
+// binary does the same with the installed package (scripts/check-install.sh).
+TEST(BenchCli, TheRunnerImportsThePackageBesideTheBinary) {
+  const fs::path dir = fresh_dir("pythonpath");
+  const std::string plan = write_plan(dir, "name = 'pythonpath'\n[matrix]\nmodel = 'qwen2.5-0.5b'\n");
+  int n = 0;
+  auto pythonpath_seen = [&](const std::string& env) {
+    const fs::path out = dir / ("out" + std::to_string(++n));
+    const auto r = trainfit::testing::run_cli(
+        "bench " + plan + " --results " + out.string() + " --runner " + TRAINFIT_STANDIN_RUNNER, env);
+    EXPECT_EQ(r.code, 0) << r.out;
+    const auto rows = rows_of(out);
+    if (rows.size() != 1 || !rows[0]["measured"]["standin"]["pythonpath"].is_string()) {
+      ADD_FAILURE() << "no PYTHONPATH in the runner's row\n" << r.out;
+      return std::string();
+    }
+    return rows[0]["measured"]["standin"]["pythonpath"].get<std::string>();
+  };
+  const std::string first = pythonpath_seen("env -u TRAINFIT_PYTHON_DIR PYTHONPATH=/callers/own");
+  const auto colon = first.find(':');
+  ASSERT_NE(colon, std::string::npos) << first;
+  const fs::path package = fs::path(first.substr(0, colon)) / "trainfit_runner";
+  EXPECT_TRUE(fs::is_regular_file(package / "__init__.py")) << first;
+  EXPECT_TRUE(fs::is_regular_file(package / "run.py")) << first;
+  EXPECT_TRUE(fs::equivalent(package, fs::path(TRAINFIT_SOURCE_DIR) / "python" / "trainfit_runner")) << first;
+  EXPECT_EQ(first.substr(colon + 1), "/callers/own");
+  // An empty PYTHONPATH is none: a trailing ':' would put the current folder on Python's path.
+  EXPECT_EQ(pythonpath_seen("env -u TRAINFIT_PYTHON_DIR PYTHONPATH="), first.substr(0, colon));
+  EXPECT_EQ(pythonpath_seen("env -u PYTHONPATH TRAINFIT_PYTHON_DIR=/my/runner"), "/my/runner");
+}
+
 bool alive(pid_t pid) { return ::kill(pid, 0) == 0; }
 
 TEST(BenchCli, SigkillKeepsEveryFinishedRowAndARerunFinishesTheRest) {
