@@ -12,6 +12,7 @@
 #include <toml++/toml.h>
 
 #include "common/text.hpp"
+#include "common/toml_reader.hpp"
 #include "trainfit/bench.hpp"
 #include "trainfit/error.hpp"
 #include "trainfit/hardware.hpp"
@@ -38,83 +39,15 @@ std::string matrix_field_list() {
   return fmt::format("{}", fmt::join(names, ", "));
 }
 
-class Reader {
- public:
-  explicit Reader(std::string_view source) : source_(source) {}
+using Reader = detail::TomlReader;
 
-  [[noreturn]] void fail(const toml::node* n, std::string_view field, const std::string& why) const {
-    if (n != nullptr && n->source().begin.line > 0)
-      throw InputError(fmt::format("{}:{}: {}: {}", source_, n->source().begin.line, field, why));
-    throw InputError(fmt::format("{}: {}: {}", source_, field, why));
-  }
-
-  std::string text(const toml::node& n, std::string_view field) const {
-    if (const auto* s = n.as_string()) return s->get();
-    fail(&n, field, "expected a string");
-  }
-  std::int64_t integer(const toml::node& n, std::string_view field, std::int64_t lo, std::int64_t hi) const {
-    const auto* i = n.as_integer();
-    if (i == nullptr) fail(&n, field, "expected an integer");
-    if (i->get() < lo || i->get() > hi) fail(&n, field, fmt::format("must be between {} and {}", lo, hi));
-    return i->get();
-  }
-  double number(const toml::node& n, std::string_view field, double lo, double hi) const {
-    double v = 0;
-    if (const auto* i = n.as_integer()) v = static_cast<double>(i->get());
-    else if (const auto* f = n.as_floating_point()) v = f->get();
-    else fail(&n, field, "expected a number");
-    if (!std::isfinite(v) || v < lo || v > hi) fail(&n, field, fmt::format("must be between {} and {}", lo, hi));
-    return v;
-  }
-  std::vector<std::string> strings(const toml::node& n, std::string_view field) const {
-    std::vector<std::string> out;
-    if (const auto* s = n.as_string()) {
-      out.push_back(s->get());
-      return out;
-    }
-    const auto* a = n.as_array();
-    if (a == nullptr) fail(&n, field, "expected a string or a list of strings");
-    for (const auto& e : *a) out.push_back(text(e, field));
-    return out;
-  }
-  // A TOML scalar as a setting's raw value (checked against the setting by the caller).
-  SettingValue value(const toml::node& n, std::string_view field) const {
-    if (const auto* v = n.as_string()) return v->get();
-    if (const auto* v = n.as_integer()) return v->get();
-    if (const auto* v = n.as_floating_point()) return v->get();
-    if (const auto* v = n.as_boolean()) return v->get();
-    fail(&n, field, "expected a value or a list of values");
-  }
-
-  const std::string& source() const { return source_; }
-
- private:
-  std::string source_;
-};
-
-toml::table parse_toml(std::string_view text, std::string_view source) {
-#if TOML_EXCEPTIONS
-  try {
-    return toml::parse(text, source);
-  } catch (const toml::parse_error& e) {
-    throw InputError(fmt::format("{}:{}: invalid TOML: {}", source, e.source().begin.line, e.description()));
-  }
-#else
-  toml::parse_result result = toml::parse(text, source);
-  if (!result)
-    throw InputError(fmt::format("{}:{}: invalid TOML: {}", source, result.error().source().begin.line,
-                                 result.error().description()));
-  return std::move(result).table();
-#endif
-}
-
-void reject_unknown(const Reader& r, const toml::table& t, std::string_view where,
-                    std::initializer_list<std::string_view> known) {
-  for (const auto& [k, v] : t) {
-    if (std::find(known.begin(), known.end(), k.str()) == known.end())
-      r.fail(&v, fmt::format("{}{}", where, k.str()),
-             fmt::format("unknown field (known: {})", fmt::join(known, ", ")));
-  }
+// A TOML scalar as a setting's raw value (checked against the setting by the caller).
+SettingValue setting_value(const Reader& r, const toml::node& n, std::string_view field) {
+  if (const auto* v = n.as_string()) return v->get();
+  if (const auto* v = n.as_integer()) return v->get();
+  if (const auto* v = n.as_floating_point()) return v->get();
+  if (const auto* v = n.as_boolean()) return v->get();
+  r.fail(&n, field, "expected a value or a list of values");
 }
 
 Expression expression(const Reader& r, const toml::node& n, std::string_view field) {
@@ -127,7 +60,7 @@ Expression expression(const Reader& r, const toml::node& n, std::string_view fie
 }
 
 void read_run(const Reader& r, const toml::table& t, ExperimentPlan& p) {
-  reject_unknown(r, t, "run.",
+  r.reject_unknown(t, "run.",
                  {"steps", "warmup", "timeout", "gpu", "vram", "overflow", "headroom", "slowdown", "runner"});
   if (const auto* n = t.get("steps")) p.steps = static_cast<int>(r.integer(*n, "run.steps", 1, 10000));
   if (const auto* n = t.get("warmup")) p.warmup = static_cast<int>(r.integer(*n, "run.warmup", 0, 10000));
@@ -142,13 +75,7 @@ void read_run(const Reader& r, const toml::table& t, ExperimentPlan& p) {
       r.fail(n, "run.gpu", e.what());
     }
   }
-  if (const auto* n = t.get("vram")) {
-    try {
-      p.vram_bytes = n->is_integer() ? r.integer(*n, "run.vram", 1, std::int64_t{1} << 50) : parse_bytes(r.text(*n, "run.vram"));
-    } catch (const InputError& e) {
-      r.fail(n, "run.vram", e.what());
-    }
-  }
+  if (const auto* n = t.get("vram")) p.vram_bytes = r.bytes(*n, "run.vram", 1, std::int64_t{1} << 50);
   if (const auto* n = t.get("overflow")) {
     p.overflow = r.text(*n, "run.overflow");
     if (p.overflow != "oom" && p.overflow != "spill") r.fail(n, "run.overflow", "expected \"oom\" or \"spill\"");
@@ -175,7 +102,7 @@ void read_matrix(const Reader& r, const toml::table& t, ExperimentPlan& p) {
     }
     Axis axis{key, {}};
     auto add = [&](const toml::node& n) {
-      SettingValue value = r.value(n, field);
+      SettingValue value = setting_value(r, n, field);
       try {
         if (setting != nullptr) value = check_setting_value(*setting, value);
         else if (key == kDeviceField && value != SettingValue(std::string("cuda")) && value != SettingValue(std::string("cpu")))
@@ -215,7 +142,7 @@ void read_criteria(const Reader& r, const toml::node& n, ExperimentPlan& p) {
     const auto* t = a->get(i)->as_table();
     const std::string at = fmt::format("criteria[{}].", i + 1);
     if (t == nullptr) r.fail(a->get(i), "criteria", "expected [[criteria]] tables");
-    reject_unknown(r, *t, at, {"name", "text", "where", "expect"});
+    r.reject_unknown(*t, at, {"name", "text", "where", "expect"});
     const auto* expect = t->get("expect");
     if (expect == nullptr) r.fail(a->get(i), at + "expect", "missing: the condition that must hold");
     Criterion c{fmt::format("criterion {}", i + 1), "", std::nullopt, expression(r, *expect, at + "expect"),
@@ -253,8 +180,8 @@ std::string label_of(const BenchConfig& c) {
 
 ExperimentPlan parse_experiment_plan(std::string_view toml_text, std::string_view source) {
   const Reader r(source);
-  const toml::table t = parse_toml(toml_text, source);
-  reject_unknown(r, t, "", {"name", "description", "hypotheses", "exclude", "run", "matrix", "criteria"});
+  const toml::table t = detail::parse_toml(toml_text, source);
+  r.reject_unknown(t, "", {"name", "description", "hypotheses", "exclude", "run", "matrix", "criteria"});
   ExperimentPlan p;
   p.source = std::string(source);
   p.text = std::string(toml_text);
@@ -291,8 +218,7 @@ ExperimentPlan parse_experiment_plan(std::string_view toml_text, std::string_vie
 }
 
 ExperimentPlan load_experiment_plan(std::string_view path) {
-  const std::string text = detail::read_text_file(path, "experiment plan");
-  if (text.size() > (std::size_t{1} << 20)) throw InputError(fmt::format("{}: larger than 1 MiB", path));
+  const std::string text = detail::read_text_file(path, "experiment plan", std::size_t{1} << 20);
   return parse_experiment_plan(text, path);
 }
 

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "common/statistics.hpp"
 #include "trainfit/bench.hpp"
 #include "trainfit/error.hpp"
 #include "trainfit/hardware.hpp"
@@ -335,13 +336,9 @@ BenchReport judge_results(const ExperimentPlan& plan, std::vector<BenchRow> rows
     if (r.predicted && r.predicted->error) errors.push_back(std::abs(*r.predicted->error));
     if (r.stack.is_object() && !r.stack.empty()) out.environment = r.stack;
   }
-  if (!errors.empty()) {
-    std::sort(errors.begin(), errors.end());
-    const std::size_t n = errors.size();
-    out.median_abs_error = n % 2 ? errors[n / 2] : 0.5 * (errors[n / 2 - 1] + errors[n / 2]);
-    out.max_abs_error = errors.back();
-    out.compared = n;
-  }
+  out.median_abs_error = detail::median(errors).value_or(0);
+  out.max_abs_error = detail::max_abs(errors);
+  out.compared = errors.size();
   out.rows = std::move(rows);
   return out;
 }

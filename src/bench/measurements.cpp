@@ -1,4 +1,5 @@
 // Reading measured steps and putting the planner's prediction beside them.
+#include "common/statistics.hpp"
 #include "common/text.hpp"
 #include "trainfit/measurements.hpp"
 
@@ -94,16 +95,6 @@ std::vector<MeasuredStep> load_measurements(std::string_view path) {
   return parse_measurements(detail::read_text_file(path, "measurements file"), path);
 }
 
-namespace {
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-}  // namespace
 
 ComparisonSummary compare_with_measurements(const std::vector<MeasuredStep>& steps, const TimeProfile* profile) {
   ComparisonSummary out;
@@ -136,13 +127,13 @@ ComparisonSummary compare_with_measurements(const std::vector<MeasuredStep>& ste
     }
     out.rows.push_back(std::move(c));
   }
-  out.median_abs_error = median(errors);
-  out.max_abs_error = errors.empty() ? 0 : *std::max_element(errors.begin(), errors.end());
-  out.median_abs_reserved_error = median(reserved_errors);
-  out.max_abs_reserved_error = reserved_errors.empty() ? 0 : *std::max_element(reserved_errors.begin(), reserved_errors.end());
+  out.median_abs_error = detail::median(errors).value_or(0);
+  out.max_abs_error = detail::max_abs(errors);
+  out.median_abs_reserved_error = detail::median(reserved_errors).value_or(0);
+  out.max_abs_reserved_error = detail::max_abs(reserved_errors);
   out.timed_rows = step_errors.size();
-  out.median_abs_step_error = median(step_errors);
-  out.max_abs_step_error = step_errors.empty() ? 0 : *std::max_element(step_errors.begin(), step_errors.end());
+  out.median_abs_step_error = detail::median(step_errors).value_or(0);
+  out.max_abs_step_error = detail::max_abs(step_errors);
   return out;
 }
 
