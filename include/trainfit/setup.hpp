@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -90,6 +91,8 @@ Platform parse_platform(std::string_view s);
 std::vector<std::string> parse_lora_targets(std::string_view s);  // "all-linear" or "q,k,v,o" / "q_proj,v_proj"
 // The short form users write: "all-linear", or "q,v" for {"q_proj", "v_proj"}.
 std::string lora_targets_text(const std::vector<std::string>& targets);
+// The shorthands for the usual projection modules: {"q", "q_proj"}, {"gate", "gate_proj"}...
+const std::vector<std::pair<std::string, std::string>>& lora_target_shorthands();
 
 std::string to_string(Method m);
 std::string to_string(DType d);

@@ -23,6 +23,8 @@ Each step appends one JSON line to the steps file, in the event format `trainfit
 appends one row in the format of `trainfit bench`'s results ({"config", "measured", "stack"}), so
 `trainfit validate rows.jsonl` puts the planner's prediction beside your run, and the steady-state
 figures are defined as bench defines them (peaks and median step time over the steps after `warmup`).
+The config is checked against trainfit's vocabulary (`trainfit schema`, setup_schema.py) when the
+probe is made, and the row carries every setting: what you gave, and the default of the rest.
 Every line is flushed and fsync'ed as it is written: a run killed at any moment keeps its steps.
 """
 import contextlib
@@ -44,12 +46,16 @@ def _append(path, obj):
 class Probe:
     def __init__(self, path=None, config=None, rows=None, warmup=1, device=None, sync=True):
         """path: the steps file (None: keep steps in memory only).  config: the setup in trainfit's
-        vocabulary (model, method, weights, rank, lora_targets, seq, batch, grad_accum, grad_ckpt,
-        attn, optimizer, gpu), copied into the row.  rows: where close() appends the summary row."""
+        vocabulary (`trainfit schema`: model, method, weights, rank, lora_targets, seq, batch,
+        grad_accum, grad_ckpt, attn, optimizer, gpu...; fields of your own start with x_); a field
+        that is not in it raises ValueError here, not at the end of the run.  rows: where close()
+        appends the summary row."""
         import torch
+        from . import setup_schema
         self.torch = torch
         self.path, self.rows_path, self.warmup, self.sync = path, rows, warmup, sync
-        self.config = dict(config or {})
+        self.given = dict(config or {})
+        self.config = setup_schema.complete(self.given, runner_fields=False)
         self.cuda = torch.cuda.is_available() if device is None else torch.device(device).type == "cuda"
         self.device = torch.device(device) if device is not None else (
             torch.device("cuda", torch.cuda.current_device()) if self.cuda else torch.device("cpu"))
@@ -121,7 +127,8 @@ class Probe:
             med = statistics.median(s["step_seconds"] for s in steady)
             m["step_seconds"] = [s["step_seconds"] for s in self.steps]
             m["step_seconds_median"] = round(med, 6)
-            tokens = self.config.get("seq", 0) * self.config.get("batch", 0) * self.config.get("grad_accum", 1)
+            # Only from what the user said: a default sequence length is not their tokens.
+            tokens = self.given.get("seq", 0) * self.given.get("batch", 0) * self.given.get("grad_accum", 1)
             if tokens and med > 0:
                 m["tokens_per_second"] = round(tokens / med, 1)
             if self.cuda:

@@ -2,7 +2,9 @@
 
     python -m trainfit_runner --config '{"model": "qwen2.5-7b", "method": "qlora", ...}' --out row.json
 
-The config is the canonical one `trainfit bench` writes (the vocabulary of `trainfit plan`).  The
+The config is the canonical one `trainfit bench` writes: the settings of `trainfit schema`
+(setup_schema.py reads that schema and fills in what a hand-written config leaves out), the
+runner's own fields (steps, warmup, device, an emulated card) and runner-specific x_ fields.  The
 model is built from its config.json (data/models/, or a path) with random weights: shape, not
 values, decides memory and speed.  Full fine-tuning, LoRA (PEFT) and QLoRA (a 4-bit base through
 bitsandbytes when installed, else this package's NF4 layer, nf4.py).  Per step: synchronised wall
@@ -29,14 +31,14 @@ import time
 import traceback
 from pathlib import Path
 
+from . import setup_schema
+
 MIB = 1 << 20
 # The built-in models' config.json files: data/models/ of the repository this package is in
 # (python/trainfit_runner/), or models/ beside python/ in an install (<prefix>/share/trainfit/:
 # python/trainfit_runner/ and models/; docs/bench.md). resolve(): the build tree links python/.
 ROOT = Path(__file__).resolve().parents[2]
 MODEL_DIRS = (ROOT / "data" / "models", ROOT / "models")
-TARGETS = {"q": "q_proj", "k": "k_proj", "v": "v_proj", "o": "o_proj", "gate": "gate_proj", "up": "up_proj",
-           "down": "down_proj"}
 
 
 def mib(x):
@@ -174,13 +176,19 @@ def build_toy(torch, cfg, device, dtype):
     return m
 
 
+def torch_dtype(torch, name):
+    return {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[name]
+
+
 def build_model(torch, cfg, device, res):
     method, weights = cfg["method"], cfg["weights"]
-    compute = torch.bfloat16
-    if method == "full":
-        dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[weights]
+    if method == "qlora":
+        # The base is built in the compute dtype, then its decoder linears are quantised; what stays
+        # unquantised (embedding, norms, output layer) keeps that dtype, as transformers loads it.
+        compute = torch_dtype(torch, cfg["compute_dtype"])
+        dtype = compute
     else:
-        dtype = torch.bfloat16  # the frozen base (LoRA) or the bf16 model quantised below (QLoRA)
+        compute = dtype = torch_dtype(torch, weights)
     if cfg.get("x_toy"):
         model = build_toy(torch, cfg, device, dtype)
         vocab = model.vocab_size
@@ -197,15 +205,24 @@ def build_model(torch, cfg, device, res):
         gc.collect()
         if device.type == "cuda":
             torch.cuda.empty_cache()  # the bf16 blocks of the build go back to the driver
+        if cfg["kbit_prepare"]:
+            # PEFT's preparation: every parameter frozen, the unquantised ones cast to fp32.
+            # Checkpointing stays this runner's own (below), non-reentrant, as the planner models it.
+            from peft import prepare_model_for_kbit_training
+            model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)
     inner = model
     if method in ("lora", "qlora"):
         from peft import LoraConfig, get_peft_model
-        t = cfg.get("lora_targets", "all-linear")
-        targets = "all-linear" if t == "all-linear" else [TARGETS.get(x.strip(), x.strip()) for x in t.split(",")]
         lc = LoraConfig(r=cfg["rank"], lora_alpha=cfg["lora_alpha"], lora_dropout=cfg["lora_dropout"],
-                        target_modules=targets, task_type="CAUSAL_LM")
+                        target_modules=setup_schema.lora_targets(cfg), task_type="CAUSAL_LM")
         with torch.device(device):
             model = get_peft_model(model, lc)
+        # PEFT keeps adapters in fp32 (autocast_adapter_dtype); another adapter dtype is a cast.
+        adapter = torch_dtype(torch, cfg["adapter_dtype"])
+        if adapter != torch.float32:
+            for name, p in model.named_parameters():
+                if "lora_" in name:
+                    p.data = p.data.to(adapter)
     if cfg["grad_ckpt"]:
         # After the PEFT wrap, on the transformers model, non-reentrant: the stack the planner models.
         inner.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
@@ -236,10 +253,10 @@ def quantize(torch, model, weights, compute, cfg):
                                                    has_fp16_weights=False)
                 else:
                     new = bnb.nn.Linear4bit(child.in_features, child.out_features, bias=child.bias is not None,
-                                            compute_dtype=compute, compress_statistics=True, quant_type=weights,
-                                            device="meta")
+                                            compute_dtype=compute, compress_statistics=cfg["double_quant"],
+                                            quant_type=weights, device="meta")
                     new.weight = bnb.nn.Params4bit(child.weight.data.cpu(), requires_grad=False,
-                                                   compress_statistics=True, quant_type=weights)
+                                                   compress_statistics=cfg["double_quant"], quant_type=weights)
                 if child.bias is not None:
                     new.bias = nn.Parameter(child.bias.data.to(compute), requires_grad=False)
                 setattr(parent, name, new.to(dev))  # bitsandbytes quantises on the move to the GPU
@@ -250,7 +267,8 @@ def quantize(torch, model, weights, compute, cfg):
     if weights != "nf4":
         raise RuntimeError("%s weights need bitsandbytes, which is not installed" % weights)
     from . import nf4
-    n = nf4.quantize_model_(model, double_quant=True, compute_dtype=compute)
+    n = nf4.quantize_model_(model, double_quant=cfg["double_quant"], compute_dtype=compute)
+    model.is_loaded_in_4bit = True  # what PEFT's k-bit preparation looks for
     return "trainfit nf4 (%d layers)" % n
 
 
@@ -483,13 +501,7 @@ def main(argv=None):
     ap.add_argument("--config", required=True, help="the config, as JSON")
     ap.add_argument("--out", required=True, help="where to write the row (JSON)")
     args = ap.parse_args(argv)
-    cfg = json.loads(args.config)
-    for k, v in (("method", "lora"), ("attn", "sdpa"), ("optimizer", "adamw"), ("seq", 512), ("batch", 1),
-                 ("grad_accum", 1), ("grad_ckpt", False), ("steps", 4), ("warmup", 1), ("gpus", 1),
-                 ("device", "cuda"), ("rank", 16), ("lora_dropout", 0.05), ("lora_targets", "all-linear")):
-        cfg.setdefault(k, v)
-    cfg.setdefault("weights", "nf4" if cfg["method"] == "qlora" else "bf16")
-    cfg.setdefault("lora_alpha", 2 * cfg["rank"])
+    cfg = setup_schema.complete(json.loads(args.config))
     if cfg["gpus"] > 1 and "WORLD_SIZE" not in os.environ:
         return relaunch_under_torchrun(cfg, args.out)
     return run(cfg, args.out)

@@ -38,6 +38,7 @@
 
 #include "trainfit/bench.hpp"
 #include "trainfit/error.hpp"
+#include "trainfit/settings.hpp"
 
 extern char** environ;
 
@@ -82,9 +83,28 @@ void write_all(int fd, const std::string& s, const fs::path& what) {
   while (done < s.size()) {
     const ssize_t w = ::write(fd, s.data() + done, s.size() - done);
     if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) throw InputError(fmt::format("cannot write '{}': {}", what.string(), std::strerror(errno)));
+    if (w <= 0) throw SystemError(fmt::format("cannot write '{}': {}", what.string(), std::strerror(errno)));
     done += static_cast<std::size_t>(w);
   }
+}
+
+// Writes a temporary file, syncs it and renames it over `path`: a reader sees the old file or the
+// new one, never half of one.
+void write_file_atomically(const fs::path& path, const std::string& text) {
+  const fs::path tmp = path.string() + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw SystemError(fmt::format("cannot write '{}': {}", tmp.string(), std::strerror(errno)));
+  try {
+    write_all(fd, text, tmp);
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+  ::fsync(fd);
+  ::close(fd);
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) throw SystemError(fmt::format("cannot write '{}': {}", path.string(), ec.message()));
 }
 
 // The directory's lock: two orchestrators appending to one file would interleave configs.
@@ -93,7 +113,7 @@ class DirLock {
   explicit DirLock(const fs::path& dir) {
     const fs::path p = dir / ".lock";
     fd_ = ::open(p.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (fd_ < 0) throw InputError(fmt::format("cannot open '{}': {}", p.string(), std::strerror(errno)));
+    if (fd_ < 0) throw SystemError(fmt::format("cannot open '{}': {}", p.string(), std::strerror(errno)));
     if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
       ::close(fd_);
       throw InputError(fmt::format("another `trainfit bench` is using '{}'", dir.string()));
@@ -189,7 +209,7 @@ void repair_tail(const fs::path& results) {
   if (text.empty() || text.back() == '\n') return;
   const auto keep = text.rfind('\n');
   fs::resize_file(results, keep == std::string::npos ? 0 : keep + 1, ec);
-  if (ec) throw InputError(fmt::format("cannot repair '{}': {}", results.string(), ec.message()));
+  if (ec) throw SystemError(fmt::format("cannot repair '{}': {}", results.string(), ec.message()));
 }
 
 struct Exit {
@@ -507,12 +527,16 @@ std::vector<BenchRow> run_configs(const ExperimentPlan& plan, const std::vector<
   const fs::path dir(options.results_dir);
   std::error_code ec;
   fs::create_directories(dir / "runs", ec);
-  if (ec) throw InputError(fmt::format("cannot create '{}': {}", (dir / "runs").string(), ec.message()));
+  if (ec) throw SystemError(fmt::format("cannot create '{}': {}", (dir / "runs").string(), ec.message()));
   const DirLock lock(dir);
   const fs::path running_file = dir / ".running";
   kill_stale_groups(running_file);
   const fs::path results = dir / "results.jsonl";
   repair_tail(results);
+  // The vocabulary the configs are written in, for the runners (python/trainfit_runner/setup_schema.py):
+  // a runner reads this binary's settings and defaults, not those of the package it was installed with.
+  const fs::path schema = dir / "setup_schema.json";
+  write_file_atomically(schema, setup_schema().dump(2) + "\n");
 
   std::unordered_map<std::string, BenchRow> done = rows_by_key(results);
   auto finished = [&](const BenchConfig& c) {
@@ -523,7 +547,7 @@ std::vector<BenchRow> run_configs(const ExperimentPlan& plan, const std::vector<
   };
 
   const int fd = ::open(results.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
-  if (fd < 0) throw InputError(fmt::format("cannot open '{}': {}", results.string(), std::strerror(errno)));
+  if (fd < 0) throw SystemError(fmt::format("cannot open '{}': {}", results.string(), std::strerror(errno)));
   struct Closer {
     int fd;
     ~Closer() { ::close(fd); }
@@ -576,7 +600,7 @@ std::vector<BenchRow> run_configs(const ExperimentPlan& plan, const std::vector<
   };
   auto append = [&](const BenchRow& row) {
     write_all(fd, row_to_json(row).dump() + "\n", results);
-    if (::fsync(fd) != 0) throw InputError(fmt::format("cannot sync '{}': {}", results.string(), std::strerror(errno)));
+    if (::fsync(fd) != 0) throw SystemError(fmt::format("cannot sync '{}': {}", results.string(), std::strerror(errno)));
   };
   const std::vector<int> no_devices;
 
@@ -623,6 +647,7 @@ std::vector<BenchRow> run_configs(const ExperimentPlan& plan, const std::vector<
       std::vector<std::string> argv = options.runner;
       argv.insert(argv.end(), {"--config", c.key, "--out", slot->out.string()});
       std::vector<std::pair<std::string, std::string>> env = options.env;
+      env.emplace_back("TRAINFIT_SETUP_SCHEMA", fs::absolute(schema).string());
       slot->group.token = fmt::format("{}-{}", token_base, i);
       env.emplace_back(kTokenVar, slot->group.token);
       if (pooled) {
@@ -679,21 +704,7 @@ std::vector<BenchRow> run_configs(const ExperimentPlan& plan, const std::vector<
 }
 
 void write_results_json(const std::string& dir, const json& doc) {
-  const fs::path final_path = fs::path(dir) / "results.json";
-  const fs::path tmp = fs::path(dir) / "results.json.tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw InputError(fmt::format("cannot write '{}': {}", tmp.string(), std::strerror(errno)));
-  try {
-    write_all(fd, doc.dump(2) + "\n", tmp);
-  } catch (...) {
-    ::close(fd);
-    throw;
-  }
-  ::fsync(fd);
-  ::close(fd);
-  std::error_code ec;
-  fs::rename(tmp, final_path, ec);  // atomic: a reader sees the old file or the new one
-  if (ec) throw InputError(fmt::format("cannot write '{}': {}", final_path.string(), ec.message()));
+  write_file_atomically(fs::path(dir) / "results.json", doc.dump(2) + "\n");
 }
 
 }  // namespace trainfit::bench

@@ -103,6 +103,15 @@ std::vector<std::string> parse_lora_targets(std::string_view s) {
   return targets;
 }
 
+const std::vector<std::pair<std::string, std::string>>& lora_target_shorthands() {
+  static const std::vector<std::pair<std::string, std::string>> all = [] {
+    std::vector<std::pair<std::string, std::string>> v;
+    for (const auto& [shorthand, full] : kTargetShorthands) v.emplace_back(shorthand, full);
+    return v;
+  }();
+  return all;
+}
+
 std::string lora_targets_text(const std::vector<std::string>& targets) {
   std::vector<std::string_view> names;
   for (const auto& t : targets) {

@@ -63,6 +63,11 @@ json property_of(const Setting& s) {
     p["x-derived-default"] = dd;
   }
   if (s.applies_when) p["x-applies-when"] = condition_to_json(*s.applies_when);
+  if (s.key == "lora_targets") {
+    json shorthands = json::object();
+    for (const auto& [shorthand, full] : lora_target_shorthands()) shorthands[shorthand] = full;
+    p["x-shorthands"] = shorthands;
+  }
   return p;
 }
 
@@ -136,7 +141,11 @@ TrainingSetup setup_from_json(const json& object, const std::function<bool(std::
 
 json setup_schema() {
   json properties = json::object();
-  for (const Setting& row : settings()) properties[row.key] = property_of(row);
+  json order = json::array();
+  for (const Setting& row : settings()) {
+    properties[row.key] = property_of(row);
+    order.push_back(row.key);
+  }
   return {{"$schema", "https://json-schema.org/draft/2020-12/schema"},
           {"$id", "trainfit.setup/1"},
           {"title", "trainfit training setup"},
@@ -144,8 +153,11 @@ json setup_schema() {
            "The settings of one training run, as `trainfit plan` takes them (x-flag), as JSON setups and bench "
            "configs carry them (the keys) and as bench matrices vary them (x-matrix). A setting left out takes its "
            "default; x-derived-default gives a default that depends on another setting; x-applies-when says when "
-           "a setting means anything (JSON written by trainfit leaves out what does not apply)."},
+           "a setting means anything (JSON written by trainfit leaves out what does not apply); x-order is the "
+           "order in which defaults are resolved; x-shorthands are module names users may abbreviate."},
           {"type", "object"},
+          // The table's order: a derived default depends only on settings before it.
+          {"x-order", order},
           {"properties", properties}};
 }
 
