@@ -122,7 +122,7 @@ std::vector<Setting> builtin_table() {
     bind_enum(r, [](auto& s) -> auto& { return s.weights; }, parse_dtype, to_string);
   }
   {
-    auto& r = row("amp", "--amp", choice, "autocast dtype over fp32 master weights (full fine-tuning with weights fp32)");
+    auto& r = row("amp", "--amp", choice, "autocast dtype over fp32 master weights, for full fine-tuning with weights fp32");
     r.choices = {"bf16", "fp16"};
     r.nullable = true;
     r.label = "amp-{}";
@@ -143,7 +143,7 @@ std::vector<Setting> builtin_table() {
     bind<std::int64_t>(r, [](auto& s) -> auto& { return s.lora.rank; });
   }
   {
-    auto& r = row("lora_alpha", "--lora-alpha", number, "LoRA alpha (scales the adapters; no memory or time term depends on it)");
+    auto& r = row("lora_alpha", "--lora-alpha", number, "LoRA alpha, which scales the adapters; no memory or time term depends on it");
     r.minimum = 0;
     r.exclusive_minimum = true;
     r.applies_when = kLora;
@@ -169,39 +169,39 @@ std::vector<Setting> builtin_table() {
     r.canonical = [](std::string_view text) { return SettingValue(parse_lora_targets(text)); };
   }
   {
-    auto& r = row("adapter_dtype", "--adapter-dtype", choice, "dtype of the LoRA weights (PEFT keeps them fp32)");
+    auto& r = row("adapter_dtype", "--adapter-dtype", choice, "dtype of the LoRA weights; PEFT keeps them in fp32");
     r.choices = {"fp32", "bf16", "fp16"};
     r.applies_when = kLora;
     r.label = "adapters-{}";
     bind_enum(r, [](auto& s) -> auto& { return s.lora.adapter_dtype; }, parse_dtype, to_string);
   }
   {
-    auto& r = row("compute_dtype", "--compute-dtype", choice, "QLoRA compute dtype (bnb_4bit_compute_dtype)");
+    auto& r = row("compute_dtype", "--compute-dtype", choice, "dtype QLoRA dequantises to and computes in: bnb_4bit_compute_dtype");
     r.choices = {"bf16", "fp16", "fp32"};
     r.applies_when = kQlora;
     r.label = "compute-{}";
     bind_enum(r, [](auto& s) -> auto& { return s.quant.compute_dtype; }, parse_dtype, to_string);
   }
   {
-    auto& r = row("double_quant", "--double-quant", boolean, "QLoRA double quantisation of the block constants (bnb_4bit_use_double_quant)");
+    auto& r = row("double_quant", "--double-quant", boolean, "QLoRA double quantisation of the block constants: bnb_4bit_use_double_quant");
     r.applies_when = kQlora;
     r.label = "dq";
     bind<bool>(r, [](auto& s) -> auto& { return s.quant.double_quant; });
   }
   {
-    auto& r = row("kbit_prepare", "--kbit-prepare", boolean, "QLoRA after peft.prepare_model_for_kbit_training (fp32 non-quantised weights)");
+    auto& r = row("kbit_prepare", "--kbit-prepare", boolean, "QLoRA after PEFT's prepare_model_for_kbit_training, which casts the unquantised weights to fp32");
     r.applies_when = kQlora;
     r.label = "kbit-prepare";
     bind<bool>(r, [](auto& s) -> auto& { return s.quant.kbit_prepare; });
   }
   {
-    auto& r = row("optimizer", "--optimizer", choice, "optimizer (adamw-8bit: bitsandbytes' 8-bit AdamW)");
+    auto& r = row("optimizer", "--optimizer", choice, "optimizer; adamw-8bit is bitsandbytes' 8-bit AdamW");
     r.choices = {"adamw", "adamw-8bit", "sgd", "sgd-momentum", "adafactor"};
     r.label = "{}";
     bind_enum(r, [](auto& s) -> auto& { return s.optimizer; }, parse_optimizer, to_string);
   }
   {
-    auto& r = row("attn", "--attn", choice, "attention kernel (sdpa: PyTorch's fused kernels; flash: flash-attention 2)");
+    auto& r = row("attn", "--attn", choice, "attention kernel: sdpa is PyTorch's fused kernels, flash is flash-attention 2");
     r.choices = {"sdpa", "eager", "flash"};
     r.label = "{}";
     bind_enum(r, [](auto& s) -> auto& { return s.attention; }, parse_attention, to_string);
@@ -215,7 +215,7 @@ std::vector<Setting> builtin_table() {
     bind<std::int64_t>(r, [](auto& s) -> auto& { return s.seq; });
   }
   {
-    auto& r = row("batch", "--batch", integer, "micro-batch size (sequences a GPU runs at once)");
+    auto& r = row("batch", "--batch", integer, "micro-batch size: the sequences a GPU runs at once");
     r.minimum = 1;
     r.maximum = 65536;
     r.label = "b{}";
@@ -223,26 +223,26 @@ std::vector<Setting> builtin_table() {
     bind<std::int64_t>(r, [](auto& s) -> auto& { return s.batch; });
   }
   {
-    auto& r = row("grad_accum", "--grad-accum", integer, "gradient accumulation steps (micro-batches per optimizer step)");
+    auto& r = row("grad_accum", "--grad-accum", integer, "gradient accumulation steps: micro-batches per optimizer step");
     r.minimum = 1;
     r.maximum = 1000000;
     r.label = "x{}";
     bind<std::int64_t>(r, [](auto& s) -> auto& { return s.grad_accum; });
   }
   {
-    auto& r = row("grad_ckpt", "--grad-ckpt", boolean, "gradient checkpointing (recompute each layer in the backward)");
+    auto& r = row("grad_ckpt", "--grad-ckpt", boolean, "gradient checkpointing: recompute each layer in the backward");
     r.label = "ckpt";
     bind<bool>(r, [](auto& s) -> auto& { return s.grad_ckpt; });
   }
   {
-    auto& r = row("gpus", "--gpus", integer, "data-parallel GPUs, each running batch x seq (memory is per GPU)");
+    auto& r = row("gpus", "--gpus", integer, "data-parallel GPUs, each running batch x seq; memory is per GPU");
     r.minimum = 1;
     r.maximum = 65536;
     r.label = "{}gpus";
     bind<std::int64_t>(r, [](auto& s) -> auto& { return s.gpus; });
   }
   {
-    auto& r = row("parallel", "--parallel", choice, "with gpus > 1: ddp (whole model on each GPU) or fsdp (FSDP2: sharded)");
+    auto& r = row("parallel", "--parallel", choice, "layout on several GPUs: ddp keeps the whole model on each, fsdp (FSDP2) shards it");
     r.choices = {"ddp", "fsdp"};
     r.applies_when = condition("gpus", {}, {}, 2);
     r.label = "{}";
@@ -261,7 +261,7 @@ std::vector<Setting> builtin_table() {
   }
   {
     auto& r = row("platform", "--platform", choice,
-                  "linux (memory past the card: out of memory) or windows (the driver spills into system memory)");
+                  "what memory past the card does: linux fails with out of memory, windows spills into system memory");
     r.choices = {"linux", "windows"};
     r.in_matrix = false;
     bind_enum(r, [](auto& s) -> auto& { return s.platform; }, parse_platform, to_string);

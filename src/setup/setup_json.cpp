@@ -43,8 +43,10 @@ json property_of(const Setting& s) {
     case text: p["type"] = "string"; break;
     case bytes: p["type"] = json::array({"integer", "string"}); break;
   }
-  if (s.minimum) p[s.exclusive_minimum ? "exclusiveMinimum" : "minimum"] = *s.minimum;
-  if (s.maximum) p[s.exclusive_maximum ? "exclusiveMaximum" : "maximum"] = *s.maximum;
+  // Bounds of whole numbers as whole numbers.
+  auto bound = [&](double v) { return s.type == integer || s.type == bytes ? json(static_cast<std::int64_t>(v)) : json(v); };
+  if (s.minimum) p[s.exclusive_minimum ? "exclusiveMinimum" : "minimum"] = bound(*s.minimum);
+  if (s.maximum) p[s.exclusive_maximum ? "exclusiveMaximum" : "maximum"] = bound(*s.maximum);
   p["default"] = setting_value_to_json(s.get(TrainingSetup{}));
   p["description"] = s.description;
   p["x-flag"] = s.flag;

@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <iterator>
 #include <set>
 
 #include <nlohmann/json.hpp>
@@ -228,6 +230,15 @@ TEST(SettingsTable, JsonReadingIsStrictAboutTypesAndOptionallyAboutKeys) {
   EXPECT_EQ(setup_from_json({{"lora_targets", "q,v"}}).lora.targets, (std::vector<std::string>{"q_proj", "v_proj"}));
   EXPECT_EQ(setup_from_json({{"lora_targets", {"q", "v"}}}).lora.targets, (std::vector<std::string>{"q_proj", "v_proj"}));
   EXPECT_EQ(setup_from_json({{"lora_alpha", nullptr}, {"rank", 4}}).lora.alpha, 8.0);  // null: not given
+}
+
+TEST(SettingsTable, DocsListEverySettingWithItsFlag) {
+  std::ifstream f(std::string(TRAINFIT_SOURCE_DIR) + "/docs/setup.md");
+  ASSERT_TRUE(f);
+  const std::string doc((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  for (const Setting& s : settings()) {
+    EXPECT_NE(doc.find("| `" + s.key + "` | `" + s.flag + "`"), std::string::npos) << s.key << " is not in docs/setup.md";
+  }
 }
 
 TEST(SettingsTable, SchemaHasEveryPropertyWithFlagDefaultAndDescription) {
