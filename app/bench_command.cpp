@@ -11,6 +11,7 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "commands.hpp"
 #include "trainfit/bench.hpp"
@@ -79,14 +80,8 @@ class NvmlSampler : public bench::ConfigSampler {
   int util_n_ = 0, ticks_ = 0;
 };
 
-std::string join(const std::vector<int>& devices) {
-  std::string s;
-  for (const int d : devices) s += (s.empty() ? "" : ",") + std::to_string(d);
-  return s;
-}
-
 std::string on_gpus(const std::vector<int>& devices) {
-  return fmt::format(" on GPU{} {}", devices.size() == 1 ? "" : "s", join(devices));
+  return fmt::format(" on GPU{} {}", devices.size() == 1 ? "" : "s", fmt::join(devices, ","));
 }
 
 void print_progress(const bench::Progress& p) {
@@ -210,7 +205,7 @@ void add_bench_command(CLI::App& app, int& exit_code) {
     std::cerr << fmt::format(
         "{}: {} configs, results in {}/results.jsonl, runner: {}{}\n", plan.name, configs.size(), o.results_dir, runner,
         o.devices.empty() ? ""
-                          : fmt::format("; on GPUs {}, up to {} configs at once", join(o.devices), o.devices.size()));
+                          : fmt::format("; on GPUs {}, up to {} configs at once", fmt::join(o.devices, ","), o.devices.size()));
     judge_and_report(bench::run_configs(plan, configs, o));
   });
 }

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "commands.hpp"
 #include "trainfit/trainfit.hpp"
@@ -37,12 +38,11 @@ void add_calibrate_command(CLI::App& app, int& exit_code) {
       ->capture_default_str();
   cmd->callback([flags, &exit_code] {
     std::vector<TimedStep> steps;
-    std::string sources;
     for (const auto& f : flags->files) {
       const auto rows = timed_steps(load_measurements(f));
       steps.insert(steps.end(), rows.begin(), rows.end());
-      sources += (sources.empty() ? "" : ", ") + f;
     }
+    const std::string sources = fmt::format("{}", fmt::join(flags->files, ", "));
     TimeProfile start = default_profile(steps.empty() ? GpuSpec{} : steps.front().gpu);
     start.name = flags->name;
     const CalibrationResult r = calibrate(steps, start, flags->fit);

@@ -35,6 +35,7 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "trainfit/bench.hpp"
 #include "trainfit/error.hpp"
@@ -329,11 +330,7 @@ struct RunningReaper {
   }
 };
 
-std::string join_devices(const std::vector<int>& devices) {
-  std::string s;
-  for (const int d : devices) s += (s.empty() ? "" : ",") + std::to_string(d);
-  return s;
-}
+std::string join_devices(const std::vector<int>& devices) { return fmt::format("{}", fmt::join(devices, ",")); }
 
 bool mentions_oom(const std::string& log) {
   for (const char* s : {"OutOfMemoryError", "CUDA out of memory", "std::bad_alloc", "Cannot allocate memory"})

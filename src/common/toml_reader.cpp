@@ -1,6 +1,7 @@
 #include "common/toml_reader.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cmath>
@@ -137,9 +138,7 @@ void TomlReader::reject_unknown(const toml::table& table, std::string_view prefi
                                 std::initializer_list<std::string_view> known) const {
   for (const auto& [key, node] : table) {
     if (std::find(known.begin(), known.end(), key.str()) != known.end()) continue;
-    std::string list;
-    for (std::string_view k : known) list += fmt::format("{}{}", list.empty() ? "" : ", ", k);
-    fail(&node, fmt::format("{}{}", prefix, key.str()), fmt::format("unknown field (known: {})", list));
+    fail(&node, fmt::format("{}{}", prefix, key.str()), fmt::format("unknown field (known: {})", fmt::join(known, ", ")));
   }
 }
 

@@ -10,6 +10,7 @@
 #include <utility>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "common/text.hpp"
 #include "hardware/gpu_card.hpp"
@@ -138,14 +139,11 @@ const GpuSpec& find_gpu(std::string_view name) {
   }
   std::stable_sort(ranked.begin(), ranked.end(),
                    [](const auto& a, const auto& b) { return a.first < b.first; });
-  std::string known;
-  for (const auto& [score, id] : ranked) {
-    if (!known.empty()) known += ", ";
-    known += id;
-  }
+  std::vector<std::string_view> known;
+  for (const auto& [score, id] : ranked) known.push_back(id);
   const std::string shown = name.size() > 80 ? std::string(name.substr(0, 80)) + "..." : std::string(name);
   throw InputError(fmt::format("unknown GPU '{}'; known: {} (or describe the card with --vram or --gpu-spec)",
-                               shown, known));
+                               shown, fmt::join(known, ", ")));
 }
 
 }  // namespace trainfit

@@ -11,6 +11,9 @@
 #include <utility>
 #include <vector>
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include "common/text.hpp"
 #include "trainfit/error.hpp"
 #include "trainfit/model.hpp"
@@ -111,13 +114,10 @@ std::string close_names(std::string_view typed) {
     if (d <= 3 || t.compare(0, prefix, name, 0, prefix) == 0) scored.emplace_back(d, name);
   }
   std::stable_sort(scored.begin(), scored.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-  std::string out;
-  for (std::size_t i = 0; i < scored.size() && i < 6; ++i) out += (i > 0 ? ", " : "") + scored[i].second;
-  if (out.empty()) {
-    for (const std::string& name : builtin_model_names()) out += (out.empty() ? "" : ", ") + name;
-    return "built-in names: " + out;
-  }
-  return "close built-in names: " + out;
+  std::vector<std::string> closest;
+  for (std::size_t i = 0; i < scored.size() && i < 6; ++i) closest.push_back(scored[i].second);
+  if (closest.empty()) return fmt::format("built-in names: {}", fmt::join(builtin_model_names(), ", "));
+  return fmt::format("close built-in names: {}", fmt::join(closest, ", "));
 }
 
 // Past this a "config.json" is not one; reading it whole would only waste memory.

@@ -5,6 +5,7 @@
 #include <cctype>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "trainfit/error.hpp"
 #include "trainfit/settings.hpp"
@@ -26,11 +27,7 @@ std::string params_text(std::int64_t n) {
   return fmt::format("{}", n);
 }
 
-std::string targets_text(const std::vector<std::string>& t) {
-  std::string s;
-  for (const auto& x : t) s += (s.empty() ? "" : ",") + x;
-  return s;
-}
+std::string targets_text(const std::vector<std::string>& t) { return fmt::format("{}", fmt::join(t, ",")); }
 
 std::string setup_text(const TrainingSetup& s) {
   std::string method;
@@ -132,11 +129,11 @@ std::string time_lines(const Plan& p, bool md) {
   if (t.spill_seconds > 0)
     out += fmt::format("{}Spilling over the host link makes the step {:.0f}x slower than the same step fitting in memory\n",
                        md ? "" : "        ", t.spill_slowdown);
-  std::string terms;
+  std::vector<std::string> terms;
   for (const auto& term : t.breakdown)
-    if (term.seconds > 0) terms += fmt::format("{}{} {}", terms.empty() ? "" : ", ", term.name, seconds_text(term.seconds));
+    if (term.seconds > 0) terms.push_back(fmt::format("{} {}", term.name, seconds_text(term.seconds)));
   out += fmt::format("{}GPU {} | host {}: {}\n", md ? "" : "        ", seconds_text(t.gpu_seconds),
-                     seconds_text(t.host_seconds), terms);
+                     seconds_text(t.host_seconds), fmt::join(terms, ", "));
   return out;
 }
 
@@ -216,10 +213,9 @@ std::string render_plan(const Plan& p, Format format) {
   row("CUDA context", m.cuda_context_bytes, "");
   row("device used", m.device_used_bytes, "NVML / nvidia-smi");
   out += md ? "\n" : "\n";
-  std::string phases;
-  for (const auto& ph : m.phases)
-    phases += fmt::format("{}{} {}", phases.empty() ? "" : ", ", to_string(ph.phase), mib(ph.allocated_bytes));
-  out += fmt::format("{}Phase peaks: {}\n\n", md ? "" : "", phases);
+  std::vector<std::string> phases;
+  for (const auto& ph : m.phases) phases.push_back(fmt::format("{} {}", to_string(ph.phase), mib(ph.allocated_bytes)));
+  out += fmt::format("Phase peaks: {}\n\n", fmt::join(phases, ", "));
   out += time_lines(p, md);
   if (!p.suggestions.empty()) {
     out += md ? "\n### To fit\n\n| change | peak allocated | device used | verdict | step |\n|---|---:|---:|---|---:|\n"
