@@ -99,6 +99,9 @@ SettingValue default_value(const Setting& s, const TrainingSetup& so_far);
 // against the row and turned into its canonical form. Throws SettingError naming the setting.
 SettingValue parse_setting_text(const Setting& s, std::string_view text);
 SettingValue check_setting_value(const Setting& s, const SettingValue& raw);
+// A canonical value (what `get` returns) inside its row's range or choices: the check validate()
+// makes of a setup built in code, without re-reading names. Throws SettingError.
+void check_setting_in_bounds(const Setting& s, const SettingValue& value);
 // The canonical text of a value: what a flag takes back ("q,v", "bf16", "none", "16GiB").
 std::string setting_text(const Setting& s, const SettingValue& value);
 

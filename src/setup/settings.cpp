@@ -491,6 +491,17 @@ SettingValue check_setting_value(const Setting& s, const SettingValue& raw) {
   return raw;
 }
 
+void check_setting_in_bounds(const Setting& s, const SettingValue& value) {
+  if (const auto* i = std::get_if<std::int64_t>(&value)) {
+    check_range(s, static_cast<double>(*i), std::to_string(*i));
+  } else if (const auto* d = std::get_if<double>(&value)) {
+    check_range(s, *d, number_text(*d));
+  } else if (const auto* name = std::get_if<std::string>(&value); name != nullptr && s.type == SettingType::choice) {
+    if (std::find(s.choices.begin(), s.choices.end(), *name) == s.choices.end())
+      throw SettingError(s.key, fmt::format("'{}' is not one of: {}", *name, fmt::join(s.choices, ", ")));
+  }
+}
+
 SettingValue parse_setting_text(const Setting& s, std::string_view input) {
   using enum SettingType;
   const std::string t(input);

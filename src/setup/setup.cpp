@@ -145,11 +145,7 @@ double bytes_per_element(DType d) {
 void validate(const TrainingSetup& s) {
   // Each value inside its row's range and choices (settings.cpp): a setup built in code is held
   // to what a flag or a file would be.
-  for (const Setting& row : settings()) {
-    if (row.type == SettingType::integer || row.type == SettingType::number ||
-        (row.type == SettingType::choice && !row.choices.empty()))
-      (void)check_setting_value(row, row.get(s));
-  }
+  for (const Setting& row : settings()) check_setting_in_bounds(row, row.get(s));
   // Products of the limits must stay far from int64 overflow: a micro-batch's tokens are bounded.
   constexpr std::int64_t kMaxTokens = std::int64_t{1} << 24;
   if (s.seq * s.batch > kMaxTokens)
