@@ -221,7 +221,7 @@ int watch(const WatchFlags& f) {
   if (!f.command.empty() && f.pid) throw InputError("give either --pid or a command after --, not both");
   if (f.pid && kill(f.pid, 0) != 0 && errno == ESRCH) throw InputError(fmt::format("no process {}", f.pid));
 
-  auto nvml = Nvml::open();  // TelemetryUnavailable: one line and exit code 2, before any job starts
+  auto nvml = Nvml::open();  // TelemetryUnavailable: one line and exit code 3, before any job starts
   const std::vector<GpuInfo>& gpus = nvml->gpus();
   std::unique_ptr<MetricsServer> server;
   if (!f.prometheus.empty()) server = std::make_unique<MetricsServer>(parse_endpoint(f.prometheus));
@@ -253,7 +253,7 @@ int watch(const WatchFlags& f) {
   if (!f.command.empty()) {
     if (events_path.empty()) {
       std::string tmpl = (std::filesystem::temp_directory_path() / "trainfit-watch-XXXXXX").string();
-      if (!mkdtemp(tmpl.data())) throw InputError("cannot create a temporary folder for the job's events");
+      if (!mkdtemp(tmpl.data())) throw SystemError("cannot create a temporary folder for the job's events");
       events_dir.path = tmpl;
       events_path = (events_dir.path / "events.jsonl").string();
       std::ofstream(events_path).flush();

@@ -19,10 +19,11 @@
 // Its own namespace: "Verdict" and "Bottleneck" mean other things to the planner.
 namespace trainfit::telemetry {
 
-// No NVML library, no driver or no GPU. An InputError, so the CLI shows the message and exits with 2.
-class TelemetryUnavailable : public InputError {
+// No NVML library, no driver or no GPU: the machine, not the input, so a SystemError (the CLI shows
+// the message and exits with 3).
+class TelemetryUnavailable : public SystemError {
  public:
-  using InputError::InputError;
+  using SystemError::SystemError;
 };
 
 struct ProcessMemory {

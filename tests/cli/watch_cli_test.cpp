@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <fstream>
@@ -40,16 +41,18 @@ int count(const std::vector<nlohmann::json>& lines, const char* type) {
   return n;
 }
 
-TEST(WatchCli, NoDriverIsAClearMessageAndExitCodeTwo) {
+TEST(WatchCli, NoDriverIsOneLineAndExitCodeThree) {
   const auto r = run("TRAINFIT_NVML_LIBRARY=/nonexistent/libnvidia-ml.so.1", "watch --duration 1");
-  EXPECT_EQ(r.code, 2) << r.out;
-  EXPECT_EQ(r.out.rfind("trainfit: no NVIDIA driver found", 0), 0u) << r.out;
+  EXPECT_EQ(r.code, 3) << r.out;  // the machine lacks something; the input was fine
+  EXPECT_EQ(r.out.rfind("trainfit: no NVIDIA driver found: cannot load /nonexistent/libnvidia-ml.so.1 (", 0), 0u)
+      << r.out;
+  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
   // A job is not started when there is nothing to watch it with.
   const std::string marker = testing::TempDir() + "/watch_job_ran";
   std::remove(marker.c_str());
   const auto j =
       run("TRAINFIT_NVML_LIBRARY=/nonexistent/libnvidia-ml.so.1", "watch -- /bin/sh -c 'touch " + marker + "'");
-  EXPECT_EQ(j.code, 2);
+  EXPECT_EQ(j.code, 3) << j.out;
   EXPECT_FALSE(std::ifstream(marker).good());
 }
 
