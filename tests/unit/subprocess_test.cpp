@@ -156,9 +156,12 @@ TEST(Subprocess, ItsOwnProcessGroupHoldsWhatItStarts) {
   }
   ASSERT_GT(grandchild, 0);
   EXPECT_EQ(::getpgid(grandchild), child.pid);
-  ::kill(-child.pid, SIGKILL);  // the group: the shell and its sleep
+  const bool group_killed = ::kill(-child.pid, SIGKILL) == 0;  // the group: the shell and its sleep
+  EXPECT_TRUE(group_killed);
+  if (!group_killed) ::kill(child.pid, SIGKILL);  // so that the wait below ends anyway
   EXPECT_TRUE(WIFSIGNALED(wait_for(child.pid)));
   EXPECT_TRUE(dies_within(grandchild, std::chrono::seconds(5)));
+  if (alive(grandchild)) ::kill(grandchild, SIGKILL);
 
   o.own_process_group = false;  // by default it stays in ours (a terminal's Ctrl-C reaches it)
   o.argv = {"/bin/sh", "-c", "exit 0"};
@@ -194,6 +197,7 @@ TEST(Subprocess, DiesWithItsParentWhenAsked) {
   const pid_t bound = orphan_sleep(true);
   ASSERT_GT(bound, 0);
   EXPECT_TRUE(dies_within(bound, std::chrono::seconds(5)));
+  if (alive(bound)) ::kill(bound, SIGKILL);
 
   const pid_t free = orphan_sleep(false);
   ASSERT_GT(free, 0);
