@@ -1,6 +1,7 @@
 #include "common/subprocess.hpp"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <unistd.h>
@@ -10,8 +11,6 @@
 #include <cstring>
 #include <stdexcept>
 #include <string_view>
-
-#include <fmt/format.h>
 
 #include "trainfit/error.hpp"
 
@@ -26,7 +25,8 @@ std::vector<std::string> child_environment(const SubprocessOptions& o) {
   for (char** e = environ; *e != nullptr; ++e) {
     const std::string_view kv(*e);
     const std::string_view name = kv.substr(0, kv.find('='));
-    const bool replaced = std::any_of(o.set_env.begin(), o.set_env.end(), [&](const auto& p) { return p.first == name; });
+    const bool replaced =
+        std::any_of(o.set_env.begin(), o.set_env.end(), [&](const auto& p) { return p.first == name; });
     const bool removed = std::find(o.unset_env.begin(), o.unset_env.end(), name) != o.unset_env.end();
     if (!replaced && !removed) out.emplace_back(kv);
   }

@@ -18,8 +18,8 @@ struct SubprocessOptions {
   std::vector<std::string> unset_env;
   std::optional<std::filesystem::path> output;  // stdout and stderr to this file (created or truncated)
   bool stdin_from_null = false;                 // stdin from /dev/null instead of this process's
-  bool own_process_group = false;  // setpgid(0, 0): kill(-pid, ...) then reaches whatever it starts
-  bool die_with_parent = false;    // SIGKILL when this process dies (PR_SET_PDEATHSIG)
+  bool own_process_group = false;               // setpgid(0, 0): kill(-pid, ...) then reaches whatever it starts
+  bool die_with_parent = false;                 // SIGKILL when this process dies (PR_SET_PDEATHSIG)
   // Written to the child's stderr (the output file when there is one) when the command cannot be
   // executed, before it exits with 127.
   std::string exec_failure_note;

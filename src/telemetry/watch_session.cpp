@@ -1,6 +1,7 @@
 // The engine of `trainfit watch`: the job, the sampler, the probe's events, the verdict every second,
 // the JSON lines and the summary. The caller shows the text (WatchOutput) and turns its signals into
 // `last_signal`.
+#include <fmt/format.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -16,8 +17,6 @@
 #include <map>
 #include <set>
 #include <thread>
-
-#include <fmt/format.h>
 
 #include "common/subprocess.hpp"
 #include "telemetry/watch_text.hpp"
@@ -160,7 +159,8 @@ WatchSession::WatchSession(WatchOptions options) : state_(std::make_unique<State
     if (!s.jsonl) throw InputError("cannot write '" + o.jsonl_path + "'");
   }
   for (const auto& a : o.command) s.command_text += (s.command_text.empty() ? "" : " ") + a;
-  if (s.jsonl) s.jsonl << header_to_json(s.nvml->gpus(), s.nvml->driver_version(), s.command_text).dump() << "\n" << std::flush;
+  if (s.jsonl)
+    s.jsonl << header_to_json(s.nvml->gpus(), s.nvml->driver_version(), s.command_text).dump() << "\n" << std::flush;
   s.options = std::move(options);
 }
 
@@ -181,7 +181,8 @@ WatchResult WatchSession::run(const WatchOutput& output, const std::atomic<int>&
     if (events_path.empty()) {
       std::string tmpl = (std::filesystem::temp_directory_path() / "trainfit-watch-XXXXXX").string();
       if (!mkdtemp(tmpl.data()))
-        throw SystemError(fmt::format("cannot create a temporary folder for the job's events: {}", std::strerror(errno)));
+        throw SystemError(
+            fmt::format("cannot create a temporary folder for the job's events: {}", std::strerror(errno)));
       events_dir.path = tmpl;
       events_path = (events_dir.path / "events.jsonl").string();
       std::ofstream(events_path).flush();
@@ -277,8 +278,8 @@ WatchResult WatchSession::run(const WatchOutput& output, const std::atomic<int>&
       for (std::size_t i = 0; i < gpus.size(); ++i)
         for (const GpuReading& g : history.back().gpus)
           if (g.index == gpus[i].index) latest[i] = &g;
-      output.live_view("\x1b[H" + detail::live_view_text(gpus, latest, current, tree, o.interval_seconds,
-                                                         o.window_seconds, t - t0));
+      output.live_view(
+          "\x1b[H" + detail::live_view_text(gpus, latest, current, tree, o.interval_seconds, o.window_seconds, t - t0));
     }
   }
   const double wall = now() - t0;
@@ -289,8 +290,8 @@ WatchResult WatchSession::run(const WatchOutput& output, const std::atomic<int>&
 
   WatchResult result;
   result.exit_code = job.exit_code;
-  result.summary = detail::summary_text({s.command_text, job.exit_code, wall, cost, process_share}, diagnoses, gpus,
-                                        t0, watched, o.window_seconds);
+  result.summary = detail::summary_text({s.command_text, job.exit_code, wall, cost, process_share}, diagnoses, gpus, t0,
+                                        watched, o.window_seconds);
   if (jsonl) jsonl << summary_to_json(diagnoses, job.exit_code, cost, process_share).dump() << "\n" << std::flush;
   return result;
 }

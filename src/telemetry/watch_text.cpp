@@ -1,8 +1,8 @@
 #include "telemetry/watch_text.hpp"
 
-#include <algorithm>
-
 #include <fmt/format.h>
+
+#include <algorithm>
 
 #include "trainfit/units.hpp"
 
@@ -10,8 +10,12 @@ namespace trainfit::telemetry {
 namespace detail {
 namespace {
 
-std::string opt_pct(const std::optional<double>& v) { return v ? fmt::format("{:.0f}%", *v) : "?"; }
-std::string opt_rate(const std::optional<double>& v) { return v ? fmt::format("{:.2f}", *v / 1e9) : "?"; }
+std::string opt_pct(const std::optional<double>& v) {
+  return v ? fmt::format("{:.0f}%", *v) : "?";
+}
+std::string opt_rate(const std::optional<double>& v) {
+  return v ? fmt::format("{:.2f}", *v / 1e9) : "?";
+}
 std::string opt_num(const std::optional<double>& v, const char* unit) {
   return v ? fmt::format("{:.0f}{}", *v, unit) : "?";
 }
@@ -89,9 +93,8 @@ std::string timeline_text(std::span<const Diagnosis> diagnoses, std::span<const 
   return out;
 }
 
-std::string summary_text(const SummaryFacts& facts, std::span<const Diagnosis> diagnoses,
-                         std::span<const GpuInfo> gpus, double t0, const std::set<int>& watched,
-                         double window_seconds) {
+std::string summary_text(const SummaryFacts& facts, std::span<const Diagnosis> diagnoses, std::span<const GpuInfo> gpus,
+                         double t0, const std::set<int>& watched, double window_seconds) {
   std::string out;
   if (!facts.command.empty())
     out += fmt::format("\ntrainfit watch: `{}` exited with code {} after {:.1f} s\n", facts.command,
@@ -102,8 +105,8 @@ std::string summary_text(const SummaryFacts& facts, std::span<const Diagnosis> d
   out += fmt::format(
       "cost: sampler thread {:.3f} s CPU over {:.1f} s ({} samples) = {:.3f}% of a core; "
       "trainfit watch in all {:.3f}% of a core\n",
-      facts.sampler.cpu_seconds, facts.sampler.wall_seconds, facts.sampler.samples,
-      100 * facts.sampler.core_fraction(), 100 * facts.process_core_fraction);
+      facts.sampler.cpu_seconds, facts.sampler.wall_seconds, facts.sampler.samples, 100 * facts.sampler.core_fraction(),
+      100 * facts.process_core_fraction);
   return out;
 }
 

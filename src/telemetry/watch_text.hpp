@@ -32,8 +32,7 @@ struct SummaryFacts {
   SamplerCost sampler;
   double process_core_fraction = 0;  // all of this process's CPU time over the wall time
 };
-std::string summary_text(const SummaryFacts& facts, std::span<const Diagnosis> diagnoses,
-                         std::span<const GpuInfo> gpus, double t0, const std::set<int>& watched,
-                         double window_seconds);
+std::string summary_text(const SummaryFacts& facts, std::span<const Diagnosis> diagnoses, std::span<const GpuInfo> gpus,
+                         double t0, const std::set<int>& watched, double window_seconds);
 
 }  // namespace trainfit::telemetry::detail

@@ -124,7 +124,8 @@ TEST(WatchSession, APlainWatchRecordsEverySampleAndAVerdictEachSecond) {
   EXPECT_FALSE(r.exit_code);
   // Without a job, a line per GPU per verdict (at about 1 and 2 s, and the last pass).
   ASSERT_GE(shown.verdict_lines.size(), 2u);
-  for (const auto& line : shown.verdict_lines) EXPECT_NE(line.find("] GPU 0: compute-bound: util "), std::string::npos) << line;
+  for (const auto& line : shown.verdict_lines)
+    EXPECT_NE(line.find("] GPU 0: compute-bound: util "), std::string::npos) << line;
   EXPECT_EQ(r.summary.rfind("\ntrainfit watch: 2.", 0), 0u) << r.summary;
   EXPECT_NE(r.summary.find("GPU 0 (Fake H200), verdicts over time (5 s windows, every second):"), std::string::npos)
       << r.summary;
@@ -239,9 +240,9 @@ TEST(WatchSession, ACommandThatCannotStartIsAnInputError) {
 }
 
 TEST(WatchSession, AReplayIsRenderedAsItsVerdictsOverTime) {
-  std::string jsonl = header_to_json(std::vector<GpuInfo>{{0, "Fake H200", 150000000000, 1980.0, 3201.0, 700.0}}, "580", "")
-                          .dump() +
-                      "\n";
+  std::string jsonl =
+      header_to_json(std::vector<GpuInfo>{{0, "Fake H200", 150000000000, 1980.0, 3201.0, 700.0}}, "580", "").dump() +
+      "\n";
   for (int i = 0; i < 30; ++i) {
     Sample s;
     s.time = 1000 + 0.1 * i;
