@@ -4,8 +4,10 @@
 // NVML (the NVIDIA driver's management library) is loaded at run time with dlopen, so trainfit builds
 // and runs everywhere; a machine without it gets TelemetryUnavailable. Every metric the driver refuses
 // is an empty optional: unknown, never zero. docs/watch.md defines every number and every rule.
+#include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -19,10 +21,11 @@
 // Its own namespace: "Verdict" and "Bottleneck" mean other things to the planner.
 namespace trainfit::telemetry {
 
-// No NVML library, no driver or no GPU. An InputError, so the CLI shows the message and exits with 2.
-class TelemetryUnavailable : public InputError {
+// No NVML library, no driver or no GPU: the machine, not the input, so a SystemError (the CLI shows
+// the message and exits with 3).
+class TelemetryUnavailable : public SystemError {
  public:
-  using InputError::InputError;
+  using SystemError::SystemError;
 };
 
 struct ProcessMemory {
@@ -253,6 +256,63 @@ class MetricsServer {
   struct State;
   std::unique_ptr<State> state_;
 };
+
+// `trainfit watch` itself: a job (or a process, or every GPU) sampled, a verdict every second.
+struct WatchOptions {
+  double interval_seconds = 0.1;     // between samples
+  double window_seconds = 5;         // of samples behind each verdict
+  double duration_seconds = 0;       // then stop; 0: until a signal, or until the job ends
+  int pid = 0;                       // watch the GPUs where this process or a descendant holds memory
+  std::vector<std::string> command;  // the job to start and watch (empty: none)
+  std::string events_path;           // a probe's events file to follow; empty with a job: one in a temporary folder
+  std::string jsonl_path;            // record the samples, probe events, verdicts and summary here (JSON lines)
+  std::string prometheus;            // serve /metrics at this address (parse_endpoint)
+  std::string nvml_library;          // Nvml::open's argument
+};
+
+// Where a watch's text goes. The library renders it; the caller shows it. Any of them may be empty.
+struct WatchOutput {
+  // A line (ending in a newline) per GPU for each verdict, or, with a job (whose own output shares
+  // the terminal), each time a GPU's verdict changes. Not called while there is a live view.
+  std::function<void(const std::string&)> verdict_line;
+  // Text for a terminal, with ANSI codes: first a clear screen, then every second a view of every
+  // GPU drawn over the last one.
+  std::function<void(const std::string&)> live_view;
+  // A line for the user about the input, such as malformed probe events (once).
+  std::function<void(const std::string&)> warning;
+};
+
+struct WatchResult {
+  // The job's exit code (128 + the signal that killed it); empty without a job, or when the watch
+  // ended (--duration) while the job still runs.
+  std::optional<int> exit_code;
+  std::string summary;  // how long it ran (and how the job ended), the verdicts over time, the cost
+};
+
+class WatchSession {
+ public:
+  // Checks the options (InputError), opens NVML (TelemetryUnavailable), the /metrics endpoint and the
+  // JSON lines file, and writes its header. Starts nothing: a job is started by run().
+  explicit WatchSession(WatchOptions options);
+  ~WatchSession();
+  WatchSession(const WatchSession&) = delete;
+  WatchSession& operator=(const WatchSession&) = delete;
+
+  // Starts the job, samples and judges until the watch ends, records the summary in the JSON lines
+  // and returns it. Runs once. `last_signal` is the last SIGINT or SIGTERM the caller's handlers saw
+  // (0: none): either ends a watch without a job; with a job, the watch ends when the job does (a
+  // terminal's Ctrl-C reaches the job itself) and a SIGTERM is passed on to the job. A command that
+  // cannot be executed is an InputError.
+  WatchResult run(const WatchOutput& output, const std::atomic<int>& last_signal);
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+// `trainfit watch --replay`: a recording's sample and step counts, then its verdicts over time
+// (windows of `window_seconds`, one a second).
+std::string render_replay(const Recording& recording, std::string_view source, double window_seconds);
 
 }  // namespace trainfit::telemetry
 

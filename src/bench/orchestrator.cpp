@@ -15,7 +15,6 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/file.h>
-#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -37,11 +36,10 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "common/subprocess.hpp"
 #include "trainfit/bench.hpp"
 #include "trainfit/error.hpp"
 #include "trainfit/settings.hpp"
-
-extern char** environ;
 
 namespace trainfit::bench {
 namespace {
@@ -224,49 +222,20 @@ struct Spawned {
   pid_t pid = -1;
 };
 
+// The runner: its own process group (a timeout's kill reaches whatever it started), dead with the
+// orchestrator, its output in `log`; a command that cannot be executed exits 127 with a line there.
 Spawned spawn(const std::vector<std::string>& argv, const std::vector<std::pair<std::string, std::string>>& env,
               const fs::path& log) {
   if (argv.empty()) throw InputError("no runner command");
-  const int logfd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (logfd < 0) throw InputError(fmt::format("cannot create '{}': {}", log.string(), std::strerror(errno)));
-  // Everything the child needs is prepared before fork: after it, only async-signal-safe calls.
-  std::vector<std::string> env_strings;
-  for (char** e = environ; *e != nullptr; ++e) {
-    const std::string_view kv(*e);
-    const auto eq = kv.find('=');
-    const std::string_view k = kv.substr(0, eq);
-    if (std::none_of(env.begin(), env.end(), [&](const auto& p) { return p.first == k; })) env_strings.emplace_back(kv);
-  }
-  for (const auto& [k, v] : env) env_strings.push_back(k + "=" + v);
-  std::vector<char*> envp;
-  for (auto& s : env_strings) envp.push_back(s.data());
-  envp.push_back(nullptr);
-  std::vector<std::string> args = argv;
-  std::vector<char*> cargv;
-  for (auto& a : args) cargv.push_back(a.data());
-  cargv.push_back(nullptr);
-  const pid_t parent = ::getpid();
-  const pid_t pid = ::fork();
-  if (pid < 0) {
-    ::close(logfd);
-    throw InputError(fmt::format("cannot start the runner: {}", std::strerror(errno)));
-  }
-  if (pid == 0) {
-    ::setpgid(0, 0);
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (::getppid() != parent) ::_exit(126);  // the orchestrator died before prctl
-    const int devnull = ::open("/dev/null", O_RDONLY);
-    if (devnull >= 0) ::dup2(devnull, 0);
-    ::dup2(logfd, 1);
-    ::dup2(logfd, 2);
-    ::execvpe(cargv[0], cargv.data(), envp.data());
-    const char msg[] = "trainfit bench: cannot execute the runner command\n";
-    [[maybe_unused]] const ssize_t w = ::write(2, msg, sizeof msg - 1);
-    ::_exit(127);
-  }
-  ::setpgid(pid, pid);  // also here: no window in which a kill of the group misses it
-  ::close(logfd);
-  return {pid};
+  detail::SubprocessOptions runner;
+  runner.argv = argv;
+  runner.set_env = env;
+  runner.output = log;
+  runner.stdin_from_null = true;
+  runner.own_process_group = true;
+  runner.die_with_parent = true;
+  runner.exec_failure_note = "trainfit bench: cannot execute the runner command\n";
+  return {detail::start_subprocess(runner).pid};
 }
 
 // One running config.

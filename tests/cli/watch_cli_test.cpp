@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <fstream>
@@ -17,9 +18,14 @@ namespace {
 using Result = trainfit::testing::CliResult;
 Result run(const std::string& env, const std::string& args) { return trainfit::testing::run_cli(args, env); }
 
+// One file per test process: ctest runs the tests of this suite in parallel (and other checkouts
+// may run it at the same time).
+std::string temp_path(const std::string& name) {
+  return testing::TempDir() + "/watch_cli_" + std::to_string(::getpid()) + "_" + name;
+}
+
 std::string fake_env() {
-  // One file per test process: ctest runs the tests of this suite in parallel.
-  const std::string script = testing::TempDir() + "/watch_cli_fake_" + std::to_string(::getpid()) + ".txt";
+  const std::string script = temp_path("fake.txt");
   std::ofstream(script) << "gpu0.name Fake H200\ngpu0.memory_total 150000000000\ngpu0.memory_used 20000000000\n"
                            "gpu0.util_gpu 97 99\ngpu0.power_mw 600000\n";
   return "FAKE_NVML_SCRIPT=" + script + " TRAINFIT_NVML_LIBRARY=" + TRAINFIT_FAKE_NVML;
@@ -40,21 +46,23 @@ int count(const std::vector<nlohmann::json>& lines, const char* type) {
   return n;
 }
 
-TEST(WatchCli, NoDriverIsAClearMessageAndExitCodeTwo) {
+TEST(WatchCli, NoDriverIsOneLineAndExitCodeThree) {
   const auto r = run("TRAINFIT_NVML_LIBRARY=/nonexistent/libnvidia-ml.so.1", "watch --duration 1");
-  EXPECT_EQ(r.code, 2) << r.out;
-  EXPECT_EQ(r.out.rfind("trainfit: no NVIDIA driver found", 0), 0u) << r.out;
+  EXPECT_EQ(r.code, 3) << r.out;  // the machine lacks something; the input was fine
+  EXPECT_EQ(r.out.rfind("trainfit: no NVIDIA driver found: cannot load /nonexistent/libnvidia-ml.so.1 (", 0), 0u)
+      << r.out;
+  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
   // A job is not started when there is nothing to watch it with.
-  const std::string marker = testing::TempDir() + "/watch_job_ran";
+  const std::string marker = temp_path("job_ran");
   std::remove(marker.c_str());
   const auto j =
       run("TRAINFIT_NVML_LIBRARY=/nonexistent/libnvidia-ml.so.1", "watch -- /bin/sh -c 'touch " + marker + "'");
-  EXPECT_EQ(j.code, 2);
+  EXPECT_EQ(j.code, 3) << j.out;
   EXPECT_FALSE(std::ifstream(marker).good());
 }
 
 TEST(WatchCli, SamplesTheFakeDriverIntoJsonLines) {
-  const std::string jsonl = testing::TempDir() + "/watch.jsonl";
+  const std::string jsonl = temp_path("watch.jsonl");
   const auto r = run(fake_env(), "watch --duration 2.5 --jsonl " + jsonl);
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("GPU 0: compute-bound"), std::string::npos) << r.out;  // plain lines: not a terminal
@@ -70,7 +78,7 @@ TEST(WatchCli, SamplesTheFakeDriverIntoJsonLines) {
 }
 
 TEST(WatchCli, RunsAJobAndReturnsItsExitCode) {
-  const std::string jsonl = testing::TempDir() + "/watch_job.jsonl";
+  const std::string jsonl = temp_path("job.jsonl");
   // The job writes probe events where watch tells it to.
   const std::string job =
       "/bin/sh -c 'for i in 1 2 3; do echo \"{\\\"t\\\": $(date +%s.%N), \\\"step\\\": $i, \\\"step_seconds\\\": "

@@ -61,8 +61,8 @@ TEST(Nvml, MissingLibraryIsAPlainMessage) {
   } catch (const TelemetryUnavailable& e) {
     EXPECT_NE(std::string(e.what()).find("no NVIDIA driver found"), std::string::npos) << e.what();
   }
-  // Also an InputError: the CLI's exit code 2.
-  EXPECT_THROW(Nvml::open("/nonexistent/libnvidia-ml.so.1"), trainfit::InputError);
+  // A failure of the machine, not of the input: the CLI's exit code 3.
+  EXPECT_THROW(Nvml::open("/nonexistent/libnvidia-ml.so.1"), trainfit::SystemError);
 }
 
 TEST(Nvml, DriverNotLoaded) {

@@ -1,0 +1,124 @@
+#include "telemetry/watch_text.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "trainfit/units.hpp"
+
+namespace trainfit::telemetry {
+namespace detail {
+namespace {
+
+std::string opt_pct(const std::optional<double>& v) {
+  return v ? fmt::format("{:.0f}%", *v) : "?";
+}
+std::string opt_rate(const std::optional<double>& v) {
+  return v ? fmt::format("{:.2f}", *v / 1e9) : "?";
+}
+std::string opt_num(const std::optional<double>& v, const char* unit) {
+  return v ? fmt::format("{:.0f}{}", *v, unit) : "?";
+}
+
+}  // namespace
+
+std::string live_view_text(std::span<const GpuInfo> gpus, std::span<const GpuReading* const> latest,
+                           const std::map<int, Diagnosis>& verdicts, std::span<const std::uint32_t> job,
+                           double interval_seconds, double window_seconds, double elapsed_seconds) {
+  std::string out = fmt::format(
+      "trainfit watch: {} GPU{}, a sample every {:.2g} s, verdicts over the last {:.0f} s, "
+      "{:.0f} s in (Ctrl-C to stop)\x1b[K\n",
+      gpus.size(), gpus.size() == 1 ? "" : "s", interval_seconds, window_seconds, elapsed_seconds);
+  for (std::size_t i = 0; i < gpus.size(); ++i) {
+    const GpuInfo& info = gpus[i];
+    const GpuReading* g = latest[i];
+    out += fmt::format("\x1b[K\nGPU {}  {}\x1b[K\n", info.index, info.name);
+    if (!g) continue;
+    std::string mem = "  memory   ?";
+    if (g->memory_used_bytes && g->memory_total_bytes && *g->memory_total_bytes > 0) {
+      const auto total = static_cast<double>(*g->memory_total_bytes);
+      const double in_use = g->memory_free_bytes ? total - static_cast<double>(*g->memory_free_bytes)
+                                                 : static_cast<double>(*g->memory_used_bytes);
+      mem = fmt::format("  memory   {} used of {} ({:.0f}% of the card in use)", format_bytes(*g->memory_used_bytes),
+                        format_bytes(*g->memory_total_bytes), 100 * in_use / total);
+    }
+    if (!job.empty() && g->processes) {
+      std::int64_t mine = 0;
+      for (const auto& p : *g->processes)
+        if (std::find(job.begin(), job.end(), p.pid) != job.end()) mine += p.used_bytes.value_or(0);
+      mem += fmt::format("   job {}", format_bytes(mine));
+    }
+    out += mem + "\x1b[K\n";
+    out += fmt::format("  util     {} (memory {})   SM {} of {} MHz   memory clock {} MHz\x1b[K\n",
+                       opt_pct(g->gpu_util_percent), opt_pct(g->memory_util_percent), opt_num(g->sm_clock_mhz, ""),
+                       opt_num(info.sm_clock_max_mhz, ""), opt_num(g->memory_clock_mhz, ""));
+    out += fmt::format("  links    PCIe rx {} tx {} GB/s   NVLink rx {} tx {} GB/s\x1b[K\n",
+                       opt_rate(g->pcie_rx_bytes_per_s), opt_rate(g->pcie_tx_bytes_per_s),
+                       opt_rate(g->nvlink_rx_bytes_per_s), opt_rate(g->nvlink_tx_bytes_per_s));
+    out += fmt::format("  power    {} of {}   {}   throttle: {}\x1b[K\n", opt_num(g->power_watts, " W"),
+                       opt_num(g->power_limit_watts, " W"), opt_num(g->temperature_c, " °C"),
+                       g->throttle_reasons ? describe_throttle(*g->throttle_reasons) : "?");
+    if (const auto it = verdicts.find(info.index); it != verdicts.end()) {
+      out +=
+          fmt::format("  verdict  {}: {}\x1b[K\n", to_string(it->second.primary().kind), it->second.primary().evidence);
+      if (!it->second.primary().advice.empty())
+        out += fmt::format("  try      {}\x1b[K\n", it->second.primary().advice);
+      for (std::size_t v = 1; v < it->second.verdicts.size(); ++v)
+        out += fmt::format("  also     {}: {}\x1b[K\n", to_string(it->second.verdicts[v].kind),
+                           it->second.verdicts[v].evidence);
+    }
+  }
+  return out + "\x1b[J";
+}
+
+std::string timeline_text(std::span<const Diagnosis> diagnoses, std::span<const GpuInfo> gpus, double t0,
+                          const std::set<int>& watched, double window_seconds) {
+  std::string out;
+  const auto spans = verdict_timeline(diagnoses);
+  for (const GpuInfo& g : gpus) {
+    if (!watched.count(g.index)) continue;
+    out += fmt::format("GPU {} ({}), verdicts over time ({:.0f} s windows, every second):\n", g.index, g.name,
+                       window_seconds);
+    bool any = false;
+    for (const VerdictSpan& v : spans) {
+      if (v.gpu != g.index) continue;
+      any = true;
+      out +=
+          fmt::format("  {:>14} {:<22} {:>3} window{}  {}\n", fmt::format("{:.1f}-{:.1f} s", v.begin - t0, v.end - t0),
+                      to_string(v.verdict.kind), v.windows, v.windows == 1 ? " " : "s", v.verdict.evidence);
+      if (!v.verdict.advice.empty()) out += fmt::format("  {:14} {:<22} try: {}\n", "", "", v.verdict.advice);
+    }
+    if (!any) out += "  (too short to judge: under one window of samples)\n";
+  }
+  return out;
+}
+
+std::string summary_text(const SummaryFacts& facts, std::span<const Diagnosis> diagnoses, std::span<const GpuInfo> gpus,
+                         double t0, const std::set<int>& watched, double window_seconds) {
+  std::string out;
+  if (!facts.command.empty())
+    out += fmt::format("\ntrainfit watch: `{}` exited with code {} after {:.1f} s\n", facts.command,
+                       facts.exit_code.value_or(-1), facts.wall_seconds);
+  else
+    out += fmt::format("\ntrainfit watch: {:.1f} s\n", facts.wall_seconds);
+  out += timeline_text(diagnoses, gpus, t0, watched, window_seconds);
+  out += fmt::format(
+      "cost: sampler thread {:.3f} s CPU over {:.1f} s ({} samples) = {:.3f}% of a core; "
+      "trainfit watch in all {:.3f}% of a core\n",
+      facts.sampler.cpu_seconds, facts.sampler.wall_seconds, facts.sampler.samples, 100 * facts.sampler.core_fraction(),
+      100 * facts.process_core_fraction);
+  return out;
+}
+
+}  // namespace detail
+
+std::string render_replay(const Recording& recording, std::string_view source, double window_seconds) {
+  const auto diagnoses = diagnose_recording(recording, window_seconds, 1.0);
+  std::set<int> all;
+  for (const GpuInfo& g : recording.gpus) all.insert(g.index);
+  return fmt::format("{}: {} samples, {} probe steps\n", source, recording.samples.size(), recording.steps.size()) +
+         detail::timeline_text(diagnoses, recording.gpus,
+                               recording.samples.empty() ? 0 : recording.samples.front().time, all, window_seconds);
+}
+
+}  // namespace trainfit::telemetry
