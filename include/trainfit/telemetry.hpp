@@ -311,8 +311,11 @@ class WatchSession {
 };
 
 // `trainfit watch --replay`: a recording's sample and step counts, then its verdicts over time
-// (windows of `window_seconds`, one a second).
+// (windows of `window_seconds`, one a second). Throws InputError for a window outside [1, 600] s.
 std::string render_replay(const Recording& recording, std::string_view source, double window_seconds);
+
+// The verdict window, live or replayed: 1 to 600 seconds (NaN and infinities refused). Throws InputError.
+void check_window(double window_seconds);
 
 }  // namespace trainfit::telemetry
 

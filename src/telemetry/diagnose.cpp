@@ -435,7 +435,10 @@ std::vector<VerdictSpan> verdict_timeline(std::span<const Diagnosis> diagnoses) 
 
 std::vector<Diagnosis> diagnose_recording(const Recording& r, double window_seconds, double hop_seconds) {
   std::vector<Diagnosis> out;
-  if (r.samples.empty() || window_seconds <= 0 || hop_seconds <= 0) return out;
+  // NaN fails every comparison: the checks are written so that it is refused, not looped on.
+  if (r.samples.empty() || !(window_seconds > 0 && std::isfinite(window_seconds)) ||
+      !(hop_seconds > 0 && std::isfinite(hop_seconds)))
+    return out;
   const auto at_or_before = [&](double t) {
     return std::upper_bound(r.samples.begin(), r.samples.end(), t,
                             [](double x, const Sample& s) { return x < s.time; });

@@ -1,6 +1,7 @@
 // The engine of `trainfit watch`: the job, the sampler, the probe's events, the verdict every second,
 // the JSON lines and the summary. The caller shows the text (WatchOutput) and turns its signals into
 // `last_signal`.
+#include <cmath>
 #include <fmt/format.h>
 #include <signal.h>
 #include <sys/resource.h>
@@ -144,10 +145,12 @@ struct WatchSession::State {
 
 WatchSession::WatchSession(WatchOptions options) : state_(std::make_unique<State>()) {
   const WatchOptions& o = options;
-  if (o.interval_seconds < 0.01 || o.interval_seconds > 60)
+  // Written so that NaN, which fails every comparison, is refused rather than waited on forever.
+  if (!(o.interval_seconds >= 0.01 && o.interval_seconds <= 60))
     throw InputError("--interval must be between 0.01 and 60 seconds");
-  if (o.window_seconds < 1 || o.window_seconds > 600) throw InputError("--window must be between 1 and 600 seconds");
-  if (o.duration_seconds < 0) throw InputError("--duration must not be negative");
+  check_window(o.window_seconds);
+  if (!(o.duration_seconds >= 0 && std::isfinite(o.duration_seconds)))
+    throw InputError("--duration must be a number of seconds, not negative");
   if (!o.command.empty() && o.pid) throw InputError("give either --pid or a command after --, not both");
   if (o.pid && kill(o.pid, 0) != 0 && errno == ESRCH) throw InputError(fmt::format("no process {}", o.pid));
 

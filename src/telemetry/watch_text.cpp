@@ -1,5 +1,6 @@
 #include "telemetry/watch_text.hpp"
 
+#include <cmath>
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -112,7 +113,12 @@ std::string summary_text(const SummaryFacts& facts, std::span<const Diagnosis> d
 
 }  // namespace detail
 
+void check_window(double window_seconds) {
+  if (!(window_seconds >= 1 && window_seconds <= 600)) throw InputError("--window must be between 1 and 600 seconds");
+}
+
 std::string render_replay(const Recording& recording, std::string_view source, double window_seconds) {
+  check_window(window_seconds);
   const auto diagnoses = diagnose_recording(recording, window_seconds, 1.0);
   std::set<int> all;
   for (const GpuInfo& g : recording.gpus) all.insert(g.index);
