@@ -108,7 +108,7 @@ TEST(WatchCli, SignalsAndMissingCommands) {
 TEST(WatchCli, BadFlags) {
   // NaN durations are refused at once (they used to sample or replay forever).
   const std::string recording = std::string(TRAINFIT_SOURCE_DIR) + "/data/watch/h200_compute_bound.jsonl";
-  for (const std::string args : {"watch --interval 0", "watch --prometheus 127.0.0.1:notaport", "watch --pid 999999999",
+  for (const std::string& args : std::vector<std::string>{"watch --interval 0", "watch --prometheus 127.0.0.1:notaport", "watch --pid 999999999",
                                  "watch --replay /nonexistent.jsonl", "watch --pid 1 -- /bin/true",
                                  "watch --interval nan --duration 3", "watch --duration nan", "watch --window inf",
                                  "watch --replay " + recording + " --window nan"}) {
