@@ -170,7 +170,9 @@ class NF4Linear(nn.Linear):
         dtype = x.dtype
         if x.dtype != self.quant_state.dtype:
             x = x.to(self.quant_state.dtype)   # as Linear4bit casts to its compute dtype
-        bias = self.bias
+        # Linear4bit also computes with a copy of the bias in the compute dtype: after PEFT's k-bit
+        # preparation the bias itself is fp32.
+        bias = None if self.bias is None else self.bias.to(x.dtype)
         return MatMulNF4.apply(x, self.weight, self.quant_state, bias).to(dtype)
 
     def extra_repr(self):

@@ -7,7 +7,8 @@
 set -uo pipefail
 jobs=${JOBS:-compute input capacity}
 suffix=${SUFFIX:-}
-out=$(realpath "${1:?OUT_DIR}")
+mkdir -p "${1:?OUT_DIR}"
+out=$(realpath "$1")
 here=$(cd "$(dirname "$0")" && pwd)
 orig_ld=${LD_LIBRARY_PATH:-}
 if [ -n "${2:-}" ]; then
