@@ -4,7 +4,8 @@
 // capped allocator would, multiplies matrices for each step and times them. The config's x_do
 // field makes it misbehave: "oom" (ask for more than the card), "crash" (SIGSEGV), "kill"
 // (SIGKILL itself), "hang" (never finish), "hang-hard" (and ignore SIGTERM), "fail" (exit 1
-// without a row), "noresult" (exit 0 without a row). It writes its pid to PATH.pid first.
+// without a row), "noresult" (exit 0 without a row), "row" (write x_row, verbatim, as its row). It
+// writes its pid to PATH.pid first.
 // For the concurrency tests: x_gate (a path, or "" for none: wait until that file exists first),
 // x_rendezvous and x_peers (a folder: add a file for this runner, then wait, up to x_rendezvous_s
 // seconds (default 60), until x_peers runners have; status "error" if they never do),
@@ -74,6 +75,10 @@ int main(int argc, char** argv) {
     return 1;
   }
   if (what == "noresult") return 0;
+  if (what == "row") {  // write x_row as the row, verbatim: a runner that writes nonsense
+    std::ofstream(out) << c.value("x_row", "") << "\n";
+    return 0;
+  }
   if (what == "hang-hard") ::signal(SIGTERM, SIG_IGN);
   if (what == "hang" || what == "hang-hard")
     for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));

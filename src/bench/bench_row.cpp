@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "bench/bench_row.hpp"
 #include "trainfit/bench.hpp"
 #include "trainfit/error.hpp"
 
@@ -65,6 +66,18 @@ Prediction prediction_from_json(const json& j) {
 
 }  // namespace
 
+void read_reported_measurement(BenchRow& row) {
+  try {
+    row.measured = measurement_from_json(row.reported);
+    if (!row.reported.contains("status")) throw InputError("field \"status\" is missing");
+  } catch (const InputError& e) {
+    row.measured = Measurement{};
+    row.measured.status = "error";
+    row.measured.error = fmt::format("the runner's row is malformed: {}", e.what());
+    if (row.reported.is_object() && row.reported.contains("error")) row.reported["error_reported"] = row.reported["error"];
+  }
+}
+
 json row_to_json(const BenchRow& row) {
   json measured = row.reported.is_object() ? row.reported : json::object();
   measured["status"] = row.measured.status;
@@ -99,15 +112,7 @@ BenchRow row_from_json(const json& j) {
   BenchRow row;
   row.config = config_from_json(j["config"]);
   if (j.contains("measured") && j["measured"].is_object()) row.reported = j["measured"];
-  try {
-    row.measured = measurement_from_json(row.reported);
-  } catch (const InputError& e) {
-    // A malformed measurement is kept as written and judged an error; the row is not lost.
-    row.measured = Measurement{};
-    row.measured.status = "error";
-    row.measured.error = fmt::format("the runner's row is malformed: {}", e.what());
-  }
-  if (!row.reported.contains("status")) row.measured.status = "error";
+  read_reported_measurement(row);  // a malformed one is kept as written, judged an error
   if (j.contains("stack") && j["stack"].is_object()) row.stack = j["stack"];
   if (j.contains("bench") && j["bench"].is_object()) {
     const json& b = j["bench"];

@@ -37,6 +37,8 @@
 #include <fmt/ranges.h>
 
 #include "common/subprocess.hpp"
+#include "bench/bench_row.hpp"
+#include "common/text.hpp"
 #include "trainfit/bench.hpp"
 #include "trainfit/error.hpp"
 #include "trainfit/settings.hpp"
@@ -68,12 +70,11 @@ std::string fnv1a_hex(std::string_view s) {
   return fmt::format("{:016x}", h).substr(0, 10);
 }
 
-std::string read_file(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
+// What the orchestrator reads of the files it did not write itself is bounded: a runner may write
+// gigabytes of log, and one config must not cost the orchestrator that memory.
+constexpr std::size_t kLogTailBytes = std::size_t{1} << 20;     // enough to find an OOM message and show the end
+constexpr std::size_t kRunnerRowBytes = std::size_t{64} << 20;  // a runner's row is a few KB; past this, malformed
+constexpr std::size_t kProcFileBytes = std::size_t{1} << 20;   // /proc/PID/stat and environ
 
 std::string tail(const std::string& s, std::size_t n) { return s.size() <= n ? s : s.substr(s.size() - n); }
 
@@ -128,7 +129,7 @@ class DirLock {
 
 // Field 22 of /proc/PID/stat: when the process started, to tell a recycled pid from ours.
 std::string start_time_of(pid_t pid) {
-  const std::string stat = read_file(fmt::format("/proc/{}/stat", pid));
+  const std::string stat = detail::read_file_tail(fmt::format("/proc/{}/stat", pid), kProcFileBytes);
   const auto close = stat.rfind(')');
   if (close == std::string::npos) return {};
   std::istringstream in(stat.substr(close + 2));
@@ -151,7 +152,8 @@ std::vector<pid_t> processes_with_token(const std::string& token) {
     if (name.empty() || !std::all_of(name.begin(), name.end(), [](char c) { return c >= '0' && c <= '9'; })) continue;
     const pid_t pid = static_cast<pid_t>(std::stol(name));
     if (pid == ::getpid()) continue;
-    const std::string env = std::string(1, '\0') + read_file(it->path() / "environ");  // unreadable: empty
+    const std::string env =
+        std::string(1, '\0') + detail::read_file_tail((it->path() / "environ").string(), kProcFileBytes);  // unreadable: empty
     if (env.find(needle) != std::string::npos) out.push_back(pid);
   }
   return out;
@@ -200,14 +202,17 @@ void write_running(const fs::path& running, const std::vector<RunningGroup>& gro
   fs::rename(tmp, running, ec);
 }
 
-// Cuts a torn last line (no newline) so the next row starts on a line of its own.
+// Cuts a torn last line (no newline) so the next row starts on a line of its own. A torn row is
+// the end of one write(), so the last newline is within the last row's length of the end.
 void repair_tail(const fs::path& results) {
   std::error_code ec;
-  if (!fs::exists(results, ec)) return;
-  const std::string text = read_file(results);
-  if (text.empty() || text.back() == '\n') return;
-  const auto keep = text.rfind('\n');
-  fs::resize_file(results, keep == std::string::npos ? 0 : keep + 1, ec);
+  const auto size = fs::file_size(results, ec);
+  if (ec || size == 0) return;
+  const std::string end = detail::read_file_tail(results.string(), kRunnerRowBytes);
+  if (end.empty() || end.back() == '\n') return;
+  const auto keep = end.rfind('\n');
+  const std::uintmax_t cut = keep == std::string::npos ? size - end.size() : size - end.size() + keep + 1;
+  fs::resize_file(results, cut, ec);
   if (ec) throw SystemError(fmt::format("cannot repair '{}': {}", results.string(), ec.message()));
 }
 
@@ -314,21 +319,20 @@ BenchRow make_row(const ExperimentPlan& plan, const BenchConfig& c, const Exit& 
                   const fs::path& log, const std::string& started, const std::vector<int>* devices) {
   BenchRow row;
   row.config = c;
-  const json reported = json::parse(read_file(out), nullptr, false);
+  json reported;
+  std::string unreadable;  // why the runner's row could not be read, when it wrote one
+  try {
+    reported = json::parse(detail::read_text_file(out.string(), "the runner's row", kRunnerRowBytes), nullptr, false);
+  } catch (const InputError& e) {
+    if (fs::exists(out)) unreadable = e.what();
+  }
   const bool have = reported.is_object() && reported.contains("measured") && reported["measured"].is_object();
   if (have) {
     row.reported = reported["measured"];
     if (reported.contains("stack") && reported["stack"].is_object()) row.stack = reported["stack"];
-    try {
-      row.measured = measurement_from_json(row.reported);
-      if (!row.reported.contains("status")) throw InputError("field \"status\" is missing");
-    } catch (const InputError& e) {
-      row.measured = Measurement{};
-      row.measured.status = "error";
-      row.measured.error = fmt::format("the runner's row is malformed: {}", e.what());
-    }
+    read_reported_measurement(row);
   }
-  const std::string log_text = read_file(log);
+  const std::string log_text = detail::read_file_tail(log.string(), kLogTailBytes);
   Measurement& m = row.measured;
   if (exit.timed_out) {
     m.status = "timeout";
@@ -342,8 +346,9 @@ BenchRow make_row(const ExperimentPlan& plan, const BenchConfig& c, const Exit& 
       m.error = fmt::format("the runner exited with code {} after running out of memory", exit.code);
     } else {
       m.status = "error";
-      m.error = exit.code == 0 ? "the runner exited without writing a result"
-                               : fmt::format("the runner exited with code {} without a result", exit.code);
+      m.error = !unreadable.empty() ? unreadable
+                : exit.code == 0    ? "the runner exited without writing a result"
+                                    : fmt::format("the runner exited with code {} without a result", exit.code);
     }
   }
   if (m.status != "ok") row.output_tail = tail(log_text, 3000);

@@ -55,4 +55,19 @@ std::string read_text_file(std::string_view path, std::string_view what, std::op
   return text;
 }
 
+std::string read_file_tail(const std::string& path, std::size_t max_bytes) {
+  std::ifstream in{path, std::ios::binary};
+  if (!in) return {};
+  // /proc files report a size of 0 (and seek oddly): they are read from the start, and are small.
+  std::error_code ec;
+  const std::uintmax_t size = std::filesystem::file_size(path, ec);
+  if (!ec && size > max_bytes) in.seekg(static_cast<std::streamoff>(size - max_bytes));
+  std::string text;
+  std::array<char, 1 << 16> chunk{};
+  while (text.size() < max_bytes && (in.read(chunk.data(), static_cast<std::streamsize>(chunk.size())) || in.gcount() > 0))
+    text.append(chunk.data(), static_cast<std::size_t>(in.gcount()));
+  if (text.size() > max_bytes) text.erase(0, text.size() - max_bytes);
+  return text;
+}
+
 }  // namespace trainfit::detail

@@ -18,4 +18,9 @@ std::size_t edit_distance(std::string_view a, std::string_view b);
 std::string read_text_file(std::string_view path, std::string_view what,
                            std::optional<std::size_t> max_bytes = std::nullopt);
 
+// The last `max_bytes` of a file trainfit or its children wrote (a runner's log, its results file,
+// a /proc entry), or "" when it cannot be read: what a caller needs of a file that may have grown
+// without bound, without reading all of it.
+std::string read_file_tail(const std::string& path, std::size_t max_bytes);
+
 }  // namespace trainfit::detail

@@ -100,6 +100,44 @@ TEST(BenchCli, EachFailureGetsItsOwnStatusAndTheRestRun) {
   EXPECT_NE(again.out.find("already done"), std::string::npos);
 }
 
+// A runner's row is outside input: one that is malformed becomes an error row saying so, the other
+// configs run, and a resume does not trip over it.
+TEST(BenchCli, AMalformedRunnerRowIsAnErrorRowNotAStop) {
+  const fs::path dir = fresh_dir("malformed");
+  const std::string plan = write_plan(dir, R"(
+name = "malformed"
+[run]
+timeout = 10
+[matrix]
+model = "qwen2.5-0.5b"
+x_do = "row"
+x_row = ['{"measured": {"status": "error", "error": 12345}}', '{"measured": {"status": "oom", "error": {"x": 1}}}',
+         '{"measured": {"status": "ok", "peak_allocated_mib": "lots"}}', '{"measured": {"status": 7}}', '[1, 2]',
+         '{"measured": {"peak_allocated_mib": 5}}', '{"measured": {"status": "ok", "peak_allocated_mib": 12.5}}']
+)");
+  const std::string args = "bench " + plan + " --results " + (dir / "out").string() + " --runner " + TRAINFIT_STANDIN_RUNNER;
+  const auto r = run(args);
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto rows = rows_of(dir / "out");
+  ASSERT_EQ(rows.size(), 7u) << r.out;
+  for (std::size_t i = 0; i < 6; ++i) {
+    EXPECT_EQ(rows[i]["measured"]["status"], "error") << rows[i].dump();
+    EXPECT_EQ(rows[i]["verdict"], "error") << rows[i].dump();
+  }
+  EXPECT_NE(rows[0]["measured"]["error"].get<std::string>().find("the runner's row is malformed: field \"error\" must be a string"),
+            std::string::npos);
+  EXPECT_NE(rows[2]["measured"]["error"].get<std::string>().find("peak_allocated_mib"), std::string::npos);
+  EXPECT_NE(rows[5]["measured"]["error"].get<std::string>().find("status"), std::string::npos);
+  EXPECT_EQ(rows[0]["measured"]["error_reported"], 12345);  // what the runner wrote is kept beside
+  EXPECT_EQ(rows[6]["measured"]["status"], "ok");
+  EXPECT_EQ(rows[6]["measured"]["peak_allocated_mib"], 12.5);
+  const auto again = run(args);
+  EXPECT_EQ(again.code, 0) << again.out;
+  EXPECT_EQ(rows_of(dir / "out").size(), 7u);
+  const auto judged = run(args + " --judge-only");
+  EXPECT_EQ(judged.code, 0) << judged.out;
+}
+
 // Rows measured on one machine are judged on another: nothing runs, results.jsonl is untouched,
 // configs without a row are left out, and a directory with no results is an error.
 TEST(BenchCli, JudgeOnlyRunsNothing) {

@@ -46,5 +46,16 @@ TEST(ReadTextFile, MissingFileAndDirectoryAreNamed) {
   EXPECT_EQ(error_of(dir), "cannot read test file '" + dir + "': it is a directory");
 }
 
+TEST(ReadFileTail, TheLastBytesOnlyAndNothingWhenUnreadable) {
+  std::string text;
+  for (int i = 0; i < 100000; ++i) text += std::to_string(i % 10);
+  const std::string path = write("log.txt", text);
+  EXPECT_EQ(read_file_tail(path, 1000), text.substr(text.size() - 1000));
+  EXPECT_EQ(read_file_tail(path, 1 << 20), text);  // smaller than the cap: whole
+  EXPECT_EQ(read_file_tail("/nonexistent/log.txt", 100), "");
+  // /proc files say they are empty; they are read from the start.
+  EXPECT_NE(read_file_tail("/proc/self/stat", 4096).find(')'), std::string::npos);
+}
+
 }  // namespace
 }  // namespace trainfit::detail
