@@ -8,6 +8,8 @@
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
+
+#include "support/json_lines.hpp"
 #include <sstream>
 #include <string>
 
@@ -31,20 +33,8 @@ std::string fake_env() {
   return "FAKE_NVML_SCRIPT=" + script + " TRAINFIT_NVML_LIBRARY=" + TRAINFIT_FAKE_NVML;
 }
 
-std::vector<nlohmann::json> read_jsonl(const std::string& path) {
-  std::ifstream in(path);
-  std::vector<nlohmann::json> out;
-  std::string line;
-  while (std::getline(in, line))
-    if (!line.empty()) out.push_back(nlohmann::json::parse(line));
-  return out;
-}
-
-int count(const std::vector<nlohmann::json>& lines, const char* type) {
-  int n = 0;
-  for (const auto& l : lines) n += l["type"] == type;
-  return n;
-}
+using trainfit::testing::read_jsonl;
+int count(const std::vector<nlohmann::json>& lines, const char* type) { return trainfit::testing::count_of_type(lines, type); }
 
 TEST(WatchCli, NoDriverIsOneLineAndExitCodeThree) {
   const auto r = run("TRAINFIT_NVML_LIBRARY=/nonexistent/libnvidia-ml.so.1", "watch --duration 1");

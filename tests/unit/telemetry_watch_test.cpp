@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "support/json_lines.hpp"
 #include "trainfit/telemetry.hpp"
 
 namespace {
@@ -37,19 +38,8 @@ WatchOptions fake_gpu_options() {
   return o;
 }
 
-std::vector<nlohmann::json> read_jsonl(const std::string& path) {
-  std::ifstream in(path);
-  std::vector<nlohmann::json> out;
-  for (std::string line; std::getline(in, line);)
-    if (!line.empty()) out.push_back(nlohmann::json::parse(line));
-  return out;
-}
-
-int count(const std::vector<nlohmann::json>& lines, const char* type) {
-  int n = 0;
-  for (const auto& l : lines) n += l["type"] == type;
-  return n;
-}
+using trainfit::testing::read_jsonl;
+int count(const std::vector<nlohmann::json>& lines, const char* type) { return trainfit::testing::count_of_type(lines, type); }
 
 // What a run showed.
 struct Shown {
