@@ -45,8 +45,9 @@ SettingCondition condition(std::string setting, std::vector<std::string> one_of,
   c.at_least = at_least;
   return c;
 }
-const SettingCondition kLora = condition("method", {}, {"full"});  // LoRA and QLoRA
-const SettingCondition kQlora = condition("method", {"qlora"}, {});
+// Functions, not globals: the table may be built during another file's static initialisation.
+SettingCondition under_lora() { return condition("method", {}, {"full"}); }  // LoRA and QLoRA
+SettingCondition under_qlora() { return condition("method", {"qlora"}, {}); }
 
 DerivedDefault value_when(SettingCondition when, SettingValue value) {
   DerivedDefault d;
@@ -116,7 +117,7 @@ std::vector<Setting> builtin_table() {
   {
     auto& r = row("weights", "--weights", choice, "dtype the base weights are stored in");
     r.choices = {"fp32", "bf16", "fp16", "int8", "nf4", "fp4"};
-    r.derived_default = value_when(kQlora, std::string("nf4"));
+    r.derived_default = value_when(under_qlora(), std::string("nf4"));
     r.default_rule = "nf4 with method qlora";
     r.label = "{}";
     bind_enum(r, [](auto& s) -> auto& { return s.weights; }, parse_dtype, to_string);
@@ -137,7 +138,7 @@ std::vector<Setting> builtin_table() {
     auto& r = row("rank", "--rank", integer, "LoRA rank");
     r.minimum = 1;
     r.maximum = 65536;
-    r.applies_when = kLora;
+    r.applies_when = under_lora();
     r.label = "r{}";
     r.label_always = true;
     bind<std::int64_t>(r, [](auto& s) -> auto& { return s.lora.rank; });
@@ -146,7 +147,7 @@ std::vector<Setting> builtin_table() {
     auto& r = row("lora_alpha", "--lora-alpha", number, "LoRA alpha, which scales the adapters; no memory or time term depends on it");
     r.minimum = 0;
     r.exclusive_minimum = true;
-    r.applies_when = kLora;
+    r.applies_when = under_lora();
     r.derived_default = times("rank", 2);
     r.default_rule = "2 x rank";
     r.label = "alpha{}";
@@ -157,13 +158,13 @@ std::vector<Setting> builtin_table() {
     r.minimum = 0;
     r.maximum = 1;
     r.exclusive_maximum = true;
-    r.applies_when = kLora;
+    r.applies_when = under_lora();
     r.label = "dropout{}";
     bind<double>(r, [](auto& s) -> auto& { return s.lora.dropout; });
   }
   {
     auto& r = row("lora_targets", "--lora-targets", list, "modules with adapters: all-linear, or q,k,v,o,gate,up,down or q_proj,v_proj...");
-    r.applies_when = kLora;
+    r.applies_when = under_lora();
     r.label = "{}";
     bind<std::vector<std::string>>(r, [](auto& s) -> auto& { return s.lora.targets; });
     r.canonical = [](std::string_view text) { return SettingValue(parse_lora_targets(text)); };
@@ -171,26 +172,26 @@ std::vector<Setting> builtin_table() {
   {
     auto& r = row("adapter_dtype", "--adapter-dtype", choice, "dtype of the LoRA weights; PEFT keeps them in fp32");
     r.choices = {"fp32", "bf16", "fp16"};
-    r.applies_when = kLora;
+    r.applies_when = under_lora();
     r.label = "adapters-{}";
     bind_enum(r, [](auto& s) -> auto& { return s.lora.adapter_dtype; }, parse_dtype, to_string);
   }
   {
     auto& r = row("compute_dtype", "--compute-dtype", choice, "dtype QLoRA dequantises to and computes in: bnb_4bit_compute_dtype");
     r.choices = {"bf16", "fp16", "fp32"};
-    r.applies_when = kQlora;
+    r.applies_when = under_qlora();
     r.label = "compute-{}";
     bind_enum(r, [](auto& s) -> auto& { return s.quant.compute_dtype; }, parse_dtype, to_string);
   }
   {
     auto& r = row("double_quant", "--double-quant", boolean, "QLoRA double quantisation of the block constants: bnb_4bit_use_double_quant");
-    r.applies_when = kQlora;
+    r.applies_when = under_qlora();
     r.label = "dq";
     bind<bool>(r, [](auto& s) -> auto& { return s.quant.double_quant; });
   }
   {
     auto& r = row("kbit_prepare", "--kbit-prepare", boolean, "QLoRA after PEFT's prepare_model_for_kbit_training, which casts the unquantised weights to fp32");
-    r.applies_when = kQlora;
+    r.applies_when = under_qlora();
     r.label = "kbit-prepare";
     bind<bool>(r, [](auto& s) -> auto& { return s.quant.kbit_prepare; });
   }
