@@ -291,6 +291,7 @@ BenchReport judge_results(const ExperimentPlan& plan, std::vector<BenchRow> rows
     if (!slow[i].empty()) set_verdict(plan, rows[i], slow[i]);
 
   std::vector<Fields> fields;
+  fields.reserve(rows.size());
   for (const auto& r : rows) fields.push_back(row_fields(r));
   for (const Criterion& c : plan.criteria) {
     CriterionResult res{c.name, c.text, c.expect.text(), "fail", "", {}};

@@ -106,6 +106,7 @@ std::vector<std::string> parse_lora_targets(std::string_view s) {
 const std::vector<std::pair<std::string, std::string>>& lora_target_shorthands() {
   static const std::vector<std::pair<std::string, std::string>> all = [] {
     std::vector<std::pair<std::string, std::string>> v;
+    v.reserve(kTargetShorthands.size());
     for (const auto& [shorthand, full] : kTargetShorthands) v.emplace_back(shorthand, full);
     return v;
   }();
