@@ -28,7 +28,8 @@ enum class Attention { sdpa, eager, flash };
 enum class Parallel { ddp, fsdp };
 // What the driver does with an allocation past the card: Linux fails it (CUDA out of memory); the
 // Windows driver's system-memory fallback serves it from host RAM over the PCIe link (very slowly).
-enum class Platform { linux, windows };
+// (Not plain `linux`: GNU C++ modes define it as a macro.)
+enum class Platform { on_linux, on_windows };
 
 // A setting's value whatever its type (settings.hpp): unset or "none" (monostate), a switch, a
 // whole number, a number, a name, a list of names.
@@ -74,7 +75,7 @@ struct TrainingSetup {
   std::int64_t gpus = 1;              // data-parallel degree; batch and seq are per GPU
   Parallel parallel = Parallel::ddp;  // with gpus > 1
   double headroom = 0.2;              // fraction of capacity to keep free
-  Platform platform = Platform::linux;
+  Platform platform = Platform::on_linux;
 
   // Values of settings added to the table at run time (add_setting): no built-in term reads them.
   std::map<std::string, SettingValue, std::less<>> extensions;

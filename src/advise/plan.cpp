@@ -21,7 +21,7 @@ Verdict judge(std::int64_t peak_allocated_bytes, std::int64_t device_used_bytes,
               double headroom, Platform platform) {
   if (capacity_bytes <= 0) throw InputError("the card's memory capacity must be positive");
   if (peak_allocated_bytes > capacity_bytes || device_used_bytes > capacity_bytes)
-    return platform == Platform::windows ? Verdict::spills : Verdict::oom;
+    return platform == Platform::on_windows ? Verdict::spills : Verdict::oom;
   const double free_fraction = 1.0 - static_cast<double>(peak_allocated_bytes) / static_cast<double>(capacity_bytes);
   return free_fraction < headroom ? Verdict::tight : Verdict::fits;
 }

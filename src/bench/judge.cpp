@@ -256,7 +256,7 @@ void annotate_row(const ExperimentPlan& plan, BenchRow& row) {
     }
     TrainingSetup s = c.setup;
     s.headroom = plan.headroom;
-    s.platform = c.overflow == "spill" && c.vram_bytes ? Platform::windows : Platform::linux;
+    s.platform = c.overflow == "spill" && c.vram_bytes ? Platform::on_windows : Platform::on_linux;
     PlanOptions o;
     o.suggest = false;
     const Plan p = make_plan(model, s, card, o);

@@ -64,7 +64,7 @@ constexpr std::array<std::pair<std::string_view, Attention>, 4> kAttention{{
 constexpr std::array<std::pair<std::string_view, Parallel>, 3> kParallel{{
     {"ddp", Parallel::ddp}, {"fsdp", Parallel::fsdp}, {"fsdp2", Parallel::fsdp}}};
 constexpr std::array<std::pair<std::string_view, Platform>, 2> kPlatforms{{
-    {"linux", Platform::linux}, {"windows", Platform::windows}}};
+    {"linux", Platform::on_linux}, {"windows", Platform::on_windows}}};
 
 // Short names people write for the usual projection modules.
 constexpr std::array<std::pair<std::string_view, std::string_view>, 7> kTargetShorthands{{

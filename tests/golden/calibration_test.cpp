@@ -66,7 +66,7 @@ TEST(Seed, EightConfigsWithinTenPercentAndVerdictsReproduced) {
       s.method = Method::qlora;
       s.weights = DType::int8;
       s.lora.targets = {"q_proj", "v_proj"};
-      s.platform = Platform::windows;
+      s.platform = Platform::on_windows;
       s.grad_ckpt = ckpt;
       const Plan plan = make_plan(load_model(model), s, gpu, windows);
       const double measured = figures[ckpt ? "grad_ckpt_on" : "grad_ckpt_off"].get<double>();

@@ -7,14 +7,14 @@ namespace {
 
 TEST(Verdict, ThresholdsFollowCapacityAndHeadroom) {
   const std::int64_t cap = 16 * kGiB;
-  EXPECT_EQ(judge(cap / 2, cap / 2 + kGiB, cap, 0.2, Platform::linux), Verdict::fits);
-  EXPECT_EQ(judge(cap * 85 / 100, cap * 95 / 100, cap, 0.2, Platform::linux), Verdict::tight);
-  EXPECT_EQ(judge(cap * 85 / 100, cap * 95 / 100, cap, 0.1, Platform::linux), Verdict::fits);
-  EXPECT_EQ(judge(cap + 1, cap + 2, cap, 0.2, Platform::linux), Verdict::oom);
-  EXPECT_EQ(judge(cap + 1, cap + 2, cap, 0.2, Platform::windows), Verdict::spills);
+  EXPECT_EQ(judge(cap / 2, cap / 2 + kGiB, cap, 0.2, Platform::on_linux), Verdict::fits);
+  EXPECT_EQ(judge(cap * 85 / 100, cap * 95 / 100, cap, 0.2, Platform::on_linux), Verdict::tight);
+  EXPECT_EQ(judge(cap * 85 / 100, cap * 95 / 100, cap, 0.1, Platform::on_linux), Verdict::fits);
+  EXPECT_EQ(judge(cap + 1, cap + 2, cap, 0.2, Platform::on_linux), Verdict::oom);
+  EXPECT_EQ(judge(cap + 1, cap + 2, cap, 0.2, Platform::on_windows), Verdict::spills);
   // The whole device (reserved + CUDA context) over capacity is over, even if tensors fit.
-  EXPECT_EQ(judge(cap * 9 / 10, cap + 1, cap, 0.0, Platform::linux), Verdict::oom);
-  EXPECT_THROW(judge(1, 1, 0, 0.2, Platform::linux), InputError);
+  EXPECT_EQ(judge(cap * 9 / 10, cap + 1, cap, 0.0, Platform::on_linux), Verdict::oom);
+  EXPECT_THROW(judge(1, 1, 0, 0.2, Platform::on_linux), InputError);
 }
 
 TEST(Plan, OverCapacityComesWithAlternativesThatFit) {

@@ -182,7 +182,7 @@ TEST(SettingsTable, JsonArgsAndLabelsRoundTrip) {
   setups[2].vram_bytes = 24 * kGiB;
   setups[3].model = "mistral-7b";
   setups[3].gpu = "h200";
-  setups[3].platform = Platform::windows;
+  setups[3].platform = Platform::on_windows;
   setups[3].headroom = 0.1;
   setups[3].lora.dropout = 0;
   setups[4].model = "qwen2.5-7b";
