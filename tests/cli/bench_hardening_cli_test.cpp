@@ -1,0 +1,108 @@
+// `trainfit bench` against hostile or broken input, for real (the stand-in runner,
+// tests/bench_standin_runner.cpp): long criteria, plan names that are not file names, nan in a
+// plan, judging a run in progress, rows edited by hand, configs past the argument limit, runners
+// that print escape sequences or write huge rows. Each must end in a clear error or a finished run:
+// no crash, no hang, no file outside the results directory, no unbounded memory.
+#include <gtest/gtest.h>
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "bench_test_files.hpp"
+#include "run_cli.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using trainfit::testing::run_cli;
+
+fs::path fresh_dir(const std::string& name) { return trainfit::testing::fresh_bench_dir(name); }
+std::vector<json> rows_of(const fs::path& results) { return trainfit::testing::results_rows(results); }
+std::string write_plan(const fs::path& dir, const std::string& body) { return trainfit::testing::write_bench_plan(dir, body); }
+std::string bench_args(const std::string& plan, const fs::path& out) {
+  return "bench " + plan + " --results " + out.string() + " --runner " + TRAINFIT_STANDIN_RUNNER;
+}
+
+// "first op first op ...": `terms` operands.
+std::string chain_of(const std::string& first, const std::string& op, std::size_t terms) {
+  std::string s = first;
+  for (std::size_t i = 1; i < terms; ++i) s += op + first;
+  return s;
+}
+
+// A criterion of 2041 terms (4 KB, inside the length limit) used to overflow the stack when it was
+// judged: one level of recursion per operator, about 250 bytes each (1 KiB under AddressSanitizer),
+// past a stack of 512 KiB. Judged now, as any other, on that stack.
+TEST(BenchHardening, ALongCriterionIsJudgedNotACrash) {
+  const fs::path dir = fresh_dir("long-criterion");
+  const std::string sum = chain_of("1", "+", 2041) + " > 0";
+  const std::string any = chain_of("status == 'ok'", " or ", 220);
+  const std::string count = "count(" + chain_of("seq > 1", " and ", 330) + ") == 1";
+  ASSERT_LE(any.size(), 4096u);
+  ASSERT_LE(count.size(), 4096u);
+  const std::string plan = write_plan(dir, "name = 'long'\n[matrix]\nmodel = 'qwen2.5-0.5b'\n"
+                                           "[[criteria]]\nname = 'sum'\nexpect = '" + sum + "'\n"
+                                           "[[criteria]]\nname = 'any'\nwhere = \"" + any + "\"\nexpect = \"" + any + "\"\n"
+                                           "[[criteria]]\nname = 'count'\nexpect = '" + count + "'\n");
+  const auto r = run_cli(bench_args(plan, dir / "out"), "ulimit -s 512 &&");
+  ASSERT_EQ(r.code, 0) << r.out.substr(0, 2000);
+  EXPECT_NE(r.out.find("PASS  sum"), std::string::npos) << r.out.substr(0, 2000);
+  EXPECT_NE(r.out.find("PASS  any"), std::string::npos);
+  EXPECT_NE(r.out.find("PASS  count"), std::string::npos);
+  // One term past the length limit is a plan error naming the line and field.
+  const std::string too_long = write_plan(dir, "name = 'long'\n[matrix]\nmodel = 'qwen2.5-0.5b'\n[[criteria]]\nexpect = '" +
+                                                   chain_of("1", "+", 2049) + " > 0'\n");
+  const auto e = run_cli("bench " + too_long + " --dry-run");
+  EXPECT_EQ(e.code, 2);
+  EXPECT_NE(e.out.find("plan.toml:5: criteria[1].expect"), std::string::npos) << e.out.substr(0, 300);
+  EXPECT_NE(e.out.find("longer than 4096 characters"), std::string::npos) << e.out.substr(0, 300);
+}
+
+// The default results directory is results/<name>: a plan named ".." used to write results.jsonl,
+// runs/ and .lock into the current folder (results/..), one named "." into results/ itself.
+TEST(BenchHardening, APlanNameThatIsNoFileNameIsRefused) {
+  const fs::path dir = fresh_dir("dotdot");
+  fs::create_directories(dir / "cwd" / "results");
+  for (const std::string name : {"..", "."}) {
+    const std::string plan = write_plan(dir, "name = '" + name + "'\n[matrix]\nmodel = 'qwen2.5-0.5b'\n");
+    const auto r = run_cli("bench " + plan + " --runner " + TRAINFIT_STANDIN_RUNNER, "cd " + (dir / "cwd").string() + " &&");
+    EXPECT_EQ(r.code, 2) << r.out;
+    EXPECT_NE(r.out.find("plan.toml:1: name: must be a file name"), std::string::npos) << r.out;
+    for (const fs::path& d : {dir / "cwd", dir / "cwd" / "results"}) {
+      EXPECT_FALSE(fs::exists(d / "results.jsonl")) << d;
+      EXPECT_FALSE(fs::exists(d / "runs")) << d;
+      EXPECT_FALSE(fs::exists(d / ".lock")) << d;
+    }
+  }
+}
+
+// nan and inf in a plan used to pass --dry-run (and run with a null in the key): refused with the
+// line and the field.
+TEST(BenchHardening, NanInAPlanIsRefusedBeforeAnythingRuns) {
+  const fs::path dir = fresh_dir("nan");
+  const std::pair<std::string, std::string> cases[] = {
+      {"[matrix]\nmodel = 'qwen2.5-0.5b'\nmethod = 'lora'\nlora_alpha = nan\n", "plan.toml:5: matrix.lora_alpha"},
+      {"[matrix]\nmodel = 'qwen2.5-0.5b'\nmethod = 'lora'\nlora_dropout = inf\n", "plan.toml:5: matrix.lora_dropout"},
+      {"[run]\ntimeout = nan\n[matrix]\nmodel = 'qwen2.5-0.5b'\n", "plan.toml:3: run.timeout"},
+      {"[run]\nheadroom = inf\n[matrix]\nmodel = 'qwen2.5-0.5b'\n", "plan.toml:3: run.headroom"},
+      {"[run]\nslowdown = nan\n[matrix]\nmodel = 'qwen2.5-0.5b'\n", "plan.toml:3: run.slowdown"},
+  };
+  for (const auto& [body, want] : cases) {
+    const auto r = run_cli("bench " + write_plan(dir, "name = 'nan'\n" + body) + " --dry-run");
+    EXPECT_EQ(r.code, 2) << body << r.out;
+    EXPECT_NE(r.out.find(want), std::string::npos) << body << r.out;
+  }
+}
+
+}  // namespace
