@@ -14,6 +14,7 @@
 #include <fmt/ranges.h>
 
 #include "commands.hpp"
+#include "common/text.hpp"
 #include "trainfit/bench.hpp"
 #include "trainfit/hardware.hpp"
 #include "trainfit/telemetry.hpp"
@@ -84,30 +85,34 @@ std::string on_gpus(const std::vector<int>& devices) {
   return fmt::format(" on GPU{} {}", devices.size() == 1 ? "" : "s", fmt::join(devices, ","));
 }
 
+// A progress line is one line on a terminal: what a runner wrote (its status and error) and the
+// plan's x_ values in the label are printed with their control characters escaped.
 void print_progress(const bench::Progress& p) {
+  using detail::printable;
   const std::string at = fmt::format("[{}/{}]", p.position, p.total);
   const std::string eta = p.eta_seconds ? ", eta " + clock(*p.eta_seconds) : "";
+  const std::string label = printable(p.config->label);
   // With --devices, configs end out of order: the end names its config and GPUs too.
   const std::string where = p.devices == nullptr ? ""
-                            : p.devices->empty() ? " " + p.config->label
-                                                 : " " + p.config->label + on_gpus(*p.devices);
+                            : p.devices->empty() ? " " + label
+                                                 : " " + label + on_gpus(*p.devices);
   if (p.event == bench::Progress::Event::started) {
-    std::cerr << fmt::format("{} {}{}  (elapsed {}{}{})\n", at, p.config->label,
+    std::cerr << fmt::format("{} {}{}  (elapsed {}{}{})\n", at, label,
                              p.devices != nullptr ? on_gpus(*p.devices) : "", clock(p.elapsed_seconds), eta,
                              p.devices != nullptr ? fmt::format(", {} running", p.running) : "");
     return;
   }
   const bench::BenchRow& r = *p.row;
   const Measurement& m = r.measured;
-  std::string what = fmt::format("{} {}", m.status, r.verdict.empty() ? "?" : r.verdict);
+  std::string what = fmt::format("{} {}", printable(m.status), r.verdict.empty() ? "?" : r.verdict);
   if (m.peak_allocated_mib) what += fmt::format(", peak {:.1f} MiB", *m.peak_allocated_mib);
   if (r.predicted && r.predicted->peak_allocated_mib) what += fmt::format(" (predicted {:.1f})", *r.predicted->peak_allocated_mib);
   if (m.step_seconds) what += fmt::format(", {:.3f} s/step", *m.step_seconds);
   if (p.event == bench::Progress::Event::skipped) {
-    std::cerr << fmt::format("{} {}  already done: {}\n", at, p.config->label, what);
+    std::cerr << fmt::format("{} {}  already done: {}\n", at, label, what);
     return;
   }
-  if (m.status != "ok" && !m.error.empty()) what += ": " + m.error.substr(0, 160);
+  if (m.status != "ok" && !m.error.empty()) what += ": " + printable(m.error.substr(0, 160));
   std::cerr << fmt::format("{}{}   -> {}  ({:.1f} s; elapsed {}{})\n", at, where, what, r.run.wall_seconds,
                            clock(p.elapsed_seconds), eta);
 }

@@ -105,4 +105,39 @@ TEST(BenchHardening, NanInAPlanIsRefusedBeforeAnythingRuns) {
   }
 }
 
+// What a runner wrote reaches the terminal with its control characters escaped: an error message
+// or a stack string with escape sequences (clear the screen, retitle the window, recolour) in the
+// progress lines and in the report.
+TEST(BenchHardening, RunnerTextIsEscapedOnTheTerminal) {
+  const fs::path dir = fresh_dir("escapes");
+  const std::string plan = write_plan(dir, R"(
+name = "escapes"
+[run]
+gpu = "h200"
+[matrix]
+model = "qwen2.5-0.5b"
+x_do = "row"
+x_row = ['{"measured": {"status": "error", "error": "\u001b[2J\u001b]0;owned\u0007boom\r\nline two"}, "stack": {"gpu": "\u001b[31mred", "torch": "\u009b31m"}}',
+         '{"measured": {"status": "\u001b[5mok"}}']
+[[criteria]]
+name = "statuses"
+where = 'status != "error"'
+expect = 'status'
+)");
+  const auto r = run_cli(bench_args(plan, dir / "out"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(r.out.find('\x1b'), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find('\x07'), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find('\r'), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("\xc2\x9b"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\\x1b[2J\\x1b]0;owned\\x07boom\\r\\nline two"), std::string::npos) << r.out;  // progress, report
+  EXPECT_NE(r.out.find("stack: \\x1b[31mred"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("torch \\u009b31m"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\\x1b[5mok"), std::string::npos) << r.out;  // a status, in the table and a criterion's detail
+  // results.jsonl keeps what the runner wrote, as JSON escapes it.
+  const auto rows = rows_of(dir / "out");
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[1]["measured"]["status"], "\x1b[5mok");
+}
+
 }  // namespace
