@@ -156,19 +156,30 @@ void add_bench_command(CLI::App& app, int& exit_code) {
     }
     bench::RunOptions o;
     o.results_dir = !flags->results.empty() ? flags->results : "results/" + plan.name;
-    auto judge_and_report = [&](const std::vector<bench::BenchRow>& rows) {
+    // `write`: results.json, unless a run in progress owns it (it writes its own when it ends).
+    auto judge_and_report = [&](const std::vector<bench::BenchRow>& rows, bool write) {
       const bench::BenchReport report = bench::judge_results(plan, rows);
       const nlohmann::json doc = bench::report_to_json(plan, report);
-      bench::write_results_json(o.results_dir, doc);
+      if (write) bench::write_results_json(o.results_dir, doc);
       if (flags->format == "json") std::cout << doc.dump(2) << "\n";
-      else std::cout << bench::render_report(plan, report) << fmt::format("\nresults: {}/results.json\n", o.results_dir);
+      else
+        std::cout << bench::render_report(plan, report)
+                  << (write ? fmt::format("\nresults: {}/results.json\n", o.results_dir) : std::string());
       exit_code = 0;
     };
     if (flags->judge_only) {
-      const auto rows = bench::finished_rows(configs, o.results_dir);
-      std::cerr << fmt::format("{}: judging the {} of {} configs {}/results.jsonl holds; running nothing\n", plan.name,
-                               rows.size(), configs.size(), o.results_dir);
-      judge_and_report(rows);
+      // Judging while another bench runs on the directory is allowed (a look at a long run): the
+      // rows it has finished, read whole, judged as a snapshot.
+      const bench::FinishedRows done = bench::finished_rows(configs, o.results_dir);
+      if (done.run_in_progress)
+        std::cerr << fmt::format(
+            "{}: a `trainfit bench` is running in {}: judging the {} of {} configs it has finished so far; running "
+            "nothing, and results.json is left to that run\n",
+            plan.name, o.results_dir, done.rows.size(), configs.size());
+      else
+        std::cerr << fmt::format("{}: judging the {} of {} configs {}/results.jsonl holds; running nothing\n", plan.name,
+                                 done.rows.size(), configs.size(), o.results_dir);
+      judge_and_report(done.rows, !done.run_in_progress);
       return;
     }
     const char* env_runner = std::getenv("TRAINFIT_RUNNER");
@@ -211,7 +222,7 @@ void add_bench_command(CLI::App& app, int& exit_code) {
         "{}: {} configs, results in {}/results.jsonl, runner: {}{}\n", plan.name, configs.size(), o.results_dir, runner,
         o.devices.empty() ? ""
                           : fmt::format("; on GPUs {}, up to {} configs at once", fmt::join(o.devices, ","), o.devices.size()));
-    judge_and_report(bench::run_configs(plan, configs, o));
+    judge_and_report(bench::run_configs(plan, configs, o), true);
   });
 }
 

@@ -247,7 +247,13 @@ std::vector<BenchRow> run_configs(const ExperimentPlan& plan, const std::vector<
                                   const RunOptions& options);
 // The rows results_dir/results.jsonl already holds for these configs, in matrix order, running
 // nothing (`--judge-only`: judge on another machine, or again after the planner changed).
-std::vector<BenchRow> finished_rows(const std::vector<BenchConfig>& configs, const std::string& results_dir);
+// While another `trainfit bench` runs there (it holds .lock), the file is read as it is being
+// appended to: only whole lines (ending in a newline) are rows, and run_in_progress says so.
+struct FinishedRows {
+  std::vector<BenchRow> rows;
+  bool run_in_progress = false;
+};
+FinishedRows finished_rows(const std::vector<BenchConfig>& configs, const std::string& results_dir);
 // Writes results_dir/results.json atomically (a temporary file renamed over it).
 void write_results_json(const std::string& results_dir, const nlohmann::json& doc);
 

@@ -455,12 +455,14 @@ namespace {
 // What is already done: the last row of each config (a retried config's new row wins), by the
 // config's canonical key. The key is recomputed from the config the row was run as (its stored
 // key is that config's JSON), so rows written by an older trainfit, whose keys spelled defaults
-// differently, still resume. Lines that are not rows (a torn last line) are skipped.
-std::unordered_map<std::string, BenchRow> rows_by_key(const fs::path& results) {
+// differently, still resume. Lines that are not rows (a torn last line) are skipped, and so is a
+// last line without its newline when `whole_lines_only` (a row still being written).
+std::unordered_map<std::string, BenchRow> rows_by_key(const fs::path& results, bool whole_lines_only = false) {
   std::unordered_map<std::string, BenchRow> done;
   std::ifstream in(results);
   std::string line;
   while (std::getline(in, line)) {
+    if (whole_lines_only && in.eof()) break;  // getline met the end before a newline
     const json j = json::parse(line, nullptr, false);
     if (!j.is_object() || !j.contains("bench") || !j["bench"].is_object() || !j.contains("measured") ||
         !j["measured"].is_object())
@@ -483,14 +485,27 @@ std::unordered_map<std::string, BenchRow> rows_by_key(const fs::path& results) {
 
 }  // namespace
 
-std::vector<BenchRow> finished_rows(const std::vector<BenchConfig>& configs, const std::string& results_dir) {
+FinishedRows finished_rows(const std::vector<BenchConfig>& configs, const std::string& results_dir) {
   const fs::path results = fs::path(results_dir) / "results.jsonl";
   if (!fs::exists(results)) throw InputError(fmt::format("no results to judge: '{}' does not exist", results.string()));
-  auto done = rows_by_key(results);
-  std::vector<BenchRow> rows;
+  FinishedRows out;
+  // The directory's lock says whether a bench runs there: it holds .lock exclusively, so a shared
+  // hold is refused. Otherwise the shared hold lasts while reading, so that no bench starts
+  // appending meanwhile (one starting in that moment is refused, as a second bench is). No .lock
+  // (rows copied from elsewhere): none runs.
+  const fs::path lock = fs::path(results_dir) / ".lock";
+  const int fd = ::open(lock.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd >= 0 && ::flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK) out.run_in_progress = true;
+  struct Closer {
+    int fd;
+    ~Closer() {
+      if (fd >= 0) ::close(fd);
+    }
+  } closer{fd};
+  auto done = rows_by_key(results, out.run_in_progress);
   for (const auto& c : configs)
-    if (auto it = done.find(c.key); it != done.end()) rows.push_back(std::move(it->second));
-  return rows;
+    if (auto it = done.find(c.key); it != done.end()) out.rows.push_back(std::move(it->second));
+  return out;
 }
 
 std::vector<BenchRow> run_configs(const ExperimentPlan& plan, const std::vector<BenchConfig>& configs,

@@ -105,6 +105,41 @@ TEST(BenchHardening, NanInAPlanIsRefusedBeforeAnythingRuns) {
   }
 }
 
+// --judge-only while another bench runs on the directory: it judges the rows finished so far, read
+// as whole lines (the one being appended is no row yet), says so, and leaves results.json to the
+// run. Once the run is over, the same file is judged whole.
+TEST(BenchHardening, JudgeOnlyDuringARunJudgesItsWholeRows) {
+  const fs::path dir = fresh_dir("judge-running");
+  const std::string plan = write_plan(dir, "name = 'running'\n[run]\nsteps = 2\n[matrix]\nmodel = 'qwen2.5-0.5b'\n"
+                                           "x_do = ['ok', 'ok-again']\n");
+  const fs::path out = dir / "out";
+  ASSERT_EQ(run_cli(bench_args(plan, out)).code, 0);
+  const auto rows = rows_of(out);
+  ASSERT_EQ(rows.size(), 2u);
+  // The second row as a reader can catch it while the orchestrator appends it: no newline yet.
+  std::ofstream(out / "results.jsonl", std::ios::trunc) << rows[0].dump() << "\n" << rows[1].dump();
+  fs::remove(out / "results.json");
+  const int fd = ::open((out / ".lock").c_str(), O_RDWR);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::flock(fd, LOCK_EX | LOCK_NB), 0);  // as a running `trainfit bench` holds it
+  const auto during = run_cli(bench_args(plan, out) + " --judge-only");
+  EXPECT_EQ(during.code, 0) << during.out;
+  EXPECT_NE(during.out.find("a `trainfit bench` is running in " + out.string() +
+                            ": judging the 1 of 2 configs it has finished so far"),
+            std::string::npos)
+      << during.out;
+  EXPECT_FALSE(fs::exists(out / "results.json"));
+  // A second bench is still refused while it runs.
+  const auto second = run_cli(bench_args(plan, out));
+  EXPECT_EQ(second.code, 2) << second.out;
+  EXPECT_NE(second.out.find("another `trainfit bench` is using"), std::string::npos) << second.out;
+  ::close(fd);
+  const auto after = run_cli(bench_args(plan, out) + " --judge-only");
+  EXPECT_EQ(after.code, 0) << after.out;
+  EXPECT_NE(after.out.find("judging the 2 of 2 configs"), std::string::npos) << after.out;
+  EXPECT_TRUE(fs::exists(out / "results.json"));
+}
+
 // What a runner wrote reaches the terminal with its control characters escaped: an error message
 // or a stack string with escape sequences (clear the screen, retitle the window, recolour) in the
 // progress lines and in the report.
