@@ -473,7 +473,17 @@ std::unordered_map<std::string, BenchRow> rows_by_key(const fs::path& results, b
       const json& stored = j["bench"].contains("key") ? j["bench"]["key"] : json();
       if (stored.is_string()) {
         const json as_run = json::parse(stored.get<std::string>(), nullptr, false);
-        if (as_run.is_object()) key = config_from_json(as_run).key;
+        if (as_run.is_object()) {
+          const BenchConfig run_as = config_from_json(as_run);
+          // A row is judged as the config it names, and found by the one it was run as: the two
+          // must be one config (the row's names the card once known). A row edited by hand so
+          // that they differ (its config names an unknown model, say) is no row of that config;
+          // judged, it would stop every resume. The config runs again.
+          BenchConfig named = row.config;
+          if (run_as.setup.gpu.empty()) named.setup.gpu.clear();
+          if (config_to_json(named).dump() != run_as.key) continue;
+          key = run_as.key;
+        }
       }
       done.insert_or_assign(key, std::move(row));
     } catch (const InputError&) {

@@ -140,6 +140,43 @@ TEST(BenchHardening, JudgeOnlyDuringARunJudgesItsWholeRows) {
   EXPECT_TRUE(fs::exists(out / "results.json"));
 }
 
+// Rows edited by hand: a status that is no string, a config field of the wrong type, a config that
+// names an unknown model under the key of a real config. None stops a resume (or a judgement): the
+// first is an error row, the others are no rows of any config, whose configs run again.
+TEST(BenchHardening, HandEditedRowsDoNotStopAResume) {
+  const fs::path dir = fresh_dir("hand-edited");
+  const std::string plan = write_plan(dir, "name = 'edited'\n[run]\nsteps = 2\ngpu = 'h200'\n[matrix]\n"
+                                           "model = 'qwen2.5-0.5b'\nx_do = ['a', 'b', 'c', 'd']\n");
+  const fs::path out = dir / "out";
+  const std::string args = bench_args(plan, out);
+  ASSERT_EQ(run_cli(args).code, 0);
+  auto rows = rows_of(out);
+  ASSERT_EQ(rows.size(), 4u);
+  rows[0]["measured"]["status"] = 7;
+  rows[1]["config"]["seq"] = "long";
+  rows[2]["config"]["model"] = "no-such-model";
+  rows[3]["config"]["rank"] = -3;
+  {
+    std::ofstream f(out / "results.jsonl", std::ios::trunc);
+    for (const auto& row : rows) f << row.dump() << "\n";
+  }
+  const auto resumed = run_cli(args);
+  ASSERT_EQ(resumed.code, 0) << resumed.out;
+  auto now = rows_of(out);
+  ASSERT_EQ(now.size(), 7u) << resumed.out;  // b, c and d ran again
+  for (std::size_t i = 4; i < 7; ++i) EXPECT_EQ(now[i]["measured"]["status"], "ok") << now[i].dump();
+  EXPECT_NE(resumed.out.find("already done: error"), std::string::npos) << resumed.out;  // a's row: status 7
+  const auto judged = run_cli(args + " --judge-only");
+  EXPECT_EQ(judged.code, 0) << judged.out;
+  EXPECT_NE(judged.out.find("judging the 4 of 4 configs"), std::string::npos) << judged.out;
+  const auto retried = run_cli(args + " --retry-failed");
+  ASSERT_EQ(retried.code, 0) << retried.out;
+  now = rows_of(out);
+  ASSERT_EQ(now.size(), 8u);
+  EXPECT_EQ(now[7]["measured"]["status"], "ok");
+  EXPECT_EQ(now[7]["config"]["x_do"], "a");
+}
+
 // What a runner wrote reaches the terminal with its control characters escaped: an error message
 // or a stack string with escape sequences (clear the screen, retitle the window, recolour) in the
 // progress lines and in the report.
