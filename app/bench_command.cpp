@@ -127,7 +127,7 @@ void add_bench_command(CLI::App& app, int& exit_code) {
   cmd->add_option("plan", flags->plan, "experiment plan file (plans/seed-16gb.toml)")->required();
   cmd->add_option("--results", flags->results, "results directory (default results/<plan name>); rerun to resume");
   cmd->add_option("--runner", flags->runner,
-                  "runner command; gets --config JSON --out PATH (default: $TRAINFIT_RUNNER, else python3 -m trainfit_runner)");
+                  "runner command; gets --config-file PATH --out PATH (default: $TRAINFIT_RUNNER, else python3 -m trainfit_runner)");
   cmd->add_option("--format", flags->format, "table | json (results.json on stdout)")->capture_default_str();
   cmd->add_option("--gpu", flags->gpu, "the card the predictions are for (default: the plan's run.gpu, else the one the runner reports)");
   cmd->add_flag("--dry-run", flags->dry_run, "list the configs with their predictions; run nothing");

@@ -115,7 +115,7 @@ struct BenchConfig {
   std::string label;        // "qwen2.5-7b qlora r16 q,v s512 b1 ckpt"
 };
 
-// The config as the runner receives it (--config) and a row stores it: the matrix settings that
+// The config as the runner receives it (the file --config-file names) and a row stores it: the matrix settings that
 // apply (settings.hpp), the card, the run's fields, the runner's fields.
 nlohmann::json config_to_json(const BenchConfig& config);
 // A config read back from a row. Throws InputError naming the field.
@@ -207,7 +207,7 @@ struct Progress {
 
 struct RunOptions {
   std::string results_dir;
-  std::vector<std::string> runner;                           // argv; --config JSON --out PATH are appended
+  std::vector<std::string> runner;                           // argv; --config-file PATH --out PATH are appended
   std::vector<std::pair<std::string, std::string>> env;      // added to each runner's environment
   bool retry_failed = false;      // rerun rows whose status is crashed / timeout / error
   double kill_grace_seconds = 5;  // SIGTERM, then SIGKILL of the process group after this

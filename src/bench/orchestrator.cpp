@@ -42,6 +42,7 @@
 #include "trainfit/bench.hpp"
 #include "trainfit/error.hpp"
 #include "trainfit/settings.hpp"
+#include "trainfit/units.hpp"
 
 namespace trainfit::bench {
 namespace {
@@ -72,9 +73,17 @@ std::string fnv1a_hex(std::string_view s) {
 
 // What the orchestrator reads of the files it did not write itself is bounded: a runner may write
 // gigabytes of log, and one config must not cost the orchestrator that memory.
-constexpr std::size_t kLogTailBytes = std::size_t{1} << 20;     // enough to find an OOM message and show the end
-constexpr std::size_t kRunnerRowBytes = std::size_t{64} << 20;  // a runner's row is a few KB; past this, malformed
-constexpr std::size_t kProcFileBytes = std::size_t{1} << 20;   // /proc/PID/stat and environ
+constexpr std::size_t kLogTailBytes = std::size_t{1} << 20;  // enough to find an OOM message and show the end
+// A runner's row is copied whole into results.jsonl, and every resume and judgement reads it
+// again: it holds a config's figures, not its data. The Python runner's is 3-6 KB for 4 steps,
+// about 300 bytes more a step (10,000 steps, the most a plan allows: 3 MB), with a traceback of at
+// most 3,000 characters. Past this the row is not read: an error row says its size and the limit.
+constexpr std::size_t kRunnerRowBytes = std::size_t{4} << 20;
+// A line of results.jsonl: the runner's row and the config (in "config", "bench.key" and the label,
+// each at most about the plan's 1 MiB), with room to spare. repair_tail looks this far back for
+// the end of the last whole line.
+constexpr std::size_t kResultsLineBytes = std::size_t{64} << 20;
+constexpr std::size_t kProcFileBytes = std::size_t{1} << 20;  // /proc/PID/stat and environ
 
 std::string tail(const std::string& s, std::size_t n) { return s.size() <= n ? s : s.substr(s.size() - n); }
 
@@ -208,7 +217,8 @@ void repair_tail(const fs::path& results) {
   std::error_code ec;
   const auto size = fs::file_size(results, ec);
   if (ec || size == 0) return;
-  const std::string end = detail::read_file_tail(results.string(), kRunnerRowBytes);
+  if (detail::read_file_tail(results.string(), 1) == "\n") return;  // the usual case: read one byte, not the tail
+  const std::string end = detail::read_file_tail(results.string(), kResultsLineBytes);
   if (end.empty() || end.back() == '\n') return;
   const auto keep = end.rfind('\n');
   const std::uintmax_t cut = keep == std::string::npos ? size - end.size() : size - end.size() + keep + 1;
@@ -321,10 +331,18 @@ BenchRow make_row(const ExperimentPlan& plan, const BenchConfig& c, const Exit& 
   row.config = c;
   json reported;
   std::string unreadable;  // why the runner's row could not be read, when it wrote one
-  try {
-    reported = json::parse(detail::read_text_file(out.string(), "the runner's row", kRunnerRowBytes), nullptr, false);
-  } catch (const InputError& e) {
-    if (fs::exists(out)) unreadable = e.what();
+  std::error_code size_error;
+  const std::uintmax_t size = fs::file_size(out, size_error);
+  if (!size_error && size > kRunnerRowBytes) {
+    unreadable = fmt::format("the runner's row is {}, over the limit of {} for a row; not read",
+                             format_bytes(static_cast<std::int64_t>(size)),
+                             format_bytes(static_cast<std::int64_t>(kRunnerRowBytes)));
+  } else {
+    try {  // the cap holds here too, for a file that grew after its size was taken
+      reported = json::parse(detail::read_text_file(out.string(), "the runner's row", kRunnerRowBytes), nullptr, false);
+    } catch (const InputError& e) {
+      if (fs::exists(out)) unreadable = e.what();
+    }
   }
   const bool have = reported.is_object() && reported.contains("measured") && reported["measured"].is_object();
   if (have) {
@@ -640,8 +658,12 @@ std::vector<BenchRow> run_configs(const ExperimentPlan& plan, const std::vector<
       slot->out = dir / "runs" / (stem + ".json");
       slot->log = dir / "runs" / (stem + ".log");
       fs::remove(slot->out, ec);
+      // The config goes in a file beside the row, not on the command line: one argument may hold
+      // at most 128 KiB (MAX_ARG_STRLEN), and a long x_ field would make exec fail with E2BIG.
+      const fs::path config_file = dir / "runs" / (stem + ".config.json");
+      write_file_atomically(config_file, c.key + "\n");
       std::vector<std::string> argv = options.runner;
-      argv.insert(argv.end(), {"--config", c.key, "--out", slot->out.string()});
+      argv.insert(argv.end(), {"--config-file", config_file.string(), "--out", slot->out.string()});
       std::vector<std::pair<std::string, std::string>> env = options.env;
       env.emplace_back("TRAINFIT_SETUP_SCHEMA", fs::absolute(schema).string());
       slot->group.token = fmt::format("{}-{}", token_base, i);

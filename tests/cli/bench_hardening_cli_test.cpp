@@ -177,6 +177,30 @@ TEST(BenchHardening, HandEditedRowsDoNotStopAResume) {
   EXPECT_EQ(now[7]["config"]["x_do"], "a");
 }
 
+// A config longer than one argument may be (128 KiB: a long x_ field) used to fail as "cannot
+// execute the runner command" (E2BIG): the config goes in a file beside the row instead.
+TEST(BenchHardening, AConfigPastTheArgumentLimitRuns) {
+  const fs::path dir = fresh_dir("big-config");
+  const std::string big(200 * 1024, 'a');
+  const std::string plan = write_plan(dir, "name = 'big'\n[run]\nsteps = 2\n[matrix]\nmodel = 'qwen2.5-0.5b'\nx_big = '" +
+                                               big + "'\n");
+  const fs::path out = dir / "out";
+  const auto r = run_cli(bench_args(plan, out));
+  ASSERT_EQ(r.code, 0) << r.out.substr(0, 1000);
+  const auto rows = rows_of(out);
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0]["measured"]["status"], "ok") << rows[0]["measured"].dump().substr(0, 1000);
+  EXPECT_EQ(rows[0]["measured"]["standin"]["flags"], json::array({"--config-file", "--out"}));
+  EXPECT_EQ(rows[0]["config"]["x_big"], big);
+  // The file the runner read: the config, beside the row.
+  std::vector<fs::path> configs;
+  for (const auto& e : fs::directory_iterator(out / "runs"))
+    if (e.path().filename().string().find(".config.json") != std::string::npos) configs.push_back(e.path());
+  ASSERT_EQ(configs.size(), 1u);
+  std::ifstream f(configs[0]);
+  EXPECT_EQ(json::parse(f).dump(), rows[0]["bench"]["key"].get<std::string>());
+}
+
 // What a runner wrote reaches the terminal with its control characters escaped: an error message
 // or a stack string with escape sequences (clear the screen, retitle the window, recolour) in the
 // progress lines and in the report.
@@ -210,6 +234,60 @@ expect = 'status'
   const auto rows = rows_of(dir / "out");
   ASSERT_EQ(rows.size(), 2u);
   EXPECT_EQ(rows[1]["measured"]["status"], "\x1b[5mok");
+}
+
+// Runs the CLI in a child of its own and returns its peak resident memory (KiB), with the exit
+// code: wait4 reports the child's, its own runners' included.
+long run_measuring_rss(const std::vector<std::string>& args, int& code) {
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    const int null = ::open("/dev/null", O_WRONLY);
+    ::dup2(null, 1);
+    ::dup2(null, 2);
+    std::vector<char*> argv{const_cast<char*>(TRAINFIT_CLI)};
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    ::execv(TRAINFIT_CLI, argv.data());
+    ::_exit(127);
+  }
+  int status = 0;
+  rusage usage{};
+  ::wait4(pid, &status, 0, &usage);
+  code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return usage.ru_maxrss;
+}
+
+// A runner's row is read up to 4 MiB: a bigger one is an error row saying its size and the limit,
+// and is not read (it used to be read, up to 64 MiB, and copied into results.jsonl).
+TEST(BenchHardening, ARunnersHugeRowIsAnErrorRowSayingItsSize) {
+  const fs::path dir = fresh_dir("huge-row");
+  auto plan_for = [&](const std::string& name, const std::string& mib) {
+    return write_plan(dir, "name = '" + name + "'\n[run]\ngpu = 'h200'\n[matrix]\nmodel = 'qwen2.5-0.5b'\nx_do = 'big-row'\n"
+                           "x_row_mib = " + mib + "\n");
+  };
+  auto run_plan = [&](const std::string& plan, const fs::path& out, int& code) {
+    return run_measuring_rss({"bench", plan, "--results", out.string(), "--runner", TRAINFIT_STANDIN_RUNNER}, code);
+  };
+  int code = -1;
+  const long small_rss = run_plan(plan_for("small", "0.01"), dir / "small", code);
+  ASSERT_EQ(code, 0);
+  const long huge_rss = run_plan(plan_for("huge", "48"), dir / "huge", code);
+  ASSERT_EQ(code, 0);
+  auto rows = rows_of(dir / "huge");
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0]["measured"]["status"], "error");
+  EXPECT_EQ(rows[0]["verdict"], "error");
+  EXPECT_EQ(rows[0]["measured"]["error"], "the runner's row is 48.0 MiB, over the limit of 4.0 MiB for a row; not read");
+  EXPECT_FALSE(rows[0]["measured"].contains("padding"));
+  EXPECT_LT(fs::file_size(dir / "huge" / "results.jsonl"), 64u * 1024);
+  // Not read: the orchestrator's memory is that of a small row's run, give or take.
+  EXPECT_LT(huge_rss, small_rss + 16 * 1024) << "KiB: " << huge_rss << " against " << small_rss;
+  // Under the limit, a big row is a row.
+  ASSERT_EQ(run_cli(bench_args(plan_for("big", "3"), dir / "big")).code, 0);
+  rows = rows_of(dir / "big");
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0]["measured"]["status"], "ok");
+  EXPECT_GT(rows[0]["measured"]["padding"].get<std::string>().size(), 3u * 1024 * 1024 - 100);
 }
 
 }  // namespace
