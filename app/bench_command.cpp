@@ -14,6 +14,7 @@
 #include <fmt/ranges.h>
 
 #include "commands.hpp"
+#include "common/text.hpp"
 #include "trainfit/bench.hpp"
 #include "trainfit/hardware.hpp"
 #include "trainfit/telemetry.hpp"
@@ -84,30 +85,34 @@ std::string on_gpus(const std::vector<int>& devices) {
   return fmt::format(" on GPU{} {}", devices.size() == 1 ? "" : "s", fmt::join(devices, ","));
 }
 
+// A progress line is one line on a terminal: what a runner wrote (its status and error) and the
+// plan's x_ values in the label are printed with their control characters escaped.
 void print_progress(const bench::Progress& p) {
+  using detail::printable;
   const std::string at = fmt::format("[{}/{}]", p.position, p.total);
   const std::string eta = p.eta_seconds ? ", eta " + clock(*p.eta_seconds) : "";
+  const std::string label = printable(p.config->label);
   // With --devices, configs end out of order: the end names its config and GPUs too.
   const std::string where = p.devices == nullptr ? ""
-                            : p.devices->empty() ? " " + p.config->label
-                                                 : " " + p.config->label + on_gpus(*p.devices);
+                            : p.devices->empty() ? " " + label
+                                                 : " " + label + on_gpus(*p.devices);
   if (p.event == bench::Progress::Event::started) {
-    std::cerr << fmt::format("{} {}{}  (elapsed {}{}{})\n", at, p.config->label,
+    std::cerr << fmt::format("{} {}{}  (elapsed {}{}{})\n", at, label,
                              p.devices != nullptr ? on_gpus(*p.devices) : "", clock(p.elapsed_seconds), eta,
                              p.devices != nullptr ? fmt::format(", {} running", p.running) : "");
     return;
   }
   const bench::BenchRow& r = *p.row;
   const Measurement& m = r.measured;
-  std::string what = fmt::format("{} {}", m.status, r.verdict.empty() ? "?" : r.verdict);
+  std::string what = fmt::format("{} {}", printable(m.status), r.verdict.empty() ? "?" : r.verdict);
   if (m.peak_allocated_mib) what += fmt::format(", peak {:.1f} MiB", *m.peak_allocated_mib);
   if (r.predicted && r.predicted->peak_allocated_mib) what += fmt::format(" (predicted {:.1f})", *r.predicted->peak_allocated_mib);
   if (m.step_seconds) what += fmt::format(", {:.3f} s/step", *m.step_seconds);
   if (p.event == bench::Progress::Event::skipped) {
-    std::cerr << fmt::format("{} {}  already done: {}\n", at, p.config->label, what);
+    std::cerr << fmt::format("{} {}  already done: {}\n", at, label, what);
     return;
   }
-  if (m.status != "ok" && !m.error.empty()) what += ": " + m.error.substr(0, 160);
+  if (m.status != "ok" && !m.error.empty()) what += ": " + printable(m.error.substr(0, 160));
   std::cerr << fmt::format("{}{}   -> {}  ({:.1f} s; elapsed {}{})\n", at, where, what, r.run.wall_seconds,
                            clock(p.elapsed_seconds), eta);
 }
@@ -122,7 +127,7 @@ void add_bench_command(CLI::App& app, int& exit_code) {
   cmd->add_option("plan", flags->plan, "experiment plan file (plans/seed-16gb.toml)")->required();
   cmd->add_option("--results", flags->results, "results directory (default results/<plan name>); rerun to resume");
   cmd->add_option("--runner", flags->runner,
-                  "runner command; gets --config JSON --out PATH (default: $TRAINFIT_RUNNER, else python3 -m trainfit_runner)");
+                  "runner command; gets --config-file PATH --out PATH (default: $TRAINFIT_RUNNER, else python3 -m trainfit_runner)");
   cmd->add_option("--format", flags->format, "table | json (results.json on stdout)")->capture_default_str();
   cmd->add_option("--gpu", flags->gpu, "the card the predictions are for (default: the plan's run.gpu, else the one the runner reports)");
   cmd->add_flag("--dry-run", flags->dry_run, "list the configs with their predictions; run nothing");
@@ -151,19 +156,30 @@ void add_bench_command(CLI::App& app, int& exit_code) {
     }
     bench::RunOptions o;
     o.results_dir = !flags->results.empty() ? flags->results : "results/" + plan.name;
-    auto judge_and_report = [&](const std::vector<bench::BenchRow>& rows) {
+    // `write`: results.json, unless a run in progress owns it (it writes its own when it ends).
+    auto judge_and_report = [&](const std::vector<bench::BenchRow>& rows, bool write) {
       const bench::BenchReport report = bench::judge_results(plan, rows);
       const nlohmann::json doc = bench::report_to_json(plan, report);
-      bench::write_results_json(o.results_dir, doc);
+      if (write) bench::write_results_json(o.results_dir, doc);
       if (flags->format == "json") std::cout << doc.dump(2) << "\n";
-      else std::cout << bench::render_report(plan, report) << fmt::format("\nresults: {}/results.json\n", o.results_dir);
+      else
+        std::cout << bench::render_report(plan, report)
+                  << (write ? fmt::format("\nresults: {}/results.json\n", o.results_dir) : std::string());
       exit_code = 0;
     };
     if (flags->judge_only) {
-      const auto rows = bench::finished_rows(configs, o.results_dir);
-      std::cerr << fmt::format("{}: judging the {} of {} configs {}/results.jsonl holds; running nothing\n", plan.name,
-                               rows.size(), configs.size(), o.results_dir);
-      judge_and_report(rows);
+      // Judging while another bench runs on the directory is allowed (a look at a long run): the
+      // rows it has finished, read whole, judged as a snapshot.
+      const bench::FinishedRows done = bench::finished_rows(configs, o.results_dir);
+      if (done.run_in_progress)
+        std::cerr << fmt::format(
+            "{}: a `trainfit bench` is running in {}: judging the {} of {} configs it has finished so far; running "
+            "nothing, and results.json is left to that run\n",
+            plan.name, o.results_dir, done.rows.size(), configs.size());
+      else
+        std::cerr << fmt::format("{}: judging the {} of {} configs {}/results.jsonl holds; running nothing\n", plan.name,
+                                 done.rows.size(), configs.size(), o.results_dir);
+      judge_and_report(done.rows, !done.run_in_progress);
       return;
     }
     const char* env_runner = std::getenv("TRAINFIT_RUNNER");
@@ -206,7 +222,7 @@ void add_bench_command(CLI::App& app, int& exit_code) {
         "{}: {} configs, results in {}/results.jsonl, runner: {}{}\n", plan.name, configs.size(), o.results_dir, runner,
         o.devices.empty() ? ""
                           : fmt::format("; on GPUs {}, up to {} configs at once", fmt::join(o.devices, ","), o.devices.size()));
-    judge_and_report(bench::run_configs(plan, configs, o));
+    judge_and_report(bench::run_configs(plan, configs, o), true);
   });
 }
 

@@ -1,18 +1,20 @@
 // A stand-in for python/trainfit_runner in CI (no GPU, no torch): it speaks the runner protocol
-// (--config JSON --out PATH, one row of JSON written to PATH) and does real work on the CPU:
+// (--config-file PATH --out PATH, or --config JSON by hand; one row of JSON written to PATH) and
+// does real work on the CPU:
 // it allocates and touches the memory a config asks for, against the emulated card's size as a
 // capped allocator would, multiplies matrices for each step and times them. The config's x_do
 // field makes it misbehave: "oom" (ask for more than the card), "crash" (SIGSEGV), "kill"
 // (SIGKILL itself), "hang" (never finish), "hang-hard" (and ignore SIGTERM), "fail" (exit 1
-// without a row), "noresult" (exit 0 without a row), "row" (write x_row, verbatim, as its row). It
-// writes its pid to PATH.pid first.
+// without a row), "noresult" (exit 0 without a row), "row" (write x_row, verbatim, as its row),
+// "big-row" (an ok row padded to x_row_mib MiB, written a MiB at a time). It writes its pid to
+// PATH.pid first.
 // For the concurrency tests: x_gate (a path, or "" for none: wait until that file exists first),
 // x_rendezvous and x_peers (a folder: add a file for this runner, then wait, up to x_rendezvous_s
 // seconds (default 60), until x_peers runners have; status "error" if they never do),
 // x_spawn_child (fork a child that sleeps forever in the runner's process group; its pid goes to
 // PATH.child.pid). The row's measured.standin records CUDA_VISIBLE_DEVICES, CUDA_DEVICE_ORDER,
 // NCCL_NVLS_ENABLE and PYTHONPATH as the runner saw them (null when unset) and its start and end
-// (Unix seconds).
+// (Unix seconds), and the options it was given (flags).
 #include <signal.h>
 #include <unistd.h>
 
@@ -24,6 +26,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
@@ -46,12 +49,18 @@ json env_or_null(const char* name) {
 
 int main(int argc, char** argv) {
   std::string config_text, out;
+  json flags = json::array();  // the options it was given, for the row: the protocol as used
   for (int i = 1; i + 1 < argc; i += 2) {
+    flags.push_back(argv[i]);
     if (std::strcmp(argv[i], "--config") == 0) config_text = argv[i + 1];
+    if (std::strcmp(argv[i], "--config-file") == 0) {
+      std::ifstream f(argv[i + 1]);
+      config_text.assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+    }
     if (std::strcmp(argv[i], "--out") == 0) out = argv[i + 1];
   }
   if (config_text.empty() || out.empty()) {
-    std::cerr << "usage: standin --config JSON --out PATH\n";
+    std::cerr << "usage: standin --config-file PATH --out PATH (or --config JSON)\n";
     return 2;
   }
   const double started_unix = unix_now();
@@ -77,6 +86,21 @@ int main(int argc, char** argv) {
   if (what == "noresult") return 0;
   if (what == "row") {  // write x_row as the row, verbatim: a runner that writes nonsense
     std::ofstream(out) << c.value("x_row", "") << "\n";
+    return 0;
+  }
+  if (what == "big-row") {  // a runner that writes a huge row: x_row_mib MiB, never all in memory
+    const auto mib = static_cast<std::size_t>(c.value("x_row_mib", 1.0) * 1048576.0);
+    std::ofstream f(out);
+    const std::string head = R"({"measured": {"status": "ok", "peak_allocated_mib": 16.0, "padding": ")";
+    const std::string tail = "\"}}\n";
+    f << head;
+    const std::string chunk(std::size_t{1} << 20, 'x');
+    for (std::size_t left = mib - std::min(mib, head.size() + tail.size()); left > 0;) {
+      const std::size_t n = std::min(left, chunk.size());
+      f.write(chunk.data(), static_cast<std::streamsize>(n));
+      left -= n;
+    }
+    f << tail;
     return 0;
   }
   if (what == "hang-hard") ::signal(SIGTERM, SIG_IGN);
@@ -150,6 +174,7 @@ int main(int argc, char** argv) {
                          {"cuda_device_order", env_or_null("CUDA_DEVICE_ORDER")},
                          {"nccl_nvls_enable", env_or_null("NCCL_NVLS_ENABLE")},
                          {"pythonpath", env_or_null("PYTHONPATH")},
+                         {"flags", flags},
                          {"started_unix", started_unix},
                          {"ended_unix", unix_now()}};
   const json row = {{"config", c}, {"measured", measured},

@@ -115,7 +115,7 @@ struct BenchConfig {
   std::string label;        // "qwen2.5-7b qlora r16 q,v s512 b1 ckpt"
 };
 
-// The config as the runner receives it (--config) and a row stores it: the matrix settings that
+// The config as the runner receives it (the file --config-file names) and a row stores it: the matrix settings that
 // apply (settings.hpp), the card, the run's fields, the runner's fields.
 nlohmann::json config_to_json(const BenchConfig& config);
 // A config read back from a row. Throws InputError naming the field.
@@ -207,7 +207,7 @@ struct Progress {
 
 struct RunOptions {
   std::string results_dir;
-  std::vector<std::string> runner;                           // argv; --config JSON --out PATH are appended
+  std::vector<std::string> runner;                           // argv; --config-file PATH --out PATH are appended
   std::vector<std::pair<std::string, std::string>> env;      // added to each runner's environment
   bool retry_failed = false;      // rerun rows whose status is crashed / timeout / error
   double kill_grace_seconds = 5;  // SIGTERM, then SIGKILL of the process group after this
@@ -247,7 +247,13 @@ std::vector<BenchRow> run_configs(const ExperimentPlan& plan, const std::vector<
                                   const RunOptions& options);
 // The rows results_dir/results.jsonl already holds for these configs, in matrix order, running
 // nothing (`--judge-only`: judge on another machine, or again after the planner changed).
-std::vector<BenchRow> finished_rows(const std::vector<BenchConfig>& configs, const std::string& results_dir);
+// While another `trainfit bench` runs there (it holds .lock), the file is read as it is being
+// appended to: only whole lines (ending in a newline) are rows, and run_in_progress says so.
+struct FinishedRows {
+  std::vector<BenchRow> rows;
+  bool run_in_progress = false;
+};
+FinishedRows finished_rows(const std::vector<BenchConfig>& configs, const std::string& results_dir);
 // Writes results_dir/results.json atomically (a temporary file renamed over it).
 void write_results_json(const std::string& results_dir, const nlohmann::json& doc);
 

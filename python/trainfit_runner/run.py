@@ -1,5 +1,6 @@
 """Run one bench config as real training steps and write one row (docs/bench.md).
 
+    python -m trainfit_runner --config-file config.json --out row.json     # as `trainfit bench` runs it
     python -m trainfit_runner --config '{"model": "qwen2.5-7b", "method": "qlora", ...}' --out row.json
 
 The config is the canonical one `trainfit bench` writes: the settings of `trainfit schema`
@@ -430,8 +431,12 @@ def wrap_distributed(torch, model, cfg, device):
 
 
 def relaunch_under_torchrun(cfg, out):
+    # The config goes in a file, as trainfit passes it: one argument holds at most 128 KiB.
+    config_file = str(out) + ".torchrun-config.json"
+    with open(config_file, "w") as f:
+        json.dump(cfg, f)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=%d" % cfg["gpus"],
-           "-m", "trainfit_runner", "--config", json.dumps(cfg), "--out", str(out)]
+           "-m", "trainfit_runner", "--config-file", config_file, "--out", str(out)]
     return subprocess.call(cmd)
 
 
@@ -498,10 +503,17 @@ def run(cfg, out):
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m trainfit_runner", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--config", required=True, help="the config, as JSON")
+    given = ap.add_mutually_exclusive_group(required=True)
+    given.add_argument("--config-file", help="a file holding the config, as JSON (what trainfit bench passes)")
+    given.add_argument("--config", help="the config, as JSON (by hand)")
     ap.add_argument("--out", required=True, help="where to write the row (JSON)")
     args = ap.parse_args(argv)
-    cfg = setup_schema.complete(json.loads(args.config))
+    if args.config_file is not None:
+        with open(args.config_file) as f:
+            text = f.read()
+    else:
+        text = args.config
+    cfg = setup_schema.complete(json.loads(text))
     if cfg["gpus"] > 1 and "WORLD_SIZE" not in os.environ:
         return relaunch_under_torchrun(cfg, args.out)
     return run(cfg, args.out)

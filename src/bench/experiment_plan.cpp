@@ -105,6 +105,8 @@ void read_matrix(const Reader& r, const toml::table& t, ExperimentPlan& p) {
       SettingValue value = setting_value(r, n, field);
       try {
         if (setting != nullptr) value = check_setting_value(*setting, value);
+        else if (const auto* d = std::get_if<double>(&value); d != nullptr && !std::isfinite(*d))
+          throw InputError("must be a finite number (the config goes to the runner as JSON, which has no nan or inf)");
         else if (key == kDeviceField && value != SettingValue(std::string("cuda")) && value != SettingValue(std::string("cpu")))
           throw InputError("expected \"cuda\" or \"cpu\"");
         if (key == "model") (void)load_model(std::get<std::string>(value));
@@ -188,8 +190,16 @@ ExperimentPlan parse_experiment_plan(std::string_view toml_text, std::string_vie
   const auto* name = t.get("name");
   if (name == nullptr) r.fail(nullptr, "name", "missing: name the experiment");
   p.name = r.text(*name, "name");
-  if (p.name.empty() || p.name.find_first_of("/\\\n") != std::string::npos)
-    r.fail(name, "name", "must be non-empty, without slashes or newlines");
+  // The name is a file-name component: the default results directory is results/<name>, so "."
+  // or ".." would put results.jsonl, runs/ and .lock in results/ itself or the current folder.
+  const bool control = std::any_of(p.name.begin(), p.name.end(), [](char c) {
+    return static_cast<unsigned char>(c) < 0x20 || c == 0x7f;
+  });
+  if (p.name.empty() || p.name == "." || p.name == ".." || control ||
+      p.name.find_first_of("/\\") != std::string::npos)
+    r.fail(name, "name",
+           "must be a file name (the results go to results/<name>): non-empty, not '.' or '..', without slashes "
+           "or control characters");
   if (const auto* n = t.get("description")) p.description = r.text(*n, "description");
   if (const auto* n = t.get("hypotheses")) p.hypotheses = r.strings(*n, "hypotheses");
   if (const auto* n = t.get("run")) {

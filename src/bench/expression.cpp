@@ -15,11 +15,21 @@
 
 namespace trainfit::bench {
 
+// A chain is a run of one precedence level's binary operators, kept flat: `1 + 2 - 3 + ...` is one
+// node with its operands and operators in order (evaluated left to right, as ((1 + 2) - 3) + ...),
+// not a left-leaning tree as deep as the chain is long. So the tree's depth is bounded by the
+// nesting (parentheses, `not`, unary minus: kMaxDepth), whatever the expression's length, and
+// parsing, evaluation and destruction recurse only that deep.
 struct Expression::Node {
-  enum class Kind { literal, field, unary, binary, call } kind = Kind::literal;
+  enum class Kind { literal, field, unary, chain, call } kind = Kind::literal;
+  struct Op {
+    std::string name;
+    std::size_t column = 0;
+  };
   Value value;              // literal
-  std::string name;         // field name, operator or function
+  std::string name;         // field name, unary operator or function
   std::vector<std::shared_ptr<const Node>> args;
+  std::vector<Op> ops;      // chain: ops[i] stands between args[i] and args[i + 1]
   std::size_t column = 0;
 };
 
@@ -167,23 +177,31 @@ class Parser {
     return n;
   }
 
+  // operand (op operand)*: one chain node, or the operand alone when no operator follows it.
+  template <class Operand, class IsOp>
+  NodePtr chain(Operand operand, IsOp is_op) {
+    NodePtr first = operand();
+    if (!is_op()) return first;
+    auto n = std::make_shared<Node>();
+    n->kind = Node::Kind::chain;
+    n->args.push_back(std::move(first));
+    while (is_op()) {
+      const Token& t = next();
+      n->ops.push_back({t.text, t.column});
+      n->args.push_back(operand());
+    }
+    n->column = n->ops.back().column;  // the operator applied last, as the root of the left-leaning tree was
+    return n;
+  }
+
   NodePtr disjunction() {
     enter(peek().column);
-    NodePtr left = conjunction();
-    while (word("or")) {
-      const std::size_t col = next().column;
-      left = make(Node::Kind::binary, "or", {left, conjunction()}, col);
-    }
+    NodePtr n = chain([this] { return conjunction(); }, [this] { return word("or"); });
     --depth_;
-    return left;
+    return n;
   }
   NodePtr conjunction() {
-    NodePtr left = negation();
-    while (word("and")) {
-      const std::size_t col = next().column;
-      left = make(Node::Kind::binary, "and", {left, negation()}, col);
-    }
-    return left;
+    return chain([this] { return negation(); }, [this] { return word("and"); });
   }
   NodePtr negation() {
     if (word("not")) {
@@ -195,34 +213,29 @@ class Parser {
     }
     return comparison();
   }
+  static bool is_comparison(const Token& t) {
+    if (t.kind != Token::Kind::op) return false;
+    for (std::string_view o : {"==", "!=", "<=", ">=", "<", ">"})
+      if (t.text == o) return true;
+    return false;
+  }
   NodePtr comparison() {
     NodePtr left = sum();
-    for (std::string_view o : {"==", "!=", "<=", ">=", "<", ">"}) {
-      if (op(o)) {
-        const std::size_t col = next().column;
-        NodePtr n = make(Node::Kind::binary, std::string(o), {left, sum()}, col);
-        for (std::string_view o2 : {"==", "!=", "<=", ">=", "<", ">"})
-          if (op(o2)) fail(peek().column, "comparisons do not chain; use 'and'");
-        return n;
-      }
-    }
-    return left;
+    if (!is_comparison(peek())) return left;
+    const Token& t = next();
+    auto n = std::make_shared<Node>();
+    n->kind = Node::Kind::chain;
+    n->ops.push_back({t.text, t.column});
+    n->column = t.column;
+    n->args = {std::move(left), sum()};
+    if (is_comparison(peek())) fail(peek().column, "comparisons do not chain; use 'and'");
+    return n;
   }
   NodePtr sum() {
-    NodePtr left = product();
-    while (op("+") || op("-")) {
-      const Token& t = next();
-      left = make(Node::Kind::binary, t.text, {left, product()}, t.column);
-    }
-    return left;
+    return chain([this] { return product(); }, [this] { return op("+") || op("-"); });
   }
   NodePtr product() {
-    NodePtr left = unary();
-    while (op("*") || op("/")) {
-      const Token& t = next();
-      left = make(Node::Kind::binary, t.text, {left, unary()}, t.column);
-    }
-    return left;
+    return chain([this] { return unary(); }, [this] { return op("*") || op("/"); });
   }
   NodePtr unary() {
     if (op("-")) {
@@ -307,12 +320,14 @@ std::string_view type_of(const Value& v) {
 
 [[noreturn]] void type_error(const Node& n, const std::string& what) { fail(n.column, what); }
 
-// Truth of a condition: null is false (a field not measured satisfies nothing).
-bool truth(const Node& n, const Value& v) {
+// Truth of a condition: null is false (a field not measured satisfies nothing). `column`: where an
+// error points (the operator that needed a condition).
+bool truth(std::size_t column, const Value& v) {
   if (std::holds_alternative<std::monostate>(v)) return false;
   if (const bool* b = std::get_if<bool>(&v)) return *b;
-  type_error(n, fmt::format("expected a condition, got {}", type_of(v)));
+  fail(column, fmt::format("expected a condition, got {}", type_of(v)));
 }
+bool truth(const Node& n, const Value& v) { return truth(n.column, v); }
 
 struct Evaluator {
   const Fields* row;
@@ -334,46 +349,57 @@ struct Evaluator {
         if (const double* d = std::get_if<double>(&v)) return -*d;
         type_error(n, fmt::format("cannot negate {}", type_of(v)));
       }
-      case Node::Kind::binary: return binary(n);
+      case Node::Kind::chain: return chain(n);
       case Node::Kind::call: return aggregate(n);
     }
     return {};
   }
 
-  Value binary(const Node& n) {
-    if (n.name == "and" || n.name == "or") {
-      const bool left = truth(n, eval(*n.args[0]));
-      if (n.name == "and" && !left) return false;
-      if (n.name == "or" && left) return true;
-      return truth(n, eval(*n.args[1]));
+  // A chain, left to right: ((a op b) op c) ..., without recursing along it. `and` / `or` stop at
+  // the first operand that decides them, as the nested form did (every operand's truth is checked
+  // at the operator before it, the first's at the first operator).
+  Value chain(const Node& n) {
+    const std::string& first = n.ops.front().name;
+    if (first == "and" || first == "or") {
+      for (std::size_t i = 0; i < n.args.size(); ++i) {
+        const Node::Op& o = n.ops[i == 0 ? 0 : i - 1];
+        const bool v = truth(o.column, eval(*n.args[i]));
+        if (o.name == "and" && !v) return false;
+        if (o.name == "or" && v) return true;
+      }
+      return first == "and";
     }
-    const Value a = eval(*n.args[0]);
-    const Value b = eval(*n.args[1]);
-    const bool arithmetic = n.name == "+" || n.name == "-" || n.name == "*" || n.name == "/";
+    Value acc = eval(*n.args[0]);
+    for (std::size_t i = 0; i < n.ops.size(); ++i) acc = binary(n.ops[i], acc, eval(*n.args[i + 1]));
+    return acc;
+  }
+
+  static Value binary(const Node::Op& o, const Value& a, const Value& b) {
+    const std::string& op = o.name;
+    const bool arithmetic = op == "+" || op == "-" || op == "*" || op == "/";
     if (std::holds_alternative<std::monostate>(a) || std::holds_alternative<std::monostate>(b)) {
       if (arithmetic) return {};
       // null == null is the one comparison with null that holds: "error == null".
-      if (n.name == "==") return a.index() == b.index();
-      if (n.name == "!=") return a.index() != b.index();
+      if (op == "==") return a.index() == b.index();
+      if (op == "!=") return a.index() != b.index();
       return false;
     }
-    if (a.index() != b.index())
-      type_error(n, fmt::format("cannot apply '{}' to {} and {}", n.name, type_of(a), type_of(b)));
+    if (a.index() != b.index()) fail(o.column, fmt::format("cannot apply '{}' to {} and {}", op, type_of(a), type_of(b)));
     if (arithmetic) {
       const double* x = std::get_if<double>(&a);
       const double* y = std::get_if<double>(&b);
-      if (x == nullptr) type_error(n, fmt::format("cannot apply '{}' to {}", n.name, type_of(a)));
-      if (n.name == "+") return *x + *y;
-      if (n.name == "-") return *x - *y;
-      if (n.name == "*") return *x * *y;
+      if (x == nullptr) fail(o.column, fmt::format("cannot apply '{}' to {}", op, type_of(a)));
+      if (op == "+") return *x + *y;
+      if (op == "-") return *x - *y;
+      if (op == "*") return *x * *y;
       return *y == 0 ? Value{} : Value{*x / *y};
     }
-    if (n.name == "==") return a == b;
-    if (n.name == "!=") return a != b;
-    if (std::holds_alternative<bool>(a)) type_error(n, fmt::format("cannot order booleans with '{}'", n.name));
-    if (n.name == "<") return a < b;
-    if (n.name == "<=") return a <= b;
-    if (n.name == ">") return a > b;
+    if (op == "==") return a == b;
+    if (op == "!=") return a != b;
+    if (std::holds_alternative<bool>(a)) fail(o.column, fmt::format("cannot order booleans with '{}'", op));
+    if (op == "<") return a < b;
+    if (op == "<=") return a <= b;
+    if (op == ">") return a > b;
     return a >= b;
   }
 

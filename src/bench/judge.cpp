@@ -10,6 +10,7 @@
 #include <fmt/ranges.h>
 
 #include "common/statistics.hpp"
+#include "common/text.hpp"
 #include "trainfit/bench.hpp"
 #include "trainfit/error.hpp"
 #include "trainfit/hardware.hpp"
@@ -368,11 +369,15 @@ json report_to_json(const ExperimentPlan& plan, const BenchReport& report) {
           {"rows", rows}};
 }
 
+// The closing text goes to a terminal: every string in it that a runner wrote or a row holds (the
+// stack's versions, status, labels, reasons, a criterion's detail quoting a row's value) is printed
+// with its control characters escaped (printable).
 std::string render_report(const ExperimentPlan& plan, const BenchReport& report) {
+  using detail::printable;
   std::string s = fmt::format("\n{}: {} configs\n", plan.name, report.rows.size());
   if (!report.environment.empty()) {
     const json& e = report.environment;
-    auto v = [&](const char* k) { return e.contains(k) && e[k].is_string() ? e[k].get<std::string>() : std::string("?"); };
+    auto v = [&](const char* k) { return e.contains(k) && e[k].is_string() ? printable(e[k].get<std::string>()) : std::string("?"); };
     s += fmt::format("stack: {}, driver {}, torch {}, transformers {}, peft {}\n", v("gpu"), v("driver"), v("torch"),
                      v("transformers"), v("peft"));
   }
@@ -383,8 +388,8 @@ std::string render_report(const ExperimentPlan& plan, const BenchReport& report)
     const BenchRow& r = report.rows[i];
     const Measurement& m = r.measured;
     const Prediction p = r.predicted.value_or(Prediction{});
-    s += fmt::format("{:>3}  {:<44}{:<9}{:<9}{:>10}{:>10}{:>8}{:>10}{:>10}{:>9}{:>9}\n", i + 1, r.run.label, m.status,
-                     r.verdict.empty() ? "?" : r.verdict, fixed(m.peak_allocated_mib, "{:.1f}"),
+    s += fmt::format("{:>3}  {:<44}{:<9}{:<9}{:>10}{:>10}{:>8}{:>10}{:>10}{:>9}{:>9}\n", i + 1, printable(r.run.label), printable(m.status),
+                     r.verdict.empty() ? "?" : printable(r.verdict), fixed(m.peak_allocated_mib, "{:.1f}"),
                      fixed(p.peak_allocated_mib, "{:.1f}"), percent(p.error), fixed(m.peak_reserved_mib, "{:.0f}"),
                      fixed(m.device_used_mib, "{:.0f}"), fixed(m.step_seconds, "{:.3f}"), fixed(p.step_seconds, "{:.3f}"));
   }
@@ -392,7 +397,7 @@ std::string render_report(const ExperimentPlan& plan, const BenchReport& report)
   for (std::size_t i = 0; i < report.rows.size(); ++i) {
     const BenchRow& r = report.rows[i];
     if (r.verdict == "fits") continue;
-    for (const auto& why : r.verdict_reasons) notes += fmt::format("  {:>3}  {}: {}\n", i + 1, r.verdict, why.substr(0, 300));
+    for (const auto& why : r.verdict_reasons) notes += fmt::format("  {:>3}  {}: {}\n", i + 1, printable(r.verdict), printable(why.substr(0, 300)));
   }
   if (!notes.empty()) s += "\nwhy:\n" + notes;
   if (report.compared > 0)
@@ -404,7 +409,8 @@ std::string render_report(const ExperimentPlan& plan, const BenchReport& report)
       std::vector<std::string> ids;
       for (auto i : c.deciding) ids.push_back(std::to_string(i + 1));
       s += fmt::format("  {:<5} {}{}\n        {}\n        -> {}{}\n", c.outcome == "pass" ? "PASS" : c.outcome == "fail" ? "FAIL" : "ERROR",
-                       c.name, c.text.empty() ? "" : ": " + c.text, c.expression, c.detail,
+                       printable(c.name), c.text.empty() ? "" : ": " + printable(c.text), printable(c.expression),
+                       printable(c.detail),
                        ids.empty() ? "" : fmt::format("; decided by rows {}", fmt::join(ids, ", ")));
     }
   }
@@ -422,7 +428,7 @@ std::string render_matrix(const ExperimentPlan& plan, const std::vector<BenchCon
     row.run.label = c.label;
     annotate_row(plan, row);
     const Prediction& p = *row.predicted;
-    s += fmt::format("{:>3}  {:<44}{:>10}{:>10}{:>10}  {}\n", c.index + 1, c.label, num_or_dash(p.peak_allocated_mib, "{:.1f}"),
+    s += fmt::format("{:>3}  {:<44}{:>10}{:>10}{:>10}  {}\n", c.index + 1, detail::printable(c.label), num_or_dash(p.peak_allocated_mib, "{:.1f}"),
                      p.verdict.empty() ? "-" : p.verdict, num_or_dash(p.step_seconds, "{:.3f}"), p.peak_phase);
   }
   if (plan.gpu.empty()) s += "(no run.gpu in the plan: predictions wait for the card the runner reports)\n";

@@ -42,6 +42,7 @@
 #include "trainfit/bench.hpp"
 #include "trainfit/error.hpp"
 #include "trainfit/settings.hpp"
+#include "trainfit/units.hpp"
 
 namespace trainfit::bench {
 namespace {
@@ -72,9 +73,17 @@ std::string fnv1a_hex(std::string_view s) {
 
 // What the orchestrator reads of the files it did not write itself is bounded: a runner may write
 // gigabytes of log, and one config must not cost the orchestrator that memory.
-constexpr std::size_t kLogTailBytes = std::size_t{1} << 20;     // enough to find an OOM message and show the end
-constexpr std::size_t kRunnerRowBytes = std::size_t{64} << 20;  // a runner's row is a few KB; past this, malformed
-constexpr std::size_t kProcFileBytes = std::size_t{1} << 20;   // /proc/PID/stat and environ
+constexpr std::size_t kLogTailBytes = std::size_t{1} << 20;  // enough to find an OOM message and show the end
+// A runner's row is copied whole into results.jsonl, and every resume and judgement reads it
+// again: it holds a config's figures, not its data. The Python runner's is 3-6 KB for 4 steps,
+// about 300 bytes more a step (10,000 steps, the most a plan allows: 3 MB), with a traceback of at
+// most 3,000 characters. Past this the row is not read: an error row says its size and the limit.
+constexpr std::size_t kRunnerRowBytes = std::size_t{4} << 20;
+// A line of results.jsonl: the runner's row and the config (in "config", "bench.key" and the label,
+// each at most about the plan's 1 MiB), with room to spare. repair_tail looks this far back for
+// the end of the last whole line.
+constexpr std::size_t kResultsLineBytes = std::size_t{64} << 20;
+constexpr std::size_t kProcFileBytes = std::size_t{1} << 20;  // /proc/PID/stat and environ
 
 std::string tail(const std::string& s, std::size_t n) { return s.size() <= n ? s : s.substr(s.size() - n); }
 
@@ -208,7 +217,8 @@ void repair_tail(const fs::path& results) {
   std::error_code ec;
   const auto size = fs::file_size(results, ec);
   if (ec || size == 0) return;
-  const std::string end = detail::read_file_tail(results.string(), kRunnerRowBytes);
+  if (detail::read_file_tail(results.string(), 1) == "\n") return;  // the usual case: read one byte, not the tail
+  const std::string end = detail::read_file_tail(results.string(), kResultsLineBytes);
   if (end.empty() || end.back() == '\n') return;
   const auto keep = end.rfind('\n');
   const std::uintmax_t cut = keep == std::string::npos ? size - end.size() : size - end.size() + keep + 1;
@@ -321,10 +331,18 @@ BenchRow make_row(const ExperimentPlan& plan, const BenchConfig& c, const Exit& 
   row.config = c;
   json reported;
   std::string unreadable;  // why the runner's row could not be read, when it wrote one
-  try {
-    reported = json::parse(detail::read_text_file(out.string(), "the runner's row", kRunnerRowBytes), nullptr, false);
-  } catch (const InputError& e) {
-    if (fs::exists(out)) unreadable = e.what();
+  std::error_code size_error;
+  const std::uintmax_t size = fs::file_size(out, size_error);
+  if (!size_error && size > kRunnerRowBytes) {
+    unreadable = fmt::format("the runner's row is {}, over the limit of {} for a row; not read",
+                             format_bytes(static_cast<std::int64_t>(size)),
+                             format_bytes(static_cast<std::int64_t>(kRunnerRowBytes)));
+  } else {
+    try {  // the cap holds here too, for a file that grew after its size was taken
+      reported = json::parse(detail::read_text_file(out.string(), "the runner's row", kRunnerRowBytes), nullptr, false);
+    } catch (const InputError& e) {
+      if (fs::exists(out)) unreadable = e.what();
+    }
   }
   const bool have = reported.is_object() && reported.contains("measured") && reported["measured"].is_object();
   if (have) {
@@ -455,12 +473,14 @@ namespace {
 // What is already done: the last row of each config (a retried config's new row wins), by the
 // config's canonical key. The key is recomputed from the config the row was run as (its stored
 // key is that config's JSON), so rows written by an older trainfit, whose keys spelled defaults
-// differently, still resume. Lines that are not rows (a torn last line) are skipped.
-std::unordered_map<std::string, BenchRow> rows_by_key(const fs::path& results) {
+// differently, still resume. Lines that are not rows (a torn last line) are skipped, and so is a
+// last line without its newline when `whole_lines_only` (a row still being written).
+std::unordered_map<std::string, BenchRow> rows_by_key(const fs::path& results, bool whole_lines_only = false) {
   std::unordered_map<std::string, BenchRow> done;
   std::ifstream in(results);
   std::string line;
   while (std::getline(in, line)) {
+    if (whole_lines_only && in.eof()) break;  // getline met the end before a newline
     const json j = json::parse(line, nullptr, false);
     if (!j.is_object() || !j.contains("bench") || !j["bench"].is_object() || !j.contains("measured") ||
         !j["measured"].is_object())
@@ -471,7 +491,17 @@ std::unordered_map<std::string, BenchRow> rows_by_key(const fs::path& results) {
       const json& stored = j["bench"].contains("key") ? j["bench"]["key"] : json();
       if (stored.is_string()) {
         const json as_run = json::parse(stored.get<std::string>(), nullptr, false);
-        if (as_run.is_object()) key = config_from_json(as_run).key;
+        if (as_run.is_object()) {
+          const BenchConfig run_as = config_from_json(as_run);
+          // A row is judged as the config it names, and found by the one it was run as: the two
+          // must be one config (the row's names the card once known). A row edited by hand so
+          // that they differ (its config names an unknown model, say) is no row of that config;
+          // judged, it would stop every resume. The config runs again.
+          BenchConfig named = row.config;
+          if (run_as.setup.gpu.empty()) named.setup.gpu.clear();
+          if (config_to_json(named).dump() != run_as.key) continue;
+          key = run_as.key;
+        }
       }
       done.insert_or_assign(key, std::move(row));
     } catch (const InputError&) {
@@ -483,14 +513,27 @@ std::unordered_map<std::string, BenchRow> rows_by_key(const fs::path& results) {
 
 }  // namespace
 
-std::vector<BenchRow> finished_rows(const std::vector<BenchConfig>& configs, const std::string& results_dir) {
+FinishedRows finished_rows(const std::vector<BenchConfig>& configs, const std::string& results_dir) {
   const fs::path results = fs::path(results_dir) / "results.jsonl";
   if (!fs::exists(results)) throw InputError(fmt::format("no results to judge: '{}' does not exist", results.string()));
-  auto done = rows_by_key(results);
-  std::vector<BenchRow> rows;
+  FinishedRows out;
+  // The directory's lock says whether a bench runs there: it holds .lock exclusively, so a shared
+  // hold is refused. Otherwise the shared hold lasts while reading, so that no bench starts
+  // appending meanwhile (one starting in that moment is refused, as a second bench is). No .lock
+  // (rows copied from elsewhere): none runs.
+  const fs::path lock = fs::path(results_dir) / ".lock";
+  const int fd = ::open(lock.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd >= 0 && ::flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK) out.run_in_progress = true;
+  struct Closer {
+    int fd;
+    ~Closer() {
+      if (fd >= 0) ::close(fd);
+    }
+  } closer{fd};
+  auto done = rows_by_key(results, out.run_in_progress);
   for (const auto& c : configs)
-    if (auto it = done.find(c.key); it != done.end()) rows.push_back(std::move(it->second));
-  return rows;
+    if (auto it = done.find(c.key); it != done.end()) out.rows.push_back(std::move(it->second));
+  return out;
 }
 
 std::vector<BenchRow> run_configs(const ExperimentPlan& plan, const std::vector<BenchConfig>& configs,
@@ -615,8 +658,12 @@ std::vector<BenchRow> run_configs(const ExperimentPlan& plan, const std::vector<
       slot->out = dir / "runs" / (stem + ".json");
       slot->log = dir / "runs" / (stem + ".log");
       fs::remove(slot->out, ec);
+      // The config goes in a file beside the row, not on the command line: one argument may hold
+      // at most 128 KiB (MAX_ARG_STRLEN), and a long x_ field would make exec fail with E2BIG.
+      const fs::path config_file = dir / "runs" / (stem + ".config.json");
+      write_file_atomically(config_file, c.key + "\n");
       std::vector<std::string> argv = options.runner;
-      argv.insert(argv.end(), {"--config", c.key, "--out", slot->out.string()});
+      argv.insert(argv.end(), {"--config-file", config_file.string(), "--out", slot->out.string()});
       std::vector<std::pair<std::string, std::string>> env = options.env;
       env.emplace_back("TRAINFIT_SETUP_SCHEMA", fs::absolute(schema).string());
       slot->group.token = fmt::format("{}-{}", token_base, i);

@@ -11,6 +11,14 @@ namespace trainfit::detail {
 // to suggest the names closest to one the user mistyped.
 std::size_t edit_distance(std::string_view a, std::string_view b);
 
+// `s` fit to print on a terminal: text that another program wrote (a runner's error message, the
+// versions its stack reported) or a hand-edited file holds can carry escape sequences that recolour
+// the terminal, move its cursor, retitle its window or hide what follows. The C0 controls are
+// escaped (\n, \r, \t, \xHH), and so are DEL (\x7f), the C1 controls U+0080-U+009F (\u0080...:
+// U+009B is a CSI to some terminals) and bytes that are not UTF-8 (\xHH: a lone 0x9b is a CSI to
+// an 8-bit terminal); everything else, UTF-8 text included, is kept as it is.
+std::string printable(std::string_view s);
+
 // The whole of a file the user named, or an InputError: "cannot read <what> '<path>': <why>" when
 // it is missing, a directory or unreadable, and "<what> '<path>' is larger than <max>" past
 // `max_bytes`. The cap stops a wrong path (a dataset, a device) from being read whole into memory

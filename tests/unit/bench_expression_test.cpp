@@ -1,6 +1,9 @@
 // The criteria language of experiment plans.
 #include <gtest/gtest.h>
 
+#include <pthread.h>
+
+#include <functional>
 #include <string>
 
 #include "trainfit/bench.hpp"
@@ -100,6 +103,88 @@ TEST(BenchExpression, TypeErrorsAtEvaluation) {
   EXPECT_THROW(eval("seq and true", row), InputError);
   EXPECT_THROW(eval("true < false"), InputError);
   EXPECT_THROW(Expression::parse("count(seq > 1)").evaluate(&row), InputError);  // aggregates need the rows
+}
+
+
+// "first op first op first ...": `terms` operands.
+std::string chain_of(const std::string& first, const std::string& op, std::size_t terms) {
+  std::string s = first;
+  for (std::size_t i = 1; i < terms; ++i) s += op + first;
+  return s;
+}
+
+// Runs `fn` on a thread with a stack of `bytes`: recursion as deep as the input is long shows up
+// there as a crash, as it would on a smaller stack than the main thread's 8 MiB.
+void on_small_stack(std::size_t bytes, const std::function<void()>& fn) {
+  pthread_attr_t attr;
+  ASSERT_EQ(pthread_attr_init(&attr), 0);
+  ASSERT_EQ(pthread_attr_setstacksize(&attr, bytes), 0);
+  pthread_t thread;
+  auto trampoline = [](void* f) -> void* {
+    (*static_cast<const std::function<void()>*>(f))();
+    return nullptr;
+  };
+  ASSERT_EQ(pthread_create(&thread, &attr, trampoline, const_cast<std::function<void()>*>(&fn)), 0);
+  pthread_join(thread, nullptr);
+  pthread_attr_destroy(&attr);
+}
+
+// A chain of binary operators is as long as the length limit allows, not as deep as the nesting
+// limit: each operator used to be one level of recursion in evaluation, and 2041 terms (4 KB)
+// overflowed a stack of 512 KiB (about 250 bytes a level; 1 KiB under AddressSanitizer). Here,
+// on 256 KiB.
+TEST(BenchExpression, LongChainsDoNotOverflowTheStack) {
+  on_small_stack(256 * 1024, [] {
+    const std::string issue = chain_of("1", "+", 2041) + " > 0";  // the reported one: 4 KB, inside the limit
+    ASSERT_LE(issue.size(), 4096u);
+    EXPECT_EQ(eval(issue), Value{true});
+    EXPECT_EQ(eval(chain_of("1", "+", 2041)), Value{2041.0});
+    // Up to the length limit, for each kind of chain.
+    const Fields row = {{"seq", 512.0}, {"status", std::string("ok")}, {"grad_ckpt", true}};
+    EXPECT_EQ(eval(chain_of("1", "+", 2048), row), Value{2048.0});         // 4095 characters
+    EXPECT_EQ(eval(chain_of("1", "-", 2048), row), Value{1.0 - 2047.0});
+    EXPECT_EQ(eval(chain_of("1", "*", 2048), row), Value{1.0});
+    EXPECT_EQ(eval(chain_of("1", "/", 2048), row), Value{1.0});
+    EXPECT_EQ(eval(chain_of("seq", "+", 1024), row), Value{512.0 * 1024});
+    EXPECT_EQ(eval(chain_of("1*1", "+", 1023) + ">0", row), Value{true});  // two levels interleaved
+    EXPECT_EQ(eval(chain_of("grad_ckpt", " and ", 292), row), Value{true});
+    EXPECT_EQ(eval(chain_of("not grad_ckpt", " or ", 240), row), Value{false});
+    EXPECT_EQ(eval(chain_of("seq>1", " and ", 409), row), Value{true});
+    EXPECT_EQ(eval(chain_of("(1+1)", "+", 682), row), Value{1364.0});
+    const std::vector<Fields> rows = {row, row};
+    const std::string count = "count(" + chain_of("seq > 1", " or ", 370) + ") == 2";
+    ASSERT_LE(count.size(), 4096u);
+    EXPECT_EQ(Expression::parse(count).evaluate(nullptr, &rows).value, Value{true});
+    const std::string longest = chain_of("1", "+", 2048) + "+1";
+    EXPECT_NE(error_of(longest).find("longer than 4096 characters"), std::string::npos) << error_of(longest);
+  });
+}
+
+// Flat chains keep the nested form's meaning: left to right, `and` / `or` stopping at the operand
+// that decides them, errors at the operator that applies.
+TEST(BenchExpression, ChainsEvaluateLeftToRight) {
+  EXPECT_EQ(eval("10 - 2 - 3"), Value{5.0});
+  EXPECT_EQ(eval("64 / 4 / 2"), Value{8.0});
+  EXPECT_EQ(eval("2 * 3 - 4 / 2 + 1"), Value{5.0});
+  EXPECT_EQ(eval("1 + null + 2"), Value{});
+  const Fields row = {{"status", std::string("ok")}};
+  EXPECT_EQ(eval("false and status + 1", row), Value{false});
+  EXPECT_EQ(eval("true or status + 1", row), Value{true});
+  EXPECT_EQ(eval("true and true and false", row), Value{false});
+  EXPECT_EQ(eval("false or false or true", row), Value{true});
+  auto eval_error = [&](const std::string& text) {
+    try {
+      (void)eval(text, row);
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_NE(eval_error("1 + 2 + status").find("column 7: cannot apply '+' to a number and a string"), std::string::npos)
+      << eval_error("1 + 2 + status");
+  EXPECT_NE(eval_error("true and true and 1").find("column 15: expected a condition"), std::string::npos)
+      << eval_error("true and true and 1");
+  EXPECT_NE(eval_error("1 and true").find("column 3: expected a condition"), std::string::npos) << eval_error("1 and true");
 }
 
 }  // namespace

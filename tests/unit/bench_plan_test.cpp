@@ -205,5 +205,50 @@ TEST(BenchCommand, SplitsLikeAShell) {
   EXPECT_THROW(split_command("'open"), InputError);
 }
 
+
+// The name is the results directory's: results/<name>. "." and ".." would put results.jsonl,
+// runs/ and .lock in results/ itself or in the current folder; a control character makes a file
+// name no terminal shows as it is.
+TEST(BenchPlan, TheNameIsAFileName) {
+  for (const std::string name : {"'..'", "'.'", "'a/b'", "'/'", "'a\\b'", "\"a\\nb\"", "\"a\\tb\"", "\"\\u001b[31mred\"",
+                                 "\"a\\u007fb\"", "\"a\\rb\"", "''"}) {
+    const std::string e = error_of("name = " + name + "\n[matrix]\nmodel = 'qwen2.5-0.5b'\n");
+    EXPECT_NE(e.find("bad.toml:1: name: must be a file name"), std::string::npos) << name << ": " << e;
+  }
+  for (const std::string name : {"'seed-16gb'", "'a.b'", "'..a'", "'a b'", "'wide_h200 (v2)'", "'äöü'"})
+    EXPECT_EQ(error_of("name = " + name + "\n[matrix]\nmodel = 'qwen2.5-0.5b'\n"), "") << name;
+}
+
+// TOML has nan and inf; a setup has no use for them, and JSON (the config the runner gets, the
+// row's key) cannot carry them: refused where they are written, with the line and the field.
+TEST(BenchPlan, NanAndInfinityAreRefusedWithTheLineAndField) {
+  const std::string head = "name = 'x'\n[matrix]\nmodel = 'qwen2.5-0.5b'\nmethod = 'lora'\n";
+  const std::pair<std::string, std::string> cases[] = {
+      {"lora_alpha = nan\n", "bad.toml:5: matrix.lora_alpha: must be"},
+      {"lora_alpha = [16.0, nan]\n", "bad.toml:5: matrix.lora_alpha: must be"},
+      {"lora_dropout = inf\n", "bad.toml:5: matrix.lora_dropout: must be"},
+      {"lora_dropout = -inf\n", "bad.toml:5: matrix.lora_dropout: must be"},
+      {"x_scale = nan\n", "bad.toml:5: matrix.x_scale: must be a finite number"},
+      {"x_scale = [1.0, inf]\n", "bad.toml:5: matrix.x_scale: must be a finite number"},
+  };
+  for (const auto& [line, want] : cases) {
+    const std::string e = error_of(head + line);
+    EXPECT_NE(e.find(want), std::string::npos) << line << e;
+  }
+  const std::string matrix = "[matrix]\nmodel = 'qwen2.5-0.5b'\n";
+  const std::pair<std::string, std::string> run_cases[] = {
+      {"timeout = nan\n", "bad.toml:3: run.timeout: must be a finite number"},
+      {"timeout = inf\n", "bad.toml:3: run.timeout: must be a finite number"},
+      {"headroom = inf\n", "bad.toml:3: run.headroom: must be a finite number"},
+      {"headroom = nan\n", "bad.toml:3: run.headroom: must be a finite number"},
+      {"slowdown = nan\n", "bad.toml:3: run.slowdown: must be a finite number"},
+      {"slowdown = -inf\n", "bad.toml:3: run.slowdown: must be a finite number"},
+  };
+  for (const auto& [line, want] : run_cases) {
+    const std::string e = error_of("name = 'x'\n[run]\n" + line + matrix);
+    EXPECT_NE(e.find(want), std::string::npos) << line << e;
+  }
+}
+
 }  // namespace
 }  // namespace trainfit::bench
