@@ -64,7 +64,8 @@ std::string card_memory_error(const std::string& written) {
 // say which way the value is wrong, and that a too-large one is likely a unit mistake.
 double bounded(const detail::TomlReader& r, std::string_view key, const toml::node& n, double max, bool zero_ok) {
   const double v = r.number(n, key);
-  if (v < 0 || (!zero_ok && v == 0)) r.fail(&n, key, zero_ok ? "must not be negative" : "must be positive");
+  if (v < 0 || (!zero_ok && v == 0))
+    r.fail(&n, key, fmt::format("{} (got {})", zero_ok ? "must not be negative" : "must be positive", v));
   if (v > max) r.fail(&n, key, fmt::format("{} is implausibly large (limit {})", v, max));
   return v;
 }
@@ -191,7 +192,7 @@ GpuCard read_gpu_card(std::string_view toml_text, std::string_view source_name, 
     } else if (key == "pcie_lanes") {
       const std::int64_t l = r.integer(node, key);
       if (l != 1 && l != 2 && l != 4 && l != 8 && l != 16 && l != 32) {
-        r.fail(&node, key, "must be 1, 2, 4, 8, 16 or 32");
+        r.fail(&node, key, fmt::format("must be 1, 2, 4, 8, 16 or 32 (got {})", l));
       }
       spec.pcie_lanes = static_cast<int>(l);
       pcie_changed = true;
