@@ -1,5 +1,4 @@
 // `trainfit calibrate FILE...`: fit a time profile to measured steps and write it.
-#include <fstream>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -43,16 +42,19 @@ void add_calibrate_command(CLI::App& app, int& exit_code) {
       steps.insert(steps.end(), rows.begin(), rows.end());
     }
     const std::string sources = fmt::format("{}", fmt::join(flags->files, ", "));
-    TimeProfile start = default_profile(steps.empty() ? GpuSpec{} : steps.front().gpu);
+    if (steps.empty())
+      throw InputError(fmt::format("{}: no timed rows: no row has status \"ok\" and a measured step time "
+                                   "(\"measured\": {{\"step_seconds_median\": ...}}); nothing to fit",
+                                   sources));
+    TimeProfile start = default_profile(steps.front().gpu);
     start.name = flags->name;
     const CalibrationResult r = calibrate(steps, start, flags->fit);
     TimeProfile p = r.profile;
     p.source = fmt::format("fitted to {} steps of {}", r.steps, sources);
     const std::string toml = profile_to_toml(p);
-    if (!flags->output.empty()) {
-      std::ofstream out(flags->output);
-      if (!(out << toml)) throw InputError(fmt::format("cannot write '{}'", flags->output));
-    }
+    // Every step of the write is checked: `-o /dev/full` or a full disk is a SystemError (exit 3),
+    // not a success with nothing written.
+    if (!flags->output.empty()) save_profile(p, flags->output);
     std::cout << toml
               << fmt::format("# on the fitted steps: median |error| {:.1f}%, max |error| {:.1f}%\n",
                              100.0 * r.median_abs_error, 100.0 * r.max_abs_error);

@@ -41,5 +41,11 @@ int main(int argc, char** argv) {
     std::cerr << "trainfit: internal error: " << e.what() << "\n";
     return 1;
   }
+  // What a command printed must have arrived: `trainfit calibrate ... > /dev/full` or a closed
+  // pipe fails here, when the buffer is flushed, and is a failure of the machine, not a success.
+  if (!(std::cout << std::flush)) {
+    std::cerr << "trainfit: cannot write standard output\n";
+    return trainfit::cli::kExitSystemError;
+  }
   return exit_code;
 }

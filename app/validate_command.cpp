@@ -84,7 +84,13 @@ void add_validate_command(CLI::App& app, int& exit_code) {
     const Format format = parse_format(flags->format);
     std::optional<TimeProfile> profile;
     if (!flags->profile.empty()) profile = load_profile(flags->profile);
-    print(compare_with_measurements(load_measurements(flags->path), profile ? &*profile : nullptr), format);
+    const ComparisonSummary summary = compare_with_measurements(load_measurements(flags->path), profile ? &*profile : nullptr);
+    // Nothing compared is not a 0% error: an empty file, a file of failed runs or the wrong file.
+    if (summary.rows.empty())
+      throw InputError(fmt::format("{}: no rows to compare: no row has status \"ok\" and a measured peak "
+                                   "(\"measured\": {{\"peak_allocated_mib\": ...}})",
+                                   flags->path));
+    print(summary, format);
     exit_code = 0;
   });
 }

@@ -8,6 +8,14 @@
 
 namespace trainfit {
 
+// The memory a card may have, however it is given (`--vram`, the `vram` setting, a GPU spec file's
+// `memory`/`memory_bytes`, gpu_with_vram): at least 1 GiB, since every card that trains a model
+// has more and a smaller figure is a unit left out (`--vram 24` is 24 bytes); at most 16 TiB, far
+// above any card, so that a unit mistake (bits, KB for MB) is caught. The `vram` row of the
+// settings table takes its range from here: one definition for every way of naming a card.
+inline constexpr std::int64_t kMinCardMemoryBytes = std::int64_t{1} << 30;  // 1 GiB
+inline constexpr std::int64_t kMaxCardMemoryBytes = std::int64_t{1} << 44;  // 16 TiB
+
 enum class GpuClass { consumer, workstation, datacenter };
 
 struct GpuSpec {
@@ -43,7 +51,8 @@ const GpuSpec& find_gpu(std::string_view name);
 // A GPU spec file (TOML, same field names as GpuSpec; memory as "24GiB").
 GpuSpec parse_gpu_spec(std::string_view toml_text, std::string_view source_name);
 GpuSpec load_gpu_spec_file(std::string_view path);
-// A card known only by its memory: throughput fields stay 0 (time can't be predicted).
+// A card known only by its memory: throughput fields stay 0 (time can't be predicted). A memory
+// outside [kMinCardMemoryBytes, kMaxCardMemoryBytes] is a SettingError on `vram`.
 GpuSpec gpu_with_vram(std::int64_t memory_bytes);
 
 std::string to_string(GpuClass c);

@@ -1,6 +1,7 @@
 #pragma once
 // Measured training steps (one JSON object a line, the format of data/ and of `bench`), and the
 // planner's prediction beside each.
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -35,13 +36,23 @@ struct Measurement {
 Measurement measurement_from_json(const nlohmann::json& measured);
 
 struct MeasuredStep {
+  std::string source;    // the file (or name) it was read from: errors about the row name it
   int line = 0;          // 1-based line in the source
   TrainingSetup setup;   // setup.model and setup.gpu: as the row names them
   Measurement measured;
   bool has_measurement = false;  // the row had a "measured" object
 };
 
-// Throws InputError naming the line and field on malformed input.
+// What a measurements file may hold (docs/model.md, "Measurement files"). A row is a few KB; a line past
+// the cap is refused by number before it is held whole (a 100 MB line parsed as JSON took 600 MB).
+// The file is read line by line and its rows kept parsed (about 1 KB each), so the caps bound the
+// memory to about 100 MB whatever the file, and a device or a dataset named by mistake (/dev/zero,
+// a file of empty lines) stops at a cap instead of running out of memory or reading forever.
+inline constexpr std::size_t kMaxMeasurementLineBytes = std::size_t{1} << 20;  // 1 MiB
+inline constexpr std::size_t kMaxMeasurementFileBytes = std::size_t{64} << 20;  // 64 MiB
+inline constexpr std::size_t kMaxMeasurementRows = 100000;
+
+// Throws InputError naming the line and field on malformed input, and past the caps above.
 std::vector<MeasuredStep> parse_measurements(std::string_view jsonl_text, std::string_view source_name);
 std::vector<MeasuredStep> load_measurements(std::string_view path);
 
@@ -68,11 +79,12 @@ struct ComparisonSummary {
   double max_abs_step_error = 0;
 };
 
-// Time predictions use `profile`, or each card's default profile when it is null.
+// Time predictions use `profile`, or each card's default profile when it is null. An InputError
+// about a row (an unknown model or card, a setup the model refuses) names its source and line.
 ComparisonSummary compare_with_measurements(const std::vector<MeasuredStep>& steps,
                                             const TimeProfile* profile = nullptr);
 
-// The measured steps with a step time, ready for calibrate().
+// The measured steps with a step time, ready for calibrate(); errors name the row as above.
 std::vector<TimedStep> timed_steps(const std::vector<MeasuredStep>& steps);
 
 }  // namespace trainfit

@@ -96,9 +96,10 @@ bool applies(const Setting& s, const TrainingSetup& setup);
 SettingValue default_value(const Setting& s, const TrainingSetup& so_far);
 
 // A value as a user gave it (a flag's or query parameter's text; a JSON or TOML value), checked
-// against the row and turned into its canonical form. Throws SettingError naming the setting.
+// against the row and turned into its canonical form. Throws SettingError naming the setting; a
+// range error echoes `as_written` (the value's text in the user's file) when given.
 SettingValue parse_setting_text(const Setting& s, std::string_view text);
-SettingValue check_setting_value(const Setting& s, const SettingValue& raw);
+SettingValue check_setting_value(const Setting& s, const SettingValue& raw, std::string_view as_written = {});
 // A canonical value (what `get` returns) inside its row's range or choices: the check validate()
 // makes of a setup built in code, without re-reading names. Throws SettingError.
 void check_setting_in_bounds(const Setting& s, const SettingValue& value);

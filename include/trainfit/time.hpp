@@ -57,6 +57,14 @@ struct TimeProfile {
   double all_gather_efficiency = 0.59;  // FSDP's all-gather and reduce-scatter
 };
 
+// The range every rate of a profile must lie in: above 0 and at most 1. Efficiencies are fractions
+// of a peak; the times per operation are positive and far under a second (a host operation takes
+// tens of microseconds). Zero or a negative value would make a step take no time or forever; a
+// larger one is a unit mistake. One definition: parse_profile refuses a file outside it, and
+// calibrate() a fit that leaves it (a profile `plan` would then refuse).
+inline constexpr double kProfileRateAbove = 0.0;
+inline constexpr double kProfileRateAtMost = 1.0;
+
 // The profile trainfit uses for a card when none is given: TimeProfile's values (the H200's),
 // named, for every card (fractions of each card's own peaks, see docs/model.md).
 TimeProfile default_profile(const GpuSpec& gpu);
@@ -64,6 +72,9 @@ TimeProfile default_profile(const GpuSpec& gpu);
 TimeProfile parse_profile(std::string_view toml_text, std::string_view source_name);
 TimeProfile load_profile(std::string_view path);
 std::string profile_to_toml(const TimeProfile& profile);
+// Writes profile_to_toml(profile) to `path`, replacing it. A write that fails at any step (open,
+// write, close: a full disk, /dev/full) is a SystemError naming the file.
+void save_profile(const TimeProfile& profile, const std::string& path);
 
 struct TimeTerm {
   std::string name;   // matmul, attention, adapters_fp32, memory_traffic, optimizer, kernel_floor, host, spill
@@ -111,6 +122,11 @@ struct TimeEstimate {
 // `spills` says whether the step runs over the card's memory through a system-memory fallback.
 TimeEstimate estimate_time(const ModelSpec& model, const TrainingSetup& setup, const GpuSpec& gpu,
                            const TimeProfile& profile, bool spills);
+// The same from the step's work, step_work(model, setup), counted once: the work depends on the
+// model and the setup only, so a caller pricing one step at many profiles (calibrate) counts it
+// once. The same numbers as above, to the bit.
+TimeEstimate estimate_time(const StepWork& work, const TrainingSetup& setup, const GpuSpec& gpu,
+                           const TimeProfile& profile, bool spills);
 
 // A measured step for calibration: the setup, the card and the steady-state step time.
 struct TimedStep {
@@ -131,7 +147,8 @@ struct CalibrationResult {
 const std::vector<std::string>& profile_parameter_names();
 
 // Fits the named parameters of `start` (least squares on log step time); the others stay as they
-// are. The rates a micro-benchmark measures directly (python/trainfit_runner/measure_rates.py)
+// are. A fitted value outside (kProfileRateAbove, kProfileRateAtMost] is an InputError naming the
+// parameter: the steps are then not what the model can explain (most likely not in seconds). The rates a micro-benchmark measures directly (python/trainfit_runner/measure_rates.py)
 // are best left fixed; host dispatch and the bandwidth training's mix of elementwise kernels
 // reaches are fitted to whole steps: the default.
 CalibrationResult calibrate(const std::vector<TimedStep>& steps, const TimeProfile& start,

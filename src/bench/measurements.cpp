@@ -5,8 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
-#include <sstream>
+#include <optional>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -61,40 +60,69 @@ Measurement measurement_from_json(const json& r) {
   return m;
 }
 
+namespace {
+
+// One line of a measurements file: a row, or nothing for a blank line. `rows` so far, for the cap.
+std::optional<MeasuredStep> parse_row(std::string_view raw, std::string_view source, int line, std::size_t rows) {
+  if (raw.size() > kMaxMeasurementLineBytes) throw InputError(detail::line_too_long(source, line, kMaxMeasurementLineBytes));
+  if (raw.find_first_not_of(" \t\r") == std::string_view::npos) return std::nullopt;
+  if (rows >= kMaxMeasurementRows)
+    fail(source, line, fmt::format("more than {} rows; split the file (docs/model.md, \"Measurement files\")", kMaxMeasurementRows));
+  const json row = json::parse(raw, nullptr, false);
+  if (row.is_discarded() || !row.is_object()) fail(source, line, "not a JSON object");
+  if (!row.contains("config") || !row["config"].is_object()) fail(source, line, "missing object \"config\"");
+  MeasuredStep m;
+  m.source = std::string(source);
+  m.line = line;
+  try {
+    // A row's config also holds what the runner needed (steps, device...) and what the user's
+    // own code recorded: only the settings are read.
+    m.setup = setup_from_json(row["config"]);
+    if (m.setup.model.empty()) throw InputError("field \"model\" is missing");
+    if (row.contains("measured")) {
+      m.measured = measurement_from_json(row["measured"]);
+      m.has_measurement = true;
+    }
+  } catch (const InputError& e) {
+    fail(source, line, e.what());
+  }
+  return m;
+}
+
+// Runs `f` for one row; an InputError it raises (an unknown model or card, a setup the model
+// refuses) names the row's file and line, as an error in the row's own text does.
+template <typename F>
+void for_row(const MeasuredStep& m, F&& f) {
+  try {
+    f();
+  } catch (const InputError& e) {
+    if (m.source.empty()) throw;
+    fail(m.source, m.line, e.what());
+  }
+}
+
+}  // namespace
+
 std::vector<MeasuredStep> parse_measurements(std::string_view text, std::string_view source) {
   std::vector<MeasuredStep> rows;
-  std::istringstream in{std::string(text)};
-  std::string raw;
   int line = 0;
-  while (std::getline(in, raw)) {
-    ++line;
-    if (raw.find_first_not_of(" \t\r") == std::string::npos) continue;
-    const json row = json::parse(raw, nullptr, false);
-    if (row.is_discarded() || !row.is_object()) fail(source, line, "not a JSON object");
-    if (!row.contains("config") || !row["config"].is_object()) fail(source, line, "missing object \"config\"");
-    MeasuredStep m;
-    m.line = line;
-    try {
-      // A row's config also holds what the runner needed (steps, device...) and what the user's
-      // own code recorded: only the settings are read.
-      m.setup = setup_from_json(row["config"]);
-      if (m.setup.model.empty()) throw InputError("field \"model\" is missing");
-      if (row.contains("measured")) {
-        m.measured = measurement_from_json(row["measured"]);
-        m.has_measurement = true;
-      }
-    } catch (const InputError& e) {
-      fail(source, line, e.what());
-    }
-    rows.push_back(std::move(m));
+  // Lines are views into the text: no copy of it, whatever its size.
+  for (std::size_t from = 0; from < text.size();) {
+    const std::size_t newline = std::min(text.find('\n', from), text.size());
+    if (auto row = parse_row(text.substr(from, newline - from), source, ++line, rows.size())) rows.push_back(std::move(*row));
+    from = newline + 1;
   }
   return rows;
 }
 
 std::vector<MeasuredStep> load_measurements(std::string_view path) {
-  return parse_measurements(detail::read_text_file(path, "measurements file"), path);
+  std::vector<MeasuredStep> rows;
+  detail::for_each_line(path, "measurements file", {kMaxMeasurementLineBytes, kMaxMeasurementFileBytes},
+                        [&](int line, std::string_view raw) {
+                          if (auto row = parse_row(raw, path, line, rows.size())) rows.push_back(std::move(*row));
+                        });
+  return rows;
 }
-
 
 ComparisonSummary compare_with_measurements(const std::vector<MeasuredStep>& steps, const TimeProfile* profile) {
   ComparisonSummary out;
@@ -102,30 +130,32 @@ ComparisonSummary compare_with_measurements(const std::vector<MeasuredStep>& ste
   for (const auto& m : steps) {
     const Measurement& r = m.measured;
     if (!m.has_measurement || r.status != "ok" || !r.peak_allocated_mib || *r.peak_allocated_mib <= 0) continue;
-    const ModelSpec model = load_model(m.setup.model);
-    // Rows that do not name their card were measured on the H200 (data/reference/).
-    const GpuSpec& gpu = find_gpu(m.setup.gpu.empty() ? "h200" : m.setup.gpu);
-    const MemoryEstimate est = estimate_memory(model, m.setup, gpu);
-    Comparison c;
-    c.measured = m;
-    c.predicted_allocated = est.peak_allocated_bytes;
-    c.predicted_reserved = est.peak_reserved_bytes;
-    c.predicted_device_used = est.device_used_bytes;
-    c.predicted_peak_phase = to_string(est.peak_phase) + ": " + est.peak_moment;
-    c.allocated_error = static_cast<double>(est.peak_allocated_bytes) / (*r.peak_allocated_mib * 1048576.0) - 1.0;
-    errors.push_back(std::abs(c.allocated_error));
-    if (r.peak_reserved_mib && *r.peak_reserved_mib > 0)
-      reserved_errors.push_back(std::abs(static_cast<double>(est.peak_reserved_bytes) / (*r.peak_reserved_mib * 1048576.0) - 1.0));
-    const TimeEstimate t = estimate_time(model, m.setup, gpu, profile ? *profile : default_profile(gpu), false);
-    if (t.predicted) {
-      c.predicted_step_seconds = t.step_seconds;
-      c.predicted_bottleneck = to_string(t.bottleneck);
-      if (r.step_seconds && *r.step_seconds > 0) {
-        c.step_error = t.step_seconds / *r.step_seconds - 1.0;
-        step_errors.push_back(std::abs(c.step_error));
+    for_row(m, [&] {
+      const ModelSpec model = load_model(m.setup.model);
+      // Rows that do not name their card were measured on the H200 (data/reference/).
+      const GpuSpec& gpu = find_gpu(m.setup.gpu.empty() ? "h200" : m.setup.gpu);
+      const MemoryEstimate est = estimate_memory(model, m.setup, gpu);
+      Comparison c;
+      c.measured = m;
+      c.predicted_allocated = est.peak_allocated_bytes;
+      c.predicted_reserved = est.peak_reserved_bytes;
+      c.predicted_device_used = est.device_used_bytes;
+      c.predicted_peak_phase = to_string(est.peak_phase) + ": " + est.peak_moment;
+      c.allocated_error = static_cast<double>(est.peak_allocated_bytes) / (*r.peak_allocated_mib * 1048576.0) - 1.0;
+      errors.push_back(std::abs(c.allocated_error));
+      if (r.peak_reserved_mib && *r.peak_reserved_mib > 0)
+        reserved_errors.push_back(std::abs(static_cast<double>(est.peak_reserved_bytes) / (*r.peak_reserved_mib * 1048576.0) - 1.0));
+      const TimeEstimate t = estimate_time(model, m.setup, gpu, profile ? *profile : default_profile(gpu), false);
+      if (t.predicted) {
+        c.predicted_step_seconds = t.step_seconds;
+        c.predicted_bottleneck = to_string(t.bottleneck);
+        if (r.step_seconds && *r.step_seconds > 0) {
+          c.step_error = t.step_seconds / *r.step_seconds - 1.0;
+          step_errors.push_back(std::abs(c.step_error));
+        }
       }
-    }
-    out.rows.push_back(std::move(c));
+      out.rows.push_back(std::move(c));
+    });
   }
   out.median_abs_error = detail::median(errors).value_or(0);
   out.max_abs_error = detail::max_abs(errors);
@@ -142,7 +172,10 @@ std::vector<TimedStep> timed_steps(const std::vector<MeasuredStep>& steps) {
   for (const auto& m : steps) {
     const Measurement& r = m.measured;
     if (!m.has_measurement || r.status != "ok" || !r.step_seconds || *r.step_seconds <= 0) continue;
-    out.push_back({load_model(m.setup.model), m.setup, find_gpu(m.setup.gpu.empty() ? "h200" : m.setup.gpu), *r.step_seconds});
+    for_row(m, [&] {
+      out.push_back({load_model(m.setup.model), m.setup, find_gpu(m.setup.gpu.empty() ? "h200" : m.setup.gpu),
+                     *r.step_seconds});
+    });
   }
   return out;
 }

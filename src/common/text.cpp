@@ -1,7 +1,12 @@
 #include "common/text.hpp"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <array>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <system_error>
@@ -81,7 +86,10 @@ std::string printable(std::string_view s) {
   return out;
 }
 
-std::string read_text_file(std::string_view path, std::string_view what, std::optional<std::size_t> max_bytes) {
+namespace {
+
+// A file the user named, open for reading, or the InputError that says why not.
+std::ifstream open_user_file(std::string_view path, std::string_view what) {
   const std::filesystem::path p{std::string(path)};
   std::error_code ec;
   const auto status = std::filesystem::status(p, ec);
@@ -93,17 +101,88 @@ std::string read_text_file(std::string_view path, std::string_view what, std::op
     throw InputError(fmt::format("cannot read {} '{}': it is a directory", what, path));
   std::ifstream in{p, std::ios::binary};
   if (!in) throw InputError(fmt::format("cannot read {} '{}'", what, path));
+  return in;
+}
+
+[[noreturn]] void too_large(std::string_view path, std::string_view what, std::size_t max_bytes) {
+  throw InputError(fmt::format("{} '{}' is larger than {}", what, path, format_bytes(static_cast<std::int64_t>(max_bytes))));
+}
+
+}  // namespace
+
+std::string read_text_file(std::string_view path, std::string_view what, std::optional<std::size_t> max_bytes) {
+  std::ifstream in = open_user_file(path, what);
   std::string text;
   std::array<char, 1 << 16> chunk{};
   while (in.read(chunk.data(), static_cast<std::streamsize>(chunk.size())) || in.gcount() > 0) {
     text.append(chunk.data(), static_cast<std::size_t>(in.gcount()));
-    if (max_bytes && text.size() > *max_bytes) {
-      throw InputError(fmt::format("{} '{}' is larger than {}", what, path,
-                                   format_bytes(static_cast<std::int64_t>(*max_bytes))));
-    }
+    if (max_bytes && text.size() > *max_bytes) too_large(path, what, *max_bytes);
   }
   if (in.bad()) throw InputError(fmt::format("cannot read {} '{}'", what, path));
   return text;
+}
+
+std::string line_too_long(std::string_view source, int line, std::size_t max_line_bytes) {
+  return fmt::format("{}:{}: line {} is longer than {}", source, line, line,
+                     format_bytes(static_cast<std::int64_t>(max_line_bytes)));
+}
+
+void for_each_line(std::string_view path, std::string_view what, const LineLimits& limits,
+                   const std::function<void(int, std::string_view)>& on_line) {
+  std::ifstream in = open_user_file(path, what);
+  std::string line;  // the line being read: never more than max_line_bytes
+  int number = 1;
+  std::size_t total = 0;
+  std::array<char, 1 << 16> chunk{};
+  while (in.read(chunk.data(), static_cast<std::streamsize>(chunk.size())) || in.gcount() > 0) {
+    const std::size_t got = static_cast<std::size_t>(in.gcount());
+    total += got;
+    if (total > limits.max_file_bytes) too_large(path, what, limits.max_file_bytes);
+    std::string_view rest(chunk.data(), got);
+    while (!rest.empty()) {
+      const std::size_t newline = rest.find('\n');
+      const std::string_view piece = rest.substr(0, newline);
+      // Checked before the piece is kept, so the line never grows past the cap.
+      if (line.size() + piece.size() > limits.max_line_bytes)
+        throw InputError(line_too_long(path, number, limits.max_line_bytes));
+      if (newline == std::string_view::npos) {
+        line.append(piece);
+        break;
+      }
+      if (line.empty()) {
+        on_line(number, piece);  // the whole line is in the chunk: no copy
+      } else {
+        line.append(piece);
+        on_line(number, line);
+        line.clear();
+      }
+      ++number;
+      rest.remove_prefix(newline + 1);
+    }
+  }
+  if (in.bad()) throw InputError(fmt::format("cannot read {} '{}'", what, path));
+  if (!line.empty()) on_line(number, line);
+}
+
+void write_text_file(const std::string& path, std::string_view text) {
+  auto fail = [&path](int err) {
+    throw SystemError(fmt::format("cannot write '{}': {}", path, std::strerror(err)));
+  };
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) fail(errno);
+  std::size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t w = ::write(fd, text.data() + done, text.size() - done);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      const int err = w < 0 ? errno : EIO;
+      ::close(fd);
+      fail(err);
+    }
+    done += static_cast<std::size_t>(w);
+  }
+  // Some file systems (NFS, a full quota) report a failed write only when the file is closed.
+  if (::close(fd) != 0) fail(errno);
 }
 
 std::string read_file_tail(const std::string& path, std::size_t max_bytes) {

@@ -1,6 +1,7 @@
 #pragma once
 // Small text helpers shared by the catalogues and the readers of the user's files.
 #include <cstddef>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -25,6 +26,29 @@ std::string printable(std::string_view s);
 // before the parser rejects it; it is checked while reading, so pipes are capped too.
 std::string read_text_file(std::string_view path, std::string_view what,
                            std::optional<std::size_t> max_bytes = std::nullopt);
+
+// The lines of a file the user named, one at a time, for files of many rows (measurements): the
+// file is read in chunks and only the line being read is held, so memory stays under
+// `max_line_bytes` plus a chunk whatever the file holds (/dev/zero, one 100 MB line, a dataset
+// named by mistake). `on_line(number, text)` gets each line without its '\n' (1-based numbers; a
+// last line without '\n' counts; a '\r' stays). The same errors as read_text_file when the file
+// cannot be opened, and InputErrors "<path>:<n>: line <n> is longer than <max_line_bytes>" and
+// "<what> '<path>' is larger than <max_file_bytes>" past the caps (checked while reading: pipes
+// and devices are capped too).
+struct LineLimits {
+  std::size_t max_line_bytes = 0;
+  std::size_t max_file_bytes = 0;
+};
+void for_each_line(std::string_view path, std::string_view what, const LineLimits& limits,
+                   const std::function<void(int, std::string_view)>& on_line);
+// The message for a line past `max_line_bytes`, shared by the file reader above and the parsers
+// of text already in memory, so that both refuse the same line with the same words.
+std::string line_too_long(std::string_view source, int line, std::size_t max_line_bytes);
+
+// Writes `text` to a file the user named (a profile from `calibrate -o`), replacing it, and
+// checks every step (open, each write, close): a full disk, /dev/full or a file system that
+// fails on close is a SystemError "cannot write '<path>': <why>", never a silent success.
+void write_text_file(const std::string& path, std::string_view text);
 
 // The last `max_bytes` of a file trainfit or its children wrote (a runner's log, its results file,
 // a /proc entry), or "" when it cannot be read: what a caller needs of a file that may have grown

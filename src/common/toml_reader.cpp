@@ -75,7 +75,7 @@ std::int64_t TomlReader::integer(const toml::node& n, std::string_view field) co
 
 std::int64_t TomlReader::integer(const toml::node& n, std::string_view field, std::int64_t lo, std::int64_t hi) const {
   const std::int64_t v = integer(n, field);
-  if (v < lo || v > hi) fail(&n, field, fmt::format("must be between {} and {}", lo, hi));
+  if (v < lo || v > hi) fail(&n, field, fmt::format("must be between {} and {} (got {})", lo, hi, v));
   return v;
 }
 
@@ -94,13 +94,13 @@ double TomlReader::number(const toml::node& n, std::string_view field) const {
 
 double TomlReader::number(const toml::node& n, std::string_view field, double lo, double hi) const {
   const double v = number(n, field);
-  if (v < lo || v > hi) fail(&n, field, fmt::format("must be between {} and {}", lo, hi));
+  if (v < lo || v > hi) fail(&n, field, fmt::format("must be between {} and {} (got {})", lo, hi, v));
   return v;
 }
 
 double TomlReader::number_above(const toml::node& n, std::string_view field, double lo, double hi) const {
   const double v = number(n, field);
-  if (!(v > lo) || v > hi) fail(&n, field, fmt::format("must be above {} and at most {}", lo, hi));
+  if (!(v > lo) || v > hi) fail(&n, field, fmt::format("must be above {} and at most {} (got {})", lo, hi, v));
   return v;
 }
 
@@ -130,7 +130,11 @@ std::int64_t TomlReader::bytes(const toml::node& n, std::string_view field) cons
 
 std::int64_t TomlReader::bytes(const toml::node& n, std::string_view field, std::int64_t lo, std::int64_t hi) const {
   const std::int64_t v = bytes(n, field);
-  if (v < lo || v > hi) fail(&n, field, fmt::format("must be between {} and {}", format_bytes(lo), format_bytes(hi)));
+  if (v < lo || v > hi) {
+    // Echoed as written: "2GiB" as such, a bare count as bytes.
+    const std::string got = n.is_string() ? fmt::format("\"{}\"", text(n, field)) : fmt::format("{} bytes", v);
+    fail(&n, field, fmt::format("must be between {} and {} (got {})", format_bytes(lo), format_bytes(hi), got));
+  }
   return v;
 }
 

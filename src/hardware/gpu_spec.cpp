@@ -19,7 +19,6 @@ namespace {
 
 // Sanity limits: far above any real card, low enough to catch unit mistakes
 // (a bandwidth typed in bytes where GB/s was meant, memory in bits...).
-constexpr std::int64_t kMaxMemory = 16 * 1024 * kGiB;  // 16 TiB
 constexpr double kMaxBandwidth = 100e12;                // 100 TB/s
 constexpr double kMaxTflops = 100000;
 constexpr double kMaxLinkGBs = 100000;
@@ -53,11 +52,20 @@ std::optional<std::pair<int, int>> compute_capability(std::string_view v) {
   return std::pair{*major, *minor};
 }
 
+// What is wrong with a card's memory outside [kMinCardMemoryBytes, kMaxCardMemoryBytes]: the limits
+// are the `vram` setting's, in the same words, and the value as it was written ("got \"17TiB\"";
+// a byte count as bytes).
+std::string card_memory_error(const std::string& written) {
+  return fmt::format("must be between {} and {} (got {}); is the unit right?", format_bytes(kMinCardMemoryBytes),
+                     format_bytes(kMaxCardMemoryBytes), written);
+}
+
 // A number in [0, max]: 0 means "not supported / unknown" for throughput and links. The words
 // say which way the value is wrong, and that a too-large one is likely a unit mistake.
 double bounded(const detail::TomlReader& r, std::string_view key, const toml::node& n, double max, bool zero_ok) {
   const double v = r.number(n, key);
-  if (v < 0 || (!zero_ok && v == 0)) r.fail(&n, key, zero_ok ? "must not be negative" : "must be positive");
+  if (v < 0 || (!zero_ok && v == 0))
+    r.fail(&n, key, fmt::format("{} (got {})", zero_ok ? "must not be negative" : "must be positive", v));
   if (v > max) r.fail(&n, key, fmt::format("{} is implausibly large (limit {})", v, max));
   return v;
 }
@@ -145,8 +153,9 @@ GpuCard read_gpu_card(std::string_view toml_text, std::string_view source_name, 
       if (memory_set) r.fail(&node, key, "give memory or memory_bytes, not both");
       // `memory` takes a size ("24GiB") or a byte count; `memory_bytes` only a byte count.
       const std::int64_t m = key == "memory" ? r.bytes(node, key) : r.integer(node, key);
-      if (m <= 0) r.fail(&node, key, "must be positive");
-      if (m > kMaxMemory) r.fail(&node, key, "is above 16 TiB; is the unit right?");
+      if (m < kMinCardMemoryBytes || m > kMaxCardMemoryBytes)
+        r.fail(&node, key,
+               card_memory_error(node.is_string() ? fmt::format("\"{}\"", r.text(node, key)) : fmt::format("{} bytes", m)));
       spec.memory_bytes = m;
       memory_set = true;
     } else if (key == "memory_bandwidth") {
@@ -183,7 +192,7 @@ GpuCard read_gpu_card(std::string_view toml_text, std::string_view source_name, 
     } else if (key == "pcie_lanes") {
       const std::int64_t l = r.integer(node, key);
       if (l != 1 && l != 2 && l != 4 && l != 8 && l != 16 && l != 32) {
-        r.fail(&node, key, "must be 1, 2, 4, 8, 16 or 32");
+        r.fail(&node, key, fmt::format("must be 1, 2, 4, 8, 16 or 32 (got {})", l));
       }
       spec.pcie_lanes = static_cast<int>(l);
       pcie_changed = true;
@@ -232,8 +241,8 @@ GpuSpec load_gpu_spec_file(std::string_view path) {
 }
 
 GpuSpec gpu_with_vram(std::int64_t memory_bytes) {
-  if (memory_bytes <= 0) throw InputError("--vram must be positive");
-  if (memory_bytes > kMaxMemory) throw InputError("--vram is above 16 TiB; is the unit right?");
+  if (memory_bytes < kMinCardMemoryBytes || memory_bytes > kMaxCardMemoryBytes)
+    throw SettingError("vram", card_memory_error(fmt::format("{} bytes", memory_bytes)));
   GpuSpec spec;
   spec.id = "custom";
   spec.name = fmt::format("custom {} card", format_bytes(memory_bytes));

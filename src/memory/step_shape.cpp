@@ -6,7 +6,11 @@
 #include <algorithm>
 #include <cmath>
 #include <set>
+#include <string>
 #include <utility>
+#include <vector>
+
+#include "trainfit/error.hpp"
 
 namespace trainfit::detail {
 namespace {
@@ -530,7 +534,34 @@ bool targets_module(const LoraSetup& lora, const LinearModule& m) {
   return false;
 }
 
+void check_lora_targets(const ModelSpec& model, const TrainingSetup& setup) {
+  if (setup.method == Method::full) return;
+  // The modules of every kind of layer the model has: an MoE model's dense-MLP layers only when
+  // it has some (mixtral has none, so its layers have no gate_proj).
+  std::vector<LinearModule> modules = layer_linear_modules(model);
+  if (model.dense_layers > 0)
+    for (auto& m : dense_layer_linear_modules(model)) modules.push_back(std::move(m));
+  for (const auto& t : setup.lora.targets) {
+    if (t == "all-linear") continue;
+    const bool found = std::any_of(modules.begin(), modules.end(),
+                                   [&](const LinearModule& m) { return module_name_matches(m.name, t); });
+    if (found) continue;
+    // The names a target can take for this model, each once, in the layer's order.
+    std::vector<std::string> names;
+    for (const auto& m : modules)
+      if (std::find(names.begin(), names.end(), m.name) == names.end()) names.push_back(m.name);
+    std::string list;
+    for (const auto& n : names) list += (list.empty() ? "" : ", ") + n;
+    throw SettingError("lora_targets", "'" + t + "' names no module of " + model.name + " (" + model.model_type +
+                                           "); its layers' linear modules are " + list + ", or all-linear");
+  }
+}
+
 LayerLinears layer_linears(const ModelSpec& model, const TrainingSetup& setup) {
+  // A target that names no module would plan a LoRA run with no adapter at all (0 trainable
+  // parameters that "fit"); PEFT itself refuses such targets. Checked here, where the model and
+  // the setup meet for the memory model and the time model alike.
+  check_lora_targets(model, setup);
   const bool adapters = setup.method != Method::full;
   auto with_targets = [&](std::vector<LinearModule> mods) {
     std::vector<LayerLinear> out;

@@ -89,6 +89,11 @@ double allocated_for(const std::vector<Sized>& per_token, double tokens);
 // "." and that name ("v_proj" matches "self_attn.v_proj", "proj" matches neither).
 bool module_name_matches(std::string_view module_path, std::string_view name);
 
+// A SettingError on `lora_targets` for a target that names no linear module of the model's layers
+// (PEFT refuses such a target; planning it would give a LoRA run without adapters), listing the
+// names the model has. All-linear and full fine-tuning always pass. layer_linears() calls it.
+void check_lora_targets(const ModelSpec& model, const TrainingSetup& setup);
+
 // Whether PEFT wraps this decoder module in a LoRA adapter for these targets.
 bool targets_module(const LoraSetup& lora, const LinearModule& m);
 

@@ -13,6 +13,7 @@
 #include <fmt/ranges.h>
 
 #include "trainfit/error.hpp"
+#include "trainfit/hardware.hpp"
 #include "trainfit/units.hpp"
 
 namespace trainfit {
@@ -92,8 +93,9 @@ std::vector<Setting> builtin_table() {
   {
     auto& r = row("vram", "--vram", bytes, "memory of a card not in the catalogue, e.g. 16GiB, 24GB, 16303MiB");
     r.in_matrix = false;
-    r.minimum = 1;
-    r.maximum = 16.0 * 1024 * 1024 * 1024 * 1024;  // 16 TiB: far above any card, catches unit mistakes
+    // What a card's memory may be however it is given (include/trainfit/hardware.hpp says why).
+    r.minimum = static_cast<double>(kMinCardMemoryBytes);
+    r.maximum = static_cast<double>(kMaxCardMemoryBytes);
     r.get = [](const TrainingSetup& s) { return s.vram_bytes ? SettingValue(*s.vram_bytes) : SettingValue(); };
     r.set = [](TrainingSetup& s, const SettingValue& v) {
       if (std::holds_alternative<std::int64_t>(v)) s.vram_bytes = std::get<std::int64_t>(v);
@@ -291,6 +293,10 @@ std::string number_text(double v) {
 std::string range_text(const Setting& s) {
   const auto lo = s.minimum, hi = s.maximum;
   if (s.type == SettingType::integer && lo && hi) return fmt::format("between {} and {}", number_text(*lo), number_text(*hi));
+  // Sizes in the units people write them in: "between 1.0 GiB and 16.0 TiB", not byte counts.
+  if (s.type == SettingType::bytes && lo && hi)
+    return fmt::format("between {} and {}", format_bytes(static_cast<std::int64_t>(*lo)),
+                       format_bytes(static_cast<std::int64_t>(*hi)));
   if (lo && hi)
     return fmt::format("in {}{}, {}{}", s.exclusive_minimum ? "(" : "[", number_text(*lo), number_text(*hi),
                        s.exclusive_maximum ? ")" : "]");
@@ -409,8 +415,11 @@ SettingValue default_value(const Setting& s, const TrainingSetup& so_far) {
   return s.get(TrainingSetup{});
 }
 
-SettingValue check_setting_value(const Setting& s, const SettingValue& raw) {
+SettingValue check_setting_value(const Setting& s, const SettingValue& raw, std::string_view as_written) {
   using enum SettingType;
+  // Range errors echo the value as the user wrote it when the caller has that text (a flag, a JSON
+  // number): a converted value would show 9223372036854775808 as 9.223372036854776e+18.
+  auto shown = [&](const std::string& converted) { return as_written.empty() ? converted : std::string(as_written); };
   switch (s.type) {
     case choice: {
       if (std::holds_alternative<std::monostate>(raw) && s.nullable) return raw;
@@ -431,9 +440,13 @@ SettingValue check_setting_value(const Setting& s, const SettingValue& raw) {
       return name;
     }
     case integer: {
+      // A whole number past 64 bits reaches here as a double (JSON 9223372036854775808): it is
+      // out of range, not of the wrong type.
+      if (const auto* d = std::get_if<double>(&raw); d != nullptr && std::isfinite(*d) && *d == std::floor(*d))
+        check_range(s, *d, shown(number_text(*d)));
       if (!std::holds_alternative<std::int64_t>(raw)) wrong_type(s, raw, "a whole number");
       const std::int64_t v = std::get<std::int64_t>(raw);
-      check_range(s, static_cast<double>(v), std::to_string(v));
+      check_range(s, static_cast<double>(v), shown(std::to_string(v)));
       return raw;
     }
     case number: {
@@ -441,7 +454,7 @@ SettingValue check_setting_value(const Setting& s, const SettingValue& raw) {
       if (const auto* i = std::get_if<std::int64_t>(&raw)) v = static_cast<double>(*i);
       else if (const auto* d = std::get_if<double>(&raw)) v = *d;
       else wrong_type(s, raw, "a number");
-      check_range(s, v, number_text(v));
+      check_range(s, v, shown(number_text(v)));
       return v;
     }
     case boolean:
@@ -474,18 +487,25 @@ SettingValue check_setting_value(const Setting& s, const SettingValue& raw) {
     case bytes: {
       if (std::holds_alternative<std::monostate>(raw)) return raw;
       std::int64_t v = 0;
+      std::string written;
       if (const auto* i = std::get_if<std::int64_t>(&raw)) {
         v = *i;
+        written = shown(std::to_string(v));
       } else if (const auto* str = std::get_if<std::string>(&raw)) {
         try {
           v = parse_bytes(*str);
         } catch (const InputError& e) {
           throw SettingError(s.key, e.what());
         }
+        written = *str;
       } else {
         wrong_type(s, raw, "a size such as 16GiB");
       }
-      check_range(s, static_cast<double>(v), std::to_string(v));
+      // `--vram 24` is 24 bytes: say so, since a unit is what was most likely meant.
+      if (s.minimum && static_cast<double>(v) < *s.minimum && !written.empty() &&
+          written.find_first_not_of("0123456789") == std::string::npos)
+        written = fmt::format("{0}, that is {0} bytes; write {0}GiB or {0}GB", written);
+      check_range(s, static_cast<double>(v), written);
       return v;
     }
   }
@@ -514,13 +534,13 @@ SettingValue parse_setting_text(const Setting& s, std::string_view input) {
         throw SettingError(s.key, fmt::format("must be {} (got {})", range_text(s), t));
       if (ec != std::errc{} || end != t.data() + t.size() || t.empty())
         throw SettingError(s.key, fmt::format("'{}' is not a whole number", t));
-      return check_setting_value(s, v);
+      return check_setting_value(s, v, t);
     }
     case number: {
       char* end = nullptr;
       const double v = std::strtod(t.c_str(), &end);
       if (t.empty() || end != t.c_str() + t.size()) throw SettingError(s.key, fmt::format("'{}' is not a number", t));
-      return check_setting_value(s, v);
+      return check_setting_value(s, v, t);
     }
     case boolean: {
       for (const char* yes : {"true", "1", "yes", "on"})

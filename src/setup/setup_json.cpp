@@ -136,7 +136,8 @@ TrainingSetup setup_from_json(const json& object, const std::function<bool(std::
     } catch (const InputError& e) {
       throw SettingError(key, e.what());
     }
-    given.push_back({row, check_setting_value(*row, raw)});
+    // A number's JSON text, so that a range error shows what the file says.
+    given.push_back({row, check_setting_value(*row, raw, value.is_number() ? value.dump() : std::string())});
   }
   return resolve_setup(given);
 }

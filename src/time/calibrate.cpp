@@ -5,6 +5,8 @@
 #include <cmath>
 #include <numeric>
 
+#include <fmt/format.h>
+
 #include "common/statistics.hpp"
 #include "trainfit/error.hpp"
 #include "trainfit/time.hpp"
@@ -31,20 +33,41 @@ TimeProfile from_vec(const Vec& v, const std::vector<std::size_t>& which, TimePr
   return p;
 }
 
-std::vector<double> log_errors(const std::vector<TimedStep>& steps, const TimeProfile& p) {
+// A step as the fit sees it: its work counted once. The work depends on the model and the setup
+// only, and counting it (step_work) is most of what pricing a step costs; the fit prices every
+// step at a few thousand profiles (1,000 steps took 24 s when each was counted anew).
+struct PricedStep {
+  StepWork work;
+  const TimedStep* step;
+};
+
+std::vector<double> log_errors(const std::vector<PricedStep>& steps, const TimeProfile& p) {
   std::vector<double> e;
   e.reserve(steps.size());
   for (const auto& s : steps) {
-    const TimeEstimate t = estimate_time(s.model, s.setup, s.gpu, p, false);
-    e.push_back(std::log(t.step_seconds / s.step_seconds));
+    const TimeEstimate t = estimate_time(s.work, s.step->setup, s.step->gpu, p, false);
+    e.push_back(std::log(t.step_seconds / s.step->step_seconds));
   }
   return e;
 }
 
-double loss_of(const std::vector<TimedStep>& steps, const TimeProfile& p) {
+double loss_of(const std::vector<PricedStep>& steps, const TimeProfile& p) {
   double sum = 0;
   for (double e : log_errors(steps, p)) sum += e * e;
   return sum;
+}
+
+// A fitted value must be one a profile may hold (parse_profile's range): `plan --profile` would
+// refuse the file otherwise. Leaving the range means the measured times are far from anything the
+// model gives at sane rates: most often steps in milliseconds or microseconds read as seconds.
+void check_fitted(const std::string& name, double value, bool per_operation_time) {
+  if (value > kProfileRateAbove && value <= kProfileRateAtMost) return;
+  // A longer step fits as a longer time per operation, or as a lower efficiency.
+  const bool steps_too_long = per_operation_time ? !(value <= kProfileRateAtMost) : !(value > kProfileRateAbove);
+  throw InputError(fmt::format(
+      "calibrate: the fitted {} is {:g}, outside ({:g}, {:g}], the range a profile holds: the measured step times "
+      "are far {} than the model gives at any plausible rate; are they in seconds?",
+      name, value, kProfileRateAbove, kProfileRateAtMost, steps_too_long ? "longer" : "shorter"));
 }
 
 }  // namespace
@@ -69,11 +92,20 @@ CalibrationResult calibrate(const std::vector<TimedStep>& steps, const TimeProfi
   if (steps.size() < n + 1) throw InputError("calibration needs more measured steps than fitted parameters");
   for (const auto& s : steps)
     if (!(s.step_seconds > 0)) throw InputError("calibration: a step time must be positive");
+  std::vector<PricedStep> priced;
+  priced.reserve(steps.size());
+  for (std::size_t i = 0; i < steps.size(); ++i) {
+    const TimedStep& s = steps[i];
+    if (!estimate_time(s.model, s.setup, s.gpu, start, false).predicted)
+      throw InputError(fmt::format("calibration: step {} ({} on {}): the card has no throughput figures to fit rates to",
+                                   i + 1, s.model.name, s.gpu.name));
+    priced.push_back({step_work(s.model, s.setup), &s});
+  }
   TimeProfile copy = start;
   auto f0 = fields(copy);
   Vec best(n);
   for (std::size_t i = 0; i < n; ++i) best[i] = std::log(*f0[which[i]]);
-  auto loss = [&](const Vec& v) { return loss_of(steps, from_vec(v, which, start)); };
+  auto loss = [&](const Vec& v) { return loss_of(priced, from_vec(v, which, start)); };
   // Nelder-Mead, restarted from its own best point so it does not stall on a flat ridge.
   for (int restart = 0; restart < 4; ++restart) {
     std::vector<Vec> simplex(n + 1, best);
@@ -123,9 +155,11 @@ CalibrationResult calibrate(const std::vector<TimedStep>& steps, const TimeProfi
   }
   CalibrationResult r;
   r.profile = from_vec(best, which, start);
+  auto fitted = fields(r.profile);
+  for (const std::size_t i : which) check_fitted(profile_parameter_names()[i], *fitted[i], i >= 4);
   r.steps = steps.size();
   std::vector<double> abs_err;
-  for (double e : log_errors(steps, r.profile)) abs_err.push_back(std::abs(std::exp(e) - 1.0));
+  for (double e : log_errors(priced, r.profile)) abs_err.push_back(std::abs(std::exp(e) - 1.0));
   r.median_abs_error = detail::median(abs_err).value_or(0.0);  // never empty: steps > fitted parameters
   r.max_abs_error = detail::max_abs(abs_err);
   return r;

@@ -40,10 +40,10 @@ TimeProfile parse_profile(std::string_view text, std::string_view src) {
   TimeProfile p;
   if (const auto* n = t.get("name")) p.name = r.text(*n, "name");
   if (const auto* n = t.get("source")) p.source = r.text(*n, "source");
-  // Efficiencies are fractions of a peak, and times per operation are positive and well under a
-  // second: zero or a negative value would make a step take no time or forever.
+  // Every rate in (kProfileRateAbove, kProfileRateAtMost]: the range calibrate() checks its fit
+  // against too (include/trainfit/time.hpp says why).
   auto rate = [&](const char* key, double& field) {
-    if (const auto* n = t.get(key)) field = r.number_above(*n, key, 0.0, 1.0);
+    if (const auto* n = t.get(key)) field = r.number_above(*n, key, kProfileRateAbove, kProfileRateAtMost);
   };
   rate("matmul_efficiency", p.matmul_efficiency);
   rate("attention_efficiency", p.attention_efficiency);
@@ -76,6 +76,10 @@ std::string profile_to_toml(const TimeProfile& p) {
   std::ostringstream out;
   out << "# trainfit time profile (docs/model.md, \"The time model\")\n" << t << "\n";
   return out.str();
+}
+
+void save_profile(const TimeProfile& profile, const std::string& path) {
+  detail::write_text_file(path, profile_to_toml(profile));
 }
 
 }  // namespace trainfit

@@ -20,15 +20,33 @@ std::string to_string(Bottleneck b) {
   return "?";
 }
 
+namespace {
+
+bool has_rates(const GpuSpec& gpu) {
+  const double tensor_peak = gpu.bf16_flops > 0 ? gpu.bf16_flops : gpu.fp16_flops;
+  return tensor_peak > 0 && gpu.memory_bandwidth_bytes_per_s > 0 && gpu.fp32_flops > 0;
+}
+
+}  // namespace
+
 TimeEstimate estimate_time(const ModelSpec& model, const TrainingSetup& setup, const GpuSpec& gpu,
                            const TimeProfile& prof, bool spills) {
-  TimeEstimate t;
-  const double tensor_peak = gpu.bf16_flops > 0 ? gpu.bf16_flops : gpu.fp16_flops;
-  if (tensor_peak <= 0 || gpu.memory_bandwidth_bytes_per_s <= 0 || gpu.fp32_flops <= 0) {
+  if (!has_rates(gpu)) {
+    TimeEstimate t;
     t.predicted = false;  // a card known only by its memory: no rates to divide by
     return t;
   }
-  const StepWork w = step_work(model, setup);
+  return estimate_time(step_work(model, setup), setup, gpu, prof, spills);
+}
+
+TimeEstimate estimate_time(const StepWork& w, const TrainingSetup& setup, const GpuSpec& gpu,
+                           const TimeProfile& prof, bool spills) {
+  TimeEstimate t;
+  if (!has_rates(gpu)) {
+    t.predicted = false;
+    return t;
+  }
+  const double tensor_peak = gpu.bf16_flops > 0 ? gpu.bf16_flops : gpu.fp16_flops;
   const double bw = prof.bandwidth_efficiency * gpu.memory_bandwidth_bytes_per_s;
   const double matmul = w.tensor_flops / (prof.matmul_efficiency * tensor_peak);
   const double attention = w.attention_flops / (prof.attention_efficiency * tensor_peak);

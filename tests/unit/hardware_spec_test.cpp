@@ -9,6 +9,7 @@
 #include "hardware/gpu_card.hpp"
 #include "trainfit/error.hpp"
 #include "trainfit/hardware.hpp"
+#include "trainfit/settings.hpp"
 #include "trainfit/units.hpp"
 
 namespace trainfit {
@@ -66,7 +67,7 @@ TEST(GpuSpecFile, MinimalSpecNeedsOnlyMemory) {
   EXPECT_EQ(g.bf16_flops, 0);
   EXPECT_EQ(g.gpu_link, "none");
   EXPECT_EQ(parse_gpu_spec("memory_bytes = 17094934528", "m.toml").memory_bytes, 17094934528);
-  EXPECT_EQ(parse_gpu_spec("memory = 1024", "m.toml").memory_bytes, 1024);
+  EXPECT_EQ(parse_gpu_spec("memory = 1073741824", "m.toml").memory_bytes, kGiB);  // a byte count
 }
 
 TEST(GpuSpecFile, AlternativeSpellings) {
@@ -153,7 +154,11 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"memory = -5", "test.toml:1: memory:"},
         BadCase{"memory = 16.5", "test.toml:1: memory:"},
         BadCase{"memory = true", "test.toml:1: memory:"},
-        BadCase{"memory = \"17TiB\"", "16 TiB"},
+        BadCase{"memory = \"17TiB\"", "test.toml:1: memory: must be between 1.0 GiB and 16.0 TiB (got \"17TiB\")"},
+        // Under 1 GiB is a unit left out, as `--vram 24` is: the same range as the vram setting.
+        BadCase{"memory = 24", "test.toml:1: memory: must be between 1.0 GiB and 16.0 TiB (got 24 bytes)"},
+        BadCase{"memory = \"512MiB\"", "test.toml:1: memory: must be between 1.0 GiB and 16.0 TiB (got \"512MiB\")"},
+        BadCase{"memory_bytes = 1073741823", "test.toml:1: memory_bytes: must be between 1.0 GiB"},
         BadCase{"memory_bytes = 99999999999999999", "test.toml:1: memory_bytes:"},
         BadCase{"memory_bytes = \"16GiB\"", "test.toml:1: memory_bytes:"},
         BadCase{"memory = \"16GiB\"\nmemory_bytes = 5", "not both"},
@@ -164,7 +169,10 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"memory = \"16GiB\"\nmemory_bandwidth_bytes_per_s = -1.0",
                 "test.toml:2: memory_bandwidth_bytes_per_s:"},
         BadCase{"memory = \"16GiB\"\nmemory_bandwidth_bytes_per_s = nan", "test.toml:2: memory_bandwidth_bytes_per_s:"},
-        BadCase{"memory = \"16GiB\"\nbf16_tflops = -1", "test.toml:2: bf16_tflops:"},
+        BadCase{"memory = \"16GiB\"\nbf16_tflops = -1", "test.toml:2: bf16_tflops: must not be negative (got -1)"},
+        BadCase{"memory = \"16GiB\"\npcie_lanes = -1", "test.toml:2: pcie_lanes: must be 1, 2, 4, 8, 16 or 32 (got -1)"},
+        BadCase{"memory = \"16GiB\"\npcie_generation = 9223372036854775807",
+                "test.toml:2: pcie_generation: must be between 1 and 6 (got 9223372036854775807)"},
         BadCase{"memory = \"16GiB\"\nbf16_tflops = 1e6", "test.toml:2: bf16_tflops:"},
         BadCase{"memory = \"16GiB\"\nbf16_tflops = inf", "test.toml:2: bf16_tflops:"},
         BadCase{"memory = \"16GiB\"\nfp16_tflops = \"fast\"", "test.toml:2: fp16_tflops:"},
@@ -325,6 +333,20 @@ TEST(GpuWithVram, MemoryOnlyCard) {
   EXPECT_THROW(gpu_with_vram(0), InputError);
   EXPECT_THROW(gpu_with_vram(-1), InputError);
   EXPECT_THROW(gpu_with_vram(17 * 1024 * kGiB), InputError);
+  // 24 bytes is no card: the range of the `vram` setting, as a SettingError on it.
+  try {
+    (void)gpu_with_vram(24);
+    ADD_FAILURE() << "a 24-byte card was accepted";
+  } catch (const SettingError& e) {
+    EXPECT_EQ(e.setting(), "vram");
+    EXPECT_EQ(e.reason(), "must be between 1.0 GiB and 16.0 TiB (got 24 bytes); is the unit right?");
+  }
+  EXPECT_EQ(gpu_with_vram(kMinCardMemoryBytes).memory_bytes, kGiB);
+  // One range: the settings table's vram row takes it from hardware.hpp.
+  const Setting* vram = find_setting("vram");
+  ASSERT_NE(vram, nullptr);
+  EXPECT_EQ(vram->minimum, static_cast<double>(kMinCardMemoryBytes));
+  EXPECT_EQ(vram->maximum, static_cast<double>(kMaxCardMemoryBytes));
 }
 
 }  // namespace

@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <string>
+
 #include "trainfit/trainfit.hpp"
 
 namespace trainfit {
@@ -15,6 +17,46 @@ TEST(Verdict, ThresholdsFollowCapacityAndHeadroom) {
   // The whole device (reserved + CUDA context) over capacity is over, even if tensors fit.
   EXPECT_EQ(judge(cap * 9 / 10, cap + 1, cap, 0.0, Platform::on_linux), Verdict::oom);
   EXPECT_THROW(judge(1, 1, 0, 0.2, Platform::on_linux), InputError);
+}
+
+std::string targets_error(const char* model, const char* targets) {
+  TrainingSetup s;
+  s.lora.targets = parse_lora_targets(targets);
+  try {
+    (void)make_plan(load_model(model), s, find_gpu("h200"));
+  } catch (const SettingError& e) {
+    EXPECT_EQ(e.setting(), "lora_targets");
+    return e.reason();
+  }
+  return "(accepted)";
+}
+
+// A target that names no module of the model planned a LoRA run without adapters (0 trainable
+// parameters that "fit"); PEFT refuses it, and so does the plan, with the model's module names.
+TEST(Plan, LoraTargetsMustNameModulesOfTheModel) {
+  EXPECT_EQ(targets_error("qwen2.5-7b", "nonexistent_proj"),
+            "'nonexistent_proj' names no module of qwen2.5-7b (qwen2); its layers' linear modules are q_proj, k_proj, "
+            "v_proj, o_proj, gate_proj, up_proj, down_proj, or all-linear");
+  EXPECT_EQ(targets_error("qwen2.5-7b", "q,nonexistent_proj").rfind("'nonexistent_proj' names no module", 0), 0u);
+  EXPECT_EQ(targets_error("qwen2.5-7b", "all-linear"), "(accepted)");
+  EXPECT_EQ(targets_error("qwen2.5-7b", "q,k,v,o,gate,up,down"), "(accepted)");
+  // Phi-3 fuses q, k and v (and gate and up): PEFT's Qwen default q_proj,v_proj names nothing there.
+  EXPECT_NE(targets_error("phi3-mini", "q,v").find("qkv_proj, o_proj, gate_up_proj, down_proj"), std::string::npos);
+  EXPECT_EQ(targets_error("phi3-mini", "qkv_proj"), "(accepted)");
+  // Mixture-of-experts: the routed experts and the router by their paths' ends.
+  EXPECT_EQ(targets_error("mixtral-8x7b", "w1,w2,w3"), "(accepted)");
+  EXPECT_EQ(targets_error("mixtral-8x7b", "experts.w1,block_sparse_moe.gate"), "(accepted)");
+  EXPECT_EQ(targets_error("qwen3-30b-a3b", "gate_proj"), "(accepted)");  // the experts' gate_proj
+  EXPECT_NE(targets_error("mixtral-8x7b", "gate_proj").find("experts.w1"), std::string::npos);
+  // Full fine-tuning has no adapters: its targets mean nothing and are not checked.
+  TrainingSetup full;
+  full.method = Method::full;
+  full.lora.targets = {"nonexistent_proj"};
+  EXPECT_NO_THROW((void)estimate_memory(load_model("qwen2.5-0.5b"), full, find_gpu("h200")));
+  // The time model meets the same check (validate and calibrate price steps without a plan).
+  TrainingSetup lora;
+  lora.lora.targets = {"nonexistent_proj"};
+  EXPECT_THROW((void)step_work(load_model("qwen2.5-0.5b"), lora), SettingError);
 }
 
 TEST(Plan, OverCapacityComesWithAlternativesThatFit) {

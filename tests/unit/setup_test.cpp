@@ -150,6 +150,14 @@ TEST(SettingsTable, ErrorsNameTheSetting) {
   EXPECT_EQ(reason("adapter_dtype", "nf4"), "unknown value 'nf4'; expected one of: fp32, bf16, fp16");
   EXPECT_EQ(reason("grad_ckpt", "maybe"), "'maybe' is not true or false");
   EXPECT_EQ(reason("vram", "-16GiB").find("vram"), std::string::npos);  // the reason alone
+  // A card under 1 GiB is a unit left out: `--vram 24` is 24 bytes.
+  EXPECT_EQ(reason("vram", "24"), "must be between 1.0 GiB and 16.0 TiB (got 24, that is 24 bytes; write 24GiB or 24GB)");
+  EXPECT_EQ(reason("vram", "512MiB"), "must be between 1.0 GiB and 16.0 TiB (got 512MiB)");
+  EXPECT_EQ(reason("vram", "17TiB"), "must be between 1.0 GiB and 16.0 TiB (got 17TiB)");
+  EXPECT_EQ(reason("vram", "1GiB"), "no error");
+  // Numbers are echoed as written, not as converted.
+  EXPECT_EQ(reason("headroom", "9223372036854775808"), "must be in [0, 1) (got 9223372036854775808)");
+  EXPECT_EQ(reason("headroom", "-1e400"), "must be in [0, 1) (got -1e400)");
   TrainingSetup s;
   s.method = Method::qlora;
   try {
@@ -230,6 +238,26 @@ TEST(SettingsTable, JsonReadingIsStrictAboutTypesAndOptionallyAboutKeys) {
   EXPECT_EQ(setup_from_json({{"lora_targets", "q,v"}}).lora.targets, (std::vector<std::string>{"q_proj", "v_proj"}));
   EXPECT_EQ(setup_from_json({{"lora_targets", {"q", "v"}}}).lora.targets, (std::vector<std::string>{"q_proj", "v_proj"}));
   EXPECT_EQ(setup_from_json({{"lora_alpha", nullptr}, {"rank", 4}}).lora.alpha, 8.0);  // null: not given
+}
+
+// A number out of range in a file is echoed as the file wrote it: a whole number past 64 bits is
+// out of range (not "not a whole number"), and not shown as 9.223372036854776e+18.
+TEST(SettingsTable, JsonNumbersOutOfRangeAreEchoedAsWritten) {
+  auto reason = [](const std::string& text) {
+    try {
+      (void)setup_from_json(json::parse(text));
+    } catch (const SettingError& e) {
+      return e.setting() + ": " + e.reason();
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(reason(R"({"seq": 9223372036854775808})"), "seq: must be between 1 and 16777216 (got 9223372036854775808)");
+  EXPECT_EQ(reason(R"({"seq": -9223372036854775809})"), "seq: must be between 1 and 16777216 (got -9.223372036854776e+18)");
+  EXPECT_EQ(reason(R"({"seq": 9223372036854775807})"), "seq: must be between 1 and 16777216 (got 9223372036854775807)");
+  EXPECT_EQ(reason(R"({"headroom": 18446744073709551615})"), "headroom: must be in [0, 1) (got 18446744073709551615)");
+  EXPECT_EQ(reason(R"({"vram": 24})"), "vram: must be between 1.0 GiB and 16.0 TiB (got 24, that is 24 bytes; write 24GiB or 24GB)");
+  EXPECT_EQ(reason(R"({"vram": "24MiB"})"), "vram: must be between 1.0 GiB and 16.0 TiB (got 24MiB)");
+  EXPECT_EQ(reason(R"({"seq": 512.5})"), "seq: expected a whole number, not a number");
 }
 
 TEST(SettingsTable, DocsListEverySettingWithItsFlag) {

@@ -1,6 +1,7 @@
 // Properties of the time model that follow from the physics, independent of calibration.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <sstream>
 #include <string_view>
 #include <utility>
@@ -86,8 +87,8 @@ std::string profile_error(const std::string& text) {
 
 TEST(TimeProfile, ErrorsNameFileLineAndField) {
   EXPECT_EQ(profile_error("name = \"x\"\nmatmul_efficiency = 1.5\n"),
-            "p.toml:2: matmul_efficiency: must be above 0 and at most 1");
-  EXPECT_EQ(profile_error("host_seconds_per_op = 0\n"), "p.toml:1: host_seconds_per_op: must be above 0 and at most 1");
+            "p.toml:2: matmul_efficiency: must be above 0 and at most 1 (got 1.5)");
+  EXPECT_EQ(profile_error("host_seconds_per_op = 0\n"), "p.toml:1: host_seconds_per_op: must be above 0 and at most 1 (got 0)");
   EXPECT_EQ(profile_error("spill_efficiency = \"fast\"\n"),
             "p.toml:1: spill_efficiency: expected a number, got a string");
   EXPECT_EQ(profile_error("\nname = 5\n"), "p.toml:2: name: expected a string, got an integer");
@@ -146,6 +147,79 @@ TEST(TimeCalibration, RecoversAKnownHostCost) {
   EXPECT_NEAR(r.profile.host_seconds_per_op, 21e-6, 0.2e-6);
   EXPECT_LT(r.max_abs_error, 0.01);
   EXPECT_THROW(calibrate(steps, truth, {"no_such_parameter"}), InputError);
+}
+
+// Steps the model cannot explain at any rate a profile may hold (step times in microseconds read
+// as seconds: host_seconds_per_op fits to 32.7 s) are refused, naming the parameter, instead of
+// written as a profile that `plan --profile` then refuses.
+TEST(TimeCalibration, AFitOutsideTheProfileRangeIsRefused) {
+  const TimeProfile shipped = default_profile(find_gpu("h200"));
+  std::vector<TimedStep> steps;
+  for (const char* model : {"qwen2.5-0.5b", "qwen2.5-1.5b", "llama3.2-1b"}) {
+    for (const std::int64_t seq : {512, 2048}) {
+      TrainingSetup s;
+      s.seq = seq;
+      const ModelSpec m = load_model(model);
+      const GpuSpec& g = find_gpu("h200");
+      steps.push_back({m, s, g, 1e6 * estimate_time(m, s, g, shipped, false).step_seconds});
+    }
+  }
+  try {
+    (void)calibrate(steps, shipped);
+    ADD_FAILURE() << "a fit of host_seconds_per_op above 1 s was accepted";
+  } catch (const InputError& e) {
+    const std::string what = e.what();
+    EXPECT_EQ(what.rfind("calibrate: the fitted host_seconds_per_op is ", 0), 0u) << what;
+    EXPECT_NE(what.find("outside (0, 1], the range a profile holds"), std::string::npos) << what;
+    EXPECT_NE(what.find("are they in seconds?"), std::string::npos) << what;
+  }
+  // The same steps in seconds fit.
+  for (auto& s : steps) s.step_seconds /= 1e6;
+  EXPECT_NO_THROW((void)calibrate(steps, shipped));
+  EXPECT_EQ(kProfileRateAbove, 0.0);  // the range parse_profile applies (TimeProfile.ErrorsNameFileLineAndField)
+  EXPECT_EQ(kProfileRateAtMost, 1.0);
+}
+
+// Calibration prices each step's work, counted once, at every profile it tries: the price of a
+// counted work is the estimate's, to the bit, so the fit does not move.
+TEST(TimeCalibration, PricingACountedWorkIsTheEstimate) {
+  for (const char* model : {"qwen2.5-0.5b", "qwen2.5-7b", "mixtral-8x7b"}) {
+    TrainingSetup s;
+    s.seq = 1024;
+    s.gpus = 2;
+    const ModelSpec m = load_model(model);
+    const GpuSpec& g = find_gpu("h200");
+    TimeProfile p = default_profile(g);
+    p.host_seconds_per_op = 21e-6;
+    const StepWork w = step_work(m, s);
+    for (const bool spills : {false, true}) {
+      const TimeEstimate a = estimate_time(m, s, g, p, spills), b = estimate_time(w, s, g, p, spills);
+      EXPECT_EQ(a.step_seconds, b.step_seconds) << model;
+      EXPECT_EQ(a.gpu_seconds, b.gpu_seconds) << model;
+      EXPECT_EQ(a.host_seconds, b.host_seconds) << model;
+      EXPECT_EQ(a.bottleneck, b.bottleneck) << model;
+    }
+  }
+  EXPECT_FALSE(estimate_time(step_work(load_model("qwen2.5-0.5b"), TrainingSetup{}), TrainingSetup{}, gpu_with_vram(16 * kGiB),
+                             default_profile(GpuSpec{}), false)
+                   .predicted);
+}
+
+// 1,000 steps took 24 s to fit when each evaluation counted every step's work anew; counted once,
+// well under a second. The bound is for optimised builds (a sanitiser build is many times slower).
+TEST(TimeCalibration, AThousandStepsFitQuickly) {
+#ifndef NDEBUG
+  GTEST_SKIP() << "a timing bound for optimised builds";
+#endif
+  const auto reference = timed_steps(load_measurements(std::string(TRAINFIT_SOURCE_DIR) +
+                                                       "/data/reference/h200-hf-peft-calibration.jsonl"));
+  std::vector<TimedStep> steps;
+  while (steps.size() < 1000) steps.push_back(reference[steps.size() % reference.size()]);
+  const auto start = std::chrono::steady_clock::now();
+  const CalibrationResult r = calibrate(steps, default_profile(find_gpu("h200")));
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_LT(seconds, 8.0);
+  EXPECT_EQ(r.steps, 1000u);
 }
 
 // Collectives: nothing on one GPU; DDP all-reduces 2 (n-1)/n of the trainable gradients and FSDP

@@ -57,20 +57,21 @@ TEST(TomlReader, WrongTypesNameSourceLineFieldAndBothTypes) {
             "card.toml:7: list: expected a string, got an integer");
 }
 
-TEST(TomlReader, RangesSayTheBounds) {
+// A value out of range is echoed as the file wrote it, so the user can find it.
+TEST(TomlReader, RangesSayTheBoundsAndTheValue) {
   const std::string text = "lanes = 12\nrate = 1.5\nzero = 0\nbig = inf\nsize = \"2GiB\"\nbad = \"lots\"\n";
   EXPECT_EQ(field_error(text, "lanes", [](auto& r, auto& n) { (void)r.integer(n, "lanes", 1, 6); }),
-            "card.toml:1: lanes: must be between 1 and 6");
+            "card.toml:1: lanes: must be between 1 and 6 (got 12)");
   EXPECT_EQ(field_error(text, "rate", [](auto& r, auto& n) { (void)r.number(n, "rate", 0.0, 1.0); }),
-            "card.toml:2: rate: must be between 0 and 1");
+            "card.toml:2: rate: must be between 0 and 1 (got 1.5)");
   EXPECT_EQ(field_error(text, "zero", [](auto& r, auto& n) { (void)r.number_above(n, "zero", 0.0, 1.0); }),
-            "card.toml:3: zero: must be above 0 and at most 1");
+            "card.toml:3: zero: must be above 0 and at most 1 (got 0)");
   EXPECT_EQ(field_error(text, "rate", [](auto& r, auto& n) { (void)r.number_above(n, "rate", 0.0, 1.0); }),
-            "card.toml:2: rate: must be above 0 and at most 1");
+            "card.toml:2: rate: must be above 0 and at most 1 (got 1.5)");
   EXPECT_EQ(field_error(text, "big", [](auto& r, auto& n) { (void)r.number(n, "big"); }),
             "card.toml:4: big: must be a finite number");
   EXPECT_EQ(field_error(text, "size", [](auto& r, auto& n) { (void)r.bytes(n, "size", 1, kGiB); }),
-            "card.toml:5: size: must be between 1 B and 1.0 GiB");
+            "card.toml:5: size: must be between 1 B and 1.0 GiB (got \"2GiB\")");
   EXPECT_EQ(field_error(text, "bad", [](auto& r, auto& n) { (void)r.bytes(n, "bad"); }),
             "card.toml:6: bad: invalid byte size 'lots': expected a number such as 16GiB");
 }
