@@ -1,6 +1,11 @@
 // Speed of the planner: one plan must take well under a millisecond (PRODUCT.md).
 #include <benchmark/benchmark.h>
 
+#include <cstdint>
+#include <vector>
+
+#include "trainfit/measurements.hpp"
+#include "trainfit/time.hpp"
 #include "trainfit/trainfit.hpp"
 
 namespace {
@@ -44,6 +49,19 @@ void BM_PlanWithSuggestions(benchmark::State& state) {
   for (auto _ : state) benchmark::DoNotOptimize(make_plan(model, s, gpu));
 }
 BENCHMARK(BM_PlanWithSuggestions);
+
+// calibrate on 1,000 measured steps (the reference rows repeated): issue 16 found 24 s, the bar is
+// well under a second, since each loss evaluation prices the steps' work counted once.
+void BM_CalibrateThousandSteps(benchmark::State& state) {
+  const std::vector<TimedStep> reference =
+      timed_steps(load_measurements(TRAINFIT_SOURCE_DIR "/data/reference/h200-hf-peft-calibration.jsonl"));
+  std::vector<TimedStep> steps;
+  for (std::size_t i = 0; i < 1000; ++i) steps.push_back(reference[i % reference.size()]);
+  const TimeProfile start = default_profile(steps.front().gpu);
+  for (auto _ : state) benchmark::DoNotOptimize(calibrate(steps, start));
+  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * steps.size()));
+}
+BENCHMARK(BM_CalibrateThousandSteps)->Unit(benchmark::kMillisecond);
 
 void BM_ParseBuiltinModel(benchmark::State& state) {
   for (auto _ : state) benchmark::DoNotOptimize(load_model("llama3.1-70b"));
