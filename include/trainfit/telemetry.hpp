@@ -245,11 +245,14 @@ Endpoint parse_endpoint(std::string_view text);
 // Serves GET /metrics on its own thread with the text last published.
 class MetricsServer {
  public:
-  explicit MetricsServer(const Endpoint& where);  // port 0: any free port. Throws InputError if it cannot bind
+  // Port 0: any free port. Throws InputError if it cannot bind. Each connection serves one request
+  // and is closed after 10 s whatever the client does; Range headers are ignored (docs/watch.md).
+  explicit MetricsServer(const Endpoint& where);
   ~MetricsServer();
   MetricsServer(const MetricsServer&) = delete;
   MetricsServer& operator=(const MetricsServer&) = delete;
   int port() const;
+  const std::string& host() const;
   void publish(std::string text);
 
  private:

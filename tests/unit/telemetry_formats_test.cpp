@@ -9,6 +9,13 @@
 #include <unistd.h>
 
 #include <array>
+#include <atomic>
+#include <chrono>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
 
 #include "trainfit/telemetry.hpp"
 
@@ -124,7 +131,7 @@ TEST(Endpoint, LoopbackUnlessAHostIsGiven) {
 }
 
 // A bounded HTTP GET over loopback: 5 s timeouts, no library.
-std::string http_get(int port, const std::string& path) {
+std::string http_get(int port, const std::string& path, const std::string& extra_headers = "") {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   timeval tv{5, 0};
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
@@ -135,7 +142,8 @@ std::string http_get(int port, const std::string& path) {
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   std::string out;
   if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
-    const std::string req = "GET " + path + " HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n";
+    const std::string req =
+        "GET " + path + " HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n" + extra_headers + "\r\n";
     if (send(fd, req.data(), req.size(), 0) == static_cast<ssize_t>(req.size())) {
       std::array<char, 4096> buf{};
       ssize_t n = 0;
@@ -160,6 +168,103 @@ TEST(MetricsServer, ServesTheLatestTextOverLoopback) {
   // The same port twice cannot be: a clear error, not a crash.
   EXPECT_THROW(MetricsServer({"127.0.0.1", server.port()}), trainfit::InputError);
 }  // the destructor stops the server: the test ends by itself
+
+// A client that connects and sends "GET /metrics HTTP/1.1\r\n..." a byte every `every`, from its
+// own thread, until told to stop or the server closes the connection.
+class TricklingClient {
+ public:
+  TricklingClient(int port, std::chrono::milliseconds every) {
+    fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<std::uint16_t>(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    connected_ = connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+    thread_ = std::thread([this, every] {
+      const std::string req = "GET /metrics HTTP/1.1\r\nHost: localhost\r\nX-Padding: ";
+      for (std::size_t i = 0; !stop_; ++i) {
+        const char c = i < req.size() ? req[i] : 'x';
+        if (send(fd_, &c, 1, MSG_NOSIGNAL) != 1) break;
+        for (auto slept = std::chrono::milliseconds(0); slept < every && !stop_; slept += std::chrono::milliseconds(10))
+          std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+    });
+  }
+  ~TricklingClient() {
+    stop_ = true;
+    thread_.join();
+    close(fd_);
+  }
+  bool connected() const { return connected_; }
+  // Whether the server has closed the connection within `within` (recv sees the end or an error).
+  bool closed_by_server(std::chrono::seconds within) const {
+    timeval tv{static_cast<time_t>(within.count()), 0};
+    setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    std::array<char, 256> buf{};
+    for (;;) {
+      const ssize_t n = recv(fd_, buf.data(), buf.size(), 0);
+      if (n > 0) continue;  // an error page: the end follows
+      return n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK);
+    }
+  }
+
+ private:
+  int fd_ = -1;
+  bool connected_ = false;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+TEST(MetricsServer, ClientsTricklingHeadersDoNotBlockScrapes) {
+  // Two clients sending a header byte every second held both of httplib's workers (each wait for a
+  // byte was under its 5 s timeout): /metrics answered no one.
+  MetricsServer server({"127.0.0.1", 0});
+  server.publish("trainfit_gpu_utilization_ratio{gpu=\"0\"} 0.5\n");
+  std::vector<std::unique_ptr<TricklingClient>> slow;
+  for (int i = 0; i < 2; ++i) {
+    slow.push_back(std::make_unique<TricklingClient>(server.port(), std::chrono::seconds(1)));
+    ASSERT_TRUE(slow.back()->connected());
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // both being served
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string r = http_get(server.port(), "/metrics");
+  EXPECT_NE(r.find("0.5\n"), std::string::npos) << r;
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 2);
+}
+
+TEST(MetricsServer, AConnectionEndsWithinTenSecondsWhateverTheClientDoes) {
+  MetricsServer server({"127.0.0.1", 0});
+  TricklingClient slow(server.port(), std::chrono::milliseconds(500));
+  ASSERT_TRUE(slow.connected());
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_TRUE(slow.closed_by_server(std::chrono::seconds(20)));
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_GT(took, 8);
+  EXPECT_LT(took, 13);
+}
+
+TEST(MetricsServer, StopsAtOnceWithAClientConnected) {
+  auto server = std::make_unique<MetricsServer>(Endpoint{"127.0.0.1", 0});
+  TricklingClient idle(server->port(), std::chrono::seconds(60));  // one byte, then nothing
+  ASSERT_TRUE(idle.connected());
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const auto t0 = std::chrono::steady_clock::now();
+  server.reset();  // the end of a watch waits for this
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 2);
+}
+
+TEST(MetricsServer, RangeHeadersAreIgnored) {
+  // 2,600 ranges of the whole page made a reply 962 times the page: the page is served whole.
+  MetricsServer server({"127.0.0.1", 0});
+  const std::string page(2000, 'x');
+  server.publish(page + "\n");
+  std::string ranges = "bytes=0-";
+  for (int i = 1; i < 1500; ++i) ranges += ",0-";
+  const std::string r = http_get(server.port(), "/metrics", "Range: " + ranges + "\r\n");
+  EXPECT_EQ(r.rfind("HTTP/1.1 200 OK\r\n", 0), 0u) << r.substr(0, 200);
+  EXPECT_LT(r.size(), page.size() + 1000);
+  EXPECT_NE(r.find(page + "\n"), std::string::npos);
+}
 
 TEST(ProcessTree, FindsChildren) {
   const pid_t child = fork();
