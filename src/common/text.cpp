@@ -30,7 +30,10 @@ std::size_t edit_distance(std::string_view a, std::string_view b) {
   return row[b.size()];
 }
 
-std::string read_text_file(std::string_view path, std::string_view what, std::optional<std::size_t> max_bytes) {
+namespace {
+
+// The file the user named, open for reading, or the InputError that says why not.
+std::ifstream open_user_file(std::string_view path, std::string_view what) {
   const std::filesystem::path p{std::string(path)};
   std::error_code ec;
   const auto status = std::filesystem::status(p, ec);
@@ -42,6 +45,13 @@ std::string read_text_file(std::string_view path, std::string_view what, std::op
     throw InputError(fmt::format("cannot read {} '{}': it is a directory", what, path));
   std::ifstream in{p, std::ios::binary};
   if (!in) throw InputError(fmt::format("cannot read {} '{}'", what, path));
+  return in;
+}
+
+}  // namespace
+
+std::string read_text_file(std::string_view path, std::string_view what, std::optional<std::size_t> max_bytes) {
+  std::ifstream in = open_user_file(path, what);
   std::string text;
   std::array<char, 1 << 16> chunk{};
   while (in.read(chunk.data(), static_cast<std::streamsize>(chunk.size())) || in.gcount() > 0) {
@@ -53,6 +63,38 @@ std::string read_text_file(std::string_view path, std::string_view what, std::op
   }
   if (in.bad()) throw InputError(fmt::format("cannot read {} '{}'", what, path));
   return text;
+}
+
+bool read_text_lines(std::string_view path, std::string_view what, std::size_t max_line_bytes,
+                     std::uint64_t max_total_bytes, const std::function<void(std::string_view)>& on_line) {
+  std::ifstream in = open_user_file(path, what);
+  std::string partial;  // the line being read, up to max_line_bytes
+  std::uint64_t total = 0;
+  std::array<char, 1 << 16> chunk{};
+  while (in.read(chunk.data(), static_cast<std::streamsize>(chunk.size())) || in.gcount() > 0) {
+    const auto n = static_cast<std::size_t>(in.gcount());
+    total += n;
+    if (total > max_total_bytes)
+      throw InputError(fmt::format("{} '{}' is larger than {}", what, path,
+                                   format_bytes(static_cast<std::int64_t>(max_total_bytes))));
+    const std::string_view data(chunk.data(), n);
+    std::size_t pos = 0;
+    for (std::size_t nl; (nl = data.find('\n', pos)) != std::string_view::npos; pos = nl + 1) {
+      if (partial.size() + (nl - pos) > max_line_bytes) return false;
+      if (partial.empty()) {
+        on_line(data.substr(pos, nl - pos));  // the whole line is in this chunk: no copy
+      } else {
+        partial.append(data.substr(pos, nl - pos));
+        on_line(partial);
+        partial.clear();
+      }
+    }
+    if (partial.size() + (n - pos) > max_line_bytes) return false;
+    partial.append(data.substr(pos));
+  }
+  if (in.bad()) throw InputError(fmt::format("cannot read {} '{}'", what, path));
+  if (!partial.empty()) on_line(partial);  // a last line without its newline
+  return true;
 }
 
 std::string read_file_tail(const std::string& path, std::size_t max_bytes) {

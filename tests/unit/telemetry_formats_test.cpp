@@ -98,6 +98,101 @@ TEST(WatchJsonl, ProbeEvents) {
   EXPECT_ANY_THROW(parse_event_line("{broken", steps, phases));
 }
 
+// A header of `gpus` GPUs, then `samples` samples of one GPU 0.1 s apart.
+std::string recording_text(int gpus, int samples) {
+  std::vector<GpuInfo> list;
+  for (int i = 0; i < gpus; ++i) list.push_back({i, "G", 150000000000, 1980.0, 3201.0, 700.0});
+  std::string text = header_to_json(list, "580", "").dump() + "\n";
+  for (int i = 0; i < samples; ++i) {
+    Sample s = sample();
+    s.time += 0.1 * i;
+    text += sample_to_json(s).dump() + "\n";
+  }
+  return text;
+}
+
+std::string temp_file(const std::string& name, const std::string& text) {
+  const std::string path = testing::TempDir() + "/formats_" + std::to_string(::getpid()) + "_" + name;
+  std::ofstream(path, std::ios::binary) << text;
+  return path;
+}
+
+// The message of the InputError `f` throws ("" when it throws none).
+template <typename F>
+std::string input_error(F f) {
+  try {
+    f();
+  } catch (const trainfit::InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(WatchJsonl, ARecordingListsAtMost64Gpus) {
+  // 20,000 GPUs in a 400 KB header took over 4 GB to replay (a diagnosis per GPU per second).
+  EXPECT_EQ(parse_recording(recording_text(64, 3), "r").gpus.size(), 64u);
+  EXPECT_EQ(input_error([] { parse_recording(recording_text(65, 3), "r"); }),
+            "r:1: the header lists 65 GPUs; a recording may list at most 64");
+  std::string two_headers = recording_text(40, 0) + recording_text(40, 0);
+  EXPECT_EQ(input_error([&] { parse_recording(two_headers, "r"); }),
+            "r:2: the headers list 80 GPUs; a recording may list at most 64");
+  std::string wide = "{\"type\": \"sample\", \"t\": 1, \"gpus\": [{}";
+  for (int i = 1; i < 65; ++i) wide += ", {}";
+  EXPECT_EQ(input_error([&] { parse_recording(wide + "]}\n", "r"); }),
+            "r:1: a sample lists 65 GPUs; a recording may list at most 64");
+}
+
+TEST(WatchJsonl, ALineLongerThanOneMebibyteIsRefused) {
+  const std::string line(RecordingLimits{}.max_line_bytes + 1, ' ');
+  EXPECT_EQ(input_error([&] { parse_recording(recording_text(1, 3) + line + "\n", "r"); }),
+            "r:5: a line longer than 1.0 MiB: not a watch recording (its lines are shorter)");
+  // The same from a file, read line by line; and from a device that never ends a line, at once.
+  const std::string path = temp_file("long.jsonl", recording_text(1, 3) + line + "\n");
+  EXPECT_EQ(input_error([&] { load_recording(path); }),
+            path + ":5: a line longer than 1.0 MiB: not a watch recording (its lines are shorter)");
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(input_error([] { load_recording("/dev/zero"); }),
+            "/dev/zero:1: a line longer than 1.0 MiB: not a watch recording (its lines are shorter)");
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 5);
+}
+
+TEST(WatchJsonl, WhatARecordingHoldsAndReadsIsBounded) {
+  RecordingLimits small;
+  small.max_held_bytes = 64 * 1024;
+  // A GpuReading is hundreds of bytes in memory for 2 of text ("{}"): memory is what is counted.
+  std::string text;
+  for (int i = 0; i < 100; ++i)
+    text += R"({"type": "sample", "t": 1, "gpus": [{}, {}, {}, {}]})"
+            "\n";
+  const std::string why = input_error([&] { parse_recording(text, "r", small); });
+  EXPECT_NE(why.find(": the recording holds more than 64.0 KiB of samples and events once read; replay a part of it"),
+            std::string::npos)
+      << why;
+  EXPECT_EQ(parse_recording(text, "r").samples.size(), 100u);
+  RecordingLimits short_file;
+  short_file.max_file_bytes = 1000;
+  const std::string path = temp_file("big.jsonl", recording_text(1, 10));
+  EXPECT_EQ(input_error([&] { load_recording(path, short_file); }), "recording '" + path + "' is larger than 1000 B");
+  // Read line by line, a file gives what the same text gives (a last line without its newline too).
+  const std::string text2 = recording_text(2, 30);
+  const std::string path2 = temp_file("same.jsonl", text2.substr(0, text2.size() - 1));
+  const Recording a = parse_recording(text2, "r"), b = load_recording(path2);
+  EXPECT_EQ(a.gpus.size(), b.gpus.size());
+  EXPECT_EQ(a.samples.size(), b.samples.size());
+  EXPECT_EQ(b.samples.back().time, a.samples.back().time);
+}
+
+TEST(WatchJsonl, EventsNestedDeeperThanAnEventCanBeAreRefused) {
+  // Watch copies each event into its recording with json::dump, which recurses once per level.
+  std::vector<StepEvent> steps;
+  std::vector<PhaseMarker> phases;
+  parse_event_line(R"({"t": 5, "step": 1, "x": [[{"a": "[[[[[[[[[[[[[[[[[[[["}]]})", steps, phases);
+  EXPECT_EQ(steps.size(), 1u);  // brackets inside strings do not count
+  const std::string deep = "{\"t\": 5, \"step\": 2, \"x\": " + std::string(10000, '[') + std::string(10000, ']') + "}";
+  EXPECT_EQ(input_error([&] { parse_event_line(deep, steps, phases); }), "an event is nested more than 16 levels deep");
+  EXPECT_EQ(steps.size(), 1u);
+}
+
 TEST(Prometheus, TextFormatWithUnknownsLeftOut) {
   const std::vector<GpuInfo> gpus{info()};
   Diagnosis d;
