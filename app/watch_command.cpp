@@ -29,10 +29,11 @@ struct WatchFlags {
 std::atomic<int> g_last_signal{0};
 static_assert(std::atomic<int>::is_always_lock_free, "set from a signal handler");
 void on_signal(int sig, siginfo_t* info, void*) {
-  // The kernel is the sender (SI_KERNEL) of what a terminal sends, Ctrl-C or a hang-up, and it sends
-  // it to the whole foreground process group, the job's too: marked so that it is not passed on a
-  // second time. A signal from kill(2) (SI_USER) was meant for watch alone and is passed on.
-  const bool job_has_it = info != nullptr && info->si_code == SI_KERNEL;
+  // A terminal's Ctrl-C comes from the kernel (SI_KERNEL) to the whole foreground process group, the
+  // job's too: marked so that it is not passed on a second time. A signal from kill(2) (SI_USER) was
+  // meant for watch alone and is passed on. A hang-up is passed on whoever sent it: the kernel sends
+  // it to the session's leader only (a shell, or watch itself), never to the job.
+  const bool job_has_it = sig == SIGINT && info != nullptr && info->si_code == SI_KERNEL;
   g_last_signal.store(sig | (job_has_it ? kSignalReachedJob : 0));
 }
 
