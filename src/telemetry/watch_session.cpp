@@ -126,8 +126,11 @@ class JsonlFile {
 
   void open(const std::string& path) {
     path_ = path;
-    fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd_ < 0) throw InputError(fmt::format("cannot write '{}': {}", path, std::strerror(errno)));
+    // Non-blocking to open: a FIFO nobody reads would hold watch here for ever (ENXIO instead).
+    // Writes block as usual afterwards.
+    fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NONBLOCK, 0644);
+    if (fd_ < 0) throw InputError(fmt::format("cannot write '{}': {}", detail::printable(path), std::strerror(errno)));
+    ::fcntl(fd_, F_SETFL, ::fcntl(fd_, F_GETFL) & ~O_NONBLOCK);
   }
   explicit operator bool() const { return fd_ >= 0; }
 

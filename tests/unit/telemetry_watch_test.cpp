@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -302,6 +303,30 @@ TEST(WatchSession, EventsAndJsonlMustBeDifferentFiles) {
   o.jsonl_path = testing::TempDir() + "/./" + o.events_path.substr(testing::TempDir().size());
   std::remove(o.events_path.c_str());
   EXPECT_THROW(WatchSession{o}, trainfit::InputError);
+}
+
+TEST(WatchSession, FifosWithNoOneAtTheOtherEndDoNotHoldTheWatch) {
+  // Opening a FIFO blocks until the other end opens it: --jsonl or --events naming one held watch
+  // before it sampled anything, for ever.
+  const std::string events = temp_path("events.fifo"), recording = temp_path("recording.fifo");
+  for (const auto& f : {events, recording}) {
+    std::remove(f.c_str());
+    ASSERT_EQ(::mkfifo(f.c_str(), 0600), 0);
+  }
+  WatchOptions o = fake_gpu_options();
+  o.duration_seconds = 1.2;
+  o.events_path = events;
+  const auto t0 = Clock::now();
+  {
+    WatchSession session(o);
+    Shown shown;
+    std::atomic<int> no_signal{0};
+    session.run(shown.output(), no_signal);
+    EXPECT_TRUE(shown.warnings.empty());
+  }
+  o.jsonl_path = recording;
+  EXPECT_THROW(WatchSession{o}, trainfit::InputError);  // "No such device or address": no reader
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), 5);
 }
 
 TEST(WatchSession, ARecordingThatCannotBeWrittenIsASystemError) {
