@@ -25,22 +25,34 @@ struct WatchFlags {
   std::string replay;
 };
 
-// The last SIGINT or SIGTERM received, for the session to act on.
+// The last SIGINT, SIGTERM or SIGHUP received, for the session to act on.
 std::atomic<int> g_last_signal{0};
 static_assert(std::atomic<int>::is_always_lock_free, "set from a signal handler");
-void on_signal(int sig) {
-  g_last_signal.store(sig);
+void on_signal(int sig, siginfo_t* info, void*) {
+  // A terminal's Ctrl-C comes from the kernel (SI_KERNEL) to the whole foreground process group, the
+  // job's too: marked so that it is not passed on a second time. A signal from kill(2) (SI_USER) was
+  // meant for watch alone and is passed on. A hang-up is passed on whoever sent it: the kernel sends
+  // it to the session's leader only (a shell, or watch itself), never to the job.
+  const bool job_has_it = sig == SIGINT && info != nullptr && info->si_code == SI_KERNEL;
+  g_last_signal.store(sig | (job_has_it ? kSignalReachedJob : 0));
 }
 
 int watch(const WatchOptions& options) {
   WatchSession session(options);  // TelemetryUnavailable: one line and exit code 3, before any job starts
 
   // Ctrl-C ends a watch of its own; with a job, the terminal delivers it to the job too, and watch
-  // summarises when the job ends. A SIGTERM meant for watch is passed on to the job.
+  // summarises when the job ends. A SIGINT, SIGTERM or SIGHUP sent to watch alone is passed on to
+  // the job, and watch summarises and cleans up when the job ends: a hang-up no longer kills watch
+  // and leaves the job orphaned, with its events folder behind.
   struct sigaction sa {};
-  sa.sa_handler = on_signal;
-  sigaction(SIGINT, &sa, nullptr);
-  sigaction(SIGTERM, &sa, nullptr);
+  sa.sa_sigaction = on_signal;
+  sa.sa_flags = SA_SIGINFO;
+  sigemptyset(&sa.sa_mask);
+  for (const int sig : {SIGINT, SIGTERM, SIGHUP}) sigaction(sig, &sa, nullptr);
+
+  // Port 0 gets any free port: without this line nobody could know which.
+  if (const std::string url = session.metrics_url(); !url.empty())
+    std::cerr << "trainfit watch: serving " << url << "\n" << std::flush;
 
   const bool job = !options.command.empty();
   std::ostream& log = job ? std::cerr : std::cout;  // a job's own stdout stays its own

@@ -197,7 +197,8 @@ struct Diagnosis {
   const Verdict& primary() const { return verdicts.front(); }
 };
 
-// The verdicts for GPU `gpu.index` over the samples of a window (oldest first) and the probe's steps.
+// The verdicts for GPU `gpu.index` over the samples of a window (oldest first) and the probe's steps
+// (in time order too: they are found by bisection).
 Diagnosis diagnose(std::span<const Sample> window, std::span<const StepEvent> steps, const GpuInfo& gpu);
 
 // Consecutive windows with the same primary verdict, merged: the "verdicts over time" of a run.
@@ -208,6 +209,18 @@ struct VerdictSpan {
   Verdict verdict;  // the last window's, with its numbers
 };
 std::vector<VerdictSpan> verdict_timeline(std::span<const Diagnosis> diagnoses);
+// The same, one diagnosis at a time: what it holds grows with the changes of verdict, not with the
+// windows, so that a watch of days or a long replay keeps only its spans.
+class VerdictTimeline {
+ public:
+  // `windows` identical windows in a row (a replay's hops that saw the same samples) count as one add.
+  void add(const Diagnosis& d, int windows = 1);
+  const std::vector<VerdictSpan>& spans() const { return spans_; }
+
+ private:
+  std::vector<VerdictSpan> spans_;
+  std::vector<std::pair<int, std::size_t>> last_;  // GPU -> its latest span in spans_
+};
 
 // The process and its descendants (from /proc), so that a launcher's workers count as the job.
 std::vector<std::uint32_t> process_tree(std::uint32_t root);
@@ -223,14 +236,36 @@ struct Recording {
   std::vector<StepEvent> steps;
   std::vector<PhaseMarker> phases;
 };
-// Probe events file line: a step, a phase marker, or nothing useful (nullopt). Throws on bad JSON.
+// A probe's event line longer than this is no event (they are a few hundred bytes): watch drops it
+// rather than keep a partial line growing (a wrong --events, such as a device, never ends one).
+inline constexpr std::size_t kMaxEventLineBytes = 64 * 1024;
+// Probe events file line: a step, a phase marker, or nothing useful (nothing added). Throws
+// InputError (or a JSON error) on a malformed line, also one nested deeper than an event can be.
 void parse_event_line(std::string_view line, std::vector<StepEvent>& steps, std::vector<PhaseMarker>& phases);
-// Throws InputError naming the line on malformed input.
-Recording parse_recording(std::string_view jsonl, std::string_view source_name);
-Recording load_recording(const std::string& path);
+
+// What a recording may hold (docs/watch.md, "Limits"). Past them parse_recording and load_recording
+// stop with an InputError that names the line and the limit, instead of reading until memory runs
+// out: a wrong file (a dataset, a device) or a crafted one cannot take more than about
+// max_held_bytes (twice that while its vectors grow).
+struct RecordingLimits {
+  std::size_t max_line_bytes = 1 << 20;       // 1 MiB: a sample of 64 GPUs with their processes is < 100 KiB
+  std::uint64_t max_file_bytes = 1ULL << 30;  // 1 GiB read by load_recording
+  std::size_t max_gpus = 64;                  // in the header and in each sample (NVML hosts have a few dozen)
+  std::size_t max_held_bytes = 512ULL << 20;  // samples, events and GPUs once read (their in-memory size)
+};
+// Throws InputError naming the line on malformed input or past `limits`.
+Recording parse_recording(std::string_view jsonl, std::string_view source_name, const RecordingLimits& limits = {});
+// Reads the file line by line (a device or a pipe is read up to the limits, never whole).
+Recording load_recording(const std::string& path, const RecordingLimits& limits = {});
 // A recording replayed through the diagnoser: for each GPU, windows of `window_seconds` ending every
 // `hop_seconds` (what the live view does), oldest first.
 std::vector<Diagnosis> diagnose_recording(const Recording& r, double window_seconds = 5, double hop_seconds = 1);
+// The same windows without keeping them: one call for each distinct window with the diagnosis of
+// every GPU of the recording, `windows` being how many consecutive hops saw those same samples (and
+// so made that same diagnosis). A sparse recording then costs a diagnosis per distinct window, not
+// one per GPU per second of its span.
+void for_each_recording_window(const Recording& r, double window_seconds, double hop_seconds,
+                               const std::function<void(std::span<const Diagnosis> per_gpu, int windows)>& f);
 
 // The Prometheus text exposition format (version 0.0.4) of the latest sample and verdicts.
 std::string render_prometheus(std::span<const GpuInfo> gpus, const Sample& latest, std::span<const Diagnosis> verdicts);
@@ -245,11 +280,14 @@ Endpoint parse_endpoint(std::string_view text);
 // Serves GET /metrics on its own thread with the text last published.
 class MetricsServer {
  public:
-  explicit MetricsServer(const Endpoint& where);  // port 0: any free port. Throws InputError if it cannot bind
+  // Port 0: any free port. Throws InputError if it cannot bind. Each connection serves one request
+  // and is closed after 10 s whatever the client does; Range headers are ignored (docs/watch.md).
+  explicit MetricsServer(const Endpoint& where);
   ~MetricsServer();
   MetricsServer(const MetricsServer&) = delete;
   MetricsServer& operator=(const MetricsServer&) = delete;
   int port() const;
+  const std::string& host() const;
   void publish(std::string text);
 
  private:
@@ -282,6 +320,11 @@ struct WatchOutput {
   std::function<void(const std::string&)> warning;
 };
 
+// Added to a signal number in WatchSession::run's `last_signal` when the job received that signal
+// as well: a terminal sends Ctrl-C to its whole foreground process group, which holds watch and the
+// job, so passing it on would deliver it twice (a Python job would be interrupted in its cleanup).
+inline constexpr int kSignalReachedJob = 1 << 16;
+
 struct WatchResult {
   // The job's exit code (128 + the signal that killed it); empty without a job, or when the watch
   // ended (--duration) while the job still runs.
@@ -299,11 +342,18 @@ class WatchSession {
   WatchSession& operator=(const WatchSession&) = delete;
 
   // Starts the job, samples and judges until the watch ends, records the summary in the JSON lines
-  // and returns it. Runs once. `last_signal` is the last SIGINT or SIGTERM the caller's handlers saw
-  // (0: none): either ends a watch without a job; with a job, the watch ends when the job does (a
-  // terminal's Ctrl-C reaches the job itself) and a SIGTERM is passed on to the job. A command that
-  // cannot be executed is an InputError.
+  // and returns it. Runs once. `last_signal` is the last SIGINT, SIGTERM or SIGHUP the caller's
+  // handlers saw (0: none), with kSignalReachedJob added when the job received it too: any ends a
+  // watch without a job; with a job, the watch ends when the job does, and a signal without that
+  // mark is passed on to the job (once for each signal). A command that cannot be executed is an
+  // InputError. A recording that cannot be written is a SystemError: without a job at once; with
+  // one, sampling and recording stop, the job is left to run, and the error comes when it has ended
+  // (or at --duration, or at a signal without a job).
   WatchResult run(const WatchOutput& output, const std::atomic<int>& last_signal);
+
+  // "http://127.0.0.1:9400/metrics" once the endpoint listens (with the port a port of 0 got); ""
+  // without --prometheus.
+  std::string metrics_url() const;
 
  private:
   struct State;

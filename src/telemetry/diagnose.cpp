@@ -8,8 +8,10 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <numeric>
+#include <queue>
 
 #include "common/statistics.hpp"
 #include "trainfit/telemetry.hpp"
@@ -100,7 +102,49 @@ std::optional<double> steady_growth(const std::vector<double>& used) {
   return growth;
 }
 
-WindowStats window_stats(std::span<const Sample> window, std::span<const StepEvent> steps, const GpuInfo& gpu) {
+// The step times of the probe's steps before a window (the run's earlier steps, for the spill rule):
+// their median and how many there are. A replay's windows move forward, so the same object follows
+// them, adding each step once to a running median (two heaps), instead of each window (and each GPU)
+// reading the whole run again: a recording with many steps cost steps x windows x GPUs.
+class EarlierSteps {
+ public:
+  explicit EarlierSteps(std::span<const StepEvent> steps) : steps_(steps) {}
+  // To the first `count` steps (the steps are in time order).
+  void advance_to(std::size_t count) {
+    if (count < added_) *this = EarlierSteps(steps_);  // backwards (never in a replay): start again
+    for (; added_ < count; ++added_)
+      if (const auto& v = steps_[added_].step_seconds) add(*v);
+  }
+  std::size_t size() const { return low_.size() + high_.size(); }
+  // As detail::median: the middle one, or the mean of the two middle ones.
+  std::optional<double> median() const {
+    if (low_.empty()) return std::nullopt;
+    return low_.size() > high_.size() ? low_.top() : 0.5 * (low_.top() + high_.top());
+  }
+
+ private:
+  void add(double v) {  // low_ holds the smaller half (one more when odd), high_ the larger
+    if (low_.empty() || v <= low_.top())
+      low_.push(v);
+    else
+      high_.push(v);
+    if (low_.size() > high_.size() + 1) {
+      high_.push(low_.top());
+      low_.pop();
+    } else if (high_.size() > low_.size()) {
+      low_.push(high_.top());
+      high_.pop();
+    }
+  }
+  std::span<const StepEvent> steps_;
+  std::size_t added_ = 0;
+  std::priority_queue<double> low_;
+  std::priority_queue<double, std::vector<double>, std::greater<>> high_;
+};
+
+// `steps` in time order (the live watch sorts them, a recording is sorted when read).
+WindowStats window_stats(std::span<const Sample> window, std::span<const StepEvent> steps, const GpuInfo& gpu,
+                         EarlierSteps& earlier) {
   WindowStats s;
   Series util, mem_util, mem_frac, pcie_rx, pcie_tx, nvl_rx, nvl_tx, clock_busy, clock_all, power, temp;
   std::vector<double> used;
@@ -173,17 +217,17 @@ WindowStats window_stats(std::span<const Sample> window, std::span<const StepEve
   // The probe's steps inside the window; the last one before it is the baseline for counters.
   if (window.empty()) return s;
   const double begin = window.front().time, end = window.back().time;
-  const StepEvent* baseline = nullptr;
-  std::vector<double> step_times, before;
+  // Found by bisection, not by reading every step from the run's start.
+  const auto before_time = [](const StepEvent& e, double t) { return e.time < t; };
+  const auto first = std::lower_bound(steps.begin(), steps.end(), begin, before_time);  // the window's first
+  const StepEvent* baseline = first == steps.begin() ? nullptr : &*(first - 1);
+  earlier.advance_to(static_cast<std::size_t>(first - steps.begin()));
+  std::vector<double> step_times;
   double data = 0, stepped = 0;
   bool have_data = false;
   std::optional<std::int64_t> first_retries, last_retries, first_ooms, last_ooms;
-  for (const StepEvent& e : steps) {
-    if (e.time < begin) {
-      baseline = &e;
-      if (e.step_seconds) before.push_back(*e.step_seconds);
-      continue;
-    }
+  for (auto it = first; it != steps.end(); ++it) {
+    const StepEvent& e = *it;
     if (e.time > end) break;
     ++s.steps;
     if (e.step_seconds) {
@@ -213,20 +257,18 @@ WindowStats window_stats(std::span<const Sample> window, std::span<const StepEve
   if (first_retries && last_retries) s.alloc_retries = *last_retries - *first_retries;
   if (first_ooms && last_ooms) s.ooms = *last_ooms - *first_ooms;
   // Retries and OOMs over the lookback: the increase from the last step before it to the window's end.
-  const StepEvent* lookback_base = nullptr;
-  const StepEvent* last = nullptr;
-  for (const StepEvent& e : steps) {
-    if (e.time > end) break;
-    if (e.time < end - kRetryLookback) lookback_base = &e;
-    last = &e;
-  }
+  const auto after_end = std::upper_bound(steps.begin(), steps.end(), end,
+                                          [](double t, const StepEvent& e) { return t < e.time; });
+  const auto in_lookback = std::lower_bound(steps.begin(), after_end, end - kRetryLookback, before_time);
+  const StepEvent* lookback_base = in_lookback == steps.begin() ? nullptr : &*(in_lookback - 1);
+  const StepEvent* last = after_end == steps.begin() ? nullptr : &*(after_end - 1);
   if (last && last->alloc_retries)
     s.recent_alloc_retries =
         *last->alloc_retries - (lookback_base && lookback_base->alloc_retries ? *lookback_base->alloc_retries : 0);
   if (last && last->ooms)
     s.recent_ooms = *last->ooms - (lookback_base && lookback_base->ooms ? *lookback_base->ooms : 0);
-  if (before.size() >= 5 && s.step_seconds_median) {
-    const auto b = detail::median(before);
+  if (earlier.size() >= 5 && s.step_seconds_median) {
+    const auto b = earlier.median();
     if (b && *b > 0) s.step_slowdown = *s.step_seconds_median / *b;
   }
   return s;
@@ -318,9 +360,8 @@ const char* const kAdviceGrowth =
     "memory rises step over step: something is kept across steps (losses appended without .item()/.detach(), growing "
     "caches, hooks); it ends in out-of-memory";
 
-}  // namespace
-
-Diagnosis diagnose(std::span<const Sample> window, std::span<const StepEvent> steps, const GpuInfo& gpu) {
+Diagnosis diagnose_window(std::span<const Sample> window, std::span<const StepEvent> steps, const GpuInfo& gpu,
+                          EarlierSteps& earlier) {
   Diagnosis d;
   d.gpu = gpu.index;
   if (!window.empty()) {
@@ -328,7 +369,7 @@ Diagnosis diagnose(std::span<const Sample> window, std::span<const StepEvent> st
     d.end = window.back().time;
   }
   WindowStats& s = d.stats;
-  s = window_stats(window, steps, gpu);
+  s = window_stats(window, steps, gpu, earlier);
   const bool spill_slowdown = s.step_slowdown.value_or(0) >= kSpillSlowdown;
 
   const double util = s.util_mean.value_or(0);
@@ -415,47 +456,93 @@ Diagnosis diagnose(std::span<const Sample> window, std::span<const StepEvent> st
   return d;
 }
 
-std::vector<VerdictSpan> verdict_timeline(std::span<const Diagnosis> diagnoses) {
-  std::vector<VerdictSpan> out;
-  std::map<int, std::size_t> last;  // GPU -> its latest span in `out`
-  for (const Diagnosis& d : diagnoses) {
-    const auto it = last.find(d.gpu);
-    if (it != last.end() && out[it->second].verdict.kind == d.primary().kind) {
-      VerdictSpan& v = out[it->second];
-      v.end = d.end;
-      ++v.windows;
-      v.verdict = d.primary();
-      continue;
-    }
-    last[d.gpu] = out.size();
-    out.push_back({d.gpu, d.begin, d.end, 1, d.primary()});
-  }
-  return out;
+}  // namespace
+
+Diagnosis diagnose(std::span<const Sample> window, std::span<const StepEvent> steps, const GpuInfo& gpu) {
+  EarlierSteps earlier(steps);
+  return diagnose_window(window, steps, gpu, earlier);
 }
 
-std::vector<Diagnosis> diagnose_recording(const Recording& r, double window_seconds, double hop_seconds) {
-  std::vector<Diagnosis> out;
+void VerdictTimeline::add(const Diagnosis& d, int windows) {
+  // A handful of GPUs: a linear look-up is as fast as a map and keeps the class simple.
+  const auto it = std::find_if(last_.begin(), last_.end(), [&](const auto& p) { return p.first == d.gpu; });
+  if (it != last_.end() && spans_[it->second].verdict.kind == d.primary().kind) {
+    VerdictSpan& v = spans_[it->second];
+    v.end = d.end;
+    v.windows =
+        static_cast<int>(std::min<std::int64_t>(std::int64_t{v.windows} + windows, std::numeric_limits<int>::max()));
+    v.verdict = d.primary();
+    return;
+  }
+  if (it != last_.end())
+    it->second = spans_.size();
+  else
+    last_.emplace_back(d.gpu, spans_.size());
+  spans_.push_back({d.gpu, d.begin, d.end, windows, d.primary()});
+}
+
+std::vector<VerdictSpan> verdict_timeline(std::span<const Diagnosis> diagnoses) {
+  VerdictTimeline timeline;
+  for (const Diagnosis& d : diagnoses) timeline.add(d);
+  return timeline.spans();
+}
+
+void for_each_recording_window(const Recording& r, double window_seconds, double hop_seconds,
+                               const std::function<void(std::span<const Diagnosis>, int windows)>& f) {
   // NaN fails every comparison: the checks are written so that it is refused, not looped on.
   if (r.samples.empty() || !(window_seconds > 0 && std::isfinite(window_seconds)) ||
       !(hop_seconds > 0 && std::isfinite(hop_seconds)))
-    return out;
+    return;
   const auto at_or_before = [&](double t) {
     return std::upper_bound(r.samples.begin(), r.samples.end(), t,
                             [](double x, const Sample& s) { return x < s.time; });
   };
   const double first = r.samples.front().time + window_seconds;
+  const double last = r.samples.back().time + 1e-9;
+  // A hop so small that the hops cannot be counted in an int64 would never end the walk.
+  if (!((last - first) / hop_seconds < 1e15)) return;
+  const auto hop_time = [&](std::int64_t k) { return first + static_cast<double>(k) * hop_seconds; };
+  std::vector<Diagnosis> per_gpu;
+  EarlierSteps earlier(r.steps);  // follows the windows forward, for every GPU
   for (std::int64_t k = 0;; ++k) {
-    const double t = first + static_cast<double>(k) * hop_seconds;
-    if (t > r.samples.back().time + 1e-9) break;
+    const double t = hop_time(k);
+    if (t > last) break;
     const auto b = at_or_before(t - window_seconds), e = at_or_before(t);
     if (e - b < 3) {  // a gap in the recording: too few samples to judge; skip to the next sample
       if (e != r.samples.end())
         k = std::max(k, static_cast<std::int64_t>(std::floor((e->time - first) / hop_seconds)) - 1);
       continue;
     }
+    // The hops after k that see the same samples [b, e) make the same diagnosis. b and e only move
+    // forward with k, so the last such hop is found by galloping and bisection, with the very
+    // arithmetic of the hop-by-hop walk (same windows, same count): a recording with samples minutes
+    // apart costs a diagnosis per distinct window, not one per GPU per second of its span.
+    const auto sees_same = [&](std::int64_t j) {
+      const double tj = hop_time(j);
+      return tj <= last && at_or_before(tj - window_seconds) == b && at_or_before(tj) == e;
+    };
+    std::int64_t same = k, step = 1;
+    while (sees_same(same + step)) {
+      same += step;
+      step *= 2;
+    }
+    for (std::int64_t miss = same + step; miss - same > 1;) {
+      const std::int64_t mid = same + (miss - same) / 2;
+      (sees_same(mid) ? same : miss) = mid;
+    }
     const std::span<const Sample> window(&*b, static_cast<std::size_t>(e - b));
-    for (const GpuInfo& gpu : r.gpus) out.push_back(diagnose(window, r.steps, gpu));
+    per_gpu.clear();
+    for (const GpuInfo& gpu : r.gpus) per_gpu.push_back(diagnose_window(window, r.steps, gpu, earlier));
+    f(per_gpu, static_cast<int>(std::min<std::int64_t>(same - k + 1, std::numeric_limits<int>::max())));
+    k = same;
   }
+}
+
+std::vector<Diagnosis> diagnose_recording(const Recording& r, double window_seconds, double hop_seconds) {
+  std::vector<Diagnosis> out;
+  for_each_recording_window(r, window_seconds, hop_seconds, [&](std::span<const Diagnosis> per_gpu, int windows) {
+    for (int i = 0; i < windows; ++i) out.insert(out.end(), per_gpu.begin(), per_gpu.end());
+  });
   return out;
 }
 

@@ -11,7 +11,9 @@
 #include <sstream>
 
 #include "common/text.hpp"
+#include "telemetry/watch_text.hpp"
 #include "trainfit/telemetry.hpp"
+#include "trainfit/units.hpp"
 
 namespace trainfit::telemetry {
 namespace {
@@ -147,7 +149,39 @@ json diagnosis_to_json(const Diagnosis& d) {
           {"also", also}};
 }
 
+namespace {
+
+// Event lines are flat objects. Deeper nesting is refused before parsing: watch copies each event
+// into its recording with json::dump, which recurses once per level, and a line of 64 KiB of '['
+// would overflow the stack.
+constexpr int kMaxEventDepth = 16;
+
+void check_event_depth(std::string_view line) {
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  for (const char c : line) {
+    if (in_string) {
+      if (escaped)
+        escaped = false;
+      else if (c == '\\')
+        escaped = true;
+      else if (c == '"')
+        in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > kMaxEventDepth)
+        throw InputError(fmt::format("an event is nested more than {} levels deep", kMaxEventDepth));
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+}
+
+}  // namespace
+
 void parse_event_line(std::string_view line, std::vector<StepEvent>& steps, std::vector<PhaseMarker>& phases) {
+  check_event_depth(line);
   const json o = json::parse(line);  // throws json::parse_error
   if (!o.is_object()) throw InputError("an event must be a JSON object");
   const double t = epoch_seconds(o);
@@ -168,22 +202,25 @@ void parse_event_line(std::string_view line, std::vector<StepEvent>& steps, std:
   if (e.step || e.step_seconds || e.alloc_retries || e.allocated_bytes || e.reserved_bytes) steps.push_back(e);
 }
 
-Recording parse_recording(std::string_view jsonl, std::string_view source_name) {
-  Recording r;
-  std::size_t pos = 0;
-  int line_no = 0;
-  while (pos < jsonl.size()) {
-    std::size_t end = jsonl.find('\n', pos);
-    if (end == std::string_view::npos) end = jsonl.size();
-    const std::string_view line = jsonl.substr(pos, end - pos);
-    pos = end + 1;
-    ++line_no;
-    if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
+namespace {
+
+// Builds a Recording one line at a time, counting what it holds against the limits: what the
+// parsed recording takes in memory, not its text ("{}" is 2 bytes of text and a whole GpuReading).
+class RecordingReader {
+ public:
+  RecordingReader(std::string_view source, const RecordingLimits& limits) : source_(source), limits_(limits) {}
+
+  void add(std::string_view line, std::size_t line_no) {
+    line_no_ = line_no;
+    if (line.size() > limits_.max_line_bytes)
+      throw InputError(detail::line_too_long(detail::printable(source_), static_cast<int>(line_no),
+                                             limits_.max_line_bytes));
+    if (line.find_first_not_of(" \t\r") == std::string_view::npos) return;
     try {
       const json o = json::parse(line);
       const std::string type = o.is_object() ? text(o, "type") : "";
       if (type == "header") {
-        for (const json& g : o.at("gpus")) {
+        for (const json& g : gpu_list(o, "the header")) {
           GpuInfo info;
           info.index = static_cast<int>(integer(g, "gpu").value_or(0));
           info.name = text(g, "name");
@@ -191,36 +228,107 @@ Recording parse_recording(std::string_view jsonl, std::string_view source_name) 
           info.sm_clock_max_mhz = number(g, "sm_mhz_max");
           info.memory_clock_max_mhz = number(g, "mem_mhz_max");
           info.power_default_limit_watts = number(g, "power_default_limit_w");
-          r.gpus.push_back(info);
+          hold(sizeof(GpuInfo) + info.name.capacity());
+          r_.gpus.push_back(std::move(info));
         }
+        if (r_.gpus.size() > limits_.max_gpus)  // several headers add up
+          fail(fmt::format("the headers list {} GPUs; a recording may list at most {}", r_.gpus.size(),
+                           limits_.max_gpus));
       } else if (type == "sample") {
         Sample s;
         s.time = epoch_seconds(o);
-        for (const json& g : o.at("gpus")) s.gpus.push_back(reading_from(g));
-        r.samples.push_back(std::move(s));
+        const json& gpus = gpu_list(o, "a sample");
+        s.gpus.reserve(gpus.size());
+        hold(sizeof(Sample) + gpus.size() * sizeof(GpuReading));
+        for (const json& g : gpus) {
+          s.gpus.push_back(reading_from(g));
+          if (s.gpus.back().processes) hold(s.gpus.back().processes->size() * sizeof(ProcessMemory));
+        }
+        r_.samples.push_back(std::move(s));
       } else if (type == "event") {
-        parse_event_line(line, r.steps, r.phases);
+        const std::size_t phases = r_.phases.size();
+        parse_event_line(line, r_.steps, r_.phases);
+        hold(sizeof(StepEvent));
+        if (r_.phases.size() > phases) {
+          const PhaseMarker& p = r_.phases.back();
+          hold(sizeof(PhaseMarker) + p.phase.capacity() + p.expect.capacity() + p.label.capacity());
+        }
       } else if (type != "verdict" && type != "summary") {
         throw InputError("unknown line type '" + type + "'");
       }
     } catch (const json::exception& e) {
-      throw InputError(fmt::format("{}:{}: {}", source_name, line_no, e.what()));
+      fail(e.what());
     } catch (const InputError& e) {
-      throw InputError(fmt::format("{}:{}: {}", source_name, line_no, e.what()));
+      if (failed_) throw;  // already named its line
+      fail(e.what());
     }
   }
-  if (r.gpus.empty() && !r.samples.empty())  // no header: the GPUs of the first sample, totals from it
-    for (const GpuReading& g : r.samples.front().gpus)
-      r.gpus.push_back({g.index, "", g.memory_total_bytes, {}, {}, {}});
-  const auto by_time = [](const auto& a, const auto& b) { return a.time < b.time; };
-  std::stable_sort(r.samples.begin(), r.samples.end(), by_time);
-  std::stable_sort(r.steps.begin(), r.steps.end(), by_time);
-  std::stable_sort(r.phases.begin(), r.phases.end(), by_time);
-  return r;
+
+  Recording finish() {
+    if (r_.gpus.empty() && !r_.samples.empty())  // no header: the GPUs of the first sample, totals from it
+      for (const GpuReading& g : r_.samples.front().gpus)
+        r_.gpus.push_back({g.index, "", g.memory_total_bytes, {}, {}, {}});
+    const auto by_time = [](const auto& a, const auto& b) { return a.time < b.time; };
+    std::stable_sort(r_.samples.begin(), r_.samples.end(), by_time);
+    std::stable_sort(r_.steps.begin(), r_.steps.end(), by_time);
+    std::stable_sort(r_.phases.begin(), r_.phases.end(), by_time);
+    return std::move(r_);
+  }
+
+  // "<source>:<line>: <why>", control characters escaped: the source's name and the text quoted from
+  // the line may hold anything, and the message goes to a terminal.
+  [[noreturn]] void fail(std::string_view why) {
+    failed_ = true;
+    throw InputError(fmt::format("{}:{}: {}", detail::printable(source_), line_no_, detail::printable(why)));
+  }
+
+
+ private:
+  // The GPUs of a header or a sample: an array of at most max_gpus, counted before any is read.
+  const json& gpu_list(const json& o, std::string_view what) {
+    const json& gpus = o.at("gpus");
+    if (!gpus.is_array()) throw InputError("\"gpus\" must be an array");
+    if (gpus.size() > limits_.max_gpus)
+      fail(fmt::format("{} lists {} GPUs; a recording may list at most {}", what, gpus.size(), limits_.max_gpus));
+    return gpus;
+  }
+
+  void hold(std::size_t bytes) {
+    held_ += bytes;
+    if (held_ > limits_.max_held_bytes)
+      fail(fmt::format("the recording holds more than {} of samples and events once read; replay a part of it",
+                       format_bytes(static_cast<std::int64_t>(limits_.max_held_bytes))));
+  }
+
+  std::string_view source_;
+  const RecordingLimits& limits_;
+  Recording r_;
+  std::size_t held_ = 0;
+  std::size_t line_no_ = 0;
+  bool failed_ = false;
+};
+
+}  // namespace
+
+Recording parse_recording(std::string_view jsonl, std::string_view source_name, const RecordingLimits& limits) {
+  RecordingReader reader(source_name, limits);
+  std::size_t pos = 0, line_no = 0;
+  while (pos < jsonl.size()) {
+    std::size_t end = jsonl.find('\n', pos);
+    if (end == std::string_view::npos) end = jsonl.size();
+    reader.add(jsonl.substr(pos, end - pos), ++line_no);
+    pos = end + 1;
+  }
+  return reader.finish();
 }
 
-Recording load_recording(const std::string& path) {
-  return parse_recording(detail::read_text_file(path, "recording"), path);
+Recording load_recording(const std::string& path, const RecordingLimits& limits) {
+  RecordingReader reader(path, limits);
+  // Read line by line: a line past max_line_bytes (/dev/zero's one endless line) is refused by the
+  // reader before it is held whole, with the same words as any other file of rows.
+  detail::for_each_line(path, "recording", {limits.max_line_bytes, limits.max_file_bytes},
+                        [&](int number, std::string_view line) { reader.add(line, static_cast<std::size_t>(number)); });
+  return reader.finish();
 }
 
 std::string render_prometheus(std::span<const GpuInfo> gpus, const Sample& latest,

@@ -1,15 +1,18 @@
 // The engine of `trainfit watch`: the job, the sampler, the probe's events, the verdict every second,
 // the JSON lines and the summary. The caller shows the text (WatchOutput) and turns its signals into
 // `last_signal`.
-#include <cmath>
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <signal.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
 #include <cerrno>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -22,6 +25,7 @@
 #include "common/subprocess.hpp"
 #include "telemetry/watch_text.hpp"
 #include "trainfit/telemetry.hpp"
+#include "trainfit/units.hpp"
 
 namespace trainfit::telemetry {
 namespace {
@@ -37,40 +41,145 @@ double process_cpu_seconds() {
   return sec(u.ru_utime) + sec(u.ru_stime);
 }
 
+// A tick reads at most this much of the events file: a device such as /dev/zero never runs dry. A
+// probe writes a few hundred bytes a step, so 1 MiB a tick (10 MiB/s) is thousands of ranks' steps.
+constexpr std::size_t kMaxEventBytesPerTick = 1 << 20;
+// The probe's steps kept for the diagnoser: two minutes of them (see run()), and never more than
+// this many (about 14 MB): a probe writing thousands of steps a second, or steps stamped in the
+// future, which the two-minute trim never reaches, cannot grow memory without bound.
+constexpr std::size_t kMaxLiveSteps = 100000;
+
 // Follows a file that a probe appends JSON lines to; keeps a partial last line for the next read.
+// Bounded: at most kMaxEventBytesPerTick a read, and a line longer than kMaxEventLineBytes is
+// dropped (and counted) instead of being kept growing.
 class EventTail {
  public:
   explicit EventTail(std::string path) : path_(std::move(path)) {}
+  ~EventTail() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  EventTail(const EventTail&) = delete;
+  EventTail& operator=(const EventTail&) = delete;
+
   // New complete lines since the last call.
   std::vector<std::string> read() {
     std::vector<std::string> lines;
     if (path_.empty()) return lines;
-    if (!in_.is_open()) {
-      in_.open(path_, std::ios::binary);
-      if (!in_.is_open()) return lines;
+    if (fd_ < 0) {
+      // Non-blocking: a FIFO given as --events must not hold watch until some writer opens it.
+      fd_ = ::open(path_.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+      if (fd_ < 0) return lines;  // not there yet: the job may create it later
     }
     std::array<char, 65536> buf{};
-    for (;;) {
-      in_.read(buf.data(), buf.size());
-      const auto n = in_.gcount();
-      if (n <= 0) break;
-      partial_.append(buf.data(), static_cast<std::size_t>(n));
+    for (std::size_t total = 0; total < kMaxEventBytesPerTick;) {
+      const ssize_t n = ::read(fd_, buf.data(), buf.size());
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;  // the end for now (the job keeps writing), an empty pipe, or an error
+      total += static_cast<std::size_t>(n);
+      take(std::string_view(buf.data(), static_cast<std::size_t>(n)), lines);
     }
-    in_.clear();  // EOF is not the end: the job keeps writing
-    std::size_t start = 0, nl = 0;
-    while ((nl = partial_.find('\n', start)) != std::string::npos) {
-      lines.push_back(partial_.substr(start, nl - start));
-      start = nl + 1;
-    }
-    partial_.erase(0, start);
     return lines;
   }
 
+  std::int64_t dropped() const { return dropped_; }
+
  private:
+  void take(std::string_view data, std::vector<std::string>& lines) {
+    for (;;) {
+      const std::size_t nl = data.find('\n');
+      const std::string_view piece = data.substr(0, nl);
+      if (skipping_) {
+        // the rest of a line already dropped
+      } else if (partial_.size() + piece.size() > kMaxEventLineBytes) {
+        ++dropped_;
+        partial_.clear();
+        partial_.shrink_to_fit();
+        skipping_ = true;
+      } else {
+        partial_.append(piece);
+      }
+      if (nl == std::string_view::npos) return;
+      if (!skipping_) lines.push_back(std::move(partial_));
+      partial_.clear();
+      skipping_ = false;
+      data.remove_prefix(nl + 1);
+    }
+  }
+
   std::string path_;
-  std::ifstream in_;
+  int fd_ = -1;
   std::string partial_;
+  bool skipping_ = false;  // inside a line too long to keep, until its newline
+  std::int64_t dropped_ = 0;
 };
+
+// The --jsonl recording, written through its file descriptor so that every failed write, flush and
+// close is seen: a full disk must not pass for a recording.
+class JsonlFile {
+ public:
+  JsonlFile() = default;
+  ~JsonlFile() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  JsonlFile(const JsonlFile&) = delete;
+  JsonlFile& operator=(const JsonlFile&) = delete;
+
+  void open(const std::string& path) {
+    path_ = path;
+    // Non-blocking to open: a FIFO nobody reads would hold watch here for ever (ENXIO instead).
+    // Writes block as usual afterwards.
+    fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NONBLOCK, 0644);
+    if (fd_ < 0) throw InputError(fmt::format("cannot write '{}': {}", detail::printable(path), std::strerror(errno)));
+    ::fcntl(fd_, F_SETFL, ::fcntl(fd_, F_GETFL) & ~O_NONBLOCK);
+  }
+  explicit operator bool() const { return fd_ >= 0; }
+
+  // Kept until the next flush. Invalid UTF-8 (a GPU name from a driver) is replaced, not thrown on.
+  void add(const nlohmann::json& line) {
+    buffer_ += line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    buffer_ += '\n';
+  }
+  // Writes what was added. SystemError when the file refuses it (no space, an I/O error, too large).
+  void flush() {
+    std::size_t done = 0;
+    while (done < buffer_.size()) {
+      const ssize_t n = ::write(fd_, buffer_.data() + done, buffer_.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) fail(n < 0 ? errno : EIO);
+      done += static_cast<std::size_t>(n);
+    }
+    buffer_.clear();
+  }
+  void close() {
+    flush();
+    const int fd = fd_;
+    fd_ = -1;
+    // After close, EINTR leaves the descriptor closed on Linux: nothing to retry.
+    if (::close(fd) != 0 && errno != EINTR) fail(errno);
+  }
+
+ private:
+  [[noreturn]] void fail(int err) {
+    buffer_.clear();
+    throw SystemError(fmt::format("cannot write '{}': {}", detail::printable(path_), std::strerror(err)));
+  }
+
+  std::string path_;
+  int fd_ = -1;
+  std::string buffer_;
+};
+
+// Whether two paths name one file: the same inode when both exist (hard links, symbolic links),
+// else the same absolute, normalised path.
+bool same_file(const std::string& a, const std::string& b) {
+  struct stat sa {};
+  struct stat sb {};
+  if (::stat(a.c_str(), &sa) == 0 && ::stat(b.c_str(), &sb) == 0)
+    return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+  std::error_code ea, eb;
+  const auto ca = std::filesystem::weakly_canonical(a, ea), cb = std::filesystem::weakly_canonical(b, eb);
+  return !ea && !eb && ca == cb;
+}
 
 struct Job {
   pid_t pid = 0;
@@ -111,10 +220,10 @@ struct TempDir {
   }
 };
 
-nlohmann::json summary_to_json(std::span<const Diagnosis> diagnoses, const std::optional<int>& exit_code,
+nlohmann::json summary_to_json(std::span<const VerdictSpan> timeline, const std::optional<int>& exit_code,
                                const SamplerCost& cost, double process_share) {
   nlohmann::json spans = nlohmann::json::array();
-  for (const VerdictSpan& v : verdict_timeline(diagnoses))
+  for (const VerdictSpan& v : timeline)
     spans.push_back({{"gpu", v.gpu},
                      {"begin", v.begin},
                      {"end", v.end},
@@ -138,7 +247,7 @@ struct WatchSession::State {
   WatchOptions options;
   std::unique_ptr<Nvml> nvml;
   std::unique_ptr<MetricsServer> server;
-  std::ofstream jsonl;
+  JsonlFile jsonl;
   std::string command_text;  // the job's command line, its arguments joined by spaces
   bool ran = false;
 };
@@ -154,20 +263,32 @@ WatchSession::WatchSession(WatchOptions options) : state_(std::make_unique<State
   if (!o.command.empty() && o.pid) throw InputError("give either --pid or a command after --, not both");
   if (o.pid && kill(o.pid, 0) != 0 && errno == ESRCH) throw InputError(fmt::format("no process {}", o.pid));
 
+  // Checked before the recording is opened (and truncated): watch would read its own lines back as
+  // events and write them again, every tick, without end.
+  if (!o.events_path.empty() && !o.jsonl_path.empty() && same_file(o.events_path, o.jsonl_path))
+    throw InputError(fmt::format("--events and --jsonl name the same file ('{}'): watch would read its own recording",
+                                 detail::printable(o.jsonl_path)));
+
   State& s = *state_;
   s.nvml = Nvml::open(o.nvml_library);
   if (!o.prometheus.empty()) s.server = std::make_unique<MetricsServer>(parse_endpoint(o.prometheus));
-  if (!o.jsonl_path.empty()) {
-    s.jsonl.open(o.jsonl_path, std::ios::trunc);
-    if (!s.jsonl) throw InputError("cannot write '" + o.jsonl_path + "'");
-  }
+  if (!o.jsonl_path.empty()) s.jsonl.open(o.jsonl_path);
   for (const auto& a : o.command) s.command_text += (s.command_text.empty() ? "" : " ") + a;
-  if (s.jsonl)
-    s.jsonl << header_to_json(s.nvml->gpus(), s.nvml->driver_version(), s.command_text).dump() << "\n" << std::flush;
+  if (s.jsonl) {
+    s.jsonl.add(header_to_json(s.nvml->gpus(), s.nvml->driver_version(), s.command_text));
+    s.jsonl.flush();  // a file that refuses its first line (a full disk): SystemError before any job starts
+  }
   s.options = std::move(options);
 }
 
 WatchSession::~WatchSession() = default;
+
+std::string WatchSession::metrics_url() const {
+  if (!state_->server) return "";
+  const std::string& host = state_->server->host();
+  return fmt::format("http://{}:{}/metrics", host.find(':') != std::string::npos ? "[" + host + "]" : host,
+                     state_->server->port());
+}
 
 WatchResult WatchSession::run(const WatchOutput& output, const std::atomic<int>& last_signal) {
   State& s = *state_;
@@ -175,7 +296,7 @@ WatchResult WatchSession::run(const WatchOutput& output, const std::atomic<int>&
   s.ran = true;
   const WatchOptions& o = s.options;
   const std::vector<GpuInfo>& gpus = s.nvml->gpus();
-  std::ofstream& jsonl = s.jsonl;
+  JsonlFile& jsonl = s.jsonl;
 
   Job job;
   std::string events_path = o.events_path;
@@ -205,24 +326,53 @@ WatchResult WatchSession::run(const WatchOutput& output, const std::atomic<int>&
   std::deque<Sample> history;
   std::vector<StepEvent> steps;
   std::vector<PhaseMarker> phases;
-  std::vector<Diagnosis> diagnoses;
+  VerdictTimeline timeline;  // the verdicts over time, merged as they come (a watch may run for days)
   std::map<int, Diagnosis> current;
   std::set<int> watched;  // GPUs the job was seen on; all of them until then
   std::vector<std::uint32_t> tree;
   double next_verdict = t0 + 1, next_tree = t0;
   int bad_events = 0;
-  bool finished = false, terminated = false;
+  bool warned_long_events = false;
+  std::set<int> forwarded;  // signals passed on to the job, each once
+  bool finished = false;
+  // Why the recording stopped (a write that failed), and when. With a job, watch then only waits
+  // for it: the job is the user's (hours of training), a full disk for the recording is no reason to
+  // stop it, and leaving it would orphan it on the terminal.
+  std::optional<std::string> recording_failed;
+  double failed_at = 0;
+  const auto flush_recording = [&] {
+    if (!jsonl || recording_failed) return;
+    try {
+      jsonl.flush();
+    } catch (const SystemError& e) {
+      recording_failed = e.what();
+      failed_at = now() - t0;
+      sampler.stop();
+      if (job.pid && !job.exit_code && output.warning)
+        output.warning(fmt::format("trainfit watch: {}: sampling and recording stopped; waiting for the job to end\n",
+                                   *recording_failed));
+    }
+  };
   while (!finished) {
     std::this_thread::sleep_for(std::chrono::duration<double>(std::min(o.interval_seconds, 0.1)));
     const double t = now();
-    const int signal = last_signal.load();
+    const int raw_signal = last_signal.load();
+    const int signal = raw_signal & ~kSignalReachedJob;
     finished = signal != 0 && o.command.empty();
-    if (signal == SIGTERM && job.pid && !job.exit_code && !terminated) terminated = kill(job.pid, SIGTERM) == 0;
+    // A signal sent to watch alone (kill -INT, -TERM, -HUP <watch>) is passed on, once; one the job
+    // received itself (the terminal's Ctrl-C reaches the whole foreground group) is not sent again.
+    if (signal != 0 && !(raw_signal & kSignalReachedJob) && job.pid && !job.exit_code && !forwarded.count(signal) &&
+        kill(job.pid, signal) == 0)
+      forwarded.insert(signal);
     if (job.pid && job.poll()) finished = true;  // after this last pass
     if (o.duration_seconds > 0 && t - t0 >= o.duration_seconds) finished = true;
+    if (recording_failed) {  // nothing more is sampled or written: only the job is waited for
+      if (!job.pid) finished = true;
+      continue;
+    }
     if (finished) sampler.stop();
     for (Sample& sample : sampler.take()) {
-      if (jsonl) jsonl << sample_to_json(sample).dump() << "\n";
+      if (jsonl) jsonl.add(sample_to_json(sample));
       history.push_back(std::move(sample));
     }
     while (!history.empty() && history.front().time < t - o.window_seconds - 1) history.pop_front();
@@ -232,13 +382,20 @@ WatchResult WatchSession::run(const WatchOutput& output, const std::atomic<int>&
         if (jsonl) {
           auto event = nlohmann::json::parse(line);
           event["type"] = "event";
-          jsonl << event.dump() << "\n";
+          jsonl.add(event);
         }
       } catch (const std::exception&) {
         if (bad_events++ == 0 && output.warning)
-          output.warning("trainfit watch: ignoring malformed probe events in " + events_path + "\n");
+          output.warning("trainfit watch: ignoring malformed probe events in " + detail::printable(events_path) + "\n");
       }
     }
+    if (tail.dropped() > 0 && !warned_long_events && output.warning) {
+      warned_long_events = true;
+      output.warning(fmt::format("trainfit watch: dropping probe event lines longer than {} in {}\n",
+                                 format_bytes(static_cast<std::int64_t>(kMaxEventLineBytes)),
+                                 detail::printable(events_path)));
+    }
+    phases.clear();  // phase markers matter to recordings (copied above) and the golden test only
     // Several processes (ranks) may append to one events file: keep the steps in time order.
     if (!std::is_sorted(steps.begin(), steps.end(), [](const auto& a, const auto& b) { return a.time < b.time; }))
       std::stable_sort(steps.begin(), steps.end(), [](const auto& a, const auto& b) { return a.time < b.time; });
@@ -246,7 +403,9 @@ WatchResult WatchSession::run(const WatchOutput& output, const std::atomic<int>&
     if (steps.size() > 100 && steps.front().time < t - 120)
       steps.erase(steps.begin(), std::lower_bound(steps.begin(), steps.end(), t - 120,
                                                   [](const StepEvent& e, double x) { return e.time < x; }));
-    if (jsonl) jsonl.flush();
+    if (steps.size() > kMaxLiveSteps) steps.erase(steps.begin(), steps.end() - kMaxLiveSteps);
+    flush_recording();
+    if (recording_failed) continue;
     if (root && t >= next_tree) {
       tree = process_tree(root);
       next_tree = t + 1;
@@ -264,7 +423,7 @@ WatchResult WatchSession::run(const WatchOutput& output, const std::atomic<int>&
       if (!watched.empty() && !watched.count(g.index)) continue;
       Diagnosis d = diagnose(window, steps, g);
       if (d.stats.samples < 3) continue;
-      if (jsonl) jsonl << diagnosis_to_json(d).dump() << "\n";
+      if (jsonl) jsonl.add(diagnosis_to_json(d));
       const auto prev = current.find(g.index);
       // A job's own output shares the terminal: only changes of verdict are worth a line there.
       const bool changed = prev == current.end() || prev->second.primary().kind != d.primary().kind;
@@ -272,7 +431,7 @@ WatchResult WatchSession::run(const WatchOutput& output, const std::atomic<int>&
         output.verdict_line(fmt::format("[{:6.1f} s] GPU {}: {}: {}\n", t - t0, g.index, to_string(d.primary().kind),
                                         d.primary().evidence));
       current[g.index] = d;
-      diagnoses.push_back(d);
+      timeline.add(d);
       now_verdicts.push_back(std::move(d));
     }
     if (s.server && !history.empty()) s.server->publish(render_prometheus(gpus, history.back(), now_verdicts));
@@ -291,11 +450,33 @@ WatchResult WatchSession::run(const WatchOutput& output, const std::atomic<int>&
   if (watched.empty())
     for (const GpuInfo& g : gpus) watched.insert(g.index);
 
+  // A recording that failed is the machine failing: a SystemError (exit code 3), once the job has
+  // ended, with what became of the job.
+  const auto job_fate = [&]() -> std::string {
+    if (!job.pid) return "";
+    return job.exit_code ? fmt::format("; the job ran on and exited with code {}", *job.exit_code)
+                         : std::string("; the job still runs");
+  };
+  if (recording_failed)
+    throw SystemError(
+        fmt::format("{} (sampling and recording stopped at {:.1f} s{})", *recording_failed, failed_at, job_fate()));
+
   WatchResult result;
   result.exit_code = job.exit_code;
-  result.summary = detail::summary_text({s.command_text, job.exit_code, wall, cost, process_share}, diagnoses, gpus, t0,
-                                        watched, o.window_seconds);
-  if (jsonl) jsonl << summary_to_json(diagnoses, job.exit_code, cost, process_share).dump() << "\n" << std::flush;
+  result.summary = detail::summary_text({s.command_text, job.exit_code, wall, cost, process_share}, timeline.spans(),
+                                        gpus, t0, watched, o.window_seconds);
+  if (tail.dropped() > 0)
+    result.summary +=
+        fmt::format("probe events: {} line{} longer than {} dropped\n", tail.dropped(), tail.dropped() == 1 ? "" : "s",
+                    format_bytes(static_cast<std::int64_t>(kMaxEventLineBytes)));
+  if (jsonl) {
+    jsonl.add(summary_to_json(timeline.spans(), job.exit_code, cost, process_share));
+    try {
+      jsonl.close();
+    } catch (const SystemError& e) {
+      throw SystemError(e.what() + job_fate());
+    }
+  }
   return result;
 }
 

@@ -20,8 +20,13 @@ std::string live_view_text(std::span<const GpuInfo> gpus, std::span<const GpuRea
                            const std::map<int, Diagnosis>& verdicts, std::span<const std::uint32_t> job,
                            double interval_seconds, double window_seconds, double elapsed_seconds);
 
-// The verdicts over time of each GPU in `watched`, times relative to `t0`.
-std::string timeline_text(std::span<const Diagnosis> diagnoses, std::span<const GpuInfo> gpus, double t0,
+// `text` safe to print on a terminal: control characters (C0, DEL, C1) and bytes that are not UTF-8
+// written as \xHH, so that a GPU name from the driver or a recording, a path or a quoted line cannot
+// move the cursor, retitle the window or clear the screen. Printable UTF-8 is kept as it is.
+std::string printable(std::string_view text);
+
+// The verdicts over time (VerdictTimeline's spans) of each GPU in `watched`, times relative to `t0`.
+std::string timeline_text(std::span<const VerdictSpan> spans, std::span<const GpuInfo> gpus, double t0,
                           const std::set<int>& watched, double window_seconds);
 
 // The end of a watch: how long it ran (and the job's exit), the verdicts over time, the cost.
@@ -32,7 +37,7 @@ struct SummaryFacts {
   SamplerCost sampler;
   double process_core_fraction = 0;  // all of this process's CPU time over the wall time
 };
-std::string summary_text(const SummaryFacts& facts, std::span<const Diagnosis> diagnoses, std::span<const GpuInfo> gpus,
+std::string summary_text(const SummaryFacts& facts, std::span<const VerdictSpan> spans, std::span<const GpuInfo> gpus,
                          double t0, const std::set<int>& watched, double window_seconds);
 
 }  // namespace trainfit::telemetry::detail

@@ -2,7 +2,10 @@
 // that define it (docs/watch.md), plus the cases that must not trigger a verdict.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <functional>
+#include <span>
 
 #include "trainfit/telemetry.hpp"
 
@@ -372,6 +375,101 @@ TEST(Diagnose, ReplayWalksWindowsEverySecond) {
   ASSERT_EQ(ds.size(), 15u);  // windows ending at 5, 6, ... 19 s
   EXPECT_EQ(ds.front().primary().kind, Bottleneck::idle);
   EXPECT_EQ(ds.back().primary().kind, Bottleneck::compute);
+}
+
+// The hop-by-hop walk diagnose_recording made before it skipped hops that see the same samples:
+// the reference its windows must match, one for one.
+std::vector<Diagnosis> walk_every_hop(const Recording& r, double window_seconds, double hop_seconds) {
+  std::vector<Diagnosis> out;
+  const auto at_or_before = [&](double t) {
+    return std::upper_bound(r.samples.begin(), r.samples.end(), t,
+                            [](double x, const Sample& s) { return x < s.time; });
+  };
+  const double first = r.samples.front().time + window_seconds;
+  for (std::int64_t k = 0;; ++k) {
+    const double t = first + static_cast<double>(k) * hop_seconds;
+    if (t > r.samples.back().time + 1e-9) break;
+    const auto b = at_or_before(t - window_seconds), e = at_or_before(t);
+    if (e - b < 3) {
+      if (e != r.samples.end())
+        k = std::max(k, static_cast<std::int64_t>(std::floor((e->time - first) / hop_seconds)) - 1);
+      continue;
+    }
+    const std::span<const Sample> window(&*b, static_cast<std::size_t>(e - b));
+    for (const GpuInfo& gpu : r.gpus) out.push_back(diagnose(window, r.steps, gpu));
+  }
+  return out;
+}
+
+// Samples in bursts with gaps of several windows and of less than one, on two GPUs, with steps.
+Recording bursty_recording() {
+  Recording r;
+  GpuInfo second = h200();
+  second.index = 1;
+  r.gpus = {h200(), second};
+  double t = kT0;
+  for (int burst = 0; burst < 12; ++burst) {
+    const int n = 3 + burst % 5;
+    for (int i = 0; i < n; ++i) {
+      Sample s;
+      s.time = t;
+      for (int g = 0; g < 2; ++g) {
+        GpuReading reading;
+        reading.index = g;
+        reading.gpu_util_percent = (burst + g) % 3 == 0 ? 99 : 20;
+        reading.memory_total_bytes = 140 * kGiB;
+        s.gpus.push_back(reading);
+      }
+      r.samples.push_back(s);
+      t += 0.37;
+    }
+    t += burst % 2 == 0 ? 0.8 : 13.3;
+  }
+  r.steps = steps(40, 0.5);
+  return r;
+}
+
+TEST(Diagnose, ReplaySkipsNoWindowTheHopByHopWalkMade) {
+  for (const double window : {1.0, 5.0, 30.0}) {
+    const Recording r = bursty_recording();
+    const auto expected = walk_every_hop(r, window, 1);
+    const auto got = diagnose_recording(r, window, 1);
+    ASSERT_EQ(got.size(), expected.size()) << window;
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      EXPECT_EQ(got[i].gpu, expected[i].gpu) << i;
+      EXPECT_EQ(got[i].begin, expected[i].begin) << i;
+      EXPECT_EQ(got[i].end, expected[i].end) << i;
+      EXPECT_EQ(got[i].primary().kind, expected[i].primary().kind) << i;
+      EXPECT_EQ(got[i].primary().evidence, expected[i].primary().evidence) << i;
+    }
+  }
+}
+
+TEST(Diagnose, ASparseRecordingCostsItsSamplesNotItsSpan) {
+  // 64 GPUs and a sample every 200 s: a 600 s window saw three samples at every one of ~200,000
+  // hops, and the replay made a diagnosis per GPU per hop (over 12 million, many GB).
+  Recording r;
+  for (int g = 0; g < 64; ++g) {
+    GpuInfo info = h200();
+    info.index = g;
+    r.gpus.push_back(info);
+  }
+  for (int i = 0; i < 1000; ++i) {
+    GpuReading g;
+    g.gpu_util_percent = i % 2 == 0 ? 99 : 0;
+    r.samples.push_back({kT0 + 200.0 * i, {g}});
+  }
+  std::int64_t calls = 0, windows = 0;
+  VerdictTimeline timeline;
+  for_each_recording_window(r, 600, 1, [&](std::span<const Diagnosis> per_gpu, int n) {
+    ++calls;
+    windows += n;
+    EXPECT_EQ(per_gpu.size(), 64u);
+    for (const Diagnosis& d : per_gpu) timeline.add(d, n);
+  });
+  EXPECT_LT(calls, 3000);      // a call per distinct window
+  EXPECT_GT(windows, 190000);  // standing for every hop
+  EXPECT_EQ(render_replay(r, "sparse", 600).rfind("sparse: 1000 samples, 0 probe steps\n", 0), 0u);
 }
 
 }  // namespace

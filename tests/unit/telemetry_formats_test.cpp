@@ -9,6 +9,13 @@
 #include <unistd.h>
 
 #include <array>
+#include <atomic>
+#include <chrono>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
 
 #include "trainfit/telemetry.hpp"
 
@@ -91,6 +98,98 @@ TEST(WatchJsonl, ProbeEvents) {
   EXPECT_ANY_THROW(parse_event_line("{broken", steps, phases));
 }
 
+// A header of `gpus` GPUs, then `samples` samples of one GPU 0.1 s apart.
+std::string recording_text(int gpus, int samples) {
+  std::vector<GpuInfo> list;
+  for (int i = 0; i < gpus; ++i) list.push_back({i, "G", 150000000000, 1980.0, 3201.0, 700.0});
+  std::string text = header_to_json(list, "580", "").dump() + "\n";
+  for (int i = 0; i < samples; ++i) {
+    Sample s = sample();
+    s.time += 0.1 * i;
+    text += sample_to_json(s).dump() + "\n";
+  }
+  return text;
+}
+
+std::string temp_file(const std::string& name, const std::string& text) {
+  const std::string path = testing::TempDir() + "/formats_" + std::to_string(::getpid()) + "_" + name;
+  std::ofstream(path, std::ios::binary) << text;
+  return path;
+}
+
+// The message of the InputError `f` throws ("" when it throws none).
+template <typename F>
+std::string input_error(F f) {
+  try {
+    f();
+  } catch (const trainfit::InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(WatchJsonl, ARecordingListsAtMost64Gpus) {
+  // 20,000 GPUs in a 400 KB header took over 4 GB to replay (a diagnosis per GPU per second).
+  EXPECT_EQ(parse_recording(recording_text(64, 3), "r").gpus.size(), 64u);
+  EXPECT_EQ(input_error([] { parse_recording(recording_text(65, 3), "r"); }),
+            "r:1: the header lists 65 GPUs; a recording may list at most 64");
+  std::string two_headers = recording_text(40, 0) + recording_text(40, 0);
+  EXPECT_EQ(input_error([&] { parse_recording(two_headers, "r"); }),
+            "r:2: the headers list 80 GPUs; a recording may list at most 64");
+  std::string wide = "{\"type\": \"sample\", \"t\": 1, \"gpus\": [{}";
+  for (int i = 1; i < 65; ++i) wide += ", {}";
+  EXPECT_EQ(input_error([&] { parse_recording(wide + "]}\n", "r"); }),
+            "r:1: a sample lists 65 GPUs; a recording may list at most 64");
+}
+
+TEST(WatchJsonl, ALineLongerThanOneMebibyteIsRefused) {
+  const std::string line(RecordingLimits{}.max_line_bytes + 1, ' ');
+  EXPECT_EQ(input_error([&] { parse_recording(recording_text(1, 3) + line + "\n", "r"); }),
+            "r:5: line 5 is longer than 1.0 MiB");
+  // The same from a file, read line by line; and from a device that never ends a line, at once.
+  const std::string path = temp_file("long.jsonl", recording_text(1, 3) + line + "\n");
+  EXPECT_EQ(input_error([&] { load_recording(path); }),
+            path + ":5: line 5 is longer than 1.0 MiB");
+  EXPECT_EQ(input_error([] { load_recording("/dev/zero"); }), "/dev/zero:1: line 1 is longer than 1.0 MiB");
+}
+
+TEST(WatchJsonl, WhatARecordingHoldsAndReadsIsBounded) {
+  RecordingLimits small;
+  small.max_held_bytes = 64 * 1024;
+  // A GpuReading is hundreds of bytes in memory for 2 of text ("{}"): memory is what is counted.
+  std::string text;
+  for (int i = 0; i < 100; ++i)
+    text += R"({"type": "sample", "t": 1, "gpus": [{}, {}, {}, {}]})"
+            "\n";
+  const std::string why = input_error([&] { parse_recording(text, "r", small); });
+  EXPECT_NE(why.find(": the recording holds more than 64.0 KiB of samples and events once read; replay a part of it"),
+            std::string::npos)
+      << why;
+  EXPECT_EQ(parse_recording(text, "r").samples.size(), 100u);
+  RecordingLimits short_file;
+  short_file.max_file_bytes = 1000;
+  const std::string path = temp_file("big.jsonl", recording_text(1, 10));
+  EXPECT_EQ(input_error([&] { load_recording(path, short_file); }), "recording '" + path + "' is larger than 1000 B");
+  // Read line by line, a file gives what the same text gives (a last line without its newline too).
+  const std::string text2 = recording_text(2, 30);
+  const std::string path2 = temp_file("same.jsonl", text2.substr(0, text2.size() - 1));
+  const Recording a = parse_recording(text2, "r"), b = load_recording(path2);
+  EXPECT_EQ(a.gpus.size(), b.gpus.size());
+  EXPECT_EQ(a.samples.size(), b.samples.size());
+  EXPECT_EQ(b.samples.back().time, a.samples.back().time);
+}
+
+TEST(WatchJsonl, EventsNestedDeeperThanAnEventCanBeAreRefused) {
+  // Watch copies each event into its recording with json::dump, which recurses once per level.
+  std::vector<StepEvent> steps;
+  std::vector<PhaseMarker> phases;
+  parse_event_line(R"({"t": 5, "step": 1, "x": [[{"a": "[[[[[[[[[[[[[[[[[[[["}]]})", steps, phases);
+  EXPECT_EQ(steps.size(), 1u);  // brackets inside strings do not count
+  const std::string deep = "{\"t\": 5, \"step\": 2, \"x\": " + std::string(10000, '[') + std::string(10000, ']') + "}";
+  EXPECT_EQ(input_error([&] { parse_event_line(deep, steps, phases); }), "an event is nested more than 16 levels deep");
+  EXPECT_EQ(steps.size(), 1u);
+}
+
 TEST(Prometheus, TextFormatWithUnknownsLeftOut) {
   const std::vector<GpuInfo> gpus{info()};
   Diagnosis d;
@@ -124,7 +223,7 @@ TEST(Endpoint, LoopbackUnlessAHostIsGiven) {
 }
 
 // A bounded HTTP GET over loopback: 5 s timeouts, no library.
-std::string http_get(int port, const std::string& path) {
+std::string http_get(int port, const std::string& path, const std::string& extra_headers = "") {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   timeval tv{5, 0};
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
@@ -135,7 +234,8 @@ std::string http_get(int port, const std::string& path) {
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   std::string out;
   if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
-    const std::string req = "GET " + path + " HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n";
+    const std::string req =
+        "GET " + path + " HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n" + extra_headers + "\r\n";
     if (send(fd, req.data(), req.size(), 0) == static_cast<ssize_t>(req.size())) {
       std::array<char, 4096> buf{};
       ssize_t n = 0;
@@ -160,6 +260,103 @@ TEST(MetricsServer, ServesTheLatestTextOverLoopback) {
   // The same port twice cannot be: a clear error, not a crash.
   EXPECT_THROW(MetricsServer({"127.0.0.1", server.port()}), trainfit::InputError);
 }  // the destructor stops the server: the test ends by itself
+
+// A client that connects and sends "GET /metrics HTTP/1.1\r\n..." a byte every `every`, from its
+// own thread, until told to stop or the server closes the connection.
+class TricklingClient {
+ public:
+  TricklingClient(int port, std::chrono::milliseconds every) {
+    fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<std::uint16_t>(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    connected_ = connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+    thread_ = std::thread([this, every] {
+      const std::string req = "GET /metrics HTTP/1.1\r\nHost: localhost\r\nX-Padding: ";
+      for (std::size_t i = 0; !stop_; ++i) {
+        const char c = i < req.size() ? req[i] : 'x';
+        if (send(fd_, &c, 1, MSG_NOSIGNAL) != 1) break;
+        for (auto slept = std::chrono::milliseconds(0); slept < every && !stop_; slept += std::chrono::milliseconds(10))
+          std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+    });
+  }
+  ~TricklingClient() {
+    stop_ = true;
+    thread_.join();
+    close(fd_);
+  }
+  bool connected() const { return connected_; }
+  // Whether the server has closed the connection within `within` (recv sees the end or an error).
+  bool closed_by_server(std::chrono::seconds within) const {
+    timeval tv{static_cast<time_t>(within.count()), 0};
+    setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    std::array<char, 256> buf{};
+    for (;;) {
+      const ssize_t n = recv(fd_, buf.data(), buf.size(), 0);
+      if (n > 0) continue;  // an error page: the end follows
+      return n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK);
+    }
+  }
+
+ private:
+  int fd_ = -1;
+  bool connected_ = false;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+TEST(MetricsServer, ClientsTricklingHeadersDoNotBlockScrapes) {
+  // Two clients sending a header byte every second held both of httplib's workers (each wait for a
+  // byte was under its 5 s timeout): /metrics answered no one.
+  MetricsServer server({"127.0.0.1", 0});
+  server.publish("trainfit_gpu_utilization_ratio{gpu=\"0\"} 0.5\n");
+  std::vector<std::unique_ptr<TricklingClient>> slow;
+  for (int i = 0; i < 2; ++i) {
+    slow.push_back(std::make_unique<TricklingClient>(server.port(), std::chrono::seconds(1)));
+    ASSERT_TRUE(slow.back()->connected());
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // both being served
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string r = http_get(server.port(), "/metrics");
+  EXPECT_NE(r.find("0.5\n"), std::string::npos) << r;
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 2);
+}
+
+TEST(MetricsServer, AConnectionEndsWithinTenSecondsWhateverTheClientDoes) {
+  MetricsServer server({"127.0.0.1", 0});
+  TricklingClient slow(server.port(), std::chrono::milliseconds(500));
+  ASSERT_TRUE(slow.connected());
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_TRUE(slow.closed_by_server(std::chrono::seconds(20)));
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_GT(took, 8);
+  EXPECT_LT(took, 13);
+}
+
+TEST(MetricsServer, StopsAtOnceWithAClientConnected) {
+  auto server = std::make_unique<MetricsServer>(Endpoint{"127.0.0.1", 0});
+  TricklingClient idle(server->port(), std::chrono::seconds(60));  // one byte, then nothing
+  ASSERT_TRUE(idle.connected());
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const auto t0 = std::chrono::steady_clock::now();
+  server.reset();  // the end of a watch waits for this
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 2);
+}
+
+TEST(MetricsServer, RangeHeadersAreIgnored) {
+  // 2,600 ranges of the whole page made a reply 962 times the page: the page is served whole.
+  MetricsServer server({"127.0.0.1", 0});
+  const std::string page(2000, 'x');
+  server.publish(page + "\n");
+  std::string ranges = "bytes=0-";
+  for (int i = 1; i < 1500; ++i) ranges += ",0-";
+  const std::string r = http_get(server.port(), "/metrics", "Range: " + ranges + "\r\n");
+  EXPECT_EQ(r.rfind("HTTP/1.1 200 OK\r\n", 0), 0u) << r.substr(0, 200);
+  EXPECT_LT(r.size(), page.size() + 1000);
+  EXPECT_NE(r.find(page + "\n"), std::string::npos);
+}
 
 TEST(ProcessTree, FindsChildren) {
   const pid_t child = fork();
