@@ -213,7 +213,7 @@ class RecordingReader {
   void add(std::string_view line, std::size_t line_no) {
     line_no_ = line_no;
     if (line.size() > limits_.max_line_bytes)
-      throw InputError(detail::line_too_long(detail::printable(source_), static_cast<int>(line_no),
+      throw InputError(trainfit::detail::line_too_long(trainfit::detail::printable(source_), static_cast<int>(line_no),
                                              limits_.max_line_bytes));
     if (line.find_first_not_of(" \t\r") == std::string_view::npos) return;
     try {
@@ -279,7 +279,7 @@ class RecordingReader {
   // the line may hold anything, and the message goes to a terminal.
   [[noreturn]] void fail(std::string_view why) {
     failed_ = true;
-    throw InputError(fmt::format("{}:{}: {}", detail::printable(source_), line_no_, detail::printable(why)));
+    throw InputError(fmt::format("{}:{}: {}", trainfit::detail::printable(source_), line_no_, trainfit::detail::printable(why)));
   }
 
 
@@ -326,7 +326,7 @@ Recording load_recording(const std::string& path, const RecordingLimits& limits)
   RecordingReader reader(path, limits);
   // Read line by line: a line past max_line_bytes (/dev/zero's one endless line) is refused by the
   // reader before it is held whole, with the same words as any other file of rows.
-  detail::for_each_line(path, "recording", {limits.max_line_bytes, limits.max_file_bytes},
+  trainfit::detail::for_each_line(path, "recording", {limits.max_line_bytes, limits.max_file_bytes},
                         [&](int number, std::string_view line) { reader.add(line, static_cast<std::size_t>(number)); });
   return reader.finish();
 }

@@ -23,6 +23,7 @@
 #include <thread>
 
 #include "common/subprocess.hpp"
+#include "common/text.hpp"
 #include "telemetry/watch_text.hpp"
 #include "trainfit/telemetry.hpp"
 #include "trainfit/units.hpp"
@@ -129,7 +130,7 @@ class JsonlFile {
     // Non-blocking to open: a FIFO nobody reads would hold watch here for ever (ENXIO instead).
     // Writes block as usual afterwards.
     fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NONBLOCK, 0644);
-    if (fd_ < 0) throw InputError(fmt::format("cannot write '{}': {}", detail::printable(path), std::strerror(errno)));
+    if (fd_ < 0) throw InputError(fmt::format("cannot write '{}': {}", trainfit::detail::printable(path), std::strerror(errno)));
     ::fcntl(fd_, F_SETFL, ::fcntl(fd_, F_GETFL) & ~O_NONBLOCK);
   }
   explicit operator bool() const { return fd_ >= 0; }
@@ -161,7 +162,7 @@ class JsonlFile {
  private:
   [[noreturn]] void fail(int err) {
     buffer_.clear();
-    throw SystemError(fmt::format("cannot write '{}': {}", detail::printable(path_), std::strerror(err)));
+    throw SystemError(fmt::format("cannot write '{}': {}", trainfit::detail::printable(path_), std::strerror(err)));
   }
 
   std::string path_;
@@ -267,7 +268,7 @@ WatchSession::WatchSession(WatchOptions options) : state_(std::make_unique<State
   // events and write them again, every tick, without end.
   if (!o.events_path.empty() && !o.jsonl_path.empty() && same_file(o.events_path, o.jsonl_path))
     throw InputError(fmt::format("--events and --jsonl name the same file ('{}'): watch would read its own recording",
-                                 detail::printable(o.jsonl_path)));
+                                 trainfit::detail::printable(o.jsonl_path)));
 
   State& s = *state_;
   s.nvml = Nvml::open(o.nvml_library);
@@ -386,14 +387,14 @@ WatchResult WatchSession::run(const WatchOutput& output, const std::atomic<int>&
         }
       } catch (const std::exception&) {
         if (bad_events++ == 0 && output.warning)
-          output.warning("trainfit watch: ignoring malformed probe events in " + detail::printable(events_path) + "\n");
+          output.warning("trainfit watch: ignoring malformed probe events in " + trainfit::detail::printable(events_path) + "\n");
       }
     }
     if (tail.dropped() > 0 && !warned_long_events && output.warning) {
       warned_long_events = true;
       output.warning(fmt::format("trainfit watch: dropping probe event lines longer than {} in {}\n",
                                  format_bytes(static_cast<std::int64_t>(kMaxEventLineBytes)),
-                                 detail::printable(events_path)));
+                                 trainfit::detail::printable(events_path)));
     }
     phases.clear();  // phase markers matter to recordings (copied above) and the golden test only
     // Several processes (ranks) may append to one events file: keep the steps in time order.

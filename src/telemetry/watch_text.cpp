@@ -1,5 +1,7 @@
 #include "telemetry/watch_text.hpp"
 
+#include "common/text.hpp"
+
 #include <cmath>
 #include <fmt/format.h>
 
@@ -23,44 +25,6 @@ std::string opt_num(const std::optional<double>& v, const char* unit) {
 
 }  // namespace
 
-std::string printable(std::string_view text) {
-  std::string out;
-  out.reserve(text.size());
-  const auto escape = [&out](unsigned char c) { out += fmt::format("\\x{:02x}", c); };
-  for (std::size_t i = 0; i < text.size();) {
-    const auto c = static_cast<unsigned char>(text[i]);
-    if (c < 0x80) {
-      if (c < 0x20 || c == 0x7f)
-        escape(c);
-      else
-        out += static_cast<char>(c);
-      ++i;
-      continue;
-    }
-    // A UTF-8 sequence: its length from the lead byte, then continuation bytes 10xxxxxx; overlong
-    // forms and surrogates are let through (a terminal shows them as replacement characters).
-    std::size_t length = 0;
-    if (c >= 0xc2 && c <= 0xdf)
-      length = 2;
-    else if (c >= 0xe0 && c <= 0xef)
-      length = 3;
-    else if (c >= 0xf0 && c <= 0xf4)
-      length = 4;
-    bool valid = length > 0 && i + length <= text.size();
-    for (std::size_t k = 1; valid && k < length; ++k) valid = (static_cast<unsigned char>(text[i + k]) & 0xc0) == 0x80;
-    // U+0080..U+009F (C2 80..C2 9F) are the C1 controls: 0x9b is a CSI on some terminals.
-    if (valid && length == 2 && c == 0xc2 && static_cast<unsigned char>(text[i + 1]) < 0xa0) valid = false;
-    if (!valid) {
-      escape(c);
-      ++i;
-      continue;
-    }
-    out.append(text.substr(i, length));
-    i += length;
-  }
-  return out;
-}
-
 std::string live_view_text(std::span<const GpuInfo> gpus, std::span<const GpuReading* const> latest,
                            const std::map<int, Diagnosis>& verdicts, std::span<const std::uint32_t> job,
                            double interval_seconds, double window_seconds, double elapsed_seconds) {
@@ -71,7 +35,7 @@ std::string live_view_text(std::span<const GpuInfo> gpus, std::span<const GpuRea
   for (std::size_t i = 0; i < gpus.size(); ++i) {
     const GpuInfo& info = gpus[i];
     const GpuReading* g = latest[i];
-    out += fmt::format("\x1b[K\nGPU {}  {}\x1b[K\n", info.index, printable(info.name));
+    out += fmt::format("\x1b[K\nGPU {}  {}\x1b[K\n", info.index, trainfit::detail::printable(info.name));
     if (!g) continue;
     std::string mem = "  memory   ?";
     if (g->memory_used_bytes && g->memory_total_bytes && *g->memory_total_bytes > 0) {
@@ -116,7 +80,7 @@ std::string timeline_text(std::span<const VerdictSpan> spans, std::span<const Gp
   for (const GpuInfo& g : gpus) {
     if (!watched.count(g.index)) continue;
     out += fmt::format("GPU {} ({}), verdicts over time ({:.0f} s windows, every second):\n", g.index,
-                       printable(g.name), window_seconds);
+                       trainfit::detail::printable(g.name), window_seconds);
     bool any = false;
     for (const VerdictSpan& v : spans) {
       if (v.gpu != g.index) continue;
@@ -135,7 +99,7 @@ std::string summary_text(const SummaryFacts& facts, std::span<const VerdictSpan>
                          double t0, const std::set<int>& watched, double window_seconds) {
   std::string out;
   if (!facts.command.empty())
-    out += fmt::format("\ntrainfit watch: `{}` exited with code {} after {:.1f} s\n", printable(facts.command),
+    out += fmt::format("\ntrainfit watch: `{}` exited with code {} after {:.1f} s\n", trainfit::detail::printable(facts.command),
                        facts.exit_code.value_or(-1), facts.wall_seconds);
   else
     out += fmt::format("\ntrainfit watch: {:.1f} s\n", facts.wall_seconds);
@@ -163,7 +127,7 @@ std::string render_replay(const Recording& recording, std::string_view source, d
   });
   std::set<int> all;
   for (const GpuInfo& g : recording.gpus) all.insert(g.index);
-  return fmt::format("{}: {} samples, {} probe steps\n", detail::printable(source), recording.samples.size(),
+  return fmt::format("{}: {} samples, {} probe steps\n", trainfit::detail::printable(source), recording.samples.size(),
                      recording.steps.size()) +
          detail::timeline_text(timeline.spans(), recording.gpus,
                                recording.samples.empty() ? 0 : recording.samples.front().time, all, window_seconds);

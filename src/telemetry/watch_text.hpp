@@ -20,11 +20,6 @@ std::string live_view_text(std::span<const GpuInfo> gpus, std::span<const GpuRea
                            const std::map<int, Diagnosis>& verdicts, std::span<const std::uint32_t> job,
                            double interval_seconds, double window_seconds, double elapsed_seconds);
 
-// `text` safe to print on a terminal: control characters (C0, DEL, C1) and bytes that are not UTF-8
-// written as \xHH, so that a GPU name from the driver or a recording, a path or a quoted line cannot
-// move the cursor, retitle the window or clear the screen. Printable UTF-8 is kept as it is.
-std::string printable(std::string_view text);
-
 // The verdicts over time (VerdictTimeline's spans) of each GPU in `watched`, times relative to `t0`.
 std::string timeline_text(std::span<const VerdictSpan> spans, std::span<const GpuInfo> gpus, double t0,
                           const std::set<int>& watched, double window_seconds);

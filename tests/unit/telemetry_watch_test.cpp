@@ -403,19 +403,6 @@ TEST(WatchSession, NamesFromTheDriverCannotControlTheTerminal) {
       << r.summary;
 }
 
-TEST(WatchText, ControlCharactersAreEscaped) {
-  using trainfit::telemetry::detail::printable;
-  EXPECT_EQ(printable("NVIDIA H200"), "NVIDIA H200");
-  EXPECT_EQ(printable("a\x1b[31mb\tc\x7f"), "a\\x1b[31mb\\x09c\\x7f");
-  EXPECT_EQ(printable("caf\xc3\xa9 \xe2\x9c\x93"), "caf\xc3\xa9 \xe2\x9c\x93");  // UTF-8 stays
-  EXPECT_EQ(printable("\xc2\x9b"
-                      "2J"),
-            "\\xc2\\x9b2J");  // U+009B, a C1 CSI
-  EXPECT_EQ(printable("\x9b"
-                      "2J \xff \xe2\x9c"),
-            "\\x9b2J \\xff \\xe2\\x9c");  // not UTF-8
-}
-
 TEST(WatchText, AReplayShowsNamesEscaped) {
   const std::string jsonl =
       header_to_json(std::vector<GpuInfo>{{0, "Evil\x1b]2;title\x07", 150000000000, 1980.0, 3201.0, 700.0}}, "580", "")

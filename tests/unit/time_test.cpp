@@ -1,7 +1,6 @@
 // Properties of the time model that follow from the physics, independent of calibration.
 #include <gtest/gtest.h>
 
-#include <chrono>
 #include <sstream>
 #include <string_view>
 #include <utility>
