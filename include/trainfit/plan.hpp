@@ -16,10 +16,12 @@ namespace trainfit {
 enum class Verdict { fits, tight, spills, oom };
 std::string to_string(Verdict v);
 
-// One way to make the setup fit, with its predicted price.
+// One way to make the setup fit: a whole setup (the user's with one to three changes made), with
+// the figures `trainfit plan` gives for exactly that setup.
 struct Suggestion {
-  std::string change;                // "enable gradient checkpointing"
-  TrainingSetup setup;               // the setup with the change applied
+  std::string change;                // the changes in words, joined by " + "
+  TrainingSetup setup;               // the user's setup with the changes made, and nothing else
+  std::vector<std::string> args;     // setup_to_args(setup): `trainfit plan` arguments that reproduce it
   std::int64_t peak_allocated_bytes = 0;
   std::int64_t device_used_bytes = 0;
   Verdict verdict = Verdict::fits;
@@ -36,7 +38,9 @@ struct Plan {
   // (negative when over). The headroom policy is judged on this figure.
   double headroom_fraction = 0;
   std::int64_t over_capacity_bytes = 0;  // device_used - capacity when positive
-  std::vector<Suggestion> suggestions;   // only when the verdict is not "fits"
+  // Only when the verdict is not "fits": the fewest changes that make it fit (single changes, else
+  // pairs, else triples), least intrusive first; when none fits, the nearest of them (by peak).
+  std::vector<Suggestion> suggestions;
   TimeProfile profile;                   // the rates the time estimate used
   TimeEstimate time;
 };

@@ -2,8 +2,14 @@
 #include "trainfit/plan.hpp"
 
 #include <algorithm>
+#include <cstddef>
+#include <functional>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "trainfit/error.hpp"
+#include "trainfit/settings.hpp"
 
 namespace trainfit {
 
@@ -28,83 +34,149 @@ Verdict judge(std::int64_t peak_allocated_bytes, std::int64_t device_used_bytes,
 
 namespace {
 
+// At most this many changes are combined into one alternative, and this many alternatives shown.
+constexpr std::size_t kMaxChangesCombined = 3;
+constexpr std::size_t kMaxSuggestions = 5;
+
+// A change people make to fit a run: `apply` makes it to a setup (which may already carry other
+// changes) and says whether it applies there and changes something.
+struct Change {
+  std::string what;  // the change as its flags ("--grad-ckpt")
+  std::string why;   // what it does, shown when it is the only change
+  std::string setting;  // the key of the setting it changes: two changes of one setting never combine
+  std::function<bool(TrainingSetup&)> apply;
+};
+
+// Changes people make to fit a run, least intrusive first. Each keeps the model and the card;
+// the ones that change what is trained (method, quantisation, sequence) come after the free ones.
+std::vector<Change> changes_for(const TrainingSetup& base) {
+  std::vector<Change> out;
+  out.push_back({"--grad-ckpt", "each layer recomputed in backward, about 1/3 more compute", "grad_ckpt",
+                 [](TrainingSetup& s) {
+                   if (s.grad_ckpt) return false;
+                   s.grad_ckpt = true;
+                   return true;
+                 }});
+  if (base.batch > 1)
+    out.push_back({fmt::format("--batch 1 --grad-accum {}", base.grad_accum * base.batch),
+                   "micro-batch 1, the same tokens per optimizer step", "batch",
+                   [](TrainingSetup& s) {
+                     if (s.batch == 1) return false;
+                     s.grad_accum *= s.batch;
+                     s.batch = 1;
+                     return true;
+                   }});
+  const std::vector<std::string> qv = {"q_proj", "v_proj"};
+  out.push_back({"--lora-targets q,v", "LoRA on q_proj and v_proj only: fewer adapters and saved inputs", "lora_targets",
+                 [qv](TrainingSetup& s) {
+                   if (s.method == Method::full || s.lora.targets == qv) return false;
+                   s.lora.targets = qv;
+                   return true;
+                 }});
+  // On several GPUs, sharding with FSDP trains the same thing; it costs host work and collectives.
+  out.push_back({"--parallel fsdp",
+                 fmt::format("weights, gradients and optimizer states sharded over the {} GPUs", base.gpus), "parallel",
+                 [](TrainingSetup& s) {
+                   if (s.gpus < 2 || s.parallel != Parallel::ddp || s.method == Method::qlora) return false;
+                   s.parallel = Parallel::fsdp;
+                   return true;
+                 }});
+  out.push_back({"--optimizer adamw-8bit", "8-bit AdamW, its states at 2 bytes a parameter", "optimizer",
+                 [](TrainingSetup& s) {
+                   if (s.method != Method::full || s.optimizer != Optimizer::adamw) return false;
+                   s.optimizer = Optimizer::adamw_8bit;
+                   return true;
+                 }});
+  out.push_back({"--method lora", fmt::format("LoRA rank {} on a bf16 base instead of full fine-tuning", base.lora.rank), "method",
+                 [](TrainingSetup& s) {
+                   if (s.method != Method::full) return false;
+                   s.method = Method::lora;
+                   s.weights = DType::bf16;
+                   s.amp.reset();
+                   return true;
+                 }});
+  out.push_back({"--method qlora", fmt::format("a 4-bit NF4 base, adapters rank {}", base.lora.rank), "method",
+                 [](TrainingSetup& s) {
+                   if (s.method == Method::qlora) return false;
+                   s.method = Method::qlora;
+                   s.weights = DType::nf4;
+                   s.amp.reset();
+                   return true;
+                 }});
+  if (base.seq > 256)
+    out.push_back({fmt::format("--seq {}", base.seq / 2), "half the sequence length", "seq",
+                   [seq = base.seq / 2](TrainingSetup& s) {
+                     if (s.seq <= seq) return false;
+                     s.seq = seq;
+                     return true;
+                   }});
+  return out;
+}
+
+// One alternative, planned exactly as `trainfit plan` plans its arguments: the same function, so
+// that running the printed command gives the printed figures.
 Suggestion evaluate(const ModelSpec& model, const TrainingSetup& setup, const GpuSpec& gpu, const PlanOptions& options,
                     std::string change) {
-  const MemoryEstimate est = estimate_memory(model, setup, gpu);
+  PlanOptions alone = options;
+  alone.suggest = false;
+  const Plan p = make_plan(model, setup, gpu, alone);
   Suggestion s;
   s.change = std::move(change);
   s.setup = setup;
-  s.peak_allocated_bytes = est.peak_allocated_bytes;
-  s.device_used_bytes = est.device_used_bytes;
-  s.verdict = judge(est.peak_allocated_bytes, est.device_used_bytes, gpu.memory_bytes, setup.headroom, setup.platform);
-  const TimeEstimate t = estimate_time(model, setup, gpu, options.profile ? *options.profile : default_profile(gpu),
-                                       s.verdict == Verdict::spills);
-  if (t.predicted) s.step_seconds = t.step_seconds;
+  s.args = setup_to_args(setup);
+  s.peak_allocated_bytes = p.memory.peak_allocated_bytes;
+  s.device_used_bytes = p.memory.device_used_bytes;
+  s.verdict = p.verdict;
+  if (p.time.predicted) s.step_seconds = p.time.step_seconds;
   return s;
 }
 
-// Changes people make to fit a run, least intrusive first. Each keeps the model and the card;
-// the ones that change what is trained (method, quantisation) come after the free ones.
+// The smallest sets of changes that make the setup fit: every single change, then, only when none
+// fits, every pair, then every triple. Each alternative is a whole setup (its changes, and nothing
+// else, applied to the user's), so its figures are those of planning it on its own.
 std::vector<Suggestion> alternatives(const ModelSpec& model, const TrainingSetup& setup, const GpuSpec& gpu,
                                      const PlanOptions& options) {
-  std::vector<Suggestion> out;
-  auto consider = [&](const TrainingSetup& s, std::string change) {
-    try {
-      out.push_back(evaluate(model, s, gpu, options, std::move(change)));
-    } catch (const InputError&) {
-      // A change that makes no sense for this setup is simply not offered.
+  const std::vector<Change> changes = changes_for(setup);
+  std::vector<Suggestion> fitting, closest;
+  // Subsets of `changes` of one size, in the table's order (least intrusive first).
+  std::vector<std::size_t> pick;
+  const std::function<void(std::size_t, std::size_t)> visit = [&](std::size_t from, std::size_t left) {
+    if (left == 0) {
+      TrainingSetup s = setup;
+      std::vector<std::string> what;
+      for (const std::size_t i : pick) {
+        for (const std::size_t j : pick)
+          if (j < i && changes[j].setting == changes[i].setting) return;  // one setting, one value
+        if (!changes[i].apply(s)) return;  // does not apply, or another change already made it
+        what.push_back(changes[i].what);
+      }
+      try {
+        std::string change = what.size() == 1 ? fmt::format("{}: {}", what.front(), changes[pick.front()].why)
+                                              : fmt::format("{}", fmt::join(what, " + "));
+        Suggestion alt = evaluate(model, s, gpu, options, std::move(change));
+        (alt.verdict == Verdict::fits ? fitting : closest).push_back(std::move(alt));
+      } catch (const InputError&) {
+        // A combination that makes no sense for this setup is simply not offered.
+      }
+      return;
+    }
+    for (std::size_t i = from; i < changes.size(); ++i) {
+      pick.push_back(i);
+      visit(i + 1, left - 1);
+      pick.pop_back();
     }
   };
-  TrainingSetup s = setup;
-  if (!setup.grad_ckpt) {
-    s.grad_ckpt = true;
-    consider(s, "enable gradient checkpointing (--grad-ckpt): recomputes each layer in backward, about 1/3 more compute");
+  // Sets of one change, then, while none fits, of two and of three.
+  for (std::size_t size = 1; size <= kMaxChangesCombined && fitting.empty(); ++size) visit(0, size);
+  if (fitting.empty()) {
+    // Nothing fits: the sets that came nearest, by peak memory, show how far each gets.
+    std::stable_sort(closest.begin(), closest.end(), [](const Suggestion& a, const Suggestion& b) {
+      return a.peak_allocated_bytes < b.peak_allocated_bytes;
+    });
+    fitting = std::move(closest);
   }
-  if (setup.batch > 1) {
-    TrainingSetup b = s;
-    b.batch = 1;
-    b.grad_accum = setup.grad_accum * setup.batch;
-    consider(b, "micro-batch 1 with --grad-accum " + std::to_string(b.grad_accum) + " (same tokens per optimizer step)");
-  }
-  if (setup.method != Method::full && setup.lora.targets != std::vector<std::string>{"q_proj", "v_proj"}) {
-    TrainingSetup t = s;
-    t.lora.targets = {"q_proj", "v_proj"};
-    consider(t, "LoRA on q_proj,v_proj only (--lora-targets q,v): fewer adapters and saved inputs");
-  }
-  // On several GPUs, sharding with FSDP trains the same thing; it costs host work and collectives.
-  if (setup.gpus > 1 && setup.parallel == Parallel::ddp && setup.method != Method::qlora) {
-    TrainingSetup f = s;
-    f.parallel = Parallel::fsdp;
-    consider(f, "shard with FSDP (--parallel fsdp): weights, gradients and optimizer states split over the " +
-                    std::to_string(setup.gpus) + " GPUs, gathered layer by layer");
-  }
-  if (setup.method == Method::full && setup.optimizer == Optimizer::adamw) {
-    TrainingSetup o = s;
-    o.optimizer = Optimizer::adamw_8bit;
-    consider(o, "8-bit AdamW (--optimizer adamw-8bit): optimizer states at 2 bytes a parameter");
-  }
-  if (setup.method == Method::full) {
-    TrainingSetup l = s;
-    l.method = Method::lora;
-    l.weights = DType::bf16;
-    l.amp.reset();
-    consider(l, "LoRA rank " + std::to_string(l.lora.rank) + " on a bf16 base instead of full fine-tuning");
-  }
-  if (setup.method != Method::qlora) {
-    TrainingSetup q = s;
-    q.method = Method::qlora;
-    q.weights = DType::nf4;
-    q.amp.reset();
-    consider(q, "QLoRA: 4-bit NF4 base (--method qlora), adapters rank " + std::to_string(q.lora.rank));
-  }
-  if (setup.seq > 256) {
-    TrainingSetup q = s;
-    q.seq = setup.seq / 2;
-    consider(q, "halve the sequence length (--seq " + std::to_string(q.seq) + ")");
-  }
-  // Keep the ones that fit first, in the order above, then the rest (they show how far each gets).
-  std::stable_partition(out.begin(), out.end(), [](const Suggestion& a) { return a.verdict == Verdict::fits; });
-  return out;
+  if (fitting.size() > kMaxSuggestions) fitting.resize(kMaxSuggestions);
+  return fitting;
 }
 
 }  // namespace

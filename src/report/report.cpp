@@ -139,6 +139,21 @@ std::string time_lines(const Plan& p, bool md) {
 
 }  // namespace
 
+std::string shell_word(std::string_view word) {
+  const bool plain = !word.empty() && word.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                                             "0123456789_./,:=+-@%") == std::string_view::npos;
+  if (plain) return std::string(word);
+  std::string out = "'";
+  for (const char c : word) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+std::string plan_command(const std::vector<std::string>& args) {
+  std::string out = "trainfit plan";
+  for (const auto& a : args) out += " " + shell_word(a);
+  return out;
+}
+
 Format parse_format(std::string_view s) {
   if (s == "table") return Format::table;
   if (s == "json") return Format::json;
@@ -155,6 +170,9 @@ json plan_to_json(const Plan& p) {
   json suggestions = json::array();
   for (const auto& s : p.suggestions)
     suggestions.push_back({{"change", s.change},
+                           {"args", s.args},
+                           {"command", plan_command(s.args)},
+                           {"setup", setup_to_json(s.setup)},
                            {"step_seconds", s.step_seconds},
                            {"peak_allocated_bytes", s.peak_allocated_bytes},
                            {"device_used_bytes", s.device_used_bytes},
@@ -218,12 +236,23 @@ std::string render_plan(const Plan& p, Format format) {
   out += fmt::format("Phase peaks: {}\n\n", fmt::join(phases, ", "));
   out += time_lines(p, md);
   if (!p.suggestions.empty()) {
-    out += md ? "\n### To fit\n\n| change | peak allocated | device used | verdict | step |\n|---|---:|---:|---|---:|\n"
-              : "\nTo fit:\n";
+    const bool fit = p.suggestions.front().verdict == Verdict::fits;
+    const std::string title = fit ? "To fit (each a whole setup: its command plans to these figures)"
+                                  : "Nothing fits with up to three of these changes; the nearest";
+    out += md ? fmt::format("\n### {}\n\n| change | command | peak allocated | device used | verdict | step |\n"
+                            "|---|---|---:|---:|---|---:|\n",
+                            title)
+              : fmt::format("\n{}:\n", title);
     for (const auto& s : p.suggestions) {
       const std::string step = s.step_seconds > 0 ? seconds_text(s.step_seconds) : "-";
-      if (md) out += fmt::format("| {} | {} | {} | {} | {} |\n", s.change, mib(s.peak_allocated_bytes), mib(s.device_used_bytes), to_string(s.verdict), step);
-      else out += fmt::format("  {:<7}{:>10}{:>10}  {}\n", to_string(s.verdict), mib(s.peak_allocated_bytes), step, s.change);
+      const std::string command = plan_command(s.args);
+      if (md) {
+        out += fmt::format("| {} | `{}` | {} | {} | {} | {} |\n", s.change, command, mib(s.peak_allocated_bytes),
+                           mib(s.device_used_bytes), to_string(s.verdict), step);
+      } else {
+        out += fmt::format("  {:<7}{:>10}{:>10}  {}\n", to_string(s.verdict), mib(s.peak_allocated_bytes), step, s.change);
+        out += fmt::format("  {:27}  {}\n", "", command);
+      }
     }
   }
   return out;

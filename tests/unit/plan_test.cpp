@@ -1,6 +1,12 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <map>
+#include <random>
+#include <set>
+#include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "trainfit/trainfit.hpp"
 
@@ -123,6 +129,130 @@ TEST(Report, TableAndMarkdownNameTheVerdictAndThePeak) {
   const std::string md = render_plan(p, Format::markdown);
   EXPECT_NE(md.find("| memory | bytes | MiB |"), std::string::npos);
   EXPECT_THROW(parse_format("yaml"), InputError);
+}
+
+}  // namespace
+}  // namespace trainfit
+
+namespace trainfit {
+namespace {
+
+// The setup `trainfit plan ARGS` plans: each flag read through the settings table, as the CLI does.
+TrainingSetup setup_from_args(const std::vector<std::string>& args) {
+  std::vector<GivenSetting> given;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const Setting* row = find_setting_by_flag(args[i]);
+    if (row == nullptr) throw std::runtime_error("not a flag: " + args[i]);
+    if (row->type == SettingType::boolean) given.emplace_back(row, args[i] == row->flag);
+    else given.emplace_back(row, parse_setting_text(*row, args.at(++i)));
+  }
+  return resolve_setup(given);
+}
+
+// The flags whose value differs between two argument lists (added, removed or changed), among
+// the settings that apply to `before` (switching full fine-tuning to LoRA brings back the LoRA
+// settings the user gave, unchanged).
+std::set<std::string> changed_flags(const TrainingSetup& before, const std::vector<std::string>& a,
+                                    const std::vector<std::string>& b) {
+  const auto values = [](const std::vector<std::string>& args) {
+    std::map<std::string, std::string> out;
+    for (std::size_t i = 0; i < args.size(); ++i) {
+      const Setting* row = find_setting_by_flag(args[i]);
+      if (row->type == SettingType::boolean) out[row->flag] = args[i];
+      else out[row->flag] = args[++i];
+    }
+    return out;
+  };
+  const auto va = values(a), vb = values(b);
+  std::set<std::string> out;
+  for (const auto& [flag, v] : va)
+    if (!vb.count(flag) || vb.at(flag) != v) out.insert(flag);
+  for (const auto& [flag, v] : vb)
+    if (!va.count(flag) && applies(*find_setting_by_flag(flag), before)) out.insert(flag);
+  return out;
+}
+
+// Every suggestion is a whole command: planning its arguments on their own gives exactly the
+// figures printed beside it. Over a thousand random setups that do not fit (seeded: the same
+// setups every run).
+TEST(PlanSuggestions, EveryOneReproducesFromItsCommand) {
+  std::mt19937 rng(20261130);
+  const auto pick = [&](const auto& options) { return options[rng() % options.size()]; };
+  const std::vector<std::string> models = builtin_model_names();
+  const std::vector<std::string> cards = {"rtx-3060-12gb", "rtx-4090", "rtx-5070-ti", "l4", "a100-40gb",
+                                          "a100-80gb", "h100-sxm", "h200"};
+  std::size_t checked_plans = 0, checked_suggestions = 0, combined = 0;
+  for (int attempt = 0; checked_plans < 1000 && attempt < 20000; ++attempt) {
+    std::vector<std::string> args = {"--model", pick(models), "--gpu", pick(cards)};
+    const std::vector<std::vector<std::string>> extras = {
+        {"--method", pick(std::vector<std::string>{"full", "lora", "qlora"})},
+        {"--seq", pick(std::vector<std::string>{"512", "1024", "2048", "4096", "8192"})},
+        {"--batch", pick(std::vector<std::string>{"1", "2", "4", "8"})},
+        {"--optimizer", pick(std::vector<std::string>{"adamw", "adamw-8bit", "sgd"})},
+        {"--gpus", pick(std::vector<std::string>{"1", "1", "2", "4"})},
+        {"--lora-targets", pick(std::vector<std::string>{"all-linear", "q,v", "q,k,v,o"})},
+        {"--attn", pick(std::vector<std::string>{"sdpa", "eager"})}};
+    for (const auto& e : extras) args.insert(args.end(), e.begin(), e.end());
+    TrainingSetup setup;
+    Plan p;
+    try {
+      setup = setup_from_args(args);
+      p = make_plan(load_model(setup.model), setup, resolve_card(setup));
+    } catch (const InputError&) {
+      continue;  // an inconsistent draw (targets the model does not have...)
+    }
+    if (p.verdict == Verdict::fits) continue;
+    ++checked_plans;
+    for (const Suggestion& s : p.suggestions) {
+      ++checked_suggestions;
+      if (s.change.find(" + ") != std::string::npos) ++combined;
+      EXPECT_EQ(s.args, setup_to_args(s.setup));
+      for (const std::string& flag : changed_flags(setup, setup_to_args(setup), s.args))
+        EXPECT_NE(s.change.find(flag), std::string::npos) << s.change << " changes " << flag;
+      const TrainingSetup again = setup_from_args(s.args);
+      PlanOptions alone;
+      alone.suggest = false;
+      const Plan q = make_plan(load_model(again.model), again, resolve_card(again), alone);
+      ASSERT_EQ(q.memory.peak_allocated_bytes, s.peak_allocated_bytes) << s.change << "\n" << plan_command(s.args);
+      EXPECT_EQ(q.memory.device_used_bytes, s.device_used_bytes) << plan_command(s.args);
+      EXPECT_EQ(q.verdict, s.verdict) << plan_command(s.args);
+      EXPECT_EQ(q.time.predicted ? q.time.step_seconds : 0.0, s.step_seconds) << plan_command(s.args);
+    }
+  }
+  EXPECT_EQ(checked_plans, 1000u);
+  EXPECT_GT(checked_suggestions, 2000u);
+  EXPECT_GT(combined, 100u);  // the search combines changes when none fits alone
+}
+
+// Issue 10's two reports: a row named only its own change but carried --grad-ckpt with it. Each
+// suggestion now changes exactly what its text names.
+TEST(PlanSuggestions, EachChangesOnlyWhatItNames) {
+  const auto check = [](const char* model, const TrainingSetup& base, const char* card) {
+    const Plan p = make_plan(load_model(model), base, find_gpu(card));
+    EXPECT_FALSE(p.suggestions.empty());
+    for (const Suggestion& s : p.suggestions)
+      for (const std::string& flag : changed_flags(base, setup_to_args(base), s.args))
+        EXPECT_NE(s.change.find(flag), std::string::npos) << s.change << " changes " << flag;
+    return p;
+  };
+  TrainingSetup mistral;
+  mistral.seq = 2048;
+  mistral.batch = 4;
+  const Plan a = check("mistral-7b", mistral, "a100-40gb");
+  // micro-batch 1 alone is 36,183 MiB, tight on the 40 GB card: only checkpointing fits.
+  ASSERT_EQ(a.suggestions.size(), 1u);
+  EXPECT_TRUE(a.suggestions[0].setup.grad_ckpt);
+  EXPECT_EQ(a.suggestions[0].setup.batch, 4);
+  TrainingSetup llama;
+  llama.method = Method::full;
+  llama.seq = 4096;
+  const Plan b = check("llama3.1-8b", llama, "h100-sxm");
+  const auto adam8 = std::find_if(b.suggestions.begin(), b.suggestions.end(),
+                                  [](const Suggestion& s) { return s.setup.optimizer == Optimizer::adamw_8bit; });
+  ASSERT_NE(adam8, b.suggestions.end());
+  EXPECT_FALSE(adam8->setup.grad_ckpt);
+  EXPECT_NEAR(to_mib(adam8->peak_allocated_bytes), 61974, 1);  // planned on its own: 61,974 MiB, 0.421 s
+  EXPECT_NEAR(adam8->step_seconds, 0.421, 0.001);
 }
 
 }  // namespace
