@@ -11,6 +11,7 @@ constexpr int kExitBadInput = 2;    // the input was wrong: a flag, a file, a na
 constexpr int kExitSystemError = 3; // the machine failed: I/O, a process that cannot start, no driver
 
 void add_plan_command(CLI::App& app, int& exit_code);
+void add_advise_command(CLI::App& app, int& exit_code);
 void add_catalog_commands(CLI::App& app, int& exit_code);
 void add_validate_command(CLI::App& app, int& exit_code);
 void add_watch_command(CLI::App& app, int& exit_code);

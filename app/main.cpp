@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string("trainfit 0.1.0"));
   int exit_code = 0;
   trainfit::cli::add_plan_command(app, exit_code);
+  trainfit::cli::add_advise_command(app, exit_code);
   trainfit::cli::add_catalog_commands(app, exit_code);
   trainfit::cli::add_validate_command(app, exit_code);
   trainfit::cli::add_watch_command(app, exit_code);

@@ -1,5 +1,7 @@
 #include "setup_flags.hpp"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -61,10 +63,17 @@ bool SetupFlags::was_given(std::string_view key) const {
   return s != nullptr && has_flag && cmd_->count(s->flag) > 0;
 }
 
-std::vector<GivenSetting> SetupFlags::given() const {
+std::string SetupFlags::text_of(std::string_view key) const {
+  const auto it = text_.find(key);
+  return it != text_.end() && was_given(key) ? it->second : std::string();
+}
+
+std::vector<GivenSetting> SetupFlags::given() const { return given({}); }
+
+std::vector<GivenSetting> SetupFlags::given(const std::vector<std::string>& except) const {
   std::vector<GivenSetting> out;
   for (const Setting& s : settings()) {
-    if (!was_given(s.key)) continue;
+    if (!was_given(s.key) || std::find(except.begin(), except.end(), s.key) != except.end()) continue;
     GivenSetting g;
     g.setting = &s;
     if (s.type == SettingType::boolean) g.value = switch_.at(s.key);

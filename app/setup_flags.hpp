@@ -20,7 +20,12 @@ class SetupFlags {
   explicit SetupFlags(CLI::App& cmd);
   // The settings given on the command line, parsed and checked. Throws SettingError.
   std::vector<GivenSetting> given() const;
+  // The same, leaving out the settings in `except` (a command that reads their text itself:
+  // advise's `--gpu any`, `--method any`).
+  std::vector<GivenSetting> given(const std::vector<std::string>& except) const;
   bool was_given(std::string_view key) const;
+  // What the flag of a setting that is not a switch was given, as written ("" when not given).
+  std::string text_of(std::string_view key) const;
 
  private:
   CLI::App* cmd_;

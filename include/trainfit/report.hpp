@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "trainfit/advise.hpp"
 #include "trainfit/hardware.hpp"
 #include "trainfit/plan.hpp"
 
@@ -21,6 +22,12 @@ std::string plan_command(const std::vector<std::string>& args);
 std::string shell_word(std::string_view word);
 // Several plans side by side (the seed scenario: one row per model and setup).
 std::string render_plan_comparison(const std::vector<Plan>& plans, Format format, const std::string& title);
+// `trainfit advise`: schema "trainfit.advise/1"; the text lists each result as its command, its
+// figures and why it ranks there, then the Pareto front; `verbose` adds the search's counts and time.
+nlohmann::json advice_to_json(const Advice& advice, const AdviseRequest& request);
+std::string render_advice(const Advice& advice, const AdviseRequest& request, Format format, bool verbose);
+// The one line for a search where nothing fits: the nearest setup's command and how far over it is.
+std::string nothing_fits_message(const Advice& advice);
 std::string render_gpu_catalog(const std::vector<GpuSpec>& gpus, Format format);
 std::string render_model_catalog(Format format);
 

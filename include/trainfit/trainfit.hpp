@@ -1,5 +1,6 @@
 #pragma once
 // The public API of the trainfit library.
+#include "trainfit/advise.hpp"
 #include "trainfit/error.hpp"
 #include "trainfit/hardware.hpp"
 #include "trainfit/memory.hpp"

@@ -1,0 +1,496 @@
+// `trainfit advise`: a grid over the free settings, judged group by group. A group is one setup
+// less its micro-batch and accumulation: its step's tensors and work are described once
+// (detail::SetupGroup) and each (batch, accumulation) priced from them. Batch ascends within a
+// group, and memory grows with it, so the first batch over the card ends the group's search.
+#include "trainfit/advise.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <map>
+#include <optional>
+#include <set>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "advise/setup_grid.hpp"
+#include "trainfit/error.hpp"
+#include "trainfit/prices.hpp"
+#include "trainfit/settings.hpp"
+
+namespace trainfit {
+
+AdviseGoal parse_advise_goal(std::string_view s) {
+  if (s == "fastest") return AdviseGoal::fastest;
+  if (s == "largest-batch") return AdviseGoal::largest_batch;
+  if (s == "longest-seq") return AdviseGoal::longest_seq;
+  if (s == "least-memory") return AdviseGoal::least_memory;
+  if (s == "cheapest") return AdviseGoal::cheapest;
+  throw InputError(fmt::format("unknown goal '{}'; expected fastest, largest-batch, longest-seq, least-memory or cheapest", s));
+}
+
+std::string to_string(AdviseGoal g) {
+  switch (g) {
+    case AdviseGoal::fastest: return "fastest";
+    case AdviseGoal::largest_batch: return "largest-batch";
+    case AdviseGoal::longest_seq: return "longest-seq";
+    case AdviseGoal::least_memory: return "least-memory";
+    case AdviseGoal::cheapest: return "cheapest";
+  }
+  return "?";
+}
+
+const std::vector<std::string>& advisable_settings() {
+  static const std::vector<std::string> keys = {"method",  "rank",  "lora_targets", "optimizer", "seq", "batch",
+                                                "grad_accum", "grad_ckpt", "attn", "gpus", "parallel", "gpu"};
+  return keys;
+}
+
+// What changes the speed and memory of the same training: how the step is cut into micro-batches,
+// recomputation, the attention kernel, the optimizer's state precision, and how GPUs share the
+// work. What changes the training itself (method, rank, targets, sequence) is free only when asked.
+const std::vector<std::string>& free_by_default() {
+  static const std::vector<std::string> keys = {"batch", "grad_accum", "grad_ckpt", "attn",
+                                                "optimizer", "gpus", "parallel"};
+  return keys;
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Values each free setting takes in the grid. Ranks and sequences are powers of two, as people
+// choose them; the optimizers are the ones that train the same way at different state precision.
+std::vector<std::vector<std::string>> lora_target_choices() {
+  return {{"all-linear"}, {"q_proj", "k_proj", "v_proj", "o_proj"}, {"q_proj", "v_proj"}};
+}
+constexpr std::int64_t kRanks[] = {8, 16, 32, 64};
+constexpr std::int64_t kMaxMicroBatch = 4096;
+constexpr std::int64_t kShortestSeq = 256;
+
+// One judged point, kept small: the group it belongs to and its (batch, accumulation).
+struct Judged {
+  std::uint32_t group = 0;
+  std::int64_t batch = 1;
+  std::int64_t grad_accum = 1;
+  detail::SetupGroup::Point point;
+};
+
+struct Group {
+  TrainingSetup setup;  // batch and grad_accum to be set
+  const GpuSpec* gpu = nullptr;
+  const GpuPrice* price = nullptr;
+};
+
+bool is_free(const AdviseRequest& r, std::string_view key) {
+  return std::find(r.free.begin(), r.free.end(), key) != r.free.end();
+}
+
+// Powers of two from 1 up to and including `most`.
+std::vector<std::int64_t> powers_of_two(std::int64_t most) {
+  std::vector<std::int64_t> out;
+  for (std::int64_t v = 1; v <= most; v *= 2) out.push_back(v);
+  return out;
+}
+
+// How far a setup is from fitting: its peak over the card less the headroom (<= 0 when it fits).
+double shortfall(const detail::SetupGroup::Point& p, const GpuSpec& gpu, double headroom) {
+  const double cap = static_cast<double>(gpu.memory_bytes);
+  return std::max(static_cast<double>(p.peak_allocated_bytes) - cap * (1.0 - headroom),
+                  static_cast<double>(p.device_used_bytes) - cap);
+}
+
+class Search {
+ public:
+  Search(const ModelSpec& model, const AdviseRequest& r) : model_(model), r_(r) {}
+
+  Advice run() {
+    const auto start = Clock::now();
+    build_groups();
+    for (std::uint32_t g = 0; g < groups_.size(); ++g) search_group(g);
+    Advice out = finish();
+    out.judged = judged_;
+    out.searched = searched_;
+    out.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    return out;
+  }
+
+ private:
+  // Every combination of the free settings other than batch and accumulation, on every card.
+  void build_groups() {
+    if (r_.cards.empty()) {
+      cards_.push_back(resolve_card(r_.base));
+    } else {
+      for (const std::string& id : r_.cards) cards_.push_back(find_gpu(id));
+    }
+    std::vector<std::function<std::vector<TrainingSetup>(const TrainingSetup&)>> axes;
+    const auto axis = [&](std::string_view key, auto&& values) {
+      if (is_free(r_, key)) axes.emplace_back(values);
+    };
+    axis("method", [](const TrainingSetup& s) {
+      std::vector<TrainingSetup> out;
+      for (const Method m : {Method::full, Method::lora, Method::qlora}) {
+        TrainingSetup t = s;
+        t.method = m;
+        t.weights = m == Method::qlora ? DType::nf4 : DType::bf16;
+        t.amp.reset();
+        out.push_back(t);
+      }
+      return out;
+    });
+    axis("rank", [](const TrainingSetup& s) {
+      std::vector<TrainingSetup> out;
+      for (const std::int64_t rank : kRanks) {
+        TrainingSetup t = s;
+        t.lora.rank = rank;
+        t.lora.alpha = 2.0 * static_cast<double>(rank);  // the table's derived default: twice the rank
+        out.push_back(t);
+      }
+      return out;
+    });
+    axis("lora_targets", [](const TrainingSetup& s) {
+      std::vector<TrainingSetup> out;
+      for (const auto& targets : lora_target_choices()) {
+        TrainingSetup t = s;
+        t.lora.targets = targets;
+        out.push_back(t);
+      }
+      return out;
+    });
+    axis("optimizer", [](const TrainingSetup& s) {
+      std::vector<TrainingSetup> out;
+      for (const Optimizer o : {Optimizer::adamw, Optimizer::adamw_8bit}) {
+        TrainingSetup t = s;
+        t.optimizer = o;
+        out.push_back(t);
+      }
+      return out;
+    });
+    axis("grad_ckpt", [](const TrainingSetup& s) {
+      TrainingSetup on = s, off = s;
+      on.grad_ckpt = true;
+      off.grad_ckpt = false;
+      return std::vector<TrainingSetup>{off, on};
+    });
+    axis("attn", [](const TrainingSetup& s) {
+      TrainingSetup sdpa = s, eager = s;
+      sdpa.attention = Attention::sdpa;
+      eager.attention = Attention::eager;
+      return std::vector<TrainingSetup>{sdpa, eager};
+    });
+    const bool gpus_free = is_free(r_, "gpus");
+    const bool layout_free = is_free(r_, "parallel");
+    axes.emplace_back([&](const TrainingSetup& s) {
+      std::vector<TrainingSetup> out;
+      const std::vector<std::int64_t> counts = gpus_free ? powers_of_two(std::max<std::int64_t>(1, r_.gpus_max))
+                                                         : std::vector<std::int64_t>{s.gpus};
+      for (const std::int64_t n : counts) {
+        TrainingSetup t = s;
+        t.gpus = n;
+        if (n == 1) {
+          t.parallel = Parallel::ddp;  // the layout means nothing on one GPU
+          out.push_back(t);
+          continue;
+        }
+        for (const Parallel p : layout_free ? std::vector<Parallel>{Parallel::ddp, Parallel::fsdp}
+                                            : std::vector<Parallel>{s.parallel}) {
+          t.parallel = p;
+          out.push_back(t);
+        }
+      }
+      return out;
+    });
+    std::vector<TrainingSetup> setups = {r_.base};
+    for (const auto& a : axes) {
+      std::vector<TrainingSetup> next;
+      for (const TrainingSetup& s : setups)
+        for (TrainingSetup& t : a(s)) next.push_back(std::move(t));
+      setups = std::move(next);
+    }
+    for (const GpuSpec& card : cards_) {
+      const GpuPrice* price = r_.prices != nullptr ? r_.prices->find(card.id) : nullptr;
+      if (r_.goal == AdviseGoal::cheapest && price == nullptr) continue;  // a cost is what it ranks by
+      for (const TrainingSetup& s : setups) {
+        Group g;
+        g.setup = s;
+        g.setup.gpu = card.id.empty() ? s.gpu : card.id;
+        if (!card.id.empty()) {
+          g.setup.vram_bytes.reset();
+          g.setup.gpu_spec.clear();
+        }
+        g.gpu = &card;
+        g.price = price;
+        groups_.push_back(std::move(g));
+      }
+    }
+    if (groups_.empty())
+      throw InputError("--goal cheapest: none of the cards searched has a price (`trainfit gpus --for` lists "
+                       "them; --prices FILE adds yours)");
+  }
+
+  const TimeProfile& profile_for(const GpuSpec& gpu) {
+    if (r_.profile) return *r_.profile;
+    auto it = profiles_.find(gpu.id);
+    if (it == profiles_.end()) it = profiles_.emplace(gpu.id, default_profile(gpu)).first;
+    return it->second;
+  }
+
+  // The (batch, accumulation) pairs of a group, in ascending batch.
+  std::vector<std::pair<std::int64_t, std::int64_t>> batches(const TrainingSetup& s) const {
+    std::vector<std::pair<std::int64_t, std::int64_t>> out;
+    const bool batch_free = is_free(r_, "batch"), accum_free = is_free(r_, "grad_accum");
+    if (r_.goal == AdviseGoal::longest_seq) return {{r_.base.batch, r_.base.grad_accum}};
+    if (r_.goal == AdviseGoal::largest_batch) {
+      if (!batch_free) return {{r_.base.batch, r_.base.grad_accum}};
+      for (const std::int64_t b : powers_of_two(kMaxMicroBatch)) out.emplace_back(b, r_.base.grad_accum);
+      return out;
+    }
+    if (!batch_free && !accum_free) return {{r_.base.batch, r_.base.grad_accum}};
+    // Hold the tokens of an optimizer step: sequences per step, shared by the GPUs.
+    const std::int64_t tokens = tokens_per_step();
+    if (tokens % (s.seq * s.gpus) != 0) return out;
+    const std::int64_t per_gpu = tokens / (s.seq * s.gpus);
+    if (!batch_free) {
+      if (per_gpu % r_.base.batch == 0) out.emplace_back(r_.base.batch, per_gpu / r_.base.batch);
+      return out;
+    }
+    for (const std::int64_t b : powers_of_two(per_gpu)) {
+      if (per_gpu % b != 0) continue;
+      const std::int64_t accum = per_gpu / b;
+      if (!accum_free && accum != r_.base.grad_accum) continue;
+      out.emplace_back(b, accum);
+    }
+    return out;
+  }
+
+  std::int64_t tokens_per_step() const {
+    if (r_.tokens_per_step > 0) return r_.tokens_per_step;
+    return r_.base.seq * r_.base.batch * r_.base.grad_accum * r_.base.gpus;
+  }
+
+  // The sequence lengths of a group: its own, or for the longest-seq goal every power of two from
+  // 256 up to the model's context.
+  std::vector<std::int64_t> sequences(const TrainingSetup& s) const {
+    if (r_.goal != AdviseGoal::longest_seq) return {s.seq};
+    std::vector<std::int64_t> out;
+    const std::int64_t longest = model_.max_position_embeddings > 0 ? model_.max_position_embeddings : 131072;
+    for (std::int64_t q = kShortestSeq; q <= longest; q *= 2) out.push_back(q);
+    return out;
+  }
+
+  void search_group(std::uint32_t index) {
+    Group& g = groups_[index];
+    for (const std::int64_t seq : sequences(g.setup)) {
+      TrainingSetup s = g.setup;
+      s.seq = seq;
+      s.batch = 1;
+      s.grad_accum = 1;
+      const auto pairs = batches(s);
+      searched_ += pairs.size();
+      if (pairs.empty()) continue;
+      std::optional<detail::SetupGroup> priced;
+      try {
+        validate(s);
+        priced.emplace(model_, s, *g.gpu, profile_for(*g.gpu));
+      } catch (const InputError&) {
+        continue;  // a combination the setup does not allow (QLoRA with FSDP, targets the model lacks)
+      }
+      bool any_fits = false;
+      for (const auto& [batch, accum] : pairs) {
+        const detail::SetupGroup::Point p = priced->at(batch, accum);
+        ++judged_;
+        Judged j{static_cast<std::uint32_t>(index), batch, accum, p};
+        if (p.verdict == Verdict::fits) {
+          any_fits = true;
+          if (r_.goal == AdviseGoal::longest_seq) seq_of_.emplace(fits_.size(), seq);
+          fits_.push_back(j);
+        } else {
+          const double over = shortfall(p, *g.gpu, s.headroom);
+          if (!nearest_ || over < nearest_over_) {
+            nearest_ = j;
+            nearest_seq_ = seq;
+            nearest_over_ = over;
+          }
+          break;  // memory grows with the micro-batch: every larger one is further over
+        }
+      }
+      // Memory grows with the sequence too: past the first that fits at no batch, none will.
+      if (!any_fits && r_.goal == AdviseGoal::longest_seq) break;
+    }
+  }
+
+  TrainingSetup setup_of(const Judged& j, std::int64_t seq) const {
+    TrainingSetup s = groups_[j.group].setup;
+    s.seq = seq;
+    s.batch = j.batch;
+    s.grad_accum = j.grad_accum;
+    return s;
+  }
+
+  std::int64_t seq_of(std::size_t fit_index) const {
+    const auto it = seq_of_.find(fit_index);
+    return it != seq_of_.end() ? it->second : groups_[fits_[fit_index].group].setup.seq;
+  }
+
+  // How many settings of a fitting point differ from the user's setup.
+  int changes(std::size_t fit_index) const {
+    const Judged& j = fits_[fit_index];
+    const TrainingSetup& s = groups_[j.group].setup;
+    const TrainingSetup& b = r_.base;
+    return (s.method != b.method) + (s.lora.rank != b.lora.rank) + (s.lora.targets != b.lora.targets) +
+           (s.optimizer != b.optimizer) + (s.grad_ckpt != b.grad_ckpt) + (s.attention != b.attention) +
+           (s.gpus != b.gpus) + (s.parallel != b.parallel) + (s.gpu != b.gpu) + (seq_of(fit_index) != b.seq) +
+           (j.batch != b.batch) + (j.grad_accum != b.grad_accum);
+  }
+
+  // The ranking key of a fitting point under the goal: smaller is better.
+  double cost_of(const Judged& j) const {
+    const Group& g = groups_[j.group];
+    if (g.price == nullptr || j.point.tokens_per_second <= 0) return std::numeric_limits<double>::infinity();
+    return static_cast<double>(g.setup.gpus) * g.price->usd_per_hour / j.point.tokens_per_second;
+  }
+
+  bool better(std::size_t a, std::size_t b) const {
+    const Judged& x = fits_[a];
+    const Judged& y = fits_[b];
+    const double tx = x.point.tokens_per_second, ty = y.point.tokens_per_second;
+    switch (r_.goal) {
+      case AdviseGoal::fastest: break;
+      case AdviseGoal::largest_batch:
+        if (x.batch != y.batch) return x.batch > y.batch;
+        break;
+      case AdviseGoal::longest_seq:
+        if (seq_of(a) != seq_of(b)) return seq_of(a) > seq_of(b);
+        break;
+      case AdviseGoal::least_memory:
+        if (x.point.peak_allocated_bytes != y.point.peak_allocated_bytes)
+          return x.point.peak_allocated_bytes < y.point.peak_allocated_bytes;
+        break;
+      case AdviseGoal::cheapest:
+        if (cost_of(x) != cost_of(y)) return cost_of(x) < cost_of(y);
+        break;
+    }
+    // Speeds within 0.2% of each other are a tie (the model is not that precise): then the setup
+    // that changes less of the user's wins, then the one that leaves more memory.
+    const auto bucket = [](double tps) { return tps > 0 ? std::floor(std::log(tps) / std::log1p(0.002)) : -1e300; };
+    if (bucket(tx) != bucket(ty)) return tx > ty;
+    const int cx = changes(a), cy = changes(b);
+    if (cx != cy) return cx < cy;
+    return x.point.peak_allocated_bytes < y.point.peak_allocated_bytes;
+  }
+
+  // A judged setup planned on its own, exactly as `trainfit plan` plans its arguments.
+  AdvisedSetup materialise(const TrainingSetup& s, const Group& g) {
+    PlanOptions o;
+    o.suggest = false;
+    o.profile = profile_for(*g.gpu);
+    const Plan p = make_plan(model_, s, *g.gpu, o);
+    AdvisedSetup a;
+    a.setup = s;
+    a.args = setup_to_args(s);
+    a.gpu = *g.gpu;
+    a.peak_allocated_bytes = p.memory.peak_allocated_bytes;
+    a.device_used_bytes = p.memory.device_used_bytes;
+    a.verdict = p.verdict;
+    a.headroom_fraction = p.headroom_fraction;
+    if (p.time.predicted) {
+      a.step_seconds = p.time.step_seconds;
+      a.tokens_per_second = p.time.tokens_per_second;
+    }
+    if (g.price != nullptr) a.usd_per_hour = g.price->usd_per_hour;
+    if (r_.tokens > 0 && a.tokens_per_second > 0) {
+      const RunCost c = run_cost(a.tokens_per_second, s.gpus, r_.tokens, g.price);
+      a.hours = c.hours;
+      a.cost = c.usd;
+    }
+    return a;
+  }
+
+  std::string why(const AdvisedSetup& a, const AdvisedSetup* first, std::size_t rank) const {
+    const std::string free_pct = fmt::format("{:.0f}% of the card free", 100.0 * a.headroom_fraction);
+    if (rank == 0) {
+      switch (r_.goal) {
+        case AdviseGoal::fastest:
+          return fmt::format("the most tokens/s of {} fitting setups; {}", fits_.size(), free_pct);
+        case AdviseGoal::largest_batch:
+          return fmt::format("the largest micro-batch that fits ({}); {}", a.setup.batch, free_pct);
+        case AdviseGoal::longest_seq:
+          return fmt::format("the longest sequence that fits ({}); {}", a.setup.seq, free_pct);
+        case AdviseGoal::least_memory:
+          return fmt::format("the least memory of {} fitting setups; {}", fits_.size(), free_pct);
+        case AdviseGoal::cheapest:
+          return fmt::format("the lowest cost for the tokens of {} fitting setups; {}", fits_.size(), free_pct);
+      }
+    }
+    std::vector<std::string> parts;
+    if (first->tokens_per_second > 0 && a.tokens_per_second > 0)
+      parts.push_back(fmt::format("{:.0f}% of #1's tokens/s", 100.0 * a.tokens_per_second / first->tokens_per_second));
+    const double mem = static_cast<double>(a.peak_allocated_bytes - first->peak_allocated_bytes) / (1024.0 * 1024.0);
+    parts.push_back(fmt::format("{:+.0f} MiB against #1", mem));
+    if (a.cost && first->cost) parts.push_back(fmt::format("{:.2f}x #1's cost", *a.cost / *first->cost));
+    return fmt::format("{}", fmt::join(parts, ", "));
+  }
+
+  Advice finish() {
+    Advice out;
+    std::vector<std::size_t> order(fits_.size());
+    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return better(a, b); });
+    std::set<std::vector<std::string>> shown;
+    for (const std::size_t i : order) {
+      if (out.results.size() >= r_.top) break;
+      const TrainingSetup s = setup_of(fits_[i], seq_of(i));
+      if (!shown.insert(setup_to_args(s)).second) continue;  // the same command reached twice
+      out.results.push_back(materialise(s, groups_[fits_[i].group]));
+    }
+    for (std::size_t k = 0; k < out.results.size(); ++k)
+      out.results[k].why = why(out.results[k], &out.results.front(), k);
+    // The Pareto front of memory against speed: by memory ascending, each point faster than all before.
+    std::vector<std::size_t> by_memory(fits_.size());
+    for (std::size_t i = 0; i < by_memory.size(); ++i) by_memory[i] = i;
+    std::stable_sort(by_memory.begin(), by_memory.end(), [&](std::size_t a, std::size_t b) {
+      const auto& x = fits_[a].point;
+      const auto& y = fits_[b].point;
+      if (x.peak_allocated_bytes != y.peak_allocated_bytes) return x.peak_allocated_bytes < y.peak_allocated_bytes;
+      return x.tokens_per_second > y.tokens_per_second;
+    });
+    double fastest_so_far = -1;
+    for (const std::size_t i : by_memory) {
+      if (fits_[i].point.tokens_per_second <= fastest_so_far) continue;
+      fastest_so_far = fits_[i].point.tokens_per_second;
+      out.pareto.push_back(materialise(setup_of(fits_[i], seq_of(i)), groups_[fits_[i].group]));
+    }
+    if (out.results.empty() && nearest_)
+      out.nearest = materialise(setup_of(*nearest_, nearest_seq_), groups_[nearest_->group]);
+    return out;
+  }
+
+  const ModelSpec& model_;
+  const AdviseRequest& r_;
+  std::vector<GpuSpec> cards_;
+  std::vector<Group> groups_;
+  std::map<std::string, TimeProfile> profiles_;
+  std::vector<Judged> fits_;
+  std::map<std::size_t, std::int64_t> seq_of_;  // longest-seq: the sequence of a fitting point
+  std::optional<Judged> nearest_;
+  std::int64_t nearest_seq_ = 0;
+  double nearest_over_ = 0;
+  std::size_t judged_ = 0, searched_ = 0;
+};
+
+}  // namespace
+
+Advice advise(const ModelSpec& model, const AdviseRequest& request) {
+  for (const std::string& key : request.free)
+    if (std::find(advisable_settings().begin(), advisable_settings().end(), key) == advisable_settings().end())
+      throw InputError(fmt::format("advise cannot vary '{}'; it varies {}", key, fmt::join(advisable_settings(), ", ")));
+  if (request.goal == AdviseGoal::cheapest && (request.prices == nullptr || request.tokens <= 0))
+    throw InputError("--goal cheapest needs the tokens to train (--tokens N, or --epochs E --dataset-tokens N)");
+  if (request.top == 0) throw InputError("--top must be at least 1");
+  return Search(model, request).run();
+}
+
+}  // namespace trainfit

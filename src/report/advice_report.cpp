@@ -1,0 +1,107 @@
+// `trainfit advise` output: the ranked setups as commands, the Pareto front, as text or JSON.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "trainfit/advise.hpp"
+#include "trainfit/report.hpp"
+#include "trainfit/settings.hpp"
+#include "trainfit/units.hpp"
+
+namespace trainfit {
+namespace {
+
+using nlohmann::json;
+
+json advised_to_json(const AdvisedSetup& a) {
+  json j = {{"args", a.args},
+            {"command", plan_command(a.args)},
+            {"setup", setup_to_json(a.setup)},
+            {"gpu", a.gpu.id},
+            {"verdict", to_string(a.verdict)},
+            {"peak_allocated_bytes", a.peak_allocated_bytes},
+            {"device_used_bytes", a.device_used_bytes},
+            {"headroom_fraction", a.headroom_fraction},
+            {"step_seconds", a.step_seconds},
+            {"tokens_per_second", a.tokens_per_second},
+            {"hours", a.hours},
+            {"cost", a.cost ? json(*a.cost) : json(nullptr)},
+            {"usd_per_hour", a.usd_per_hour ? json(*a.usd_per_hour) : json(nullptr)}};
+  if (!a.why.empty()) j["why"] = a.why;
+  return j;
+}
+
+std::string figures(const AdvisedSetup& a, double tokens) {
+  std::string out = fmt::format("{}, {:.0f} MiB peak ({:.0f}% of the card free)", to_string(a.verdict),
+                                to_mib(a.peak_allocated_bytes), 100.0 * a.headroom_fraction);
+  if (a.step_seconds > 0)
+    out += fmt::format(", {:.3g} s a step, {:.0f} tokens/s", a.step_seconds, a.tokens_per_second);
+  if (tokens > 0 && a.hours > 0) {
+    out += fmt::format("; {:.3g} h for {:.3g} tokens", a.hours, tokens);
+    if (a.cost) out += fmt::format(", ${:.2f} at ${:.2f}/h a GPU", *a.cost, a.usd_per_hour.value_or(0));
+  }
+  return out;
+}
+
+}  // namespace
+
+nlohmann::json advice_to_json(const Advice& advice, const AdviseRequest& request) {
+  json results = json::array(), pareto = json::array();
+  for (const auto& a : advice.results) results.push_back(advised_to_json(a));
+  for (const auto& a : advice.pareto) pareto.push_back(advised_to_json(a));
+  return {{"schema", "trainfit.advise/1"},
+          {"goal", to_string(request.goal)},
+          {"free", request.free},
+          {"tokens", request.tokens},
+          {"results", results},
+          {"pareto", pareto},
+          {"nearest", advice.nearest ? advised_to_json(*advice.nearest) : json(nullptr)},
+          {"judged", advice.judged},
+          {"searched", advice.searched},
+          {"seconds", advice.seconds}};
+}
+
+std::string nothing_fits_message(const Advice& advice) {
+  if (!advice.nearest) return "nothing to judge: no setup of the search is valid for this model";
+  const AdvisedSetup& n = *advice.nearest;
+  const double cap = static_cast<double>(n.gpu.memory_bytes);
+  const double line = cap * (1.0 - n.setup.headroom);
+  return fmt::format(
+      "nothing fits: the nearest, `{}`, needs {} of the {} card's {} ({} allowed with --headroom {:g}), {} over",
+      plan_command(n.args), format_bytes(n.peak_allocated_bytes), n.gpu.id.empty() ? n.gpu.name : n.gpu.id,
+      format_bytes(n.gpu.memory_bytes), format_bytes(static_cast<std::int64_t>(line)), n.setup.headroom,
+      format_bytes(std::max<std::int64_t>(0, n.peak_allocated_bytes - static_cast<std::int64_t>(line))));
+}
+
+std::string render_advice(const Advice& advice, const AdviseRequest& request, Format format, bool verbose) {
+  if (format == Format::json) return advice_to_json(advice, request).dump(2) + "\n";
+  const bool md = format == Format::markdown;
+  std::string out;
+  std::vector<std::string> free;
+  for (const std::string& key : request.free)
+    if (const Setting* s = find_setting(key)) free.push_back(s->flag);
+  out += fmt::format("{}Goal: {}; free: {}\n\n", md ? "## trainfit advise\n\n" : "", to_string(request.goal),
+                     free.empty() ? "nothing" : fmt::format("{}", fmt::join(free, " ")));
+  for (std::size_t i = 0; i < advice.results.size(); ++i) {
+    const AdvisedSetup& a = advice.results[i];
+    if (md) {
+      out += fmt::format("{}. `{}`  \n   {}  \n   {}\n", i + 1, plan_command(a.args), figures(a, request.tokens), a.why);
+    } else {
+      out += fmt::format("{}. {}\n   {}\n   {}\n", i + 1, plan_command(a.args), figures(a, request.tokens), a.why);
+    }
+  }
+  if (!advice.pareto.empty()) {
+    out += fmt::format("\n{}Memory against speed: the {} setups no other beats on both\n", md ? "### " : "",
+                       advice.pareto.size());
+    if (md) out += "\n| peak allocated | tokens/s | command |\n|---:|---:|---|\n";
+    for (const AdvisedSetup& a : advice.pareto) {
+      if (md) out += fmt::format("| {:.0f} MiB | {:.0f} | `{}` |\n", to_mib(a.peak_allocated_bytes), a.tokens_per_second, plan_command(a.args));
+      else out += fmt::format("  {:>9.0f} MiB {:>10.0f} tokens/s  {}\n", to_mib(a.peak_allocated_bytes), a.tokens_per_second, plan_command(a.args));
+    }
+  }
+  if (verbose)
+    out += fmt::format("\njudged {} setups ({} in the grid, the rest past a micro-batch that did not fit) in {:.1f} ms\n",
+                       advice.judged, advice.searched, 1e3 * advice.seconds);
+  return out;
+}
+
+}  // namespace trainfit

@@ -1,0 +1,71 @@
+// `trainfit advise` as a user runs it: the answer, its JSON contract, and one-line errors.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "run_cli.hpp"
+
+namespace {
+
+using Result = trainfit::testing::CliResult;
+Result run(const std::string& args) { return trainfit::testing::run_cli(args); }
+
+TEST(AdviseCli, JsonCarriesEachResultAsACommandWithItsFigures) {
+  const auto r = run("advise --model mistral-7b --gpu a100-40gb --seq 2048 --tokens-per-step 16384 --gpus-max 2 "
+                     "--tokens 1e8 --format json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["schema"], "trainfit.advise/1");
+  EXPECT_EQ(j["goal"], "fastest");
+  ASSERT_EQ(j["results"].size(), 5u);
+  for (const auto& x : j["results"]) {
+    for (const char* key : {"args", "setup", "verdict", "peak_allocated_bytes", "step_seconds", "tokens_per_second",
+                            "hours", "cost", "command", "why"})
+      EXPECT_TRUE(x.contains(key)) << key;
+    EXPECT_EQ(x["verdict"], "fits");
+    EXPECT_NEAR(x["hours"].get<double>(), 1e8 / x["tokens_per_second"].get<double>() / 3600, 1e-9);
+    // The command plans to the same bytes.
+    std::string args;
+    for (const auto& a : x["args"]) args += " '" + a.get<std::string>() + "'";
+    const auto p = run("plan" + args + " --no-suggest --format json");
+    ASSERT_EQ(p.code, 0) << p.out;
+    EXPECT_EQ(nlohmann::json::parse(p.out)["memory"]["peak_allocated_bytes"], x["peak_allocated_bytes"]);
+  }
+  EXPECT_FALSE(j["pareto"].empty());
+  EXPECT_GT(j["judged"].get<int>(), 0);
+}
+
+TEST(AdviseCli, VerboseSaysHowManySetupsWereJudgedAndHowLong) {
+  const auto r = run("advise --model qwen2.5-7b --gpu any --seq 1024 --free rank --verbose --top 2");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("1. trainfit plan --model qwen2.5-7b --gpu "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("judged "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(" ms\n"), std::string::npos) << r.out;
+}
+
+TEST(AdviseCli, NothingFitsIsOneLineNamingTheNearest) {
+  const auto r = run("advise --model llama3.1-70b --gpu rtx-4090 --method full --seq 4096");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.out.rfind("trainfit: nothing fits: the nearest, `trainfit plan --model llama3.1-70b", 0), 0u) << r.out;
+  EXPECT_EQ(r.out.find('\n'), r.out.size() - 1) << r.out;
+}
+
+TEST(AdviseCli, BadFlagsAreOneLineErrors) {
+  for (const char* args : {"advise --model qwen2.5-7b --gpu h100-sxm --goal quickest",
+                           "advise --model qwen2.5-7b --gpu h100-sxm --free dropout",
+                           "advise --model qwen2.5-7b --gpu h100-sxm --goal cheapest",
+                           "advise --model qwen2.5-7b --gpu h100-sxm --tokens -5",
+                           "advise --model qwen2.5-7b --gpu h100-sxm --tokens nan",
+                           "advise --model qwen2.5-7b --gpu h100-sxm --gpus-max 0",
+                           "advise --model qwen2.5-7b --gpu h100-sxm --top 0",
+                           "advise --model qwen2.5-7b --gpu nosuchcard,h100-sxm",
+                           "advise --gpu h100-sxm"}) {
+    const auto r = run(args);
+    EXPECT_EQ(r.code, 2) << args << "\n" << r.out;
+    EXPECT_EQ(r.out.find('\n'), r.out.size() - 1) << args << "\n" << r.out;
+  }
+}
+
+}  // namespace
