@@ -7,6 +7,7 @@
 
 #include "trainfit/hardware.hpp"
 #include "trainfit/plan.hpp"
+#include "trainfit/prices.hpp"
 
 namespace trainfit {
 
@@ -19,5 +20,11 @@ std::string render_plan(const Plan& plan, Format format);
 std::string render_plan_comparison(const std::vector<Plan>& plans, Format format, const std::string& title);
 std::string render_gpu_catalog(const std::vector<GpuSpec>& gpus, Format format);
 std::string render_model_catalog(Format format);
+// `trainfit gpus --for`: a setup ranked over the catalogue (rank_cards), with the tokens it was
+// costed for and the prices used (schema "trainfit.gpus-for/1"; docs/prices.md defines each figure).
+nlohmann::json card_ranking_to_json(const std::vector<CardRank>& ranks, const TrainingSetup& setup, double tokens,
+                                    const PriceTable& prices);
+std::string render_card_ranking(const std::vector<CardRank>& ranks, const TrainingSetup& setup, double tokens,
+                                const PriceTable& prices, Format format);
 
 }  // namespace trainfit
