@@ -8,6 +8,7 @@
 #include "trainfit/advise.hpp"
 #include "trainfit/hardware.hpp"
 #include "trainfit/plan.hpp"
+#include "trainfit/prices.hpp"
 
 namespace trainfit {
 
@@ -30,5 +31,11 @@ std::string render_advice(const Advice& advice, const AdviseRequest& request, Fo
 std::string nothing_fits_message(const Advice& advice);
 std::string render_gpu_catalog(const std::vector<GpuSpec>& gpus, Format format);
 std::string render_model_catalog(Format format);
+// `trainfit gpus --for`: a setup ranked over the catalogue (rank_cards), with the tokens it was
+// costed for and the prices used (schema "trainfit.gpus-for/1"; docs/prices.md defines each figure).
+nlohmann::json card_ranking_to_json(const std::vector<CardRank>& ranks, const TrainingSetup& setup, double tokens,
+                                    const PriceTable& prices);
+std::string render_card_ranking(const std::vector<CardRank>& ranks, const TrainingSetup& setup, double tokens,
+                                const PriceTable& prices, Format format);
 
 }  // namespace trainfit

@@ -6,6 +6,7 @@
 #include "trainfit/memory.hpp"
 #include "trainfit/model.hpp"
 #include "trainfit/plan.hpp"
+#include "trainfit/prices.hpp"
 #include "trainfit/report.hpp"
 #include "trainfit/settings.hpp"
 #include "trainfit/setup.hpp"

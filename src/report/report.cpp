@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "report/report_text.hpp"
 #include "trainfit/error.hpp"
 #include "trainfit/settings.hpp"
 #include "trainfit/units.hpp"
@@ -15,43 +16,14 @@ namespace trainfit {
 namespace {
 
 using nlohmann::json;
+using detail::gib;
+using detail::model_text;
+using detail::params_text;
+using detail::pct;
+using detail::seconds_text;
+using detail::setup_text;
 
-std::string gib(std::int64_t bytes) { return fmt::format("{:.2f} GiB", static_cast<double>(bytes) / static_cast<double>(kGiB)); }
 std::string mib(std::int64_t bytes) { return fmt::format("{:.0f} MiB", to_mib(bytes)); }
-std::string pct(double f) { return fmt::format("{:.0f}%", 100.0 * f); }
-
-std::string params_text(std::int64_t n) {
-  const auto d = static_cast<double>(n);
-  if (d >= 1e9) return fmt::format("{:.2f}B", d / 1e9);
-  if (d >= 1e6) return fmt::format("{:.1f}M", d / 1e6);
-  return fmt::format("{}", n);
-}
-
-std::string targets_text(const std::vector<std::string>& t) { return fmt::format("{}", fmt::join(t, ",")); }
-
-std::string setup_text(const TrainingSetup& s) {
-  std::string method;
-  switch (s.method) {
-    case Method::full:
-      method = s.amp ? fmt::format("full fine-tuning, fp32 weights under {} autocast", to_string(*s.amp))
-                     : fmt::format("full fine-tuning, {} weights", to_string(s.weights));
-      break;
-    case Method::lora:
-      method = fmt::format("LoRA r{} ({}) over {} base weights", s.lora.rank, targets_text(s.lora.targets), to_string(s.weights));
-      break;
-    case Method::qlora:
-      method = fmt::format("QLoRA r{} ({}) over {} base weights{}", s.lora.rank, targets_text(s.lora.targets),
-                           to_string(s.weights),
-                           s.quant.double_quant && s.weights != DType::int8 ? " (double-quantised)" : "");
-      break;
-  }
-  return fmt::format("{}, {}, seq {} x batch {}{}, {}, {} attention{}", method, to_string(s.optimizer), s.seq, s.batch,
-                     s.grad_accum > 1 ? fmt::format(" x accum {}", s.grad_accum) : "",
-                     s.grad_ckpt ? "gradient checkpointing" : "no checkpointing", to_string(s.attention),
-                     s.gpus > 1 ? fmt::format(", {} GPUs with {} (memory per GPU)", s.gpus,
-                                              s.parallel == Parallel::fsdp ? "FSDP" : "DDP")
-                                : "");
-}
 
 // Human names for the breakdown keys, in display order.
 const std::vector<std::pair<std::string, std::string>>& category_names() {
@@ -91,11 +63,6 @@ std::string verdict_line(const Plan& p) {
   return "";
 }
 
-std::string model_text(const Plan& p) {
-  return fmt::format("{} ({} parameters, {} trainable)", p.model.name, params_text(p.memory.total_parameters),
-                     params_text(p.memory.trainable_parameters));
-}
-
 json time_to_json(const Plan& p) {
   const auto& t = p.time;
   if (!t.predicted) return nullptr;
@@ -111,12 +78,6 @@ json time_to_json(const Plan& p) {
           {"spill_slowdown", t.spill_slowdown},
           {"profile", p.profile.name},
           {"breakdown", breakdown}};
-}
-
-std::string seconds_text(double s) {
-  if (s >= 10) return fmt::format("{:.1f} s", s);
-  if (s >= 0.1) return fmt::format("{:.3f} s", s);
-  return fmt::format("{:.1f} ms", s * 1e3);
 }
 
 std::string time_lines(const Plan& p, bool md) {

@@ -1,0 +1,61 @@
+// The shared wording of the renderers (report_text.hpp).
+#include "report/report_text.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "trainfit/units.hpp"
+
+namespace trainfit::detail {
+namespace {
+
+std::string targets_text(const std::vector<std::string>& t) { return fmt::format("{}", fmt::join(t, ",")); }
+
+}  // namespace
+
+std::string gib(std::int64_t bytes) { return fmt::format("{:.2f} GiB", static_cast<double>(bytes) / static_cast<double>(kGiB)); }
+std::string pct(double fraction) { return fmt::format("{:.0f}%", 100.0 * fraction); }
+
+std::string params_text(std::int64_t n) {
+  const auto d = static_cast<double>(n);
+  if (d >= 1e9) return fmt::format("{:.2f}B", d / 1e9);
+  if (d >= 1e6) return fmt::format("{:.1f}M", d / 1e6);
+  return fmt::format("{}", n);
+}
+
+std::string setup_text(const TrainingSetup& s) {
+  std::string method;
+  switch (s.method) {
+    case Method::full:
+      method = s.amp ? fmt::format("full fine-tuning, fp32 weights under {} autocast", to_string(*s.amp))
+                     : fmt::format("full fine-tuning, {} weights", to_string(s.weights));
+      break;
+    case Method::lora:
+      method = fmt::format("LoRA r{} ({}) over {} base weights", s.lora.rank, targets_text(s.lora.targets), to_string(s.weights));
+      break;
+    case Method::qlora:
+      method = fmt::format("QLoRA r{} ({}) over {} base weights{}", s.lora.rank, targets_text(s.lora.targets),
+                           to_string(s.weights),
+                           s.quant.double_quant && s.weights != DType::int8 ? " (double-quantised)" : "");
+      break;
+  }
+  return fmt::format("{}, {}, seq {} x batch {}{}, {}, {} attention{}", method, to_string(s.optimizer), s.seq, s.batch,
+                     s.grad_accum > 1 ? fmt::format(" x accum {}", s.grad_accum) : "",
+                     s.grad_ckpt ? "gradient checkpointing" : "no checkpointing", to_string(s.attention),
+                     s.gpus > 1 ? fmt::format(", {} GPUs with {} (memory per GPU)", s.gpus,
+                                              s.parallel == Parallel::fsdp ? "FSDP" : "DDP")
+                                : "");
+}
+
+std::string model_text(const Plan& p) {
+  return fmt::format("{} ({} parameters, {} trainable)", p.model.name, params_text(p.memory.total_parameters),
+                     params_text(p.memory.trainable_parameters));
+}
+
+std::string seconds_text(double s) {
+  if (s >= 10) return fmt::format("{:.1f} s", s);
+  if (s >= 0.1) return fmt::format("{:.3f} s", s);
+  return fmt::format("{:.1f} ms", s * 1e3);
+}
+
+}  // namespace trainfit::detail

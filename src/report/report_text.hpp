@@ -1,0 +1,20 @@
+#pragma once
+// The words and numbers every renderer of src/report/ writes the same way, so that a plan, a
+// comparison of plans and a ranking of cards say a setup, a size and a time alike.
+#include <cstdint>
+#include <string>
+
+#include "trainfit/plan.hpp"
+#include "trainfit/setup.hpp"
+
+namespace trainfit::detail {
+
+std::string gib(std::int64_t bytes);              // "9.21 GiB"
+std::string pct(double fraction);                 // "42%"
+std::string params_text(std::int64_t n);          // "7.62B", "40.4M"
+// "LoRA r16 (q_proj,v_proj) over bf16 base weights, adamw, seq 512 x batch 1, no checkpointing, sdpa attention"
+std::string setup_text(const TrainingSetup& s);
+std::string model_text(const Plan& p);            // "qwen2.5-7b (7.62B parameters, 40.4M trainable)"
+std::string seconds_text(double s);               // "21.7 s", "0.425 s", "8.3 ms"
+
+}  // namespace trainfit::detail
