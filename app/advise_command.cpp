@@ -128,6 +128,9 @@ void add_advise_command(CLI::App& app, int& exit_code) {
       r.tokens = positive(f->epochs, "--epochs") * positive(f->dataset_tokens, "--dataset-tokens");
     }
     if (!f->profile.empty()) r.profile = load_profile(f->profile);
+    // The built-in prices, with the user's replacing them card by card.
+    const PriceTable prices = f->prices.empty() ? builtin_prices() : merge_prices(builtin_prices(), load_prices(f->prices));
+    r.prices = &prices;
     const Format format = parse_format(f->format);
 
     const Advice advice = advise(load_model(r.base.model), r);

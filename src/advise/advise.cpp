@@ -357,6 +357,11 @@ class Search {
     const Judged& x = fits_[a];
     const Judged& y = fits_[b];
     const double tx = x.point.tokens_per_second, ty = y.point.tokens_per_second;
+    // Speeds and costs within 0.2% of each other are a tie (the model is not that precise): then
+    // the setup that changes less of the user's wins, then the one that leaves more memory.
+    const auto bucket = [](double v) {
+      return v > 0 && std::isfinite(v) ? std::floor(std::log(v) / std::log1p(0.002)) : std::numeric_limits<double>::max();
+    };
     switch (r_.goal) {
       case AdviseGoal::fastest: break;
       case AdviseGoal::largest_batch:
@@ -370,12 +375,9 @@ class Search {
           return x.point.peak_allocated_bytes < y.point.peak_allocated_bytes;
         break;
       case AdviseGoal::cheapest:
-        if (cost_of(x) != cost_of(y)) return cost_of(x) < cost_of(y);
+        if (bucket(cost_of(x)) != bucket(cost_of(y))) return cost_of(x) < cost_of(y);
         break;
     }
-    // Speeds within 0.2% of each other are a tie (the model is not that precise): then the setup
-    // that changes less of the user's wins, then the one that leaves more memory.
-    const auto bucket = [](double tps) { return tps > 0 ? std::floor(std::log(tps) / std::log1p(0.002)) : -1e300; };
     if (bucket(tx) != bucket(ty)) return tx > ty;
     const int cx = changes(a), cy = changes(b);
     if (cx != cy) return cx < cy;

@@ -136,6 +136,27 @@ TEST(Advise, GoalsRankByWhatTheyAskFor) {
   for (const AdvisedSetup& s : longest.results) expect_reproduces(s);
 }
 
+TEST(Advise, CheapestRanksByTheCostOfTheTokensAndSkipsUnpricedCards) {
+  AdviseRequest r = request("llama3.1-8b", "h100-sxm", 2048);
+  for (const GpuSpec& g : gpu_catalog()) r.cards.push_back(g.id);
+  r.free.push_back("gpu");
+  r.goal = AdviseGoal::cheapest;
+  r.tokens = 1e9;
+  r.prices = &builtin_prices();
+  const Advice a = advise(load_model("llama3.1-8b"), r);
+  ASSERT_EQ(a.results.size(), 5u);
+  for (std::size_t i = 0; i < a.results.size(); ++i) {
+    const AdvisedSetup& s = a.results[i];
+    ASSERT_TRUE(s.cost.has_value());
+    const GpuPrice* price = builtin_prices().find(s.gpu.id);
+    ASSERT_NE(price, nullptr);
+    // cost = tokens / tokens a second / 3600 x GPUs x the price of one GPU an hour
+    EXPECT_NEAR(*s.cost, 1e9 / s.tokens_per_second / 3600 * static_cast<double>(s.setup.gpus) * price->usd_per_hour,
+                1e-9 * *s.cost);
+    if (i > 0) EXPECT_LE(*a.results[i - 1].cost, *s.cost * 1.002);
+  }
+}
+
 TEST(Advise, GivenSettingsStayAsGiven) {
   AdviseRequest r = request("qwen2.5-7b", "a100-80gb", 2048);
   std::erase(r.free, "optimizer");
