@@ -153,7 +153,9 @@ TEST(Advise, CheapestRanksByTheCostOfTheTokensAndSkipsUnpricedCards) {
     // cost = tokens / tokens a second / 3600 x GPUs x the price of one GPU an hour
     EXPECT_NEAR(*s.cost, 1e9 / s.tokens_per_second / 3600 * static_cast<double>(s.setup.gpus) * price->usd_per_hour,
                 1e-9 * *s.cost);
-    if (i > 0) EXPECT_LE(*a.results[i - 1].cost, *s.cost * 1.002);
+    if (i > 0) {
+      EXPECT_LE(*a.results[i - 1].cost, *s.cost * 1.002);
+    }
   }
 }
 
