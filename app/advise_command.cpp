@@ -68,7 +68,7 @@ void add_advise_command(CLI::App& app, int& exit_code) {
       "tokens per step), grad-ckpt, attn, optimizer (adamw or adamw-8bit), gpus (up to --gpus-max) and parallel are free.");
   auto setup_flags = std::make_shared<SetupFlags>(*cmd);
   auto f = std::make_shared<AdviseFlags>();
-  cmd->add_option("--goal", f->goal, "fastest | largest-batch | longest-seq | least-memory | cheapest")->capture_default_str();
+  cmd->add_option("--goal", f->goal, "fastest | largest-batch | longest-seq | least-memory | cheapest | fewest-gpus")->capture_default_str();
   cmd->add_option("--free", f->free, "settings to vary as well, even if given: e.g. rank,lora-targets,method,seq");
   cmd->add_option("--fix", f->fix, "settings to hold at their value (given or default): e.g. grad-ckpt,optimizer");
   cmd->add_option("--gpus-max", f->gpus_max, "with gpus free: try 1, 2, 4... GPUs up to this")->capture_default_str();

@@ -23,6 +23,7 @@ enum class AdviseGoal {
   longest_seq,    // the longest sequence
   least_memory,   // the lowest peak allocated memory
   cheapest,       // the lowest cost for the tokens to train
+  fewest_gpus,    // the fewest GPUs (up to gpus_max), then the most tokens a second
 };
 AdviseGoal parse_advise_goal(std::string_view s);  // InputError listing the goals
 std::string to_string(AdviseGoal g);

@@ -29,7 +29,9 @@ AdviseGoal parse_advise_goal(std::string_view s) {
   if (s == "longest-seq") return AdviseGoal::longest_seq;
   if (s == "least-memory") return AdviseGoal::least_memory;
   if (s == "cheapest") return AdviseGoal::cheapest;
-  throw InputError(fmt::format("unknown goal '{}'; expected fastest, largest-batch, longest-seq, least-memory or cheapest", s));
+  if (s == "fewest-gpus") return AdviseGoal::fewest_gpus;
+  throw InputError(fmt::format(
+      "unknown goal '{}'; expected fastest, largest-batch, longest-seq, least-memory, cheapest or fewest-gpus", s));
 }
 
 std::string to_string(AdviseGoal g) {
@@ -39,6 +41,7 @@ std::string to_string(AdviseGoal g) {
     case AdviseGoal::longest_seq: return "longest-seq";
     case AdviseGoal::least_memory: return "least-memory";
     case AdviseGoal::cheapest: return "cheapest";
+    case AdviseGoal::fewest_gpus: return "fewest-gpus";
   }
   return "?";
 }
@@ -74,6 +77,7 @@ constexpr std::int64_t kShortestSeq = 256;
 // One judged point, kept small: the group it belongs to and its (batch, accumulation).
 struct Judged {
   std::uint32_t group = 0;
+  std::int64_t seq = 0;
   std::int64_t batch = 1;
   std::int64_t grad_accum = 1;
   detail::SetupGroup::Point point;
@@ -271,10 +275,10 @@ class Search {
     return r_.base.seq * r_.base.batch * r_.base.grad_accum * r_.base.gpus;
   }
 
-  // The sequence lengths of a group: its own, or for the longest-seq goal every power of two from
-  // 256 up to the model's context.
+  // The sequence lengths of a group: its own, or with the sequence free (and for the longest-seq
+  // goal) every power of two from 256 up to the model's context.
   std::vector<std::int64_t> sequences(const TrainingSetup& s) const {
-    if (r_.goal != AdviseGoal::longest_seq) return {s.seq};
+    if (r_.goal != AdviseGoal::longest_seq && !is_free(r_, "seq")) return {s.seq};
     std::vector<std::int64_t> out;
     const std::int64_t longest = model_.max_position_embeddings > 0 ? model_.max_position_embeddings : 131072;
     for (std::int64_t q = kShortestSeq; q <= longest; q *= 2) out.push_back(q);
@@ -302,38 +306,33 @@ class Search {
       for (const auto& [batch, accum] : pairs) {
         const detail::SetupGroup::Point p = priced->at(batch, accum);
         ++judged_;
-        Judged j{static_cast<std::uint32_t>(index), batch, accum, p};
+        Judged j{static_cast<std::uint32_t>(index), seq, batch, accum, p};
         if (p.verdict == Verdict::fits) {
           any_fits = true;
-          if (r_.goal == AdviseGoal::longest_seq) seq_of_.emplace(fits_.size(), seq);
           fits_.push_back(j);
         } else {
           const double over = shortfall(p, *g.gpu, s.headroom);
           if (!nearest_ || over < nearest_over_) {
             nearest_ = j;
-            nearest_seq_ = seq;
             nearest_over_ = over;
           }
           break;  // memory grows with the micro-batch: every larger one is further over
         }
       }
       // Memory grows with the sequence too: past the first that fits at no batch, none will.
-      if (!any_fits && r_.goal == AdviseGoal::longest_seq) break;
+      if (!any_fits) break;
     }
   }
 
-  TrainingSetup setup_of(const Judged& j, std::int64_t seq) const {
+  TrainingSetup setup_of(const Judged& j) const {
     TrainingSetup s = groups_[j.group].setup;
-    s.seq = seq;
+    s.seq = j.seq;
     s.batch = j.batch;
     s.grad_accum = j.grad_accum;
     return s;
   }
 
-  std::int64_t seq_of(std::size_t fit_index) const {
-    const auto it = seq_of_.find(fit_index);
-    return it != seq_of_.end() ? it->second : groups_[fits_[fit_index].group].setup.seq;
-  }
+  std::int64_t seq_of(std::size_t fit_index) const { return fits_[fit_index].seq; }
 
   // How many settings of a fitting point differ from the user's setup.
   int changes(std::size_t fit_index) const {
@@ -377,6 +376,11 @@ class Search {
       case AdviseGoal::cheapest:
         if (bucket(cost_of(x)) != bucket(cost_of(y))) return cost_of(x) < cost_of(y);
         break;
+      case AdviseGoal::fewest_gpus: {
+        const std::int64_t gx = groups_[x.group].setup.gpus, gy = groups_[y.group].setup.gpus;
+        if (gx != gy) return gx < gy;
+        break;
+      }
     }
     if (bucket(tx) != bucket(ty)) return tx > ty;
     const int cx = changes(a), cy = changes(b);
@@ -425,6 +429,8 @@ class Search {
           return fmt::format("the least memory of {} fitting setups; {}", fits_.size(), free_pct);
         case AdviseGoal::cheapest:
           return fmt::format("the lowest cost for the tokens of {} fitting setups; {}", fits_.size(), free_pct);
+        case AdviseGoal::fewest_gpus:
+          return fmt::format("the fewest GPUs that fit ({}), the fastest layout on them; {}", a.setup.gpus, free_pct);
       }
     }
     std::vector<std::string> parts;
@@ -444,7 +450,7 @@ class Search {
     std::set<std::vector<std::string>> shown;
     for (const std::size_t i : order) {
       if (out.results.size() >= r_.top) break;
-      const TrainingSetup s = setup_of(fits_[i], seq_of(i));
+      const TrainingSetup s = setup_of(fits_[i]);
       if (!shown.insert(setup_to_args(s)).second) continue;  // the same command reached twice
       out.results.push_back(materialise(s, groups_[fits_[i].group]));
     }
@@ -463,10 +469,10 @@ class Search {
     for (const std::size_t i : by_memory) {
       if (fits_[i].point.tokens_per_second <= fastest_so_far) continue;
       fastest_so_far = fits_[i].point.tokens_per_second;
-      out.pareto.push_back(materialise(setup_of(fits_[i], seq_of(i)), groups_[fits_[i].group]));
+      out.pareto.push_back(materialise(setup_of(fits_[i]), groups_[fits_[i].group]));
     }
     if (out.results.empty() && nearest_)
-      out.nearest = materialise(setup_of(*nearest_, nearest_seq_), groups_[nearest_->group]);
+      out.nearest = materialise(setup_of(*nearest_), groups_[nearest_->group]);
     return out;
   }
 
@@ -476,9 +482,7 @@ class Search {
   std::vector<Group> groups_;
   std::map<std::string, TimeProfile> profiles_;
   std::vector<Judged> fits_;
-  std::map<std::size_t, std::int64_t> seq_of_;  // longest-seq: the sequence of a fitting point
   std::optional<Judged> nearest_;
-  std::int64_t nearest_seq_ = 0;
   double nearest_over_ = 0;
   std::size_t judged_ = 0, searched_ = 0;
 };
