@@ -1,7 +1,10 @@
 // `trainfit advise` as a user runs it: the answer, its JSON contract, and one-line errors.
 #include <gtest/gtest.h>
 
+#include <cctype>
+#include <fstream>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -66,6 +69,40 @@ TEST(AdviseCli, BadFlagsAreOneLineErrors) {
     EXPECT_EQ(r.code, 2) << args << "\n" << r.out;
     EXPECT_EQ(r.out.find('\n'), r.out.size() - 1) << args << "\n" << r.out;
   }
+}
+
+}  // namespace
+
+namespace {
+
+// docs/advise.md answers five questions with commands and their output: each command still runs,
+// and every result line the page shows ("1. trainfit plan ...") is still what it prints.
+TEST(AdviseCli, TheDocsPageShowsWhatTheCommandsPrint) {
+  std::ifstream in(std::string(TRAINFIT_SOURCE_DIR) + "/docs/advise.md");
+  std::string line, command;
+  std::vector<std::string> shown;
+  int checked = 0;
+  const auto check = [&] {
+    if (command.empty()) return;
+    const auto r = run(command.substr(std::string("trainfit ").size()));
+    EXPECT_EQ(r.code, 0) << command << "\n" << r.out;
+    for (const std::string& s : shown) EXPECT_NE(r.out.find(s), std::string::npos) << command << "\nlacks: " << s;
+    ++checked;
+    command.clear();
+    shown.clear();
+  };
+  while (std::getline(in, line)) {
+    if (line.rfind("$ trainfit ", 0) == 0) {
+      check();
+      command = line.substr(2);
+    } else if (line == "```") {
+      check();
+    } else if (!command.empty() && line.size() > 3 && std::isdigit(static_cast<unsigned char>(line[0])) &&
+               line.find(". trainfit plan ") != std::string::npos) {
+      shown.push_back(line);
+    }
+  }
+  EXPECT_EQ(checked, 6);
 }
 
 }  // namespace
