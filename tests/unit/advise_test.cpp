@@ -6,22 +6,12 @@
 #include <string>
 #include <vector>
 
+#include "support/plan_args.hpp"
 #include "trainfit/trainfit.hpp"
 
 namespace trainfit {
 namespace {
 
-// The setup `trainfit plan ARGS` plans, flags read through the settings table as the CLI does.
-TrainingSetup from_args(const std::vector<std::string>& args) {
-  std::vector<GivenSetting> given;
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    const Setting* row = find_setting_by_flag(args[i]);
-    EXPECT_NE(row, nullptr) << args[i];
-    if (row->type == SettingType::boolean) given.emplace_back(row, args[i] == row->flag);
-    else given.emplace_back(row, parse_setting_text(*row, args.at(++i)));
-  }
-  return resolve_setup(given);
-}
 
 AdviseRequest request(const char* model, const char* card, std::int64_t seq) {
   AdviseRequest r;
@@ -34,7 +24,7 @@ AdviseRequest request(const char* model, const char* card, std::int64_t seq) {
 }
 
 void expect_reproduces(const AdvisedSetup& a) {
-  const TrainingSetup s = from_args(a.args);
+  const TrainingSetup s = testing::setup_from_plan_args(a.args);
   PlanOptions o;
   o.suggest = false;
   const Plan p = make_plan(load_model(s.model), s, resolve_card(s), o);

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "support/plan_args.hpp"
 #include "trainfit/trainfit.hpp"
 
 namespace trainfit {
@@ -137,17 +138,6 @@ TEST(Report, TableAndMarkdownNameTheVerdictAndThePeak) {
 namespace trainfit {
 namespace {
 
-// The setup `trainfit plan ARGS` plans: each flag read through the settings table, as the CLI does.
-TrainingSetup setup_from_args(const std::vector<std::string>& args) {
-  std::vector<GivenSetting> given;
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    const Setting* row = find_setting_by_flag(args[i]);
-    if (row == nullptr) throw std::runtime_error("not a flag: " + args[i]);
-    if (row->type == SettingType::boolean) given.emplace_back(row, args[i] == row->flag);
-    else given.emplace_back(row, parse_setting_text(*row, args.at(++i)));
-  }
-  return resolve_setup(given);
-}
 
 // The flags whose value differs between two argument lists (added, removed or changed), among
 // the settings that apply to `before` (switching full fine-tuning to LoRA brings back the LoRA
@@ -196,7 +186,7 @@ TEST(PlanSuggestions, EveryOneReproducesFromItsCommand) {
     TrainingSetup setup;
     Plan p;
     try {
-      setup = setup_from_args(args);
+      setup = testing::setup_from_plan_args(args);
       p = make_plan(load_model(setup.model), setup, resolve_card(setup));
     } catch (const InputError&) {
       continue;  // an inconsistent draw (targets the model does not have...)
@@ -209,7 +199,7 @@ TEST(PlanSuggestions, EveryOneReproducesFromItsCommand) {
       EXPECT_EQ(s.args, setup_to_args(s.setup));
       for (const std::string& flag : changed_flags(setup, setup_to_args(setup), s.args))
         EXPECT_NE(s.change.find(flag), std::string::npos) << s.change << " changes " << flag;
-      const TrainingSetup again = setup_from_args(s.args);
+      const TrainingSetup again = testing::setup_from_plan_args(s.args);
       PlanOptions alone;
       alone.suggest = false;
       const Plan q = make_plan(load_model(again.model), again, resolve_card(again), alone);

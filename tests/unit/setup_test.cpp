@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "support/plan_args.hpp"
 #include "trainfit/error.hpp"
 #include "trainfit/settings.hpp"
 #include "trainfit/setup.hpp"
@@ -202,15 +203,7 @@ TEST(SettingsTable, JsonArgsAndLabelsRoundTrip) {
     const json j = setup_to_json(s);
     EXPECT_EQ(setup_to_json(setup_from_json(j)), j);
     // The arguments of `trainfit plan` that reproduce it.
-    const std::vector<std::string> args = setup_to_args(s);
-    std::vector<GivenSetting> given;
-    for (std::size_t i = 0; i < args.size(); ++i) {
-      const Setting* row = find_setting_by_flag(args[i]);
-      ASSERT_NE(row, nullptr) << args[i];
-      if (row->type == SettingType::boolean) given.emplace_back(row, args[i] == row->flag);
-      else given.emplace_back(row, parse_setting_text(*row, args[++i]));
-    }
-    EXPECT_EQ(setup_to_json(resolve_setup(given)), j);
+    EXPECT_EQ(setup_to_json(testing::setup_from_plan_args(setup_to_args(s))), j);
   }
   // What does not apply is left out; what applies is there.
   const json lora = setup_to_json(setups[0]);
