@@ -220,8 +220,8 @@ class Search {
       for (const TrainingSetup& s : setups) {
         Group g;
         g.setup = s;
-        g.setup.gpu = card.id.empty() ? s.gpu : card.id;
-        if (!card.id.empty()) {
+        if (!r_.cards.empty()) {  // a catalogue card of the list; else the card as the user named it
+          g.setup.gpu = card.id;
           g.setup.vram_bytes.reset();
           g.setup.gpu_spec.clear();
         }

@@ -186,3 +186,22 @@ TEST(Advise, RequestsThatNameNothingToSearchAreErrors) {
 
 }  // namespace
 }  // namespace trainfit
+
+namespace trainfit {
+namespace {
+
+// A card from a GPU spec file or known by its memory stays as the user named it in each command.
+TEST(Advise, ACardFromASpecFileOrAMemorySizeStaysInTheCommand) {
+  AdviseRequest r = request("qwen2.5-1.5b", "", 1024);
+  r.base.gpu.clear();
+  r.base.gpu_spec = std::string(TRAINFIT_SOURCE_DIR) + "/data/gpus/l4.toml";
+  const Advice a = advise(load_model("qwen2.5-1.5b"), r);
+  ASSERT_FALSE(a.results.empty());
+  for (const AdvisedSetup& s : a.results) {
+    EXPECT_NE(std::find(s.args.begin(), s.args.end(), "--gpu-spec"), s.args.end()) << plan_command(s.args);
+    expect_reproduces(s);
+  }
+}
+
+}  // namespace
+}  // namespace trainfit
