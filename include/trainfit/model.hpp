@@ -18,6 +18,7 @@ struct LinearModule {
   // Rows of tokens that pass through one copy, as a fraction of the layer's tokens:
   // 1 for dense modules, experts_per_token / experts for a routed expert.
   double token_fraction = 1.0;
+  bool operator==(const LinearModule&) const = default;
 };
 
 struct ModelSpec {

@@ -512,9 +512,9 @@ double allocator_block(double bytes) {
   return segment - rounded > kSmallSize ? rounded : segment;
 }
 
-double allocated_for(const std::vector<Sized>& per_token, double tokens) {
+double allocated_for(std::span<const double> bytes_per_token, double tokens) {
   double total = 0;
-  for (const auto& t : per_token) total += allocator_block(t.bytes * tokens);
+  for (const double bytes : bytes_per_token) total += allocator_block(bytes * tokens);
   return total;
 }
 
@@ -587,10 +587,10 @@ LayerLinears layer_linears(const ModelSpec& model, const TrainingSetup& setup) {
 }
 
 StepShape describe_step(const ModelSpec& model, const TrainingSetup& setup) {
-  const StepBasis b(model, setup);
+  StepBasis b(model, setup);
   const LinearTotals lin = sum_linears(b);
   StepShape st;
-  st.tokens = as_d(setup.seq) * as_d(setup.batch);
+  st.tokens = micro_batch_tokens(setup.seq, setup.batch);
 
   st.params = parameter_storage(b, lin);
   st.gradients = st.params.trainable_params * st.params.trainable_bytes_each;
@@ -614,6 +614,7 @@ StepShape describe_step(const ModelSpec& model, const TrainingSetup& setup) {
   st.logits_compute_bytes = logits.compute_bytes;
   st.logits_upcast = logits.upcast;
   st.softcap_bytes = logits.softcap_bytes;
+  st.linears = std::move(b.linears);
   return st;
 }
 

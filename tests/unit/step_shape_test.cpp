@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
 #include "memory/memory_model.hpp"
 #include "memory/step_shape.hpp"
@@ -41,7 +42,7 @@ TEST(AllocatorBlock, ASegmentTailOfUpTo1MiBStaysInTheBlock) {
 
 TEST(AllocatedFor, RoundsEachTensorOnItsOwn) {
   // Two 1-byte-per-token tensors over 100 tokens: two 512-byte blocks, not one.
-  EXPECT_EQ(allocated_for({{"a", 1.0}, {"b", 1.0}}, 100), 1024);
+  EXPECT_EQ(allocated_for(std::vector<double>{1.0, 1.0}, 100), 1024);
 }
 
 TEST(LoraTargets, NamesMatchTheEndOfTheModulePathAtADot) {
