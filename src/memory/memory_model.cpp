@@ -88,10 +88,14 @@ MemoryBasis memory_basis(const ModelSpec& model, const TrainingSetup& setup, con
   b.copies_layer = (p.autocast_copies - b.copies_head) / L;
 
   // Each saved tensor is its own allocation, rounded by the caching allocator at the step's size.
-  b.layer_activation_bytes.reserve(st.layer_activations.size());
-  for (const auto& a : st.layer_activations) b.layer_activation_bytes.push_back(a.bytes);
-  b.outside_activation_bytes.reserve(st.outside_activations.size());
-  for (const auto& a : st.outside_activations) b.outside_activation_bytes.push_back(a.bytes);
+  auto sizes = [](const std::vector<Sized>& tensors) {
+    std::vector<double> bytes;
+    bytes.reserve(tensors.size());
+    for (const auto& t : tensors) bytes.push_back(t.bytes);
+    return tensor_sizes(std::move(bytes));
+  };
+  b.layer_activations = sizes(st.layer_activations);
+  b.outside_activations = sizes(st.outside_activations);
   b.checkpoint_per_token = st.checkpoint_per_token;
   b.logits_compute_bytes = st.logits_compute_bytes;
   b.logits_upcast = st.logits_upcast;
@@ -125,9 +129,9 @@ StepMemory step_memory(const MemoryBasis& b, double tokens, std::int64_t grad_ac
   // Gradients: with accumulation, micro-batches after the first run with every gradient alive.
   const double grads_prev = grad_accum > 1 ? b.all_grads : 0.0;
   // Each saved tensor is its own allocation, rounded by the caching allocator.
-  const double layer_acts = allocated_for(b.layer_activation_bytes, T);
+  const double layer_acts = allocated_for(b.layer_activations, T);
   const double kept_per_layer = grad_ckpt ? allocator_block(b.checkpoint_per_token * T) : layer_acts;
-  const double outside = allocated_for(b.outside_activation_bytes, T);
+  const double outside = allocated_for(b.outside_activations, T);
   // Under checkpointing autograd keeps no layer's autocast copies: they die when the forward
   // leaves autocast and each layer's recompute makes its own again.
   const double copies_kept_per_layer = grad_ckpt ? 0.0 : b.copies_layer;

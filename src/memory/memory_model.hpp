@@ -78,8 +78,8 @@ struct MemoryBasis {
   double reducing = 0;  // FSDP: a layer's whole gradients and the flat copy reduce-scatter sends
   // Autocast copies: of every weight (alive at the loss), of the output layer's, of one layer's.
   double autocast_copies = 0, copies_head = 0, copies_layer = 0;
-  std::vector<double> layer_activation_bytes;    // per token, each tensor one decoder layer saves
-  std::vector<double> outside_activation_bytes;  // per token, each tensor saved outside the layers
+  TensorSizes layer_activations;    // per token, each tensor one decoder layer saves
+  TensorSizes outside_activations;  // per token, each tensor saved outside the layers
   double checkpoint_per_token = 0;
   double logits_compute_bytes = 0;
   bool logits_upcast = false;

@@ -507,14 +507,48 @@ LogitsAndLoss logits_and_loss(const StepBasis& b) {
 double allocator_block(double bytes) {
   using namespace caching_allocator;
   const double rounded = std::ceil(bytes / kMinBlockSize) * kMinBlockSize;
-  if (rounded < kMinLargeAlloc) return rounded;
+  // Both candidates, then a choice (no branch: pricing a grid of batch sizes crosses the 10 MiB
+  // line at every other size, and a mispredicted branch costs more than the second rounding).
   const double segment = std::ceil(rounded / kRoundLarge) * kRoundLarge;
-  return segment - rounded > kSmallSize ? rounded : segment;
+  const bool own_segment = rounded >= kMinLargeAlloc && !(segment - rounded > kSmallSize);
+  return own_segment ? segment : rounded;
 }
 
 double allocated_for(std::span<const double> bytes_per_token, double tokens) {
   double total = 0;
   for (const double bytes : bytes_per_token) total += allocator_block(bytes * tokens);
+  return total;
+}
+
+TensorSizes tensor_sizes(std::vector<double> bytes_per_token) {
+  TensorSizes t;
+  t.ordered = std::move(bytes_per_token);
+  for (const double bytes : t.ordered) {
+    t.bytes_per_token += bytes;
+    const auto same = std::find_if(t.distinct.begin(), t.distinct.end(),
+                                   [&](const TensorSizes::SameSize& d) { return d.bytes_per_token == bytes; });
+    if (same != t.distinct.end()) {
+      same->count += 1;
+    } else {
+      t.distinct.push_back({bytes, 1});
+    }
+  }
+  return t;
+}
+
+double allocated_for(const TensorSizes& sizes, double tokens) {
+  // Every allocator_block is a whole number of bytes, at most the request plus a 512-byte and a
+  // 2 MiB rounding. While the blocks' exact sum stays below 2^53 every partial sum is a whole
+  // number a double holds exactly, so adding the blocks in any grouping and order gives the same
+  // double: each distinct size's block times its count. Checked against half of 2^53, so that the
+  // rounding of this bound itself cannot matter.
+  using namespace caching_allocator;
+  constexpr double kExactWholeNumbers = 4503599627370496.0;  // 2^52
+  const double most = sizes.bytes_per_token * tokens +
+                      static_cast<double>(sizes.ordered.size()) * (kRoundLarge + kMinBlockSize);
+  if (!(most < kExactWholeNumbers)) return allocated_for(sizes.ordered, tokens);
+  double total = 0;
+  for (const auto& d : sizes.distinct) total += d.count * allocator_block(d.bytes_per_token * tokens);
   return total;
 }
 

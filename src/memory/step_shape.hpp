@@ -69,6 +69,26 @@ double allocator_block(double bytes);
 // Sum of allocator_block over a list of tensors, each `bytes_per_token * tokens` bytes, in order.
 double allocated_for(std::span<const double> bytes_per_token, double tokens);
 
+// A list of tensors' sizes per token, kept for pricing many token counts: allocated_for over it
+// rounds each distinct size once. A layer saves many tensors of one size (the LoRA branches of
+// q, k and v keep the same inputs), and every block is a whole number of bytes, so the sum is the
+// same whatever the order while it stays under 2^53 bytes; past that (absurd sizes) it is summed
+// in the list's order, as allocated_for(span) does.
+struct TensorSizes {
+  struct SameSize {
+    double bytes_per_token = 0;
+    double count = 0;  // tensors of this size
+    bool operator==(const SameSize&) const = default;
+  };
+  std::vector<double> ordered;     // bytes per token of each tensor, in the step's order
+  std::vector<SameSize> distinct;  // each size once, in the order it first appears
+  double bytes_per_token = 0;      // all of them
+  bool operator==(const TensorSizes&) const = default;
+};
+TensorSizes tensor_sizes(std::vector<double> bytes_per_token);
+// The same as allocated_for(sizes.ordered, tokens), to the bit.
+double allocated_for(const TensorSizes& sizes, double tokens);
+
 // The tokens of one micro-batch, batch x seq: the one place the memory and time models (and a
 // SetupGroup pricing many batches) turn the setup's integers into the `tokens` they scale by.
 inline double micro_batch_tokens(std::int64_t seq, std::int64_t batch) {

@@ -45,6 +45,17 @@ TEST(AllocatedFor, RoundsEachTensorOnItsOwn) {
   EXPECT_EQ(allocated_for(std::vector<double>{1.0, 1.0}, 100), 1024);
 }
 
+TEST(AllocatedFor, ByDistinctSizesIsTheSumInOrder) {
+  // Repeated sizes are rounded once and counted; the sum is the ordered sum's, to the bit, also
+  // past 2^53 bytes where doubles no longer hold every whole number (then it is the ordered sum).
+  const TensorSizes sizes = tensor_sizes({4096, 1024, 4096, 64, 4096, 1024, 18944, 3584.5, 64, 1e-3});
+  EXPECT_EQ(sizes.distinct.size(), 6u);
+  EXPECT_EQ(sizes.distinct[0].count, 3);
+  for (const double tokens : {1.0, 7.0, 512.0, 2560.0, 65536.0, 16777216.0, 1e9, 1e12, 3e13, 1e15}) {
+    EXPECT_EQ(allocated_for(sizes, tokens), allocated_for(sizes.ordered, tokens)) << tokens;
+  }
+}
+
 TEST(LoraTargets, NamesMatchTheEndOfTheModulePathAtADot) {
   EXPECT_TRUE(module_name_matches("v_proj", "v_proj"));
   EXPECT_TRUE(module_name_matches("self_attn.v_proj", "v_proj"));
