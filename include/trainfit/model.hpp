@@ -59,6 +59,7 @@ struct ParameterCounts {
   std::int64_t norms = 0;       // every RMSNorm/LayerNorm weight, including the final one
   std::int64_t other = 0;       // routers, anything else
   std::int64_t total = 0;       // what sum(p.numel() for p in model.parameters()) prints
+  bool operator==(const ParameterCounts&) const = default;
 };
 
 // Reads a config.json (a file, or a folder holding one) or a built-in name.

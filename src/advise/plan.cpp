@@ -2,7 +2,11 @@
 #include "trainfit/plan.hpp"
 
 #include <algorithm>
+#include <utility>
 
+#include "memory/memory_model.hpp"
+#include "memory/step_shape.hpp"
+#include "time/time_model.hpp"
 #include "trainfit/error.hpp"
 
 namespace trainfit {
@@ -28,18 +32,39 @@ Verdict judge(std::int64_t peak_allocated_bytes, std::int64_t device_used_bytes,
 
 namespace {
 
+// The memory and the time of a setup (estimate_memory, estimate_time) from one description of its
+// step: describing it is most of what either costs.
+struct Estimates {
+  MemoryEstimate memory;
+  Verdict verdict = Verdict::fits;
+  TimeEstimate time;
+};
+
+Estimates estimate(const ModelSpec& model, const TrainingSetup& setup, const GpuSpec& gpu, const TimeProfile& profile) {
+  validate(setup);
+  const detail::StepShape st = detail::describe_step(model, setup);
+  Estimates e;
+  e.memory = detail::estimate_memory(model, setup, gpu, st);
+  e.verdict = judge(e.memory.peak_allocated_bytes, e.memory.device_used_bytes, gpu.memory_bytes, setup.headroom,
+                    setup.platform);
+  // A card without rates gets no time (estimate_time says so without counting the work).
+  if (detail::has_rates(gpu))
+    e.time = estimate_time(detail::step_work(model, setup, st), setup, gpu, profile, e.verdict == Verdict::spills);
+  else
+    e.time.predicted = false;
+  return e;
+}
+
 Suggestion evaluate(const ModelSpec& model, const TrainingSetup& setup, const GpuSpec& gpu, const PlanOptions& options,
                     std::string change) {
-  const MemoryEstimate est = estimate_memory(model, setup, gpu);
+  const Estimates e = estimate(model, setup, gpu, options.profile ? *options.profile : default_profile(gpu));
   Suggestion s;
   s.change = std::move(change);
   s.setup = setup;
-  s.peak_allocated_bytes = est.peak_allocated_bytes;
-  s.device_used_bytes = est.device_used_bytes;
-  s.verdict = judge(est.peak_allocated_bytes, est.device_used_bytes, gpu.memory_bytes, setup.headroom, setup.platform);
-  const TimeEstimate t = estimate_time(model, setup, gpu, options.profile ? *options.profile : default_profile(gpu),
-                                       s.verdict == Verdict::spills);
-  if (t.predicted) s.step_seconds = t.step_seconds;
+  s.peak_allocated_bytes = e.memory.peak_allocated_bytes;
+  s.device_used_bytes = e.memory.device_used_bytes;
+  s.verdict = e.verdict;
+  if (e.time.predicted) s.step_seconds = e.time.step_seconds;
   return s;
 }
 
@@ -124,15 +149,15 @@ Plan make_plan(const ModelSpec& model, const TrainingSetup& setup, const GpuSpec
   plan.model = model;
   plan.setup = setup;
   plan.gpu = gpu;
-  plan.memory = estimate_memory(model, setup, gpu);
+  plan.profile = options.profile ? *options.profile : default_profile(gpu);
+  Estimates e = estimate(model, setup, gpu, plan.profile);
+  plan.memory = std::move(e.memory);
   const double cap = static_cast<double>(gpu.memory_bytes);
   plan.headroom_fraction = 1.0 - static_cast<double>(plan.memory.peak_allocated_bytes) / cap;
-  plan.verdict = judge(plan.memory.peak_allocated_bytes, plan.memory.device_used_bytes, gpu.memory_bytes,
-                       setup.headroom, setup.platform);
+  plan.verdict = e.verdict;
   plan.over_capacity_bytes =
       std::max<std::int64_t>(0, std::max(plan.memory.peak_allocated_bytes, plan.memory.device_used_bytes) - gpu.memory_bytes);
-  plan.profile = options.profile ? *options.profile : default_profile(gpu);
-  plan.time = estimate_time(model, setup, gpu, plan.profile, plan.verdict == Verdict::spills);
+  plan.time = std::move(e.time);
   if (options.suggest && plan.verdict != Verdict::fits) plan.suggestions = alternatives(model, setup, gpu, options);
   return plan;
 }

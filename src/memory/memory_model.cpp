@@ -33,7 +33,7 @@ MemoryBasis memory_basis(const ModelSpec& model, const TrainingSetup& setup, con
   const auto& p = st.params;
   const double L = static_cast<double>(model.num_layers);
   const bool full = setup.method == Method::full;
-  const ParameterCounts pc = count_parameters(model);
+  const ParameterCounts& pc = st.counts;
   MemoryBasis b;
   b.layers = L;
   b.vocab = static_cast<double>(model.vocab_size);
@@ -224,15 +224,11 @@ StepMemory step_memory(const MemoryBasis& b, double tokens, std::int64_t grad_ac
   return out;
 }
 
-}  // namespace detail
-
-MemoryEstimate estimate_memory(const ModelSpec& model, const TrainingSetup& setup, const GpuSpec& gpu) {
-  validate(setup);
-  const detail::StepShape st = detail::describe_step(model, setup);
-  const detail::MemoryBasis basis = detail::memory_basis(model, setup, gpu, st);
-  const detail::StepMemory sm = detail::step_memory(basis, st.tokens, setup.grad_accum, setup.grad_ckpt);
-  const detail::MemoryMoment& peak = sm.moments[sm.peak];
-  using detail::to_bytes;
+MemoryEstimate estimate_memory(const ModelSpec& model, const TrainingSetup& setup, const GpuSpec& gpu,
+                               const StepShape& st) {
+  const MemoryBasis basis = memory_basis(model, setup, gpu, st);
+  const StepMemory sm = step_memory(basis, st.tokens, setup.grad_accum, setup.grad_ckpt);
+  const MemoryMoment& peak = sm.moments[sm.peak];
 
   MemoryEstimate est;
   est.peak_allocated_bytes = sm.peak_allocated_bytes;
@@ -258,7 +254,7 @@ MemoryEstimate estimate_memory(const ModelSpec& model, const TrainingSetup& setu
   for (const Phase ph : {Phase::forward, Phase::backward, Phase::optimizer}) {
     PhasePeak pp{ph, 0, ""};
     for (std::size_t i = 0; i < sm.count; ++i) {
-      const detail::MemoryMoment& m = sm.moments[i];
+      const MemoryMoment& m = sm.moments[i];
       if (m.phase == ph && to_bytes(m.total()) > pp.allocated_bytes) {
         pp.allocated_bytes = to_bytes(m.total());
         pp.moment = m.what;
@@ -273,6 +269,13 @@ MemoryEstimate estimate_memory(const ModelSpec& model, const TrainingSetup& setu
   est.trainable_parameters = basis.trainable_parameters;
   est.total_parameters = basis.total_parameters;
   return est;
+}
+
+}  // namespace detail
+
+MemoryEstimate estimate_memory(const ModelSpec& model, const TrainingSetup& setup, const GpuSpec& gpu) {
+  validate(setup);
+  return detail::estimate_memory(model, setup, gpu, detail::describe_step(model, setup));
 }
 
 }  // namespace trainfit

@@ -120,6 +120,11 @@ struct StepMemory {
 // micro-batches a step, with or without checkpointing.
 StepMemory step_memory(const MemoryBasis& basis, double tokens, std::int64_t grad_accum, bool grad_ckpt);
 
+// estimate_memory for a validated setup whose step is already described (`st` =
+// describe_step(model, setup)): make_plan describes a step once for its memory and its time.
+MemoryEstimate estimate_memory(const ModelSpec& model, const TrainingSetup& setup, const GpuSpec& gpu,
+                               const StepShape& st);
+
 // Bytes as the memory model reports them: rounded, never negative.
 std::int64_t to_bytes(double v);
 

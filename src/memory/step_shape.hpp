@@ -14,11 +14,19 @@
 
 namespace trainfit::detail {
 
-// A named tensor size (bytes, or bytes per token for activations).
+// A named tensor size (bytes, or bytes per token for activations). The name is kept in its parts
+// so that describing a step (an advisor describes thousands) builds no strings: name() joins
+// them, "q_proj lora dropout output", "expert mlp input", "dense layers: input norm fp32 input".
 struct Sized {
-  std::string name;
+  std::string owner;           // the module or norm keeping it ("q_proj", "input norm"), or empty
+  const char* what = "";       // what it is ("lora dropout output"): a literal
   double bytes = 0;
-  bool operator==(const Sized&) const = default;
+  const char* prefix = "";     // the part of the layer it belongs to ("expert ", "dense layers: "), a literal
+  bool lora_branch = false;    // kept by a LoRA branch (whose traffic the time model counts with the branch's)
+  std::string name() const;
+  bool operator==(const Sized& o) const {
+    return name() == o.name() && bytes == o.bytes && lora_branch == o.lora_branch;
+  }
 };
 
 struct ParameterStorage {
@@ -143,6 +151,7 @@ struct StepShape {
   double optimizer_states = 0;
   double optimizer_transient = 0;
   double dequant_transient = 0;       // largest dequantised weight of a 4-bit/8-bit base
+  ParameterCounts counts;             // count_parameters(model)
   LayerLinears linears;               // the layers' linear modules (layer_linears), for the time model
   bool operator==(const StepShape&) const = default;
 };

@@ -103,7 +103,7 @@ WorkBasis work_basis(const ModelSpec& model, const TrainingSetup& setup, const S
   // layer's are written and read by the base model's elementwise work.
   double lora_saved_per_token = 0;
   for (const auto& a : st.layer_activations)
-    if (a.name.find(" lora ") != std::string::npos) lora_saved_per_token += a.bytes;
+    if (a.lora_branch) lora_saved_per_token += a.bytes;
   b.layer_saved_per_token = st.layer_activation_per_token - lora_saved_per_token;
   b.outside_per_token = st.outside_per_token;
   b.layer_activation_per_token = st.layer_activation_per_token;
@@ -242,11 +242,14 @@ StepWork step_work(const WorkBasis& b, double tokens, double batch, bool grad_ck
   return w;
 }
 
+StepWork step_work(const ModelSpec& model, const TrainingSetup& setup, const StepShape& st) {
+  return step_work(work_basis(model, setup, st), st.tokens, as_d(setup.batch), setup.grad_ckpt);
+}
+
 }  // namespace detail
 
 StepWork step_work(const ModelSpec& model, const TrainingSetup& setup) {
-  const detail::StepShape st = detail::describe_step(model, setup);
-  return detail::step_work(detail::work_basis(model, setup, st), st.tokens, as_d(setup.batch), setup.grad_ckpt);
+  return detail::step_work(model, setup, detail::describe_step(model, setup));
 }
 
 }  // namespace trainfit

@@ -46,6 +46,8 @@ WorkBasis work_basis(const ModelSpec& model, const TrainingSetup& setup, const S
 
 // The work of one step of micro-batches of `batch` sequences, `tokens` = micro_batch_tokens(seq, batch).
 StepWork step_work(const WorkBasis& basis, double tokens, double batch, bool grad_ckpt);
+// step_work(model, setup) of a step already described (`st` = describe_step(model, setup)).
+StepWork step_work(const ModelSpec& model, const TrainingSetup& setup, const StepShape& st);
 
 // Whether a card's datasheet gives the rates the time model divides by (a card known only by its
 // memory does not).

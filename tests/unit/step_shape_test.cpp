@@ -112,9 +112,11 @@ TEST(DescribeStep, LoraBranchesAreKeptForTheTargetedModulesOnly) {
   const StepShape st = describe_step(load_model("qwen2.5-0.5b"), s);
   int a_outputs = 0;
   for (const auto& a : st.layer_activations) {
-    if (a.name.find(" lora ") == std::string::npos) continue;
-    EXPECT_TRUE(a.name.starts_with("q_proj ") || a.name.starts_with("v_proj ")) << a.name;
-    if (a.name.ends_with("lora A output")) ++a_outputs;
+    const std::string name = a.name();
+    EXPECT_EQ(a.lora_branch, name.find(" lora ") != std::string::npos) << name;
+    if (!a.lora_branch) continue;
+    EXPECT_TRUE(name.starts_with("q_proj ") || name.starts_with("v_proj ")) << name;
+    if (name.ends_with("lora A output")) ++a_outputs;
   }
   EXPECT_EQ(a_outputs, 2);
 }
