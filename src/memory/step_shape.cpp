@@ -546,6 +546,7 @@ double allocated_for(std::span<const double> bytes_per_token, double tokens) {
 TensorSizes tensor_sizes(std::vector<double> bytes_per_token) {
   TensorSizes t;
   t.ordered = std::move(bytes_per_token);
+  t.distinct.reserve(t.ordered.size());
   for (const double bytes : t.ordered) {
     t.bytes_per_token += bytes;
     const auto same = std::find_if(t.distinct.begin(), t.distinct.end(),
