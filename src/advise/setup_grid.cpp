@@ -30,7 +30,8 @@ Range setting_range(std::string_view key) {
 
 }  // namespace
 
-SetupGroup::SetupGroup(const ModelSpec& model, const TrainingSetup& base, const GpuSpec& gpu, const TimeProfile& profile)
+SetupGroup::SetupGroup(const ModelSpec& model, const TrainingSetup& base, const GpuSpec& gpu,
+                       const TimeProfile& profile)
     : base_(base), gpu_(gpu), profile_(profile) {
   base_.batch = 1;
   base_.grad_accum = 1;
@@ -53,7 +54,8 @@ SetupGroup::SetupGroup(const ModelSpec& model, const TrainingSetup& base, const 
 }
 
 void SetupGroup::validate_point(std::int64_t batch, std::int64_t grad_accum) const {
-  // Outside the ranges above: validate names the setting and the limit, as estimate_memory would.
+  // Outside the ranges above: validate names the setting and the limit, as estimate_memory would
+  // (and were it to accept the point, at() would go on to price it).
   TrainingSetup s = base_;
   s.batch = batch;
   s.grad_accum = grad_accum;
@@ -75,8 +77,8 @@ SetupGroup::Point SetupGroup::at(std::int64_t batch, std::int64_t grad_accum, bo
   p.verdict = judge(p.peak_allocated_bytes, p.device_used_bytes, gpu_.memory_bytes, base_.headroom, base_.platform);
   if (timed_) {
     const StepWork work = step_work(work_, tokens, static_cast<double>(batch), grad_ckpt);
-    const StepSeconds time = step_seconds(work, {base_.seq, batch, grad_accum, base_.gpus}, gpu_, profile_,
-                                          p.verdict == Verdict::spills);
+    const StepSeconds time =
+        step_seconds(work, {base_.seq, batch, grad_accum, base_.gpus}, gpu_, profile_, p.verdict == Verdict::spills);
     p.step_seconds = time.step;
     p.tokens_per_second = time.tokens_per_second;
   }

@@ -84,7 +84,9 @@ MemoryBasis memory_basis(const ModelSpec& model, const TrainingSetup& setup, con
   b.reducing = fsdp ? 2.0 * layer_grad_whole : 0.0;
 
   b.autocast_copies = p.autocast_copies;
-  b.copies_head = full && setup.amp ? static_cast<double>(pc.lm_head > 0 ? pc.lm_head : pc.embedding) * bytes_per_element(*setup.amp) : 0.0;
+  b.copies_head = full && setup.amp
+                      ? static_cast<double>(pc.lm_head > 0 ? pc.lm_head : pc.embedding) * bytes_per_element(*setup.amp)
+                      : 0.0;
   b.copies_layer = (p.autocast_copies - b.copies_head) / L;
 
   // Each saved tensor is its own allocation, rounded by the caching allocator at the step's size.

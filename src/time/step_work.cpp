@@ -2,7 +2,6 @@
 // host dispatches, counted from the same description of the step the memory model uses.
 #include <algorithm>
 #include <cmath>
-
 #include <string>
 #include <vector>
 
@@ -95,8 +94,7 @@ WorkBasis work_basis(const ModelSpec& model, const TrainingSetup& setup, const S
   add(linears.dense, linears.dense_layers);
   if (model.is_moe()) add(linears.moe, linears.moe_layers);
 
-  // The LoRA branch's activations are fp32 (PEFT's adapters) and its input and output in the
-  // compute dtype.
+  // The LoRA branch casts the base's activations (2 bytes, or 4 in pure fp32) to its fp32 and back.
   b.activation_bytes = b.fp32_compute ? 4.0 : 2.0;
 
   // The LoRA branch's saved tensors are part of its own traffic (step_work); the rest of the

@@ -61,7 +61,8 @@ StepSeconds step_seconds(const StepWork& w, const StepCounts& counts, const GpuS
   // card, so a least-recently-used pager evicts exactly what the next pass needs: every layer
   // pass pages its working set in and another out over the host link.
   if (spills && gpu.host_link_bytes_per_s > 0) {
-    t.spill = accum * w.layer_passes * 2.0 * w.layer_working_set_bytes / (prof.spill_efficiency * gpu.host_link_bytes_per_s);
+    t.spill = accum * w.layer_passes * 2.0 * w.layer_working_set_bytes /
+              (prof.spill_efficiency * gpu.host_link_bytes_per_s);
   }
   t.step = t.fitting + t.spill;
   const double tokens =

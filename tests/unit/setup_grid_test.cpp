@@ -1,6 +1,8 @@
 // A SetupGroup prices each (batch, accumulation, checkpointing) exactly as estimate_memory, judge
 // and estimate_time price the whole setup: over random setups of every axis the advisor searches,
 // and because what the group counts once does not depend on what its points change.
+#include "advise/setup_grid.hpp"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -10,7 +12,6 @@
 #include <string>
 #include <vector>
 
-#include "advise/setup_grid.hpp"
 #include "memory/memory_model.hpp"
 #include "memory/step_shape.hpp"
 #include "time/time_model.hpp"
@@ -24,7 +25,9 @@ const T& pick(std::mt19937_64& rng, const std::vector<T>& v) {
   return v[std::uniform_int_distribution<std::size_t>(0, v.size() - 1)(rng)];
 }
 
-bool chance(std::mt19937_64& rng, double p) { return std::uniform_real_distribution<double>(0, 1)(rng) < p; }
+bool chance(std::mt19937_64& rng, double p) {
+  return std::uniform_real_distribution<double>(0, 1)(rng) < p;
+}
 
 std::int64_t between(std::mt19937_64& rng, std::int64_t lo, std::int64_t hi) {
   return std::uniform_int_distribution<std::int64_t>(lo, hi)(rng);
