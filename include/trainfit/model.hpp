@@ -18,6 +18,7 @@ struct LinearModule {
   // Rows of tokens that pass through one copy, as a fraction of the layer's tokens:
   // 1 for dense modules, experts_per_token / experts for a routed expert.
   double token_fraction = 1.0;
+  bool operator==(const LinearModule&) const = default;
 };
 
 struct ModelSpec {
@@ -58,6 +59,7 @@ struct ParameterCounts {
   std::int64_t norms = 0;       // every RMSNorm/LayerNorm weight, including the final one
   std::int64_t other = 0;       // routers, anything else
   std::int64_t total = 0;       // what sum(p.numel() for p in model.parameters()) prints
+  bool operator==(const ParameterCounts&) const = default;
 };
 
 // Reads a config.json (a file, or a folder holding one) or a built-in name.

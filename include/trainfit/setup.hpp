@@ -103,6 +103,9 @@ std::string to_string(Parallel p);
 std::string to_string(Platform p);
 
 double bytes_per_element(DType d);  // 0.5 for 4-bit types
+// The most tokens one micro-batch (seq x batch) may hold: validate refuses more, which keeps every
+// product of the settings' limits far from int64 overflow.
+inline constexpr std::int64_t kMaxMicroBatchTokens = std::int64_t{1} << 24;
 // Throws SettingError naming the setting when a value is out of its range or the setup is
 // inconsistent (qlora with bf16 weights, rank 0, seq 0...).
 void validate(const TrainingSetup& setup);

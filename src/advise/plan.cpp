@@ -4,10 +4,14 @@
 #include <algorithm>
 #include <cstddef>
 #include <functional>
+#include <utility>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "memory/memory_model.hpp"
+#include "memory/step_shape.hpp"
+#include "time/time_model.hpp"
 #include "trainfit/error.hpp"
 #include "trainfit/settings.hpp"
 
@@ -33,6 +37,29 @@ Verdict judge(std::int64_t peak_allocated_bytes, std::int64_t device_used_bytes,
 }
 
 namespace {
+
+// The memory and the time of a setup (estimate_memory, estimate_time) from one description of its
+// step: describing it is most of what either costs.
+struct Estimates {
+  MemoryEstimate memory;
+  Verdict verdict = Verdict::fits;
+  TimeEstimate time;
+};
+
+Estimates estimate(const ModelSpec& model, const TrainingSetup& setup, const GpuSpec& gpu, const TimeProfile& profile) {
+  validate(setup);
+  const detail::StepShape st = detail::describe_step(model, setup);
+  Estimates e;
+  e.memory = detail::estimate_memory(model, setup, gpu, st);
+  e.verdict = judge(e.memory.peak_allocated_bytes, e.memory.device_used_bytes, gpu.memory_bytes, setup.headroom,
+                    setup.platform);
+  // A card without rates gets no time (estimate_time says so without counting the work).
+  if (detail::has_rates(gpu))
+    e.time = estimate_time(detail::step_work(model, setup, st), setup, gpu, profile, e.verdict == Verdict::spills);
+  else
+    e.time.predicted = false;
+  return e;
+}
 
 // At most this many changes are combined into one alternative, and this many alternatives shown.
 constexpr std::size_t kMaxChangesCombined = 3;
@@ -196,15 +223,15 @@ Plan make_plan(const ModelSpec& model, const TrainingSetup& setup, const GpuSpec
   plan.model = model;
   plan.setup = setup;
   plan.gpu = gpu;
-  plan.memory = estimate_memory(model, setup, gpu);
+  plan.profile = options.profile ? *options.profile : default_profile(gpu);
+  Estimates e = estimate(model, setup, gpu, plan.profile);
+  plan.memory = std::move(e.memory);
   const double cap = static_cast<double>(gpu.memory_bytes);
   plan.headroom_fraction = 1.0 - static_cast<double>(plan.memory.peak_allocated_bytes) / cap;
-  plan.verdict = judge(plan.memory.peak_allocated_bytes, plan.memory.device_used_bytes, gpu.memory_bytes,
-                       setup.headroom, setup.platform);
+  plan.verdict = e.verdict;
   plan.over_capacity_bytes =
       std::max<std::int64_t>(0, std::max(plan.memory.peak_allocated_bytes, plan.memory.device_used_bytes) - gpu.memory_bytes);
-  plan.profile = options.profile ? *options.profile : default_profile(gpu);
-  plan.time = estimate_time(model, setup, gpu, plan.profile, plan.verdict == Verdict::spills);
+  plan.time = std::move(e.time);
   if (options.suggest && plan.verdict != Verdict::fits) plan.suggestions = alternatives(model, setup, gpu, options);
   return plan;
 }

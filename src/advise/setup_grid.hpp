@@ -1,9 +1,14 @@
 #pragma once
-// STUB until helper-q's evaluator lands: prices each point with estimate_memory/estimate_time.
+// Pricing many setups that share most of their settings (`trainfit advise` searches grids of
+// them): the memory and time models' work that does not depend on the micro-batch, the gradient
+// accumulation or checkpointing is done once per group, and each (batch, accumulation) is priced
+// by the same functions estimate_memory and estimate_time run (memory/memory_model.hpp,
+// time/time_model.hpp), from what the group kept: the same numbers, with no allocation.
 #include <cstdint>
 
+#include "memory/memory_model.hpp"
+#include "time/time_model.hpp"
 #include "trainfit/hardware.hpp"
-#include "trainfit/memory.hpp"
 #include "trainfit/model.hpp"
 #include "trainfit/plan.hpp"
 #include "trainfit/setup.hpp"
@@ -11,43 +16,44 @@
 
 namespace trainfit::detail {
 
+// Everything about one group of setups that differ only in micro-batch and gradient accumulation
+// (and gradient checkpointing, through the three-argument at()): computed once, then any
+// (batch, accum) is priced in well under a microsecond.
 class SetupGroup {
  public:
-  SetupGroup(const ModelSpec& model, const TrainingSetup& base, const GpuSpec& gpu, const TimeProfile& profile)
-      : model_(model), base_(base), gpu_(gpu), profile_(profile) {
-    base_.batch = 1;
-    base_.grad_accum = 1;
-    validate(base_);
-  }
+  // `base`'s batch and grad_accum are ignored. Throws InputError/SettingError as estimate_memory
+  // would for an invalid setup (validate on base with batch=1, grad_accum=1; an unknown LoRA
+  // target). The group keeps copies of what it needs: model, base, gpu and profile may go.
+  SetupGroup(const ModelSpec& model, const TrainingSetup& base, const GpuSpec& gpu, const TimeProfile& profile);
+
   struct Point {
-    std::int64_t peak_allocated_bytes = 0;
-    std::int64_t device_used_bytes = 0;
-    Verdict verdict = Verdict::fits;
-    double step_seconds = 0;
+    std::int64_t peak_allocated_bytes = 0;  // == estimate_memory(...).peak_allocated_bytes
+    std::int64_t device_used_bytes = 0;     // == estimate_memory(...).device_used_bytes
+    Verdict verdict = Verdict::fits;        // == judge(...) with base.headroom and base.platform
+    double step_seconds = 0;                // == estimate_time(..., spills = verdict == spills).step_seconds (0 if not predicted)
     double tokens_per_second = 0;
   };
-  Point at(std::int64_t batch, std::int64_t grad_accum) const {
-    TrainingSetup s = base_;
-    s.batch = batch;
-    s.grad_accum = grad_accum;
-    const MemoryEstimate m = estimate_memory(model_, s, gpu_);
-    Point p;
-    p.peak_allocated_bytes = m.peak_allocated_bytes;
-    p.device_used_bytes = m.device_used_bytes;
-    p.verdict = judge(m.peak_allocated_bytes, m.device_used_bytes, gpu_.memory_bytes, s.headroom, s.platform);
-    const TimeEstimate t = estimate_time(model_, s, gpu_, profile_, p.verdict == Verdict::spills);
-    if (t.predicted) {
-      p.step_seconds = t.step_seconds;
-      p.tokens_per_second = t.tokens_per_second;
-    }
-    return p;
-  }
+
+  // The setup `base` with this batch and grad_accum (and base.grad_ckpt). A batch or an
+  // accumulation that validate() refuses throws its SettingError, as estimate_memory would.
+  Point at(std::int64_t batch, std::int64_t grad_accum) const;
+  // The same with gradient checkpointing on or off: nothing the group keeps depends on it.
+  Point at(std::int64_t batch, std::int64_t grad_accum, bool grad_ckpt) const;
 
  private:
-  const ModelSpec& model_;
-  TrainingSetup base_;
-  const GpuSpec& gpu_;
-  const TimeProfile& profile_;
+  // validate() on base with this batch and accumulation: throws what estimate_memory would.
+  void validate_point(std::int64_t batch, std::int64_t grad_accum) const;
+
+  TrainingSetup base_;  // batch 1, grad_accum 1; validate_point's setup
+  GpuSpec gpu_;
+  TimeProfile profile_;
+  MemoryBasis memory_;
+  WorkBasis work_;
+  bool timed_ = false;  // the card has the rates the time model needs (has_rates)
+  // The batches and accumulations validate() accepts with base's other settings: inside them,
+  // at() validates nothing more.
+  std::int64_t min_batch_ = 1, max_batch_ = 0;
+  std::int64_t min_grad_accum_ = 1, max_grad_accum_ = 0;
 };
 
 }  // namespace trainfit::detail

@@ -1,7 +1,20 @@
 #pragma once
 // The memory that depends on the card and the libraries rather than on the step's tensors
-// (memory/step_shape.hpp has those): what estimate_memory adds once it knows the card.
+// (memory/step_shape.hpp has those): what estimate_memory adds once it knows the card. And the
+// memory model itself in two parts: what does not depend on the micro-batch's size, the gradient
+// accumulation or checkpointing (MemoryBasis, counted once), and the moments of a step priced from
+// it at any of those (step_memory: a few dozen block roundings, no allocation). estimate_memory is
+// the two in a row; a SetupGroup (advise/setup_grid.hpp) keeps the first and calls the second.
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "memory/step_shape.hpp"
 #include "trainfit/hardware.hpp"
+#include "trainfit/memory.hpp"
+#include "trainfit/model.hpp"
+#include "trainfit/setup.hpp"
 #include "trainfit/units.hpp"
 
 namespace trainfit::detail {
@@ -33,5 +46,86 @@ inline constexpr double kCudaContextBytes = 1382.0 * static_cast<double>(kMiB);
 // by 846 MiB (842-846 over 16 DDP and FSDP runs) on two NVLinked H200s (NCCL 2.28.9, 2026-11-30).
 // The buffers scale with NCCL's channels and peers; other machines are assumed alike.
 inline constexpr double kNcclBytes = 846.0 * static_cast<double>(kMiB);
+
+// The allocated bytes at one moment of the step, by category (the categories of
+// MemoryEstimate::breakdown).
+struct MemoryMoment {
+  Phase phase = Phase::forward;
+  const char* what = "";  // "cross-entropy forward": a literal, so pricing a moment allocates nothing
+  double weights = 0, master_weights = 0, quant_constants = 0, adapters = 0, gradients = 0, optimizer_states = 0,
+         activations = 0, logits_and_loss = 0, transient = 0, cublas_workspace = 0, gradient_buckets = 0,
+         gathered_weights = 0;
+  double total() const {
+    return weights + master_weights + quant_constants + adapters + gradients + optimizer_states + activations +
+           logits_and_loss + transient + cublas_workspace + gradient_buckets + gathered_weights;
+  }
+  bool operator==(const MemoryMoment&) const = default;
+};
+
+// Everything of the memory model that does not depend on the micro-batch's tokens, the gradient
+// accumulation or gradient checkpointing: the static tensors, the gradients' and gathered units'
+// sizes, and the per-token sizes of the saved tensors (each its own allocation).
+struct MemoryBasis {
+  MemoryMoment base;  // static: alive through the whole steady-state step
+  double layers = 0;  // decoder layers
+  double vocab = 0;
+  bool full = false;  // full fine-tuning
+  bool fsdp = false;
+  // Gradients: all of them (as stored), the output layer's and the root's, one layer's
+  // (sharded or whole).
+  double all_grads = 0, head_grad = 0, root_grads = 0, layer_grad = 0;
+  double gathered_fwd = 0, gathered_layer_bwd = 0, gathered_embedding_bwd = 0;
+  double reducing = 0;  // FSDP: a layer's whole gradients and the flat copy reduce-scatter sends
+  // Autocast copies: of every weight (alive at the loss), of the output layer's, of one layer's.
+  double autocast_copies = 0, copies_head = 0, copies_layer = 0;
+  TensorSizes layer_activations;    // per token, each tensor one decoder layer saves
+  TensorSizes outside_activations;  // per token, each tensor saved outside the layers
+  double checkpoint_per_token = 0;
+  double logits_compute_bytes = 0;
+  bool logits_upcast = false;
+  double softcap_bytes = 0;
+  double layer_backward_transient_per_token = 0;
+  double layer_forward_transient_per_token = 0;
+  double dequant_transient = 0;
+  double embedding_backward_transient = 0;
+  double optimizer_transient = 0;
+  double gather_pool = 0;  // FSDP's all-gather buffers kept reserved in its stream's pool
+  std::int64_t cuda_context_bytes = 0;
+  std::int64_t weights_loaded_bytes = 0;
+  std::int64_t trainable_parameters = 0;
+  std::int64_t total_parameters = 0;
+  bool operator==(const MemoryBasis&) const = default;
+};
+
+// The shape's (describe_step's) memory for this card. Ignores the setup's batch, grad_accum and
+// grad_ckpt: `st` is per token.
+MemoryBasis memory_basis(const ModelSpec& model, const TrainingSetup& setup, const GpuSpec& gpu, const StepShape& st);
+
+// The moments where a step's memory can peak: forward at the loss, the loss backward, the output
+// layer's backward, the last and the first layer's backward, the embedding's (full fine-tuning)
+// and the optimizer step.
+inline constexpr std::size_t kMaxMemoryMoments = 7;
+
+// A step's memory at its moments, and its peak.
+struct StepMemory {
+  std::array<MemoryMoment, kMaxMemoryMoments> moments{};
+  std::size_t count = 0;  // moments[0, count) are the step's, in the step's order
+  std::size_t peak = 0;   // the first moment of the highest total
+  std::int64_t peak_allocated_bytes = 0;
+  std::int64_t peak_reserved_bytes = 0;
+  std::int64_t device_used_bytes = 0;
+};
+
+// The memory of a step of `tokens` tokens a micro-batch (micro_batch_tokens), with `grad_accum`
+// micro-batches a step, with or without checkpointing.
+StepMemory step_memory(const MemoryBasis& basis, double tokens, std::int64_t grad_accum, bool grad_ckpt);
+
+// estimate_memory for a validated setup whose step is already described (`st` =
+// describe_step(model, setup)): make_plan describes a step once for its memory and its time.
+MemoryEstimate estimate_memory(const ModelSpec& model, const TrainingSetup& setup, const GpuSpec& gpu,
+                               const StepShape& st);
+
+// Bytes as the memory model reports them: rounded, never negative.
+std::int64_t to_bytes(double v);
 
 }  // namespace trainfit::detail

@@ -4,9 +4,11 @@
 #include "memory/step_shape.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
-#include <set>
+#include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -248,15 +250,17 @@ OptimizerMemory optimizer_memory(const StepBasis& b, const LinearTotals& lin, co
   return o;
 }
 
-void keep(std::vector<Sized>& v, const std::string& name, double bytes) {
-  if (bytes > 0) v.push_back({name, bytes});
+// Keeps a tensor of `bytes` (per token), when there is one.
+void keep(std::vector<Sized>& v, Sized s) {
+  if (s.bytes > 0) v.push_back(std::move(s));
 }
+void keep(std::vector<Sized>& v, const char* what, double bytes) { keep(v, Sized{{}, what, bytes}); }
 
 // An RMSNorm upcasts its input to fp32 and keeps it for pow()'s backward; with a trainable
 // weight it also keeps the normalised input for the weight's gradient.
 void keep_norm(std::vector<Sized>& v, const StepBasis& b, const std::string& name, double width) {
-  keep(v, name + " fp32 input", 4.0 * width);
-  if (b.full) keep(v, name + " normalised input", b.w.residual * width);
+  keep(v, Sized{name, "fp32 input", 4.0 * width});
+  if (b.full) keep(v, Sized{name, "normalised input", b.w.residual * width});
 }
 
 // The first module of `mods` PEFT would match by `name`.
@@ -266,11 +270,20 @@ const LayerLinear* find_module(const std::vector<LayerLinear>& mods, std::string
   return nullptr;
 }
 
+// The name of a saved tensor that several modules read, as `prefix` + `what` ("expert mlp input").
+struct SharedInput {
+  const char* prefix = "";
+  const char* what = "";
+  bool operator==(const SharedInput& o) const {
+    return std::string_view(prefix) == o.prefix && std::string_view(what) == o.what;
+  }
+};
+
 // What autograd keeps, bytes per token, for one decoder layer of one kind, in the order the
 // forward makes it.
 class LayerActivations {
  public:
-  explicit LayerActivations(const StepBasis& b) : b_(b) {}
+  explicit LayerActivations(const StepBasis& b) : b_(b) { kept_.reserve(64); }
 
   std::vector<Sized> of_layer(const std::vector<LayerLinear>& mods, bool moe) && {
     keep_norm(kept_, b_, "input norm", b_.h);
@@ -280,10 +293,11 @@ class LayerActivations {
     if (moe) {
       moe_mlp(mods);
     } else {
-      std::vector<const LayerLinear*> gu;
+      std::array<const LayerLinear*, 3> gu{};
+      std::size_t n = 0;
       for (const char* name : {"gate_proj", "up_proj", "gate_up_proj"})
-        if (const auto* m = find_module(mods, name)) gu.push_back(m);
-      mlp("", gu, find_module(mods, "down_proj"), as_d(b_.model.intermediate_size), 1.0);
+        if (const auto* m = find_module(mods, name)) gu[n++] = m;
+      mlp("", std::span(gu.data(), n), find_module(mods, "down_proj"), as_d(b_.model.intermediate_size), 1.0);
     }
     return std::move(kept_);
   }
@@ -292,32 +306,34 @@ class LayerActivations {
   // What one linear module keeps: its input for the weight gradient when the base trains
   // (under autocast each call casts the fp32 input to a copy of its own), and the LoRA
   // branch's fp32 copy of the input, dropout mask and A output. Modules reading the same input
-  // (q/k/v, gate/up) share one saved tensor, named `input_name`.
-  void linear(const LayerLinear& l, const std::string& input_name, double input_bytes, double rows) {
+  // (q/k/v, gate/up) share one saved tensor, named `input`.
+  void linear(const LayerLinear& l, SharedInput input, double input_bytes, double rows) {
     const LinearModule& m = l.module;
     const double in = as_d(m.in_features) * rows;
     if (b_.full) {
       const bool cast_copy = b_.setup.amp && input_bytes != b_.w.compute;
       if (cast_copy) {
-        keep(kept_, m.name + " input (autocast copy)", b_.w.compute * in);
+        keep(kept_, Sized{m.name, "input (autocast copy)", b_.w.compute * in});
       } else {
-        keep_shared_input(input_name, input_bytes * in);
+        keep_shared_input(input, input_bytes * in);
       }
     } else if (l.lora_target) {
       if (b_.setup.lora.dropout > 0) {
-        keep(kept_, m.name + " lora dropout output", b_.adapter_bytes * in);
-        keep(kept_, m.name + " lora dropout mask", 1.0 * in);
+        keep(kept_, Sized{m.name, "lora dropout output", b_.adapter_bytes * in, "", true});
+        keep(kept_, Sized{m.name, "lora dropout mask", 1.0 * in, "", true});
       } else if (b_.adapter_bytes != input_bytes) {
-        keep(kept_, m.name + " lora input cast", b_.adapter_bytes * in);
+        keep(kept_, Sized{m.name, "lora input cast", b_.adapter_bytes * in, "", true});
       } else {
-        keep_shared_input(input_name, input_bytes * in);
+        keep_shared_input(input, input_bytes * in);
       }
-      keep(kept_, m.name + " lora A output", b_.adapter_bytes * b_.r * as_d(m.count) * rows);
+      keep(kept_, Sized{m.name, "lora A output", b_.adapter_bytes * b_.r * as_d(m.count) * rows, "", true});
     }
   }
 
-  void keep_shared_input(const std::string& input_name, double bytes) {
-    if (shared_inputs_kept_.insert(input_name).second) keep(kept_, input_name, bytes);
+  void keep_shared_input(SharedInput input, double bytes) {
+    if (std::find(shared_inputs_kept_.begin(), shared_inputs_kept_.end(), input) != shared_inputs_kept_.end()) return;
+    shared_inputs_kept_.push_back(input);
+    keep(kept_, Sized{{}, input.what, bytes, input.prefix});
   }
 
   void attention(const std::vector<LayerLinear>& mods) {
@@ -325,7 +341,7 @@ class LayerActivations {
     const double q = b_.q, kv = b_.kv, nq = b_.nq, seq = b_.seq;
     // attention projections
     for (const char* name : {"q_proj", "k_proj", "v_proj", "qkv_proj"})
-      if (const auto* m = find_module(mods, name)) linear(*m, "attention input", b_.w.norm_out, 1.0);
+      if (const auto* m = find_module(mods, name)) linear(*m, {"", "attention input"}, b_.w.norm_out, 1.0);
     if (b_.model.qk_norm) {
       keep(kept_, "q/k norm fp32 inputs", 4.0 * (q + kv));
       if (b_.full) keep(kept_, "q/k norm normalised inputs", c * (q + kv));
@@ -342,7 +358,7 @@ class LayerActivations {
       keep(kept_, "key repeated to query heads", c * q);
       keep(kept_, "value repeated to query heads", c * q);
       keep(kept_, "attention probabilities (fp32 softmax output)", 4.0 * nq * seq);
-      if (o_proj) linear(*o_proj, "attention output (contiguous copy)", c, 1.0);
+      if (o_proj) linear(*o_proj, {"", "attention output (contiguous copy)"}, c, 1.0);
     } else if (b_.setup.attention == Attention::eager) {
       // Eager attention repeats the key/value heads to the query heads before its matmuls,
       // keeps softmax's fp32 output and the cast copy the value matmul saves: seq x seq per head.
@@ -351,28 +367,28 @@ class LayerActivations {
       keep(kept_, "attention probabilities (fp32 softmax output)", 4.0 * nq * seq);
       keep(kept_, "attention probabilities (cast copy)", c * nq * seq);
       // Its output is transposed into a new contiguous tensor, o_proj's input.
-      if (o_proj) linear(*o_proj, "attention output (contiguous copy)", c, 1.0);
+      if (o_proj) linear(*o_proj, {"", "attention output (contiguous copy)"}, c, 1.0);
     } else {
       // The fused kernels (cuDNN/flash on Hopper) write their output already in the layout
       // o_proj reads, so the output they keep is also o_proj's input.
       keep(kept_, "attention log-sum-exp", 4.0 * nq);
       keep(kept_, "attention output", c * q);
-      shared_inputs_kept_.insert("attention output");
-      if (o_proj) linear(*o_proj, "attention output", c, 1.0);
+      shared_inputs_kept_.push_back({"", "attention output"});
+      if (o_proj) linear(*o_proj, {"", "attention output"}, c, 1.0);
     }
   }
 
   // A gated MLP: gate and up read the normalised input, the activation keeps its input, the
   // product keeps both factors, down reads the product. `rows` is the fraction of the layer's
-  // tokens one copy of the modules sees.
-  void mlp(const std::string& prefix, const std::vector<const LayerLinear*>& gate_up, const LayerLinear* down,
-           double inter, double rows) {
+  // tokens one copy of the modules sees; `prefix` names the MLP ("expert ").
+  void mlp(const char* prefix, std::span<const LayerLinear* const> gate_up, const LayerLinear* down, double inter,
+           double rows) {
     const double c = b_.w.compute;
-    for (const auto* m : gate_up) linear(*m, prefix + "mlp input", b_.w.norm_out, rows);
-    keep(kept_, prefix + "gate output (activation input)", c * inter * rows);
-    keep(kept_, prefix + "activation output", c * inter * rows);
-    keep(kept_, prefix + "up output", c * inter * rows);
-    if (down) linear(*down, prefix + "activation x up (down input)", c, rows);
+    for (const auto* m : gate_up) linear(*m, {prefix, "mlp input"}, b_.w.norm_out, rows);
+    keep(kept_, Sized{{}, "gate output (activation input)", c * inter * rows, prefix});
+    keep(kept_, Sized{{}, "activation output", c * inter * rows, prefix});
+    keep(kept_, Sized{{}, "up output", c * inter * rows, prefix});
+    if (down) linear(*down, {prefix, "activation x up (down input)"}, c, rows);
   }
 
   void moe_mlp(const std::vector<LayerLinear>& mods) {
@@ -381,7 +397,7 @@ class LayerActivations {
     const double h = b_.h;
     const double k = as_d(model.experts_per_token);
     const double E = as_d(model.num_experts);
-    if (const auto* router = find_module(mods, "gate")) linear(*router, "mlp input", b_.w.norm_out, 1.0);
+    if (const auto* router = find_module(mods, "gate")) linear(*router, {"", "mlp input"}, b_.w.norm_out, 1.0);
     keep(kept_, "router probabilities (fp32)", 4.0 * E);
     // Each routed (token, expert) pair gathers a copy of the token, runs the expert MLP and
     // is scaled by its routing weight (which keeps the expert output for the weight's gradient).
@@ -413,7 +429,7 @@ class LayerActivations {
 
   const StepBasis& b_;
   std::vector<Sized> kept_;
-  std::set<std::string> shared_inputs_kept_;
+  std::vector<SharedInput> shared_inputs_kept_;  // a handful: a list beats a set of strings
 };
 
 // The activations of one decoder layer, bytes per token. The per-layer figure is the average
@@ -427,7 +443,8 @@ std::vector<Sized> layer_activations(const StepBasis& b) {
     for (auto& s : moe_acts) s.bytes *= ls.moe_layers / b.L;
     for (auto& s : dense_acts) {
       s.bytes *= ls.dense_layers / b.L;
-      moe_acts.push_back({"dense layers: " + s.name, s.bytes});
+      s.prefix = "dense layers: ";  // a dense layer's MLP has no prefix of its own
+      moe_acts.push_back(std::move(s));
     }
   }
   return moe_acts;
@@ -504,17 +521,58 @@ LogitsAndLoss logits_and_loss(const StepBasis& b) {
 
 }  // namespace
 
+std::string Sized::name() const {
+  std::string n = prefix;
+  if (!owner.empty()) n += owner + " ";
+  return n + what;
+}
+
 double allocator_block(double bytes) {
   using namespace caching_allocator;
   const double rounded = std::ceil(bytes / kMinBlockSize) * kMinBlockSize;
-  if (rounded < kMinLargeAlloc) return rounded;
+  // Both candidates, then a choice (no branch: pricing a grid of batch sizes crosses the 10 MiB
+  // line at every other size, and a mispredicted branch costs more than the second rounding).
   const double segment = std::ceil(rounded / kRoundLarge) * kRoundLarge;
-  return segment - rounded > kSmallSize ? rounded : segment;
+  const bool own_segment = rounded >= kMinLargeAlloc && !(segment - rounded > kSmallSize);
+  return own_segment ? segment : rounded;
 }
 
-double allocated_for(const std::vector<Sized>& per_token, double tokens) {
+double allocated_for(std::span<const double> bytes_per_token, double tokens) {
   double total = 0;
-  for (const auto& t : per_token) total += allocator_block(t.bytes * tokens);
+  for (const double bytes : bytes_per_token) total += allocator_block(bytes * tokens);
+  return total;
+}
+
+TensorSizes tensor_sizes(std::vector<double> bytes_per_token) {
+  TensorSizes t;
+  t.ordered = std::move(bytes_per_token);
+  t.distinct.reserve(t.ordered.size());
+  for (const double bytes : t.ordered) {
+    t.bytes_per_token += bytes;
+    const auto same = std::find_if(t.distinct.begin(), t.distinct.end(),
+                                   [&](const TensorSizes::SameSize& d) { return d.bytes_per_token == bytes; });
+    if (same != t.distinct.end()) {
+      same->count += 1;
+    } else {
+      t.distinct.push_back({bytes, 1});
+    }
+  }
+  return t;
+}
+
+double allocated_for(const TensorSizes& sizes, double tokens) {
+  // Every allocator_block is a whole number of bytes, at most the request plus a 512-byte and a
+  // 2 MiB rounding. While the blocks' exact sum stays below 2^53 every partial sum is a whole
+  // number a double holds exactly, so adding the blocks in any grouping and order gives the same
+  // double: each distinct size's block times its count. Checked against half of 2^53, so that the
+  // rounding of this bound itself cannot matter.
+  using namespace caching_allocator;
+  constexpr double kExactWholeNumbers = 4503599627370496.0;  // 2^52
+  const double most = sizes.bytes_per_token * tokens +
+                      static_cast<double>(sizes.ordered.size()) * (kRoundLarge + kMinBlockSize);
+  if (!(most < kExactWholeNumbers)) return allocated_for(sizes.ordered, tokens);
+  double total = 0;
+  for (const auto& d : sizes.distinct) total += d.count * allocator_block(d.bytes_per_token * tokens);
   return total;
 }
 
@@ -536,6 +594,8 @@ bool targets_module(const LoraSetup& lora, const LinearModule& m) {
 
 void check_lora_targets(const ModelSpec& model, const TrainingSetup& setup) {
   if (setup.method == Method::full) return;
+  const auto all_linear = [](const std::string& t) { return t == "all-linear"; };
+  if (std::all_of(setup.lora.targets.begin(), setup.lora.targets.end(), all_linear)) return;  // nothing to look up
   // The modules of every kind of layer the model has: an MoE model's dense-MLP layers only when
   // it has some (mixtral has none, so its layers have no gate_proj).
   std::vector<LinearModule> modules = layer_linear_modules(model);
@@ -587,10 +647,10 @@ LayerLinears layer_linears(const ModelSpec& model, const TrainingSetup& setup) {
 }
 
 StepShape describe_step(const ModelSpec& model, const TrainingSetup& setup) {
-  const StepBasis b(model, setup);
+  StepBasis b(model, setup);
   const LinearTotals lin = sum_linears(b);
   StepShape st;
-  st.tokens = as_d(setup.seq) * as_d(setup.batch);
+  st.tokens = micro_batch_tokens(setup.seq, setup.batch);
 
   st.params = parameter_storage(b, lin);
   st.gradients = st.params.trainable_params * st.params.trainable_bytes_each;
@@ -614,6 +674,8 @@ StepShape describe_step(const ModelSpec& model, const TrainingSetup& setup) {
   st.logits_compute_bytes = logits.compute_bytes;
   st.logits_upcast = logits.upcast;
   st.softcap_bytes = logits.softcap_bytes;
+  st.counts = b.pc;
+  st.linears = std::move(b.linears);
   return st;
 }
 

@@ -3,6 +3,7 @@
 // the model and the setup. Nothing here depends on the card; what does (the cuBLAS workspaces)
 // is the memory model's, in memory/memory_model.hpp.
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -13,10 +14,19 @@
 
 namespace trainfit::detail {
 
-// A named tensor size (bytes, or bytes per token for activations).
+// A named tensor size (bytes, or bytes per token for activations). The name is kept in its parts
+// so that describing a step (an advisor describes thousands) builds no strings: name() joins
+// them, "q_proj lora dropout output", "expert mlp input", "dense layers: input norm fp32 input".
 struct Sized {
-  std::string name;
+  std::string owner;           // the module or norm keeping it ("q_proj", "input norm"), or empty
+  const char* what = "";       // what it is ("lora dropout output"): a literal
   double bytes = 0;
+  const char* prefix = "";     // the part of the layer it belongs to ("expert ", "dense layers: "), a literal
+  bool lora_branch = false;    // kept by a LoRA branch (whose traffic the time model counts with the branch's)
+  std::string name() const;
+  bool operator==(const Sized& o) const {
+    return name() == o.name() && bytes == o.bytes && lora_branch == o.lora_branch;
+  }
 };
 
 struct ParameterStorage {
@@ -36,25 +46,7 @@ struct ParameterStorage {
   double root_weights = 0;     // embedding, output layer and final norm (FSDP's root unit), allocated
   double layer_weights = 0;    // one decoder layer's parameters, adapters included, as one flat buffer
   double shards = 1;           // the divisor of the stored parameters, gradients and states
-};
-
-struct StepShape {
-  double tokens = 0;                  // batch x seq of one micro-batch
-  ParameterStorage params;
-  std::vector<Sized> layer_activations;  // bytes per token that autograd keeps for one decoder layer
-  double layer_activation_per_token = 0;
-  double checkpoint_per_token = 0;    // what a checkpointed layer keeps (its input)
-  std::vector<Sized> outside_activations;  // bytes per token kept outside the decoder layers
-  double outside_per_token = 0;
-  double layer_backward_transient_per_token = 0;  // gradients in flight while one layer runs backward
-  double layer_forward_transient_per_token = 0;   // largest set of temporaries alive at once in a layer's forward
-  double logits_compute_bytes = 0;    // bytes per logit element of the lm_head output
-  bool logits_upcast = false;         // the loss casts the logits to fp32 (a new tensor)
-  double softcap_bytes = 0;           // gemma2 final-logit soft-capping, bytes per logit element kept
-  double gradients = 0;               // bytes of all trainable gradients
-  double optimizer_states = 0;
-  double optimizer_transient = 0;
-  double dequant_transient = 0;       // largest dequantised weight of a 4-bit/8-bit base
+  bool operator==(const ParameterStorage&) const = default;
 };
 
 // PyTorch's CUDACachingAllocator rounding, under the names c10/cuda/CUDACachingAllocator.cpp
@@ -82,8 +74,34 @@ inline constexpr double kRoundLarge = 2.0 * static_cast<double>(kMiB);
 // it is larger than 1 MiB.
 double allocator_block(double bytes);
 
-// Sum of allocator_block over a list of tensors, each `bytes_per_token * tokens` bytes.
-double allocated_for(const std::vector<Sized>& per_token, double tokens);
+// Sum of allocator_block over a list of tensors, each `bytes_per_token * tokens` bytes, in order.
+double allocated_for(std::span<const double> bytes_per_token, double tokens);
+
+// A list of tensors' sizes per token, kept for pricing many token counts: allocated_for over it
+// rounds each distinct size once. A layer saves many tensors of one size (the LoRA branches of
+// q, k and v keep the same inputs), and every block is a whole number of bytes, so the sum is the
+// same whatever the order while it stays under 2^53 bytes; past that (absurd sizes) it is summed
+// in the list's order, as allocated_for(span) does.
+struct TensorSizes {
+  struct SameSize {
+    double bytes_per_token = 0;
+    double count = 0;  // tensors of this size
+    bool operator==(const SameSize&) const = default;
+  };
+  std::vector<double> ordered;     // bytes per token of each tensor, in the step's order
+  std::vector<SameSize> distinct;  // each size once, in the order it first appears
+  double bytes_per_token = 0;      // all of them
+  bool operator==(const TensorSizes&) const = default;
+};
+TensorSizes tensor_sizes(std::vector<double> bytes_per_token);
+// The same as allocated_for(sizes.ordered, tokens), to the bit.
+double allocated_for(const TensorSizes& sizes, double tokens);
+
+// The tokens of one micro-batch, batch x seq: the one place the memory and time models (and a
+// SetupGroup pricing many batches) turn the setup's integers into the `tokens` they scale by.
+inline double micro_batch_tokens(std::int64_t seq, std::int64_t batch) {
+  return static_cast<double>(seq) * static_cast<double>(batch);
+}
 
 // PEFT's rule for a target name: it matches a module whose path is that name or ends with
 // "." and that name ("v_proj" matches "self_attn.v_proj", "proj" matches neither).
@@ -101,6 +119,7 @@ bool targets_module(const LoraSetup& lora, const LinearModule& m);
 struct LayerLinear {
   LinearModule module;
   bool lora_target = false;  // never in full fine-tuning: the base itself trains
+  bool operator==(const LayerLinear&) const = default;
 };
 
 // The linear modules of each kind of decoder layer. A dense model has one kind; an MoE model has
@@ -110,10 +129,37 @@ struct LayerLinears {
   std::vector<LayerLinear> moe;    // an MoE model's expert layer; empty for a dense model
   double dense_layers = 0;         // how many layers are of each kind
   double moe_layers = 0;
+  bool operator==(const LayerLinears&) const = default;
 };
 LayerLinears layer_linears(const ModelSpec& model, const TrainingSetup& setup);
 
-// The tensors of one step of this setup; the same on every card.
+// One training step's tensors, per token where they scale with the micro-batch.
+struct StepShape {
+  double tokens = 0;                  // batch x seq of one micro-batch
+  ParameterStorage params;
+  std::vector<Sized> layer_activations;  // bytes per token that autograd keeps for one decoder layer
+  double layer_activation_per_token = 0;
+  double checkpoint_per_token = 0;    // what a checkpointed layer keeps (its input)
+  std::vector<Sized> outside_activations;  // bytes per token kept outside the decoder layers
+  double outside_per_token = 0;
+  double layer_backward_transient_per_token = 0;  // gradients in flight while one layer runs backward
+  double layer_forward_transient_per_token = 0;   // largest set of temporaries alive at once in a layer's forward
+  double logits_compute_bytes = 0;    // bytes per logit element of the lm_head output
+  bool logits_upcast = false;         // the loss casts the logits to fp32 (a new tensor)
+  double softcap_bytes = 0;           // gemma2 final-logit soft-capping, bytes per logit element kept
+  double gradients = 0;               // bytes of all trainable gradients
+  double optimizer_states = 0;
+  double optimizer_transient = 0;
+  double dequant_transient = 0;       // largest dequantised weight of a 4-bit/8-bit base
+  ParameterCounts counts;             // count_parameters(model)
+  LayerLinears linears;               // the layers' linear modules (layer_linears), for the time model
+  bool operator==(const StepShape&) const = default;
+};
+
+// The tensors of one step of this setup; the same on every card. Everything but `tokens` is per
+// token or per step, and does not depend on the setup's batch, grad_accum or grad_ckpt (a
+// SetupGroup describes a step once for every batch, accumulation and checkpointing; the unit
+// test SetupGroup.DescribeStepDoesNotDependOnBatchAccumulationOrCheckpointing holds it to that).
 StepShape describe_step(const ModelSpec& model, const TrainingSetup& setup);
 
 }  // namespace trainfit::detail

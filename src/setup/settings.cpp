@@ -305,10 +305,14 @@ std::string range_text(const Setting& s) {
   return "";
 }
 
-void check_range(const Setting& s, double v, const std::string& shown) {
+bool in_range(const Setting& s, double v) {
   const bool low = s.minimum && (s.exclusive_minimum ? !(v > *s.minimum) : !(v >= *s.minimum));
   const bool high = s.maximum && (s.exclusive_maximum ? !(v < *s.maximum) : !(v <= *s.maximum));
-  if (!std::isfinite(v) || low || high) throw SettingError(s.key, fmt::format("must be {} (got {})", range_text(s), shown));
+  return std::isfinite(v) && !low && !high;
+}
+
+void check_range(const Setting& s, double v, const std::string& shown) {
+  if (!in_range(s, v)) throw SettingError(s.key, fmt::format("must be {} (got {})", range_text(s), shown));
 }
 
 std::string type_word(const SettingValue& v) {
@@ -514,9 +518,11 @@ SettingValue check_setting_value(const Setting& s, const SettingValue& raw, std:
 
 void check_setting_in_bounds(const Setting& s, const SettingValue& value) {
   if (const auto* i = std::get_if<std::int64_t>(&value)) {
-    check_range(s, static_cast<double>(*i), std::to_string(*i));
+    // The value's text only for the error: validate() runs this on every setting of every setup
+    // an advisor prices.
+    if (!in_range(s, static_cast<double>(*i))) check_range(s, static_cast<double>(*i), std::to_string(*i));
   } else if (const auto* d = std::get_if<double>(&value)) {
-    check_range(s, *d, number_text(*d));
+    if (!in_range(s, *d)) check_range(s, *d, number_text(*d));
   } else if (const auto* name = std::get_if<std::string>(&value); name != nullptr && s.type == SettingType::choice) {
     if (std::find(s.choices.begin(), s.choices.end(), *name) == s.choices.end())
       throw SettingError(s.key, fmt::format("'{}' is not one of: {}", *name, fmt::join(s.choices, ", ")));

@@ -148,9 +148,9 @@ void validate(const TrainingSetup& s) {
   // to what a flag or a file would be.
   for (const Setting& row : settings()) check_setting_in_bounds(row, row.get(s));
   // Products of the limits must stay far from int64 overflow: a micro-batch's tokens are bounded.
-  constexpr std::int64_t kMaxTokens = std::int64_t{1} << 24;
-  if (s.seq * s.batch > kMaxTokens)
-    throw SettingError("batch", fmt::format("`seq` x `batch` must be at most {} tokens (got {})", kMaxTokens, s.seq * s.batch));
+  if (s.seq * s.batch > kMaxMicroBatchTokens)
+    throw SettingError("batch", fmt::format("`seq` x `batch` must be at most {} tokens (got {})", kMaxMicroBatchTokens,
+                                            s.seq * s.batch));
   const bool quantised = s.weights == DType::nf4 || s.weights == DType::fp4 || s.weights == DType::int8;
   if (s.method == Method::qlora && !quantised)
     throw SettingError("weights", fmt::format("`method` qlora needs `weights` nf4, fp4 or int8 (got {})", to_string(s.weights)));

@@ -2,8 +2,11 @@
 // host dispatches, counted from the same description of the step the memory model uses.
 #include <algorithm>
 #include <cmath>
+#include <string>
+#include <vector>
 
 #include "memory/step_shape.hpp"
+#include "time/time_model.hpp"
 #include "trainfit/time.hpp"
 
 namespace trainfit {
@@ -55,32 +58,35 @@ constexpr double kDequantBytesPerWeight = 4.5;
 
 }  // namespace
 
-StepWork step_work(const ModelSpec& model, const TrainingSetup& setup) {
-  StepWork w;
-  const double T = as_d(setup.seq) * as_d(setup.batch);
-  const double S = as_d(setup.seq), B = as_d(setup.batch);
-  const double L = as_d(model.num_layers);
-  const double h = as_d(model.hidden_size), V = as_d(model.vocab_size);
-  const double nq = as_d(model.num_heads), d = as_d(model.head_dim);
-  const bool full = setup.method == Method::full;
-  const bool ckpt = setup.grad_ckpt;
+namespace detail {
+
+WorkBasis work_basis(const ModelSpec& model, const TrainingSetup& setup, const StepShape& st) {
+  WorkBasis b;
+  b.seq = as_d(setup.seq);
+  const double L = b.layers = as_d(model.num_layers);
+  b.hidden = as_d(model.hidden_size);
+  b.vocab = as_d(model.vocab_size);
+  b.heads = as_d(model.num_heads);
+  b.head_dim = as_d(model.head_dim);
+  const bool full = b.full = setup.method == Method::full;
   const double r = as_d(setup.lora.rank);
-  const bool fp32_compute = (full && !setup.amp && setup.weights == DType::fp32) ||
-                            (setup.method == Method::lora && setup.weights == DType::fp32);
+  b.fp32_compute = (full && !setup.amp && setup.weights == DType::fp32) ||
+                   (setup.method == Method::lora && setup.weights == DType::fp32);
+  b.eager = setup.attention == Attention::eager;
+  b.quantised = setup.method == Method::qlora;
 
   // Linear layers (average over dense and MoE layers), with the LoRA targets among them.
-  const detail::LayerLinears linears = detail::layer_linears(model, setup);
-  double linear_flops_per_token = 0, targeted_rank_widths = 0, targets = 0, weight_elems = 0;
-  double targeted_in = 0, targeted_out = 0;  // widths of the targeted modules, summed over layers
-  auto add = [&](const std::vector<detail::LayerLinear>& ms, double layers) {
+  const LayerLinears& linears = st.linears;
+  double targets = 0;
+  auto add = [&](const std::vector<LayerLinear>& ms, double layers) {
     for (const auto& [m, lora_target] : ms) {
       const double rows = as_d(m.count) * m.token_fraction;  // copies a token passes through
-      linear_flops_per_token += 2.0 * as_d(m.in_features) * as_d(m.out_features) * rows * layers;
-      weight_elems += as_d(m.in_features) * as_d(m.out_features) * as_d(m.count) * layers;
+      b.linear_flops_per_token += 2.0 * as_d(m.in_features) * as_d(m.out_features) * rows * layers;
+      b.weight_elems += as_d(m.in_features) * as_d(m.out_features) * as_d(m.count) * layers;
       if (lora_target) {
-        targeted_rank_widths += r * (as_d(m.in_features) + as_d(m.out_features)) * rows * layers;
-        targeted_in += as_d(m.in_features) * rows * layers;
-        targeted_out += as_d(m.out_features) * rows * layers;
+        b.targeted_rank_widths += r * (as_d(m.in_features) + as_d(m.out_features)) * rows * layers;
+        b.targeted_in += as_d(m.in_features) * rows * layers;
+        b.targeted_out += as_d(m.out_features) * rows * layers;
         targets += layers;
       }
     }
@@ -88,70 +94,33 @@ StepWork step_work(const ModelSpec& model, const TrainingSetup& setup) {
   add(linears.dense, linears.dense_layers);
   if (model.is_moe()) add(linears.moe, linears.moe_layers);
 
-  const double lm_flops = 2.0 * V * h * T;
-  const double layers_fwd = linear_flops_per_token * T;
-  const double fwd = layers_fwd + lm_flops;
-  const double matmul = fwd /*forward*/ + fwd /*input gradients*/ + (full ? fwd : 0.0) /*weight gradients*/ +
-                        (ckpt ? layers_fwd : 0.0) /*recompute*/;
-  (fp32_compute ? w.fp32_flops : w.tensor_flops) += matmul;
+  // The LoRA branch casts the base's activations (2 bytes, or 4 in pure fp32) to its fp32 and back.
+  b.activation_bytes = b.fp32_compute ? 4.0 : 2.0;
 
-  // Attention: QK^T and PV, 2*S*d FLOPs each per token and head. The fused kernels skip the
-  // masked half of a causal sequence; eager computes all of it. Backward: fused 2.5x, eager 2x.
-  const bool eager = setup.attention == Attention::eager;
-  const double attn_fwd = L * (eager ? 4.0 : 2.0) * B * S * S * nq * d;
-  const double attn = attn_fwd * (1.0 + (eager ? 2.0 : 2.5) + (ckpt ? 1.0 : 0.0));
-  (fp32_compute ? w.fp32_flops : w.attention_flops) += attn;
-
-  // LoRA branches. Their GEMMs are skinny (rank 16 against thousands), so they stream their fp32
-  // operands and barely compute (measured on the H200: 2-16 TFLOP/s, bandwidth-bound); what costs
-  // is the fp32 traffic of the branch, counted per unit of module width.
-  const double c_act = fp32_compute ? 4.0 : 2.0;
-  const double lora_forward = T * (targeted_in * (kLoraInputBytesPerWidth + c_act) +
-                                   targeted_out * (kLoraOutputBytesPerWidth + 2.0 * c_act));
-  const double lora_bytes = lora_forward * (1.0 + kLoraBackwardPerForward + (ckpt ? 1.0 : 0.0));
-  // Of that, the adapter GEMMs' own operands: A reads the fp32 input and B writes the fp32 output
-  // (forward and recompute); backward, B's two GEMMs read the output gradient, A's two read the
-  // input and write its gradient.
-  w.adapter_bytes = T * (targeted_in * (4.0 * (1.0 + (ckpt ? 1.0 : 0.0)) + 8.0) +
-                         targeted_out * (4.0 * (1.0 + (ckpt ? 1.0 : 0.0)) + 4.0));
-
-  w.model_flops = 2.0 * fwd + (full ? fwd : 0.0) + attn_fwd * 3.5 + 6.0 * targeted_rank_widths * T;
-
-  // Bytes: elementwise work over the saved activations, the loss, dequantisation.
-  const detail::StepShape st = detail::describe_step(model, setup);
-  // The LoRA branch's saved tensors are part of its traffic above; the rest of the layer's are
-  // written and read by the base model's elementwise work.
+  // The LoRA branch's saved tensors are part of its own traffic (step_work); the rest of the
+  // layer's are written and read by the base model's elementwise work.
   double lora_saved_per_token = 0;
   for (const auto& a : st.layer_activations)
-    if (a.name.find(" lora ") != std::string::npos) lora_saved_per_token += a.bytes;
-  const double layer_saved = (st.layer_activation_per_token - lora_saved_per_token) * T * L;
-  const double saved = layer_saved + st.outside_per_token * T;
-  w.memory_bytes = saved * (kTrafficPerSavedByteForward + kTrafficPerSavedByteBackward) +
-                   (ckpt ? layer_saved * kTrafficPerSavedByteForward : 0.0) + kLossBytesPerLogit * T * V +
-                   lora_bytes - w.adapter_bytes;
-  // Every pass (forward, backward, recompute) reads each weight matrix once; a quantised one is
-  // first dequantised.
-  const double passes = 2.0 + (ckpt ? 1.0 : 0.0);
-  if (setup.method == Method::qlora) {
-    w.memory_bytes += kDequantBytesPerWeight * weight_elems * passes;
-  } else {
-    const double wb = full && setup.amp ? bytes_per_element(*setup.amp) : bytes_per_element(setup.weights);
-    w.memory_bytes += wb * (weight_elems + V * h) * passes;
-  }
+    if (a.lora_branch) lora_saved_per_token += a.bytes;
+  b.layer_saved_per_token = st.layer_activation_per_token - lora_saved_per_token;
+  b.outside_per_token = st.outside_per_token;
+  b.layer_activation_per_token = st.layer_activation_per_token;
+  b.layer_saved_tensors = static_cast<double>(st.layer_activations.size());
+  b.weight_read_bytes = full && setup.amp ? bytes_per_element(*setup.amp) : bytes_per_element(setup.weights);
 
   // Optimizer: read parameter, gradient and states; write parameter and states.
   const double tp = st.params.trainable_params;
   const double pb = st.params.trainable_bytes_each;
   switch (setup.optimizer) {
-    case Optimizer::adamw: w.optimizer_bytes = tp * (3.0 * pb + 4.0 * pb); break;
-    case Optimizer::adamw_8bit: w.optimizer_bytes = tp * (3.0 * pb + 4.0); break;
-    case Optimizer::sgd: w.optimizer_bytes = tp * 3.0 * pb; break;
-    case Optimizer::sgd_momentum: w.optimizer_bytes = tp * 5.0 * pb; break;
-    case Optimizer::adafactor: w.optimizer_bytes = tp * (3.0 * pb + 6.0 * 4.0); break;
+    case Optimizer::adamw: b.optimizer_bytes = tp * (3.0 * pb + 4.0 * pb); break;
+    case Optimizer::adamw_8bit: b.optimizer_bytes = tp * (3.0 * pb + 4.0); break;
+    case Optimizer::sgd: b.optimizer_bytes = tp * 3.0 * pb; break;
+    case Optimizer::sgd_momentum: b.optimizer_bytes = tp * 5.0 * pb; break;
+    case Optimizer::adafactor: b.optimizer_bytes = tp * (3.0 * pb + 6.0 * 4.0); break;
   }
 
   // Host operations.
-  double layer_ops = kLayerForwardOps + (eager ? kEagerExtraOps : 0.0) + (model.qk_norm ? 16.0 : 0.0) +
+  double layer_ops = kLayerForwardOps + (b.eager ? kEagerExtraOps : 0.0) + (model.qk_norm ? 16.0 : 0.0) +
                      8.0 * as_d(model.norms_per_layer - 2);
   layer_ops += kLoraForwardOps * targets / L;
   // A 4-bit or 8-bit base runs bitsandbytes' Python wrapper and its dequantisation kernels (the
@@ -161,11 +130,8 @@ StepWork step_work(const ModelSpec& model, const TrainingSetup& setup) {
   // per linear module.
   if (setup.amp) layer_ops += 2.0 * static_cast<double>(linears.dense.size());
   if (model.is_moe()) layer_ops += 10.0 + 6.0 * as_d(model.num_experts);  // router, then a loop over experts
-  const double fwd_ops = L * layer_ops + kModelForwardOps;
-  // Non-reentrant checkpointing runs two Python hooks per saved tensor (pack and unpack).
-  const double ckpt_hooks = ckpt ? 2.0 * L * static_cast<double>(st.layer_activations.size()) : 0.0;
-  w.ops = fwd_ops * (1.0 + kBackwardOpsPerForwardOp) + (ckpt ? L * layer_ops + ckpt_hooks : 0.0);
-  w.kernels = kKernelsPerOp * w.ops;
+  b.layer_ops = layer_ops;
+  b.forward_ops = L * layer_ops + kModelForwardOps;
   // Fused AdamW: a handful of multi-tensor launches; zero_grad touches every parameter tensor.
   // transformers' Adafactor runs about 29 operations per parameter tensor in a Python loop. These
   // run without autograd or module code: measured on the H200 host, a no-grad operation costs a
@@ -177,7 +143,7 @@ StepWork step_work(const ModelSpec& model, const TrainingSetup& setup) {
   const double model_tensors = L * 12.0 + 3.0;
   const double adapter_tensors = full ? 0.0 : 2.0 * targets;
   const double param_tensors = full ? model_tensors : adapter_tensors;  // the trainable ones
-  w.optimizer_ops = kNoGradOpCost * (setup.optimizer == Optimizer::adafactor ? 29.0 * param_tensors
+  b.optimizer_ops = kNoGradOpCost * (setup.optimizer == Optimizer::adafactor ? 29.0 * param_tensors
                                                                             : 10.0 + 0.5 * param_tensors);
 
   // Data parallelism: every micro-batch synchronises the gradients (no no_sync), and FSDP
@@ -187,21 +153,101 @@ StepWork step_work(const ModelSpec& model, const TrainingSetup& setup) {
     const double moved = (n - 1.0) / n;
     const double grads = st.gradients;
     if (setup.parallel == Parallel::ddp) {
-      w.all_reduce_bytes = 2.0 * moved * grads;
-      w.ops += kDdpOpsPerGradient * param_tensors;
+      b.all_reduce_bytes = 2.0 * moved * grads;
+      b.parallel_ops = kDdpOpsPerGradient * param_tensors;
     } else {
       const double root = st.params.root_weights;
       const double layers = st.params.weights + st.params.adapters - root;
-      w.all_gather_bytes = moved * (2.0 * layers + root + grads);
-      w.ops += kFsdpOpsPerParameter * (model_tensors + adapter_tensors);
+      b.all_gather_bytes = moved * (2.0 * layers + root + grads);
+      b.parallel_ops = kFsdpOpsPerParameter * (model_tensors + adapter_tensors);
     }
   }
 
+  // What one layer's pass touches: its weights (and, per token, its activations).
+  b.weight_bytes_per_layer = (st.params.weights + st.params.quant_constants) / L;
+  return b;
+}
+
+StepWork step_work(const WorkBasis& b, double tokens, double batch, bool grad_ckpt) {
+  StepWork w;
+  const double T = tokens;
+  const double S = b.seq, B = batch;
+  const double L = b.layers;
+  const double h = b.hidden, V = b.vocab;
+  const double nq = b.heads, d = b.head_dim;
+  const bool full = b.full;
+  const bool ckpt = grad_ckpt;
+  const bool fp32_compute = b.fp32_compute;
+
+  const double lm_flops = 2.0 * V * h * T;
+  const double layers_fwd = b.linear_flops_per_token * T;
+  const double fwd = layers_fwd + lm_flops;
+  const double matmul = fwd /*forward*/ + fwd /*input gradients*/ + (full ? fwd : 0.0) /*weight gradients*/ +
+                        (ckpt ? layers_fwd : 0.0) /*recompute*/;
+  (fp32_compute ? w.fp32_flops : w.tensor_flops) += matmul;
+
+  // Attention: QK^T and PV, 2*S*d FLOPs each per token and head. The fused kernels skip the
+  // masked half of a causal sequence; eager computes all of it. Backward: fused 2.5x, eager 2x.
+  const bool eager = b.eager;
+  const double attn_fwd = L * (eager ? 4.0 : 2.0) * B * S * S * nq * d;
+  const double attn = attn_fwd * (1.0 + (eager ? 2.0 : 2.5) + (ckpt ? 1.0 : 0.0));
+  (fp32_compute ? w.fp32_flops : w.attention_flops) += attn;
+
+  // LoRA branches. Their GEMMs are skinny (rank 16 against thousands), so they stream their fp32
+  // operands and barely compute (measured on the H200: 2-16 TFLOP/s, bandwidth-bound); what costs
+  // is the fp32 traffic of the branch, counted per unit of module width.
+  const double c_act = b.activation_bytes;
+  const double lora_forward = T * (b.targeted_in * (kLoraInputBytesPerWidth + c_act) +
+                                   b.targeted_out * (kLoraOutputBytesPerWidth + 2.0 * c_act));
+  const double lora_bytes = lora_forward * (1.0 + kLoraBackwardPerForward + (ckpt ? 1.0 : 0.0));
+  // Of that, the adapter GEMMs' own operands: A reads the fp32 input and B writes the fp32 output
+  // (forward and recompute); backward, B's two GEMMs read the output gradient, A's two read the
+  // input and write its gradient.
+  w.adapter_bytes = T * (b.targeted_in * (4.0 * (1.0 + (ckpt ? 1.0 : 0.0)) + 8.0) +
+                         b.targeted_out * (4.0 * (1.0 + (ckpt ? 1.0 : 0.0)) + 4.0));
+
+  w.model_flops = 2.0 * fwd + (full ? fwd : 0.0) + attn_fwd * 3.5 + 6.0 * b.targeted_rank_widths * T;
+
+  // Bytes: elementwise work over the saved activations (the LoRA branch's are in its traffic
+  // above), the loss, dequantisation.
+  const double layer_saved = b.layer_saved_per_token * T * L;
+  const double saved = layer_saved + b.outside_per_token * T;
+  w.memory_bytes = saved * (kTrafficPerSavedByteForward + kTrafficPerSavedByteBackward) +
+                   (ckpt ? layer_saved * kTrafficPerSavedByteForward : 0.0) + kLossBytesPerLogit * T * V +
+                   lora_bytes - w.adapter_bytes;
+  // Every pass (forward, backward, recompute) reads each weight matrix once; a quantised one is
+  // first dequantised.
+  const double passes = 2.0 + (ckpt ? 1.0 : 0.0);
+  if (b.quantised) {
+    w.memory_bytes += kDequantBytesPerWeight * b.weight_elems * passes;
+  } else {
+    w.memory_bytes += b.weight_read_bytes * (b.weight_elems + V * h) * passes;
+  }
+  w.optimizer_bytes = b.optimizer_bytes;
+
+  // Non-reentrant checkpointing runs two Python hooks per saved tensor (pack and unpack).
+  const double ckpt_hooks = ckpt ? 2.0 * L * b.layer_saved_tensors : 0.0;
+  w.ops = b.forward_ops * (1.0 + kBackwardOpsPerForwardOp) + (ckpt ? L * b.layer_ops + ckpt_hooks : 0.0);
+  w.kernels = kKernelsPerOp * w.ops;
+  w.optimizer_ops = b.optimizer_ops;
+  w.all_reduce_bytes = b.all_reduce_bytes;
+  w.all_gather_bytes = b.all_gather_bytes;
+  w.ops += b.parallel_ops;
+
   // What one layer's pass touches: its weights and its activations (for the spill model).
-  const double weight_bytes_per_layer = (st.params.weights + st.params.quant_constants) / L;
-  w.layer_working_set_bytes = weight_bytes_per_layer + st.layer_activation_per_token * T;
+  w.layer_working_set_bytes = b.weight_bytes_per_layer + b.layer_activation_per_token * T;
   w.layer_passes = L * passes;
   return w;
+}
+
+StepWork step_work(const ModelSpec& model, const TrainingSetup& setup, const StepShape& st) {
+  return step_work(work_basis(model, setup, st), st.tokens, as_d(setup.batch), setup.grad_ckpt);
+}
+
+}  // namespace detail
+
+StepWork step_work(const ModelSpec& model, const TrainingSetup& setup) {
+  return detail::step_work(model, setup, detail::describe_step(model, setup));
 }
 
 }  // namespace trainfit

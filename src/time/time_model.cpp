@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "time/time_model.hpp"
 #include "trainfit/time.hpp"
 
 namespace trainfit {
@@ -20,18 +21,61 @@ std::string to_string(Bottleneck b) {
   return "?";
 }
 
-namespace {
+namespace detail {
 
 bool has_rates(const GpuSpec& gpu) {
   const double tensor_peak = gpu.bf16_flops > 0 ? gpu.bf16_flops : gpu.fp16_flops;
   return tensor_peak > 0 && gpu.memory_bandwidth_bytes_per_s > 0 && gpu.fp32_flops > 0;
 }
 
-}  // namespace
+StepSeconds step_seconds(const StepWork& w, const StepCounts& counts, const GpuSpec& gpu, const TimeProfile& prof,
+                         bool spills) {
+  StepSeconds t;
+  const double tensor_peak = t.tensor_peak = gpu.bf16_flops > 0 ? gpu.bf16_flops : gpu.fp16_flops;
+  const double bw = prof.bandwidth_efficiency * gpu.memory_bandwidth_bytes_per_s;
+  t.matmul = w.tensor_flops / (prof.matmul_efficiency * tensor_peak);
+  t.attention = w.attention_flops / (prof.attention_efficiency * tensor_peak);
+  t.fp32 = w.fp32_flops / (prof.fp32_efficiency * gpu.fp32_flops) + w.adapter_bytes / bw;
+  t.traffic = w.memory_bytes / bw;
+  t.floor = w.kernels * prof.kernel_floor_seconds;
+  // Collectives over the GPU-to-GPU link (the host link when the card has none). NCCL's kernels
+  // run beside the backward's but share its SMs and memory bandwidth: counted in series (on two
+  // H200s DDP's 15 GB all-reduce, 0.047 s at the measured rate, lengthened the 7B step by 0.039 s).
+  if (counts.gpus > 1) {
+    const double link = gpu.gpu_link_bytes_per_s > 0 ? gpu.gpu_link_bytes_per_s : gpu.host_link_bytes_per_s;
+    if (link > 0)
+      t.comm = w.all_reduce_bytes / (prof.all_reduce_efficiency * link) +
+               w.all_gather_bytes / (prof.all_gather_efficiency * link);
+  }
+  t.gpu_micro = t.matmul + t.attention + t.fp32 + t.traffic + t.floor + t.comm;
+  t.host_micro = w.ops * prof.host_seconds_per_op;
+  t.opt_gpu = w.optimizer_bytes / bw;
+  t.opt_host = w.optimizer_ops * prof.host_seconds_per_op;
+  const double accum = t.accum = static_cast<double>(counts.grad_accum);
+
+  // Kernels run asynchronously: the GPU and the host work side by side, and the slower of the
+  // two sets the pace of each micro-batch and of the optimizer step.
+  t.fitting = accum * std::max(t.gpu_micro, t.host_micro) + std::max(t.opt_gpu, t.opt_host);
+
+  // Over capacity with a system-memory fallback, layers are visited in a cycle larger than the
+  // card, so a least-recently-used pager evicts exactly what the next pass needs: every layer
+  // pass pages its working set in and another out over the host link.
+  if (spills && gpu.host_link_bytes_per_s > 0) {
+    t.spill = accum * w.layer_passes * 2.0 * w.layer_working_set_bytes /
+              (prof.spill_efficiency * gpu.host_link_bytes_per_s);
+  }
+  t.step = t.fitting + t.spill;
+  const double tokens =
+      static_cast<double>(counts.seq * counts.batch) * accum * static_cast<double>(counts.gpus);
+  t.tokens_per_second = tokens / t.step;
+  return t;
+}
+
+}  // namespace detail
 
 TimeEstimate estimate_time(const ModelSpec& model, const TrainingSetup& setup, const GpuSpec& gpu,
                            const TimeProfile& prof, bool spills) {
-  if (!has_rates(gpu)) {
+  if (!detail::has_rates(gpu)) {
     TimeEstimate t;
     t.predicted = false;  // a card known only by its memory: no rates to divide by
     return t;
@@ -42,70 +86,39 @@ TimeEstimate estimate_time(const ModelSpec& model, const TrainingSetup& setup, c
 TimeEstimate estimate_time(const StepWork& w, const TrainingSetup& setup, const GpuSpec& gpu,
                            const TimeProfile& prof, bool spills) {
   TimeEstimate t;
-  if (!has_rates(gpu)) {
+  if (!detail::has_rates(gpu)) {
     t.predicted = false;
     return t;
   }
-  const double tensor_peak = gpu.bf16_flops > 0 ? gpu.bf16_flops : gpu.fp16_flops;
-  const double bw = prof.bandwidth_efficiency * gpu.memory_bandwidth_bytes_per_s;
-  const double matmul = w.tensor_flops / (prof.matmul_efficiency * tensor_peak);
-  const double attention = w.attention_flops / (prof.attention_efficiency * tensor_peak);
-  const double fp32 = w.fp32_flops / (prof.fp32_efficiency * gpu.fp32_flops) + w.adapter_bytes / bw;
-  const double traffic = w.memory_bytes / bw;
-  const double floor = w.kernels * prof.kernel_floor_seconds;
-  // Collectives over the GPU-to-GPU link (the host link when the card has none). NCCL's kernels
-  // run beside the backward's but share its SMs and memory bandwidth: counted in series (on two
-  // H200s DDP's 15 GB all-reduce, 0.047 s at the measured rate, lengthened the 7B step by 0.039 s).
-  double comm = 0;
-  if (setup.gpus > 1) {
-    const double link = gpu.gpu_link_bytes_per_s > 0 ? gpu.gpu_link_bytes_per_s : gpu.host_link_bytes_per_s;
-    if (link > 0)
-      comm = w.all_reduce_bytes / (prof.all_reduce_efficiency * link) +
-             w.all_gather_bytes / (prof.all_gather_efficiency * link);
-  }
-  const double gpu_micro = matmul + attention + fp32 + traffic + floor + comm;
-  const double host_micro = w.ops * prof.host_seconds_per_op;
-  const double opt_gpu = w.optimizer_bytes / bw;
-  const double opt_host = w.optimizer_ops * prof.host_seconds_per_op;
-  const double accum = static_cast<double>(setup.grad_accum);
-
-  // Kernels run asynchronously: the GPU and the host work side by side, and the slower of the
-  // two sets the pace of each micro-batch and of the optimizer step.
-  const double fitting = accum * std::max(gpu_micro, host_micro) + std::max(opt_gpu, opt_host);
-
-  // Over capacity with a system-memory fallback, layers are visited in a cycle larger than the
-  // card, so a least-recently-used pager evicts exactly what the next pass needs: every layer
-  // pass pages its working set in and another out over the host link.
-  double spill = 0;
-  if (spills && gpu.host_link_bytes_per_s > 0) {
-    spill = accum * w.layer_passes * 2.0 * w.layer_working_set_bytes / (prof.spill_efficiency * gpu.host_link_bytes_per_s);
-  }
-  t.step_seconds = fitting + spill;
-  t.spill_seconds = spill;
-  t.spill_slowdown = t.step_seconds / fitting;
-  t.gpu_seconds = accum * gpu_micro + opt_gpu;
-  t.host_seconds = accum * host_micro + opt_host;
-  t.communication_seconds = accum * comm;
-  const double tokens = static_cast<double>(setup.seq * setup.batch) * accum * static_cast<double>(setup.gpus);
-  t.tokens_per_second = tokens / t.step_seconds;
-  t.mfu = w.model_flops * accum / (t.step_seconds * tensor_peak);  // per GPU: model_flops is one GPU's
+  const detail::StepSeconds s =
+      detail::step_seconds(w, {setup.seq, setup.batch, setup.grad_accum, setup.gpus}, gpu, prof, spills);
+  const double accum = s.accum;
+  t.step_seconds = s.step;
+  t.spill_seconds = s.spill;
+  t.spill_slowdown = t.step_seconds / s.fitting;
+  t.gpu_seconds = accum * s.gpu_micro + s.opt_gpu;
+  t.host_seconds = accum * s.host_micro + s.opt_host;
+  t.communication_seconds = accum * s.comm;
+  t.tokens_per_second = s.tokens_per_second;
+  t.mfu = w.model_flops * accum / (t.step_seconds * s.tensor_peak);  // per GPU: model_flops is one GPU's
   // GPU terms add up to gpu_seconds, host_dispatch is host_seconds; the step is the larger of the
   // two in each micro-batch and in the optimizer step, plus any spill.
-  t.breakdown = {{"matmul", accum * matmul},          {"attention", accum * attention},
-                 {"adapters_fp32", accum * fp32},     {"memory_traffic", accum * traffic},
-                 {"kernel_floor", accum * floor},     {"optimizer", opt_gpu},
-                 {"host_dispatch", t.host_seconds},   {"spill", spill}};
-  if (setup.gpus > 1) t.breakdown.push_back({"communication", accum * comm});
+  t.breakdown = {{"matmul", accum * s.matmul},          {"attention", accum * s.attention},
+                 {"adapters_fp32", accum * s.fp32},     {"memory_traffic", accum * s.traffic},
+                 {"kernel_floor", accum * s.floor},     {"optimizer", s.opt_gpu},
+                 {"host_dispatch", t.host_seconds},     {"spill", s.spill}};
+  if (setup.gpus > 1) t.breakdown.push_back({"communication", accum * s.comm});
 
   // Named as a profile shows it: the host when the GPU waits on it; else the larger of the GPU
   // time in matrix kernels (GEMMs, attention, adapter GEMMs) and in elementwise kernels.
-  if (spill > 0.5 * t.step_seconds) {
+  const double matrix = s.matmul + s.attention + s.fp32;
+  if (s.spill > 0.5 * t.step_seconds) {
     t.bottleneck = Bottleneck::host_link_spill;
-  } else if (host_micro > gpu_micro || floor > std::max({matmul + attention + fp32, traffic, comm})) {
+  } else if (s.host_micro > s.gpu_micro || s.floor > std::max({matrix, s.traffic, s.comm})) {
     t.bottleneck = Bottleneck::launch_overhead;
-  } else if (comm > std::max(matmul + attention + fp32, traffic)) {
+  } else if (s.comm > std::max(matrix, s.traffic)) {
     t.bottleneck = Bottleneck::communication;
-  } else if (traffic > matmul + attention + fp32) {
+  } else if (s.traffic > matrix) {
     t.bottleneck = Bottleneck::memory_bandwidth;
   } else {
     t.bottleneck = Bottleneck::compute;

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
 #include "memory/memory_model.hpp"
 #include "memory/step_shape.hpp"
@@ -41,7 +42,18 @@ TEST(AllocatorBlock, ASegmentTailOfUpTo1MiBStaysInTheBlock) {
 
 TEST(AllocatedFor, RoundsEachTensorOnItsOwn) {
   // Two 1-byte-per-token tensors over 100 tokens: two 512-byte blocks, not one.
-  EXPECT_EQ(allocated_for({{"a", 1.0}, {"b", 1.0}}, 100), 1024);
+  EXPECT_EQ(allocated_for(std::vector<double>{1.0, 1.0}, 100), 1024);
+}
+
+TEST(AllocatedFor, ByDistinctSizesIsTheSumInOrder) {
+  // Repeated sizes are rounded once and counted; the sum is the ordered sum's, to the bit, also
+  // past 2^53 bytes where doubles no longer hold every whole number (then it is the ordered sum).
+  const TensorSizes sizes = tensor_sizes({4096, 1024, 4096, 64, 4096, 1024, 18944, 3584.5, 64, 1e-3});
+  EXPECT_EQ(sizes.distinct.size(), 6u);
+  EXPECT_EQ(sizes.distinct[0].count, 3);
+  for (const double tokens : {1.0, 7.0, 512.0, 2560.0, 65536.0, 16777216.0, 1e9, 1e12, 3e13, 1e15}) {
+    EXPECT_EQ(allocated_for(sizes, tokens), allocated_for(sizes.ordered, tokens)) << tokens;
+  }
 }
 
 TEST(LoraTargets, NamesMatchTheEndOfTheModulePathAtADot) {
@@ -100,9 +112,11 @@ TEST(DescribeStep, LoraBranchesAreKeptForTheTargetedModulesOnly) {
   const StepShape st = describe_step(load_model("qwen2.5-0.5b"), s);
   int a_outputs = 0;
   for (const auto& a : st.layer_activations) {
-    if (a.name.find(" lora ") == std::string::npos) continue;
-    EXPECT_TRUE(a.name.starts_with("q_proj ") || a.name.starts_with("v_proj ")) << a.name;
-    if (a.name.ends_with("lora A output")) ++a_outputs;
+    const std::string name = a.name();
+    EXPECT_EQ(a.lora_branch, name.find(" lora ") != std::string::npos) << name;
+    if (!a.lora_branch) continue;
+    EXPECT_TRUE(name.starts_with("q_proj ") || name.starts_with("v_proj ")) << name;
+    if (name.ends_with("lora A output")) ++a_outputs;
   }
   EXPECT_EQ(a_outputs, 2);
 }

@@ -1,0 +1,78 @@
+#pragma once
+// The time model in parts, so that a caller pricing many micro-batch sizes, accumulations and
+// checkpointing choices of one setup (a SetupGroup, advise/setup_grid.hpp) counts what they share
+// once: the work of a step is a WorkBasis (sums over the model's modules, host operations, the
+// optimizer: nothing that depends on the batch or on checkpointing) priced at a micro-batch
+// (step_work), and a step's seconds are that work at the profile's rates (step_seconds).
+// step_work(model, setup) and estimate_time are these in a row: one formula for both.
+#include <cstdint>
+
+#include "memory/step_shape.hpp"
+#include "trainfit/hardware.hpp"
+#include "trainfit/model.hpp"
+#include "trainfit/setup.hpp"
+#include "trainfit/time.hpp"
+
+namespace trainfit::detail {
+
+// What the work of a step is computed from, whatever the micro-batch and checkpointing.
+struct WorkBasis {
+  double seq = 0, layers = 0, hidden = 0, vocab = 0, heads = 0, head_dim = 0;
+  bool full = false;          // full fine-tuning: the base's weight gradients are computed
+  bool fp32_compute = false;  // matmuls on CUDA cores (pure fp32 training)
+  bool eager = false;         // eager attention
+  bool quantised = false;     // a 4-bit or 8-bit base, dequantised in every pass
+  // Sums over the decoder layers' linear modules (MoE: the routed share), per token.
+  double linear_flops_per_token = 0;
+  double targeted_rank_widths = 0;  // r x (in + out) over the LoRA-targeted modules
+  double targeted_in = 0, targeted_out = 0;
+  double weight_elems = 0;       // matrix weights of every layer
+  double activation_bytes = 0;   // bytes per element of the activations a LoRA branch casts (4 in pure fp32, else 2)
+  double weight_read_bytes = 0;  // bytes per element of a weight a pass reads (unquantised bases)
+  // Saved tensors, bytes per token: one layer's without the LoRA branch's, outside the layers,
+  // one layer's in all.
+  double layer_saved_per_token = 0, outside_per_token = 0, layer_activation_per_token = 0;
+  double layer_saved_tensors = 0;  // tensors one layer saves (checkpointing hooks each)
+  double optimizer_bytes = 0, optimizer_ops = 0;
+  double layer_ops = 0, forward_ops = 0;  // host operations: one layer's forward, the whole forward
+  double parallel_ops = 0;                // DDP's bucket copies or FSDP2's per-parameter work
+  double all_reduce_bytes = 0, all_gather_bytes = 0;
+  double weight_bytes_per_layer = 0;
+  bool operator==(const WorkBasis&) const = default;
+};
+
+// `st` is describe_step(model, setup); the setup's batch, grad_accum and grad_ckpt are not read.
+WorkBasis work_basis(const ModelSpec& model, const TrainingSetup& setup, const StepShape& st);
+
+// The work of one step of micro-batches of `batch` sequences, `tokens` = micro_batch_tokens(seq, batch).
+StepWork step_work(const WorkBasis& basis, double tokens, double batch, bool grad_ckpt);
+// step_work(model, setup) of a step already described (`st` = describe_step(model, setup)).
+StepWork step_work(const ModelSpec& model, const TrainingSetup& setup, const StepShape& st);
+
+// Whether a card's datasheet gives the rates the time model divides by (a card known only by its
+// memory does not).
+bool has_rates(const GpuSpec& gpu);
+
+// The counts a step's time multiplies by.
+struct StepCounts {
+  std::int64_t seq = 0, batch = 0, grad_accum = 0, gpus = 0;
+};
+
+// A step's seconds, term by term (estimate_time's breakdown is made of these).
+struct StepSeconds {
+  double tensor_peak = 0;  // the card's dense bf16 (else fp16) peak
+  double matmul = 0, attention = 0, fp32 = 0, traffic = 0, floor = 0, comm = 0;  // one micro-batch's GPU terms
+  double gpu_micro = 0, host_micro = 0;                                          // one micro-batch, GPU and host
+  double opt_gpu = 0, opt_host = 0;                                              // the optimizer step, GPU and host
+  double accum = 0;
+  double fitting = 0;  // the step when it fits in memory
+  double spill = 0;
+  double step = 0;
+  double tokens_per_second = 0;
+};
+
+// The step's seconds for a card with rates (has_rates).
+StepSeconds step_seconds(const StepWork& work, const StepCounts& counts, const GpuSpec& gpu, const TimeProfile& prof,
+                         bool spills);
+
+}  // namespace trainfit::detail
