@@ -78,6 +78,7 @@ constexpr std::int64_t kShortestSeq = 256;
 struct Judged {
   std::uint32_t group = 0;
   std::int64_t seq = 0;
+  bool grad_ckpt = false;
   std::int64_t batch = 1;
   std::int64_t grad_accum = 1;
   detail::SetupGroup::Point point;
@@ -173,12 +174,9 @@ class Search {
       }
       return out;
     });
-    axis("grad_ckpt", [](const TrainingSetup& s) {
-      TrainingSetup on = s, off = s;
-      on.grad_ckpt = true;
-      off.grad_ckpt = false;
-      return std::vector<TrainingSetup>{off, on};
-    });
+    // Checkpointing is not an axis of groups: a group describes its step once for both
+    // (SetupGroup::at takes it), which halves the groups to build.
+    checkpointing_ = is_free(r_, "grad_ckpt") ? std::vector<bool>{false, true} : std::vector<bool>{r_.base.grad_ckpt};
     axis("attn", [](const TrainingSetup& s) {
       TrainingSetup sdpa = s, eager = s;
       sdpa.attention = Attention::sdpa;
@@ -293,24 +291,25 @@ class Search {
       s.batch = 1;
       s.grad_accum = 1;
       const auto pairs = batches(s);
-      searched_ += pairs.size();
+      searched_ += pairs.size() * checkpointing_.size();
       if (pairs.empty()) continue;
       std::optional<detail::SetupGroup> priced;
       try {
-        validate(s);
-        priced.emplace(model_, s, *g.gpu, profile_for(*g.gpu));
+        priced.emplace(model_, s, *g.gpu, profile_for(*g.gpu));  // validates the setup
       } catch (const InputError&) {
         continue;  // a combination the setup does not allow (QLoRA with FSDP, targets the model lacks)
       }
       bool any_fits = false;
-      for (const auto& [batch, accum] : pairs) {
-        const detail::SetupGroup::Point p = priced->at(batch, accum);
-        ++judged_;
-        Judged j{static_cast<std::uint32_t>(index), seq, batch, accum, p};
-        if (p.verdict == Verdict::fits) {
-          any_fits = true;
-          fits_.push_back(j);
-        } else {
+      for (const bool ckpt : checkpointing_) {
+        for (const auto& [batch, accum] : pairs) {
+          const detail::SetupGroup::Point p = priced->at(batch, accum, ckpt);
+          ++judged_;
+          const Judged j{static_cast<std::uint32_t>(index), seq, ckpt, batch, accum, p};
+          if (p.verdict == Verdict::fits) {
+            any_fits = true;
+            fits_.push_back(j);
+            continue;
+          }
           const double over = shortfall(p, *g.gpu, s.headroom);
           if (!nearest_ || over < nearest_over_) {
             nearest_ = j;
@@ -327,6 +326,7 @@ class Search {
   TrainingSetup setup_of(const Judged& j) const {
     TrainingSetup s = groups_[j.group].setup;
     s.seq = j.seq;
+    s.grad_ckpt = j.grad_ckpt;
     s.batch = j.batch;
     s.grad_accum = j.grad_accum;
     return s;
@@ -340,7 +340,7 @@ class Search {
     const TrainingSetup& s = groups_[j.group].setup;
     const TrainingSetup& b = r_.base;
     return (s.method != b.method) + (s.lora.rank != b.lora.rank) + (s.lora.targets != b.lora.targets) +
-           (s.optimizer != b.optimizer) + (s.grad_ckpt != b.grad_ckpt) + (s.attention != b.attention) +
+           (s.optimizer != b.optimizer) + (j.grad_ckpt != b.grad_ckpt) + (s.attention != b.attention) +
            (s.gpus != b.gpus) + (s.parallel != b.parallel) + (s.gpu != b.gpu) + (seq_of(fit_index) != b.seq) +
            (j.batch != b.batch) + (j.grad_accum != b.grad_accum);
   }
@@ -352,40 +352,38 @@ class Search {
     return static_cast<double>(g.setup.gpus) * g.price->usd_per_hour / j.point.tokens_per_second;
   }
 
-  bool better(std::size_t a, std::size_t b) const {
-    const Judged& x = fits_[a];
-    const Judged& y = fits_[b];
-    const double tx = x.point.tokens_per_second, ty = y.point.tokens_per_second;
-    // Speeds and costs within 0.2% of each other are a tie (the model is not that precise): then
-    // the setup that changes less of the user's wins, then the one that leaves more memory.
-    const auto bucket = [](double v) {
-      return v > 0 && std::isfinite(v) ? std::floor(std::log(v) / std::log1p(0.002)) : std::numeric_limits<double>::max();
-    };
+  // A fitting point's place in the ranking, computed once: the goal's own measure (smaller is
+  // better), then speed, then how many of the user's settings it changes, then memory. Speeds and
+  // costs within 0.2% of each other share a bucket, a tie: the model is not that precise.
+  struct RankKey {
+    double goal = 0;
+    double speed = 0;  // minus the speed bucket
+    int changes = 0;
+    std::int64_t peak = 0;
+    std::size_t index = 0;
+    auto operator<=>(const RankKey&) const = default;
+  };
+
+  static double bucket(double v) {
+    return v > 0 && std::isfinite(v) ? std::floor(std::log(v) / std::log1p(0.002)) : std::numeric_limits<double>::max();
+  }
+
+  RankKey rank_key(std::size_t i) const {
+    const Judged& j = fits_[i];
+    RankKey k;
     switch (r_.goal) {
       case AdviseGoal::fastest: break;
-      case AdviseGoal::largest_batch:
-        if (x.batch != y.batch) return x.batch > y.batch;
-        break;
-      case AdviseGoal::longest_seq:
-        if (seq_of(a) != seq_of(b)) return seq_of(a) > seq_of(b);
-        break;
-      case AdviseGoal::least_memory:
-        if (x.point.peak_allocated_bytes != y.point.peak_allocated_bytes)
-          return x.point.peak_allocated_bytes < y.point.peak_allocated_bytes;
-        break;
-      case AdviseGoal::cheapest:
-        if (bucket(cost_of(x)) != bucket(cost_of(y))) return cost_of(x) < cost_of(y);
-        break;
-      case AdviseGoal::fewest_gpus: {
-        const std::int64_t gx = groups_[x.group].setup.gpus, gy = groups_[y.group].setup.gpus;
-        if (gx != gy) return gx < gy;
-        break;
-      }
+      case AdviseGoal::largest_batch: k.goal = -static_cast<double>(j.batch); break;
+      case AdviseGoal::longest_seq: k.goal = -static_cast<double>(j.seq); break;
+      case AdviseGoal::least_memory: k.goal = static_cast<double>(j.point.peak_allocated_bytes); break;
+      case AdviseGoal::cheapest: k.goal = bucket(cost_of(j)); break;
+      case AdviseGoal::fewest_gpus: k.goal = static_cast<double>(groups_[j.group].setup.gpus); break;
     }
-    if (bucket(tx) != bucket(ty)) return tx > ty;
-    const int cx = changes(a), cy = changes(b);
-    if (cx != cy) return cx < cy;
-    return x.point.peak_allocated_bytes < y.point.peak_allocated_bytes;
+    k.speed = -bucket(j.point.tokens_per_second);
+    k.changes = changes(i);
+    k.peak = j.point.peak_allocated_bytes;
+    k.index = i;
+    return k;
   }
 
   // A judged setup planned on its own, exactly as `trainfit plan` plans its arguments.
@@ -444,12 +442,15 @@ class Search {
 
   Advice finish() {
     Advice out;
-    std::vector<std::size_t> order(fits_.size());
-    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
-    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return better(a, b); });
+    // Only the best few are ordered: a search may keep a million fitting points.
+    std::vector<RankKey> order(fits_.size());
+    for (std::size_t i = 0; i < order.size(); ++i) order[i] = rank_key(i);
+    const std::size_t head = std::min(order.size(), 8 * r_.top);  // room for the same command reached twice
+    std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(head), order.end());
     std::set<std::vector<std::string>> shown;
-    for (const std::size_t i : order) {
-      if (out.results.size() >= r_.top) break;
+    for (std::size_t k = 0; k < order.size() && out.results.size() < r_.top; ++k) {
+      if (k == head) std::sort(order.begin() + static_cast<std::ptrdiff_t>(head), order.end());
+      const std::size_t i = order[k].index;
       const TrainingSetup s = setup_of(fits_[i]);
       if (!shown.insert(setup_to_args(s)).second) continue;  // the same command reached twice
       out.results.push_back(materialise(s, groups_[fits_[i].group]));
@@ -479,6 +480,7 @@ class Search {
   const ModelSpec& model_;
   const AdviseRequest& r_;
   std::vector<GpuSpec> cards_;
+  std::vector<bool> checkpointing_;  // the values of grad_ckpt searched
   std::vector<Group> groups_;
   std::map<std::string, TimeProfile> profiles_;
   std::vector<Judged> fits_;
