@@ -1,6 +1,6 @@
 // `trainfit advise`: a grid over the free settings, judged group by group. A group is one setup
-// less its micro-batch and accumulation: its step's tensors and work are described once
-// (detail::SetupGroup) and each (batch, accumulation) priced from them. Batch ascends within a
+// less its micro-batch, accumulation and checkpointing: its step's tensors and work are described
+// once (detail::SetupGroup) and each (batch, accumulation, checkpointing) priced from them. Batch ascends within a
 // group, and memory grows with it, so the first batch over the card ends the group's search.
 #include "trainfit/advise.hpp"
 
