@@ -1,13 +1,13 @@
 // `trainfit advise`: the best setups that fit for a goal, each a `trainfit plan` command.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include <algorithm>
 #include <cmath>
 #include <iostream>
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <fmt/format.h>
-#include <fmt/ranges.h>
 
 #include "commands.hpp"
 #include "setup_flags.hpp"
@@ -40,12 +40,12 @@ std::vector<std::string> setting_keys(const std::string& list, const char* flag)
   for (const std::string& name : split_list(list)) {
     const Setting* s = find_setting(name);
     if (s == nullptr) s = find_setting_by_flag("--" + name);
-    if (s == nullptr || std::find(advisable_settings().begin(), advisable_settings().end(), s->key) ==
-                            advisable_settings().end()) {
+    if (s == nullptr ||
+        std::find(advisable_settings().begin(), advisable_settings().end(), s->key) == advisable_settings().end()) {
       std::vector<std::string> names;
       for (const std::string& k : advisable_settings()) names.push_back(find_setting(k)->flag.substr(2));
-      throw InputError(fmt::format("{}: '{}' is not a setting advise varies; it varies {}", flag, name,
-                                   fmt::join(names, ", ")));
+      throw InputError(
+          fmt::format("{}: '{}' is not a setting advise varies; it varies {}", flag, name, fmt::join(names, ", ")));
     }
     out.push_back(s->key);
   }
@@ -65,10 +65,12 @@ void add_advise_command(CLI::App& app, int& exit_code) {
       "advise",
       "Search the settings you leave free for the setups that fit, best first for a goal; each is a "
       "`trainfit plan` command.\nThe settings you give are fixed; by default batch, grad-accum (at the same "
-      "tokens per step), grad-ckpt, attn, optimizer (adamw or adamw-8bit), gpus (up to --gpus-max) and parallel are free.");
+      "tokens per step), grad-ckpt, attn, optimizer (adamw or adamw-8bit), gpus (up to --gpus-max) and parallel are "
+      "free.");
   auto setup_flags = std::make_shared<SetupFlags>(*cmd);
   auto f = std::make_shared<AdviseFlags>();
-  cmd->add_option("--goal", f->goal, "fastest | largest-batch | longest-seq | least-memory | cheapest | fewest-gpus")->capture_default_str();
+  cmd->add_option("--goal", f->goal, "fastest | largest-batch | longest-seq | least-memory | cheapest | fewest-gpus")
+      ->capture_default_str();
   cmd->add_option("--free", f->free, "settings to vary as well, even if given: e.g. rank,lora-targets,method,seq");
   cmd->add_option("--fix", f->fix, "settings to hold at their value (given or default): e.g. grad-ckpt,optimizer");
   cmd->add_option("--gpus-max", f->gpus_max, "with gpus free: try 1, 2, 4... GPUs up to this")->capture_default_str();
@@ -83,8 +85,9 @@ void add_advise_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--format", f->format, "table | json | markdown")->capture_default_str();
   cmd->add_option("--profile", f->profile, "time profile from `trainfit calibrate` (default: each card's default)");
   cmd->add_flag("--verbose", f->verbose, "say how many setups were judged and how long the search took");
-  cmd->footer("--gpu any tries every card of the catalogue, --gpu a100-80gb,h100-sxm a list; --method any tries "
-              "full, LoRA and QLoRA.\nThe setups are defined in docs/advise.md.");
+  cmd->footer(
+      "--gpu any tries every card of the catalogue, --gpu a100-80gb,h100-sxm a list; --method any tries "
+      "full, LoRA and QLoRA.\nThe setups are defined in docs/advise.md.");
   cmd->callback([setup_flags, f, &exit_code] {
     AdviseRequest r;
     // The card and the method take "any" (and the card a list) here, which no setup can hold.
@@ -116,9 +119,11 @@ void add_advise_command(CLI::App& app, int& exit_code) {
     if (r.cards.size() > 1) r.free.push_back("gpu");
 
     r.goal = parse_advise_goal(f->goal);
-    if (f->gpus_max < 1 || f->gpus_max > 1024) throw InputError(fmt::format("--gpus-max: must be 1-1024 (got {})", f->gpus_max));
+    if (f->gpus_max < 1 || f->gpus_max > 1024)
+      throw InputError(fmt::format("--gpus-max: must be 1-1024 (got {})", f->gpus_max));
     r.gpus_max = f->gpus_max;
-    if (f->tokens_per_step < 0) throw InputError(fmt::format("--tokens-per-step: must be positive (got {})", f->tokens_per_step));
+    if (f->tokens_per_step < 0)
+      throw InputError(fmt::format("--tokens-per-step: must be positive (got {})", f->tokens_per_step));
     r.tokens_per_step = f->tokens_per_step;
     if (f->top < 1 || f->top > 1000) throw InputError(fmt::format("--top: must be 1-1000 (got {})", f->top));
     r.top = static_cast<std::size_t>(f->top);
@@ -129,7 +134,8 @@ void add_advise_command(CLI::App& app, int& exit_code) {
     }
     if (!f->profile.empty()) r.profile = load_profile(f->profile);
     // The built-in prices, with the user's replacing them card by card.
-    const PriceTable prices = f->prices.empty() ? builtin_prices() : merge_prices(builtin_prices(), load_prices(f->prices));
+    const PriceTable prices =
+        f->prices.empty() ? builtin_prices() : merge_prices(builtin_prices(), load_prices(f->prices));
     r.prices = &prices;
     const Format format = parse_format(f->format);
 

@@ -34,45 +34,45 @@ const std::vector<std::string>& advisable_settings();
 const std::vector<std::string>& free_by_default();
 
 struct AdviseRequest {
-  TrainingSetup base;                       // the user's setup: the values of the fixed settings
-  std::vector<std::string> free;            // keys of advisable_settings() the search varies
-  std::vector<std::string> cards;           // catalogue ids to try; empty: the base's card only
-  std::int64_t gpus_max = 1;                // with "gpus" free: 1, 2, 4... up to this
+  TrainingSetup base;              // the user's setup: the values of the fixed settings
+  std::vector<std::string> free;   // keys of advisable_settings() the search varies
+  std::vector<std::string> cards;  // catalogue ids to try; empty: the base's card only
+  std::int64_t gpus_max = 1;       // with "gpus" free: 1, 2, 4... up to this
   // Tokens per optimizer step, all GPUs together (seq x batch x grad_accum x gpus), held while
   // batch, accumulation and GPU count vary. 0: the base's.
   std::int64_t tokens_per_step = 0;
   AdviseGoal goal = AdviseGoal::fastest;
-  double tokens = 0;                        // tokens to train, for hours and cost (0: none)
-  const PriceTable* prices = nullptr;       // for cost; required by the cheapest goal
+  double tokens = 0;                   // tokens to train, for hours and cost (0: none)
+  const PriceTable* prices = nullptr;  // for cost; required by the cheapest goal
   std::size_t top = 5;
-  std::optional<TimeProfile> profile;       // default: each card's default profile
+  std::optional<TimeProfile> profile;  // default: each card's default profile
 };
 
 struct AdvisedSetup {
-  TrainingSetup setup;                  // complete: model, card and every setting
-  std::vector<std::string> args;        // setup_to_args(setup): `trainfit plan` reproduces it
+  TrainingSetup setup;            // complete: model, card and every setting
+  std::vector<std::string> args;  // setup_to_args(setup): `trainfit plan` reproduces it
   GpuSpec gpu;
   std::int64_t peak_allocated_bytes = 0;
   std::int64_t device_used_bytes = 0;
   Verdict verdict = Verdict::fits;
-  double headroom_fraction = 0;         // 1 - peak allocated / capacity
-  double step_seconds = 0;              // 0 when the card's rates are unknown
+  double headroom_fraction = 0;  // 1 - peak allocated / capacity
+  double step_seconds = 0;       // 0 when the card's rates are unknown
   double tokens_per_second = 0;
-  double hours = 0;                     // for request.tokens; 0 without tokens or a time
-  std::optional<double> cost;           // USD, with a price for the card
-  std::optional<double> usd_per_hour;   // one GPU
-  std::string why;                      // why it ranks where it does
+  double hours = 0;                    // for request.tokens; 0 without tokens or a time
+  std::optional<double> cost;          // USD, with a price for the card
+  std::optional<double> usd_per_hour;  // one GPU
+  std::string why;                     // why it ranks where it does
 };
 
 struct Advice {
-  std::vector<AdvisedSetup> results;    // best first, at most request.top
+  std::vector<AdvisedSetup> results;  // best first, at most request.top
   // The fitting setups no other beats on both peak memory and tokens a second, lowest memory first.
   std::vector<AdvisedSetup> pareto;
   // When nothing fits: the setup that came nearest (least over the card less its headroom).
   std::optional<AdvisedSetup> nearest;
-  std::size_t judged = 0;               // setups whose memory was estimated
-  std::size_t searched = 0;             // setups in the grid, including those skipped by monotonicity
-  double seconds = 0;                   // wall time of the search
+  std::size_t judged = 0;    // setups whose memory was estimated
+  std::size_t searched = 0;  // setups in the grid, including those skipped by monotonicity
+  double seconds = 0;        // wall time of the search
 };
 
 // Searches the grid the request describes. Throws InputError for a request that names nothing to

@@ -4,6 +4,9 @@
 // group, and memory grows with it, so the first batch over the card ends the group's search.
 #include "trainfit/advise.hpp"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -12,9 +15,6 @@
 #include <map>
 #include <optional>
 #include <set>
-
-#include <fmt/format.h>
-#include <fmt/ranges.h>
 
 #include "advise/setup_grid.hpp"
 #include "trainfit/error.hpp"
@@ -36,19 +36,26 @@ AdviseGoal parse_advise_goal(std::string_view s) {
 
 std::string to_string(AdviseGoal g) {
   switch (g) {
-    case AdviseGoal::fastest: return "fastest";
-    case AdviseGoal::largest_batch: return "largest-batch";
-    case AdviseGoal::longest_seq: return "longest-seq";
-    case AdviseGoal::least_memory: return "least-memory";
-    case AdviseGoal::cheapest: return "cheapest";
-    case AdviseGoal::fewest_gpus: return "fewest-gpus";
+    case AdviseGoal::fastest:
+      return "fastest";
+    case AdviseGoal::largest_batch:
+      return "largest-batch";
+    case AdviseGoal::longest_seq:
+      return "longest-seq";
+    case AdviseGoal::least_memory:
+      return "least-memory";
+    case AdviseGoal::cheapest:
+      return "cheapest";
+    case AdviseGoal::fewest_gpus:
+      return "fewest-gpus";
   }
   return "?";
 }
 
 const std::vector<std::string>& advisable_settings() {
-  static const std::vector<std::string> keys = {"method",  "rank",  "lora_targets", "optimizer", "seq", "batch",
-                                                "grad_accum", "grad_ckpt", "attn", "gpus", "parallel", "gpu"};
+  static const std::vector<std::string> keys = {"method", "rank",  "lora_targets", "optimizer",
+                                                "seq",    "batch", "grad_accum",   "grad_ckpt",
+                                                "attn",   "gpus",  "parallel",     "gpu"};
   return keys;
 }
 
@@ -56,8 +63,8 @@ const std::vector<std::string>& advisable_settings() {
 // recomputation, the attention kernel, the optimizer's state precision, and how GPUs share the
 // work. What changes the training itself (method, rank, targets, sequence) is free only when asked.
 const std::vector<std::string>& free_by_default() {
-  static const std::vector<std::string> keys = {"batch", "grad_accum", "grad_ckpt", "attn",
-                                                "optimizer", "gpus", "parallel"};
+  static const std::vector<std::string> keys = {"batch",     "grad_accum", "grad_ckpt", "attn",
+                                                "optimizer", "gpus",       "parallel"};
   return keys;
 }
 
@@ -187,8 +194,8 @@ class Search {
     const bool layout_free = is_free(r_, "parallel");
     axes.emplace_back([&](const TrainingSetup& s) {
       std::vector<TrainingSetup> out;
-      const std::vector<std::int64_t> counts = gpus_free ? powers_of_two(std::max<std::int64_t>(1, r_.gpus_max))
-                                                         : std::vector<std::int64_t>{s.gpus};
+      const std::vector<std::int64_t> counts =
+          gpus_free ? powers_of_two(std::max<std::int64_t>(1, r_.gpus_max)) : std::vector<std::int64_t>{s.gpus};
       for (const std::int64_t n : counts) {
         TrainingSetup t = s;
         t.gpus = n;
@@ -197,8 +204,8 @@ class Search {
           out.push_back(t);
           continue;
         }
-        for (const Parallel p : layout_free ? std::vector<Parallel>{Parallel::ddp, Parallel::fsdp}
-                                            : std::vector<Parallel>{s.parallel}) {
+        for (const Parallel p :
+             layout_free ? std::vector<Parallel>{Parallel::ddp, Parallel::fsdp} : std::vector<Parallel>{s.parallel}) {
           t.parallel = p;
           out.push_back(t);
         }
@@ -229,8 +236,9 @@ class Search {
       }
     }
     if (groups_.empty())
-      throw InputError("--goal cheapest: none of the cards searched has a price (`trainfit gpus --for` lists "
-                       "them; --prices FILE adds yours)");
+      throw InputError(
+          "--goal cheapest: none of the cards searched has a price (`trainfit gpus --for` lists "
+          "them; --prices FILE adds yours)");
   }
 
   const TimeProfile& profile_for(const GpuSpec& gpu) {
@@ -372,12 +380,23 @@ class Search {
     const Judged& j = fits_[i];
     RankKey k;
     switch (r_.goal) {
-      case AdviseGoal::fastest: break;
-      case AdviseGoal::largest_batch: k.goal = -static_cast<double>(j.batch); break;
-      case AdviseGoal::longest_seq: k.goal = -static_cast<double>(j.seq); break;
-      case AdviseGoal::least_memory: k.goal = static_cast<double>(j.point.peak_allocated_bytes); break;
-      case AdviseGoal::cheapest: k.goal = bucket(cost_of(j)); break;
-      case AdviseGoal::fewest_gpus: k.goal = static_cast<double>(groups_[j.group].setup.gpus); break;
+      case AdviseGoal::fastest:
+        break;
+      case AdviseGoal::largest_batch:
+        k.goal = -static_cast<double>(j.batch);
+        break;
+      case AdviseGoal::longest_seq:
+        k.goal = -static_cast<double>(j.seq);
+        break;
+      case AdviseGoal::least_memory:
+        k.goal = static_cast<double>(j.point.peak_allocated_bytes);
+        break;
+      case AdviseGoal::cheapest:
+        k.goal = bucket(cost_of(j));
+        break;
+      case AdviseGoal::fewest_gpus:
+        k.goal = static_cast<double>(groups_[j.group].setup.gpus);
+        break;
     }
     k.speed = -bucket(j.point.tokens_per_second);
     k.changes = changes(i);
@@ -472,8 +491,7 @@ class Search {
       fastest_so_far = fits_[i].point.tokens_per_second;
       out.pareto.push_back(materialise(setup_of(fits_[i]), groups_[fits_[i].group]));
     }
-    if (out.results.empty() && nearest_)
-      out.nearest = materialise(setup_of(*nearest_), groups_[nearest_->group]);
+    if (out.results.empty() && nearest_) out.nearest = materialise(setup_of(*nearest_), groups_[nearest_->group]);
     return out;
   }
 
@@ -494,7 +512,8 @@ class Search {
 Advice advise(const ModelSpec& model, const AdviseRequest& request) {
   for (const std::string& key : request.free)
     if (std::find(advisable_settings().begin(), advisable_settings().end(), key) == advisable_settings().end())
-      throw InputError(fmt::format("advise cannot vary '{}'; it varies {}", key, fmt::join(advisable_settings(), ", ")));
+      throw InputError(
+          fmt::format("advise cannot vary '{}'; it varies {}", key, fmt::join(advisable_settings(), ", ")));
   if (request.goal == AdviseGoal::cheapest && (request.prices == nullptr || request.tokens <= 0))
     throw InputError("--goal cheapest needs the tokens to train (--tokens N, or --epochs E --dataset-tokens N)");
   if (request.top == 0) throw InputError("--top must be at least 1");

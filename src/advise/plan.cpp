@@ -1,13 +1,13 @@
 // Verdicts and the alternatives that make a setup fit.
 #include "trainfit/plan.hpp"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include <algorithm>
 #include <cstddef>
 #include <functional>
 #include <utility>
-
-#include <fmt/format.h>
-#include <fmt/ranges.h>
 
 #include "memory/memory_model.hpp"
 #include "memory/step_shape.hpp"
@@ -19,10 +19,14 @@ namespace trainfit {
 
 std::string to_string(Verdict v) {
   switch (v) {
-    case Verdict::fits: return "fits";
-    case Verdict::tight: return "tight";
-    case Verdict::spills: return "spills";
-    case Verdict::oom: return "oom";
+    case Verdict::fits:
+      return "fits";
+    case Verdict::tight:
+      return "tight";
+    case Verdict::spills:
+      return "spills";
+    case Verdict::oom:
+      return "oom";
   }
   return "?";
 }
@@ -68,8 +72,8 @@ constexpr std::size_t kMaxSuggestions = 5;
 // A change people make to fit a run: `apply` makes it to a setup (which may already carry other
 // changes) and says whether it applies there and changes something.
 struct Change {
-  std::string what;  // the change as its flags ("--grad-ckpt")
-  std::string why;   // what it does, shown when it is the only change
+  std::string what;     // the change as its flags ("--grad-ckpt")
+  std::string why;      // what it does, shown when it is the only change
   std::string setting;  // the key of the setting it changes: two changes of one setting never combine
   std::function<bool(TrainingSetup&)> apply;
 };
@@ -78,24 +82,23 @@ struct Change {
 // the ones that change what is trained (method, quantisation, sequence) come after the free ones.
 std::vector<Change> changes_for(const TrainingSetup& base) {
   std::vector<Change> out;
-  out.push_back({"--grad-ckpt", "each layer recomputed in backward, about 1/3 more compute", "grad_ckpt",
-                 [](TrainingSetup& s) {
-                   if (s.grad_ckpt) return false;
-                   s.grad_ckpt = true;
-                   return true;
-                 }});
+  out.push_back(
+      {"--grad-ckpt", "each layer recomputed in backward, about 1/3 more compute", "grad_ckpt", [](TrainingSetup& s) {
+         if (s.grad_ckpt) return false;
+         s.grad_ckpt = true;
+         return true;
+       }});
   if (base.batch > 1)
     out.push_back({fmt::format("--batch 1 --grad-accum {}", base.grad_accum * base.batch),
-                   "micro-batch 1, the same tokens per optimizer step", "batch",
-                   [](TrainingSetup& s) {
+                   "micro-batch 1, the same tokens per optimizer step", "batch", [](TrainingSetup& s) {
                      if (s.batch == 1) return false;
                      s.grad_accum *= s.batch;
                      s.batch = 1;
                      return true;
                    }});
   const std::vector<std::string> qv = {"q_proj", "v_proj"};
-  out.push_back({"--lora-targets q,v", "LoRA on q_proj and v_proj only: fewer adapters and saved inputs", "lora_targets",
-                 [qv](TrainingSetup& s) {
+  out.push_back({"--lora-targets q,v", "LoRA on q_proj and v_proj only: fewer adapters and saved inputs",
+                 "lora_targets", [qv](TrainingSetup& s) {
                    if (s.method == Method::full || s.lora.targets == qv) return false;
                    s.lora.targets = qv;
                    return true;
@@ -108,13 +111,14 @@ std::vector<Change> changes_for(const TrainingSetup& base) {
                    s.parallel = Parallel::fsdp;
                    return true;
                  }});
-  out.push_back({"--optimizer adamw-8bit", "8-bit AdamW, its states at 2 bytes a parameter", "optimizer",
-                 [](TrainingSetup& s) {
-                   if (s.method != Method::full || s.optimizer != Optimizer::adamw) return false;
-                   s.optimizer = Optimizer::adamw_8bit;
-                   return true;
-                 }});
-  out.push_back({"--method lora", fmt::format("LoRA rank {} on a bf16 base instead of full fine-tuning", base.lora.rank), "method",
+  out.push_back(
+      {"--optimizer adamw-8bit", "8-bit AdamW, its states at 2 bytes a parameter", "optimizer", [](TrainingSetup& s) {
+         if (s.method != Method::full || s.optimizer != Optimizer::adamw) return false;
+         s.optimizer = Optimizer::adamw_8bit;
+         return true;
+       }});
+  out.push_back({"--method lora",
+                 fmt::format("LoRA rank {} on a bf16 base instead of full fine-tuning", base.lora.rank), "method",
                  [](TrainingSetup& s) {
                    if (s.method != Method::full) return false;
                    s.method = Method::lora;
@@ -229,8 +233,8 @@ Plan make_plan(const ModelSpec& model, const TrainingSetup& setup, const GpuSpec
   const double cap = static_cast<double>(gpu.memory_bytes);
   plan.headroom_fraction = 1.0 - static_cast<double>(plan.memory.peak_allocated_bytes) / cap;
   plan.verdict = e.verdict;
-  plan.over_capacity_bytes =
-      std::max<std::int64_t>(0, std::max(plan.memory.peak_allocated_bytes, plan.memory.device_used_bytes) - gpu.memory_bytes);
+  plan.over_capacity_bytes = std::max<std::int64_t>(
+      0, std::max(plan.memory.peak_allocated_bytes, plan.memory.device_used_bytes) - gpu.memory_bytes);
   plan.time = std::move(e.time);
   if (options.suggest && plan.verdict != Verdict::fits) plan.suggestions = alternatives(model, setup, gpu, options);
   return plan;

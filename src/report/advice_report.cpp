@@ -33,8 +33,7 @@ json advised_to_json(const AdvisedSetup& a) {
 std::string figures(const AdvisedSetup& a, double tokens) {
   std::string out = fmt::format("{}, {:.0f} MiB peak ({:.0f}% of the card free)", to_string(a.verdict),
                                 to_mib(a.peak_allocated_bytes), 100.0 * a.headroom_fraction);
-  if (a.step_seconds > 0)
-    out += fmt::format(", {:.3g} s a step, {:.0f} tokens/s", a.step_seconds, a.tokens_per_second);
+  if (a.step_seconds > 0) out += fmt::format(", {:.3g} s a step, {:.0f} tokens/s", a.step_seconds, a.tokens_per_second);
   if (tokens > 0 && a.hours > 0) {
     out += fmt::format("; {:.3g} h for {:.3g} tokens", a.hours, tokens);
     if (a.cost) out += fmt::format(", ${:.2f} at ${:.2f}/h a GPU", *a.cost, a.usd_per_hour.value_or(0));
@@ -84,7 +83,8 @@ std::string render_advice(const Advice& advice, const AdviseRequest& request, Fo
   for (std::size_t i = 0; i < advice.results.size(); ++i) {
     const AdvisedSetup& a = advice.results[i];
     if (md) {
-      out += fmt::format("{}. `{}`  \n   {}  \n   {}\n", i + 1, plan_command(a.args), figures(a, request.tokens), a.why);
+      out +=
+          fmt::format("{}. `{}`  \n   {}  \n   {}\n", i + 1, plan_command(a.args), figures(a, request.tokens), a.why);
     } else {
       out += fmt::format("{}. {}\n   {}\n   {}\n", i + 1, plan_command(a.args), figures(a, request.tokens), a.why);
     }
@@ -94,13 +94,18 @@ std::string render_advice(const Advice& advice, const AdviseRequest& request, Fo
                        advice.pareto.size());
     if (md) out += "\n| peak allocated | tokens/s | command |\n|---:|---:|---|\n";
     for (const AdvisedSetup& a : advice.pareto) {
-      if (md) out += fmt::format("| {:.0f} MiB | {:.0f} | `{}` |\n", to_mib(a.peak_allocated_bytes), a.tokens_per_second, plan_command(a.args));
-      else out += fmt::format("  {:>9.0f} MiB {:>10.0f} tokens/s  {}\n", to_mib(a.peak_allocated_bytes), a.tokens_per_second, plan_command(a.args));
+      if (md)
+        out += fmt::format("| {:.0f} MiB | {:.0f} | `{}` |\n", to_mib(a.peak_allocated_bytes), a.tokens_per_second,
+                           plan_command(a.args));
+      else
+        out += fmt::format("  {:>9.0f} MiB {:>10.0f} tokens/s  {}\n", to_mib(a.peak_allocated_bytes),
+                           a.tokens_per_second, plan_command(a.args));
     }
   }
   if (verbose)
-    out += fmt::format("\njudged {} setups ({} in the grid, the rest past a micro-batch that did not fit) in {:.1f} ms\n",
-                       advice.judged, advice.searched, 1e3 * advice.seconds);
+    out +=
+        fmt::format("\njudged {} setups ({} in the grid, the rest past a micro-batch that did not fit) in {:.1f} ms\n",
+                    advice.judged, advice.searched, 1e3 * advice.seconds);
   return out;
 }
 

@@ -111,7 +111,10 @@ std::string shell_word(std::string_view word) {
 
 std::string plan_command(const std::vector<std::string>& args) {
   std::string out = "trainfit plan";
-  for (const auto& a : args) out += " " + shell_word(a);
+  for (const auto& a : args) {
+    out += ' ';
+    out += shell_word(a);
+  }
   return out;
 }
 

@@ -3,21 +3,23 @@
 
 #include <cctype>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "run_cli.hpp"
 
 namespace {
 
 using Result = trainfit::testing::CliResult;
-Result run(const std::string& args) { return trainfit::testing::run_cli(args); }
+Result run(const std::string& args) {
+  return trainfit::testing::run_cli(args);
+}
 
 TEST(AdviseCli, JsonCarriesEachResultAsACommandWithItsFigures) {
-  const auto r = run("advise --model mistral-7b --gpu a100-40gb --seq 2048 --tokens-per-step 16384 --gpus-max 2 "
-                     "--tokens 1e8 --format json");
+  const auto r =
+      run("advise --model mistral-7b --gpu a100-40gb --seq 2048 --tokens-per-step 16384 --gpus-max 2 "
+          "--tokens 1e8 --format json");
   ASSERT_EQ(r.code, 0) << r.out;
   const auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["schema"], "trainfit.advise/1");
@@ -56,15 +58,13 @@ TEST(AdviseCli, NothingFitsIsOneLineNamingTheNearest) {
 }
 
 TEST(AdviseCli, BadFlagsAreOneLineErrors) {
-  for (const char* args : {"advise --model qwen2.5-7b --gpu h100-sxm --goal quickest",
-                           "advise --model qwen2.5-7b --gpu h100-sxm --free dropout",
-                           "advise --model qwen2.5-7b --gpu h100-sxm --goal cheapest",
-                           "advise --model qwen2.5-7b --gpu h100-sxm --tokens -5",
-                           "advise --model qwen2.5-7b --gpu h100-sxm --tokens nan",
-                           "advise --model qwen2.5-7b --gpu h100-sxm --gpus-max 0",
-                           "advise --model qwen2.5-7b --gpu h100-sxm --top 0",
-                           "advise --model qwen2.5-7b --gpu nosuchcard,h100-sxm",
-                           "advise --gpu h100-sxm"}) {
+  for (const char* args :
+       {"advise --model qwen2.5-7b --gpu h100-sxm --goal quickest",
+        "advise --model qwen2.5-7b --gpu h100-sxm --free dropout",
+        "advise --model qwen2.5-7b --gpu h100-sxm --goal cheapest",
+        "advise --model qwen2.5-7b --gpu h100-sxm --tokens -5", "advise --model qwen2.5-7b --gpu h100-sxm --tokens nan",
+        "advise --model qwen2.5-7b --gpu h100-sxm --gpus-max 0", "advise --model qwen2.5-7b --gpu h100-sxm --top 0",
+        "advise --model qwen2.5-7b --gpu nosuchcard,h100-sxm", "advise --gpu h100-sxm"}) {
     const auto r = run(args);
     EXPECT_EQ(r.code, 2) << args << "\n" << r.out;
     EXPECT_EQ(r.out.find('\n'), r.out.size() - 1) << args << "\n" << r.out;

@@ -14,8 +14,10 @@ inline TrainingSetup setup_from_plan_args(const std::vector<std::string>& args) 
   for (std::size_t i = 0; i < args.size(); ++i) {
     const Setting* row = find_setting_by_flag(args[i]);
     if (row == nullptr) throw std::runtime_error("not a flag of trainfit plan: " + args[i]);
-    if (row->type == SettingType::boolean) given.emplace_back(row, args[i] == row->flag);
-    else given.emplace_back(row, parse_setting_text(*row, args.at(++i)));
+    if (row->type == SettingType::boolean)
+      given.emplace_back(row, args[i] == row->flag);
+    else
+      given.emplace_back(row, parse_setting_text(*row, args.at(++i)));
   }
   return resolve_setup(given);
 }

@@ -12,7 +12,6 @@
 namespace trainfit {
 namespace {
 
-
 AdviseRequest request(const char* model, const char* card, std::int64_t seq) {
   AdviseRequest r;
   r.base.model = model;
