@@ -238,7 +238,7 @@ struct Recording {
 };
 // A probe's event line longer than this is no event (they are a few hundred bytes): watch drops it
 // rather than keep a partial line growing (a wrong --events, such as a device, never ends one).
-inline constexpr std::size_t kMaxEventLineBytes = 64 * 1024;
+inline constexpr std::size_t kMaxEventLineBytes = std::size_t{64} * 1024;
 // Probe events file line: a step, a phase marker, or nothing useful (nothing added). Throws
 // InputError (or a JSON error) on a malformed line, also one nested deeper than an event can be.
 void parse_event_line(std::string_view line, std::vector<StepEvent>& steps, std::vector<PhaseMarker>& phases);
