@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "commands.hpp"
+#include "common/text.hpp"
 #include "setup_flags.hpp"
 #include "trainfit/trainfit.hpp"
 
@@ -23,21 +24,10 @@ struct AdviseFlags {
   bool verbose = false;
 };
 
-// "a,b,c" as its non-empty names.
-std::vector<std::string> split_list(const std::string& list) {
-  std::vector<std::string> out;
-  for (std::size_t start = 0; start <= list.size();) {
-    const std::size_t comma = std::min(list.find(',', start), list.size());
-    if (comma > start) out.push_back(list.substr(start, comma - start));
-    start = comma + 1;
-  }
-  return out;
-}
-
 // "batch,grad-ckpt" or "batch,grad_ckpt": settings-table keys, each one advise can vary.
 std::vector<std::string> setting_keys(const std::string& list, const char* flag) {
   std::vector<std::string> out;
-  for (const std::string& name : split_list(list)) {
+  for (const std::string& name : detail::split_names(list)) {
     const Setting* s = find_setting(name);
     if (s == nullptr) s = find_setting_by_flag("--" + name);
     if (s == nullptr ||
@@ -52,7 +42,7 @@ std::vector<std::string> setting_keys(const std::string& list, const char* flag)
   return out;
 }
 
-// A count from the command line: finite, positive, a whole number of tokens.
+// A count from the command line: finite and positive.
 double positive(double v, const char* flag) {
   if (!std::isfinite(v) || v <= 0) throw InputError(fmt::format("{}: must be a positive number (got {})", flag, v));
   return v;
@@ -77,9 +67,9 @@ void add_advise_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--tokens-per-step", f->tokens_per_step,
                   "tokens per optimizer step, all GPUs together, held while batch, accumulation and GPUs vary "
                   "(default: seq x batch x grad-accum x gpus of the setup given)");
-  cmd->add_option("--tokens", f->tokens, "tokens to train, for hours and cost (e.g. 1e9)");
+  cmd->add_option("--tokens", f->tokens, "tokens to train, for hours and cost (e.g. 1e9)")->check(tokens_check());
   cmd->add_option("--epochs", f->epochs, "with --dataset-tokens: tokens to train = epochs x dataset tokens");
-  cmd->add_option("--dataset-tokens", f->dataset_tokens, "tokens in one pass over the dataset");
+  cmd->add_option("--dataset-tokens", f->dataset_tokens, "tokens in one pass over the dataset")->check(tokens_check());
   cmd->add_option("--prices", f->prices, "hourly GPU prices (TOML) replacing the built-in ones card by card");
   cmd->add_option("--top", f->top, "how many setups to show")->capture_default_str();
   cmd->add_option("--format", f->format, "table | json | markdown")->capture_default_str();
@@ -98,7 +88,7 @@ void add_advise_command(CLI::App& app, int& exit_code) {
       if (gpu_text == "any") {
         for (const GpuSpec& g : gpu_catalog()) r.cards.push_back(g.id);
       } else {
-        for (const std::string& id : split_list(gpu_text)) r.cards.push_back(find_gpu(id).id);
+        for (const std::string& id : detail::split_names(gpu_text)) r.cards.push_back(find_gpu(id).id);
       }
     }
     const bool any_method = setup_flags->text_of("method") == "any";
@@ -127,10 +117,16 @@ void add_advise_command(CLI::App& app, int& exit_code) {
     r.tokens_per_step = f->tokens_per_step;
     if (f->top < 1 || f->top > 1000) throw InputError(fmt::format("--top: must be 1-1000 (got {})", f->top));
     r.top = static_cast<std::size_t>(f->top);
-    if (f->tokens != 0) r.tokens = positive(f->tokens, "--tokens");
+    r.tokens = f->tokens;  // checked by tokens_check when given
     if (f->epochs != 0 || f->dataset_tokens != 0) {
       if (f->tokens != 0) throw InputError("give --tokens, or --epochs with --dataset-tokens, not both");
-      r.tokens = positive(f->epochs, "--epochs") * positive(f->dataset_tokens, "--dataset-tokens");
+      if (f->dataset_tokens == 0) throw InputError("--epochs needs --dataset-tokens, the tokens of one pass");
+      r.tokens = positive(f->epochs, "--epochs") * f->dataset_tokens;
+      try {
+        check_training_tokens(r.tokens);
+      } catch (const InputError& e) {
+        throw InputError(fmt::format("--epochs x --dataset-tokens: {}", e.what()));
+      }
     }
     if (!f->profile.empty()) r.profile = load_profile(f->profile);
     // The built-in prices, with the user's replacing them card by card.

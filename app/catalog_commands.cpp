@@ -24,22 +24,6 @@ struct GpusFlags {
 // The settings that name one card: `gpus --for` plans every card of the catalogue instead.
 constexpr const char* kCardSettings[] = {"gpu", "gpu_spec", "vram"};
 
-// --tokens reads as a number (1e9, 1000000000); what numbers it may be is the library's rule.
-CLI::Validator tokens_check() {
-  return CLI::Validator(
-      [](std::string& text) -> std::string {
-        double tokens = 0;
-        if (!CLI::detail::lexical_cast(text, tokens))
-          return fmt::format("'{}' is not a number of tokens (write 1e9 or 1000000000)", detail::printable(text));
-        try {
-          check_training_tokens(tokens);
-        } catch (const InputError& e) {
-          return e.what();
-        }
-        return {};
-      },
-      "TOKENS");
-}
 
 void run_gpus_for(const SetupFlags& setup_flags, const GpusFlags& f) {
   for (const char* key : kCardSettings) {
@@ -62,6 +46,23 @@ void run_gpus_for(const SetupFlags& setup_flags, const GpusFlags& f) {
 }
 
 }  // namespace
+
+// --tokens reads as a number (1e9, 1000000000); what numbers it may be is the library's rule.
+CLI::Validator tokens_check() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        double tokens = 0;
+        if (!CLI::detail::lexical_cast(text, tokens))
+          return fmt::format("'{}' is not a number of tokens (write 1e9 or 1000000000)", detail::printable(text));
+        try {
+          check_training_tokens(tokens);
+        } catch (const InputError& e) {
+          return e.what();
+        }
+        return {};
+      },
+      "TOKENS");
+}
 
 void add_catalog_commands(CLI::App& app, int& exit_code) {
   auto flags = std::make_shared<GpusFlags>();

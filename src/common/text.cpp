@@ -56,6 +56,16 @@ std::size_t utf8_sequence(std::string_view s) {
 
 }  // namespace
 
+std::vector<std::string> split_names(std::string_view list) {
+  std::vector<std::string> out;
+  for (std::size_t from = 0; from <= list.size();) {
+    const std::size_t comma = std::min(list.find(',', from), list.size());
+    if (comma > from) out.emplace_back(list.substr(from, comma - from));
+    from = comma + 1;
+  }
+  return out;
+}
+
 std::string printable(std::string_view s) {
   std::string out;
   out.reserve(s.size());

@@ -4,6 +4,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <vector>
 #include <string_view>
 
 namespace trainfit::detail {
@@ -19,6 +20,10 @@ std::size_t edit_distance(std::string_view a, std::string_view b);
 // U+009B is a CSI to some terminals) and bytes that are not UTF-8 (\xHH: a lone 0x9b is a CSI to
 // an 8-bit terminal); everything else, UTF-8 text included, is kept as it is.
 std::string printable(std::string_view s);
+
+// The names of a comma-separated list ("q,v", "batch,grad-ckpt"), as written; empty items
+// ("a,,b", a trailing comma) are skipped.
+std::vector<std::string> split_names(std::string_view list);
 
 // The whole of a file the user named, or an InputError: "cannot read <what> '<path>': <why>" when
 // it is missing, a directory or unreadable, and "<what> '<path>' is larger than <max>" past

@@ -2,6 +2,8 @@
 // arguments that reproduce a setup. JSON reading and writing and the schema are in setup_json.cpp.
 #include "trainfit/settings.hpp"
 
+#include "common/text.hpp"
+
 #include <algorithm>
 #include <charconv>
 #include <cmath>
@@ -469,15 +471,7 @@ SettingValue check_setting_value(const Setting& s, const SettingValue& raw, std:
       if (const auto* str = std::get_if<std::string>(&raw)) text = *str;
       else if (const auto* items = std::get_if<std::vector<std::string>>(&raw)) text = fmt::format("{}", fmt::join(*items, ","));
       else wrong_type(s, raw, "a list of names");
-      if (!s.canonical) {
-        std::vector<std::string> out;
-        for (std::size_t from = 0; from <= text.size();) {
-          const std::size_t comma = std::min(text.find(',', from), text.size());
-          if (comma > from) out.push_back(text.substr(from, comma - from));
-          from = comma + 1;
-        }
-        return out;
-      }
+      if (!s.canonical) return detail::split_names(text);
       try {
         return s.canonical(text);
       } catch (const InputError& e) {
