@@ -144,21 +144,19 @@ std::vector<Change> changes_for(const TrainingSetup& base) {
   return out;
 }
 
-// One alternative, planned exactly as `trainfit plan` plans its arguments: the same function, so
-// that running the printed command gives the printed figures.
-Suggestion evaluate(const ModelSpec& model, const TrainingSetup& setup, const GpuSpec& gpu, const PlanOptions& options,
+// One alternative, priced by estimate(), the function make_plan prices a plan with: planning the
+// alternative's command gives these figures.
+Suggestion evaluate(const ModelSpec& model, const TrainingSetup& setup, const GpuSpec& gpu, const TimeProfile& profile,
                     std::string change) {
-  PlanOptions alone = options;
-  alone.suggest = false;
-  const Plan p = make_plan(model, setup, gpu, alone);
+  const Estimates e = estimate(model, setup, gpu, profile);
   Suggestion s;
   s.change = std::move(change);
   s.setup = setup;
   s.args = setup_to_args(setup);
-  s.peak_allocated_bytes = p.memory.peak_allocated_bytes;
-  s.device_used_bytes = p.memory.device_used_bytes;
-  s.verdict = p.verdict;
-  if (p.time.predicted) s.step_seconds = p.time.step_seconds;
+  s.peak_allocated_bytes = e.memory.peak_allocated_bytes;
+  s.device_used_bytes = e.memory.device_used_bytes;
+  s.verdict = e.verdict;
+  if (e.time.predicted) s.step_seconds = e.time.step_seconds;
   return s;
 }
 
@@ -166,7 +164,7 @@ Suggestion evaluate(const ModelSpec& model, const TrainingSetup& setup, const Gp
 // fits, every pair, then every triple. Each alternative is a whole setup (its changes, and nothing
 // else, applied to the user's), so its figures are those of planning it on its own.
 std::vector<Suggestion> alternatives(const ModelSpec& model, const TrainingSetup& setup, const GpuSpec& gpu,
-                                     const PlanOptions& options) {
+                                     const TimeProfile& profile) {
   const std::vector<Change> changes = changes_for(setup);
   std::vector<Suggestion> fitting, closest;
   // Subsets of `changes` of one size, in the table's order (least intrusive first).
@@ -184,7 +182,7 @@ std::vector<Suggestion> alternatives(const ModelSpec& model, const TrainingSetup
       try {
         std::string change = what.size() == 1 ? fmt::format("{}: {}", what.front(), changes[pick.front()].why)
                                               : fmt::format("{}", fmt::join(what, " + "));
-        Suggestion alt = evaluate(model, s, gpu, options, std::move(change));
+        Suggestion alt = evaluate(model, s, gpu, profile, std::move(change));
         (alt.verdict == Verdict::fits ? fitting : closest).push_back(std::move(alt));
       } catch (const InputError&) {
         // A combination that makes no sense for this setup is simply not offered.
@@ -236,7 +234,7 @@ Plan make_plan(const ModelSpec& model, const TrainingSetup& setup, const GpuSpec
   plan.over_capacity_bytes = std::max<std::int64_t>(
       0, std::max(plan.memory.peak_allocated_bytes, plan.memory.device_used_bytes) - gpu.memory_bytes);
   plan.time = std::move(e.time);
-  if (options.suggest && plan.verdict != Verdict::fits) plan.suggestions = alternatives(model, setup, gpu, options);
+  if (options.suggest && plan.verdict != Verdict::fits) plan.suggestions = alternatives(model, setup, gpu, plan.profile);
   return plan;
 }
 
