@@ -70,6 +70,9 @@ struct Advice {
   std::vector<AdvisedSetup> pareto;
   // When nothing fits: the setup that came nearest (least over the card less its headroom).
   std::optional<AdvisedSetup> nearest;
+  // How far it is over: its peak allocated past the card less the headroom, or its device use past
+  // the card, whichever is further.
+  std::int64_t nearest_over_bytes = 0;
   std::size_t judged = 0;    // setups whose memory was estimated
   std::size_t searched = 0;  // setups in the grid, including those skipped by monotonicity
   double seconds = 0;        // wall time of the search

@@ -491,7 +491,10 @@ class Search {
       fastest_so_far = fits_[i].point.tokens_per_second;
       out.pareto.push_back(materialise(setup_of(fits_[i]), groups_[fits_[i].group]));
     }
-    if (out.results.empty() && nearest_) out.nearest = materialise(setup_of(*nearest_), groups_[nearest_->group]);
+    if (out.results.empty() && nearest_) {
+      out.nearest = materialise(setup_of(*nearest_), groups_[nearest_->group]);
+      out.nearest_over_bytes = static_cast<std::int64_t>(std::ceil(nearest_over_));
+    }
     return out;
   }
 

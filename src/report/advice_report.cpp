@@ -54,6 +54,7 @@ nlohmann::json advice_to_json(const Advice& advice, const AdviseRequest& request
           {"results", results},
           {"pareto", pareto},
           {"nearest", advice.nearest ? advised_to_json(*advice.nearest) : json(nullptr)},
+          {"nearest_over_bytes", advice.nearest ? json(advice.nearest_over_bytes) : json(nullptr)},
           {"judged", advice.judged},
           {"searched", advice.searched},
           {"seconds", advice.seconds}};
@@ -68,7 +69,7 @@ std::string nothing_fits_message(const Advice& advice) {
       "nothing fits: the nearest, `{}`, needs {} of the {} card's {} ({} allowed with --headroom {:g}), {} over",
       plan_command(n.args), format_bytes(n.peak_allocated_bytes), n.gpu.id.empty() ? n.gpu.name : n.gpu.id,
       format_bytes(n.gpu.memory_bytes), format_bytes(static_cast<std::int64_t>(line)), n.setup.headroom,
-      format_bytes(std::max<std::int64_t>(0, n.peak_allocated_bytes - static_cast<std::int64_t>(line))));
+      format_bytes(advice.nearest_over_bytes));
 }
 
 std::string render_advice(const Advice& advice, const AdviseRequest& request, Format format, bool verbose) {
