@@ -17,6 +17,7 @@
 #include "common/text.hpp"
 #include "trainfit/bench.hpp"
 #include "trainfit/hardware.hpp"
+#include "trainfit/report.hpp"
 #include "trainfit/telemetry.hpp"
 
 namespace trainfit::cli {
@@ -128,7 +129,7 @@ void add_bench_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--results", flags->results, "results directory (default results/<plan name>); rerun to resume");
   cmd->add_option("--runner", flags->runner,
                   "runner command; gets --config-file PATH --out PATH (default: $TRAINFIT_RUNNER, else python3 -m trainfit_runner)");
-  cmd->add_option("--format", flags->format, "table | json (results.json on stdout)")->capture_default_str();
+  cmd->add_option("--format", flags->format, "table | json (results.json on stdout) | html (a report)")->capture_default_str();
   cmd->add_option("--gpu", flags->gpu, "the card the predictions are for (default: the plan's run.gpu, else the one the runner reports)");
   cmd->add_flag("--dry-run", flags->dry_run, "list the configs with their predictions; run nothing");
   cmd->add_flag("--retry-failed", flags->retry_failed, "run again the configs that crashed, timed out or failed");
@@ -142,8 +143,8 @@ void add_bench_command(CLI::App& app, int& exit_code) {
                   "CUDA_DEVICE_ORDER=PCI_BUS_ID. Concurrent configs share the host's CPU and PCIe, so the step\n"
                   "times of host-bound configs can move. Default: one config at a time, every GPU visible");
   cmd->callback([flags, &exit_code] {
-    if (flags->format != "table" && flags->format != "json")
-      throw InputError(fmt::format("unknown --format '{}'; expected table or json", flags->format));
+    if (flags->format != "table" && flags->format != "json" && flags->format != "html")
+      throw InputError(fmt::format("unknown --format '{}'; expected table, json or html", flags->format));
     bench::ExperimentPlan plan = bench::load_experiment_plan(flags->plan);
     if (!flags->gpu.empty()) plan.gpu = find_gpu(flags->gpu).id;
     const std::vector<bench::BenchConfig> configs = bench::expand_matrix(plan);
@@ -162,6 +163,8 @@ void add_bench_command(CLI::App& app, int& exit_code) {
       const nlohmann::json doc = bench::report_to_json(plan, report);
       if (write) bench::write_results_json(o.results_dir, doc);
       if (flags->format == "json") std::cout << doc.dump(2) << "\n";
+      else if (flags->format == "html")
+        std::cout << render_html_report("bench", fmt::format("trainfit bench: {}", plan.name), doc);
       else
         std::cout << bench::render_report(plan, report)
                   << (write ? fmt::format("\nresults: {}/results.json\n", o.results_dir) : std::string());

@@ -72,7 +72,7 @@ void add_plan_command(CLI::App& app, int& exit_code) {
                                           "against a card.\nWithout --model: the seed's 16 GB question for Qwen2.5 1.5B-14B.");
   auto setup_flags = std::make_shared<SetupFlags>(*plan);
   auto flags = std::make_shared<PlanFlags>();
-  plan->add_option("--format", flags->format, "table | json | markdown")->capture_default_str();
+  plan->add_option("--format", flags->format, "table | json | markdown | html")->capture_default_str();
   plan->add_flag("--no-suggest", flags->no_suggest, "do not search for changes that make the setup fit");
   plan->add_option("--profile", flags->profile, "time profile from `trainfit calibrate` (default: the card's default profile)");
   plan->footer("Every setting is also a JSON key of the plan's \"setup\" object and of bench configs: `trainfit schema`.\n");
@@ -87,7 +87,7 @@ void add_plan_command(CLI::App& app, int& exit_code) {
     if (setup.model.empty())
       throw SettingError("model", "empty name; give a built-in model (`trainfit models`) or a path to a config.json");
     const Plan p = make_plan(load_model(setup.model), setup, resolve_card(setup), to_options(*flags));
-    std::cout << render_plan(p, parse_format(flags->format));
+    std::cout << render_plan(p, parse_report_format(flags->format));
     exit_code = 0;
   });
 }

@@ -5,7 +5,6 @@
 #include <string>
 
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include "commands.hpp"
 #include "trainfit/trainfit.hpp"
@@ -19,29 +18,14 @@ struct ValidateFlags {
   std::string profile;
 };
 
-void print(const ComparisonSummary& summary, Format format) {
+void print(const ComparisonSummary& summary, Format format, const std::string& source) {
   if (format == Format::json) {
-    nlohmann::json rows = nlohmann::json::array();
-    for (const auto& c : summary.rows)
-      rows.push_back({{"line", c.measured.line},
-                      {"model", c.measured.setup.model},
-                      {"measured_peak_allocated_mib", *c.measured.measured.peak_allocated_mib},
-                      {"predicted_peak_allocated_mib", to_mib(c.predicted_allocated)},
-                      {"error", c.allocated_error},
-                      {"predicted_peak", c.predicted_peak_phase},
-                      {"measured_step_seconds", c.measured.measured.step_seconds ? nlohmann::json(*c.measured.measured.step_seconds) : nlohmann::json(nullptr)},
-                      {"predicted_step_seconds", c.predicted_step_seconds},
-                      {"step_error", c.step_error},
-                      {"predicted_bottleneck", c.predicted_bottleneck}});
-    std::cout << nlohmann::json{{"rows", rows},
-                                {"median_abs_error", summary.median_abs_error},
-                                {"max_abs_error", summary.max_abs_error},
-                                {"median_abs_reserved_error", summary.median_abs_reserved_error},
-                                {"max_abs_reserved_error", summary.max_abs_reserved_error},
-                                {"median_abs_step_error", summary.median_abs_step_error},
-                                {"max_abs_step_error", summary.max_abs_step_error}}
-                     .dump(2)
-              << "\n";
+    std::cout << comparison_to_json(summary).dump(2) << "\n";
+    return;
+  }
+  if (format == Format::html) {
+    std::cout << render_html_report("validate", fmt::format("trainfit validate: {}", source),
+                                    comparison_to_json(summary));
     return;
   }
   std::cout << fmt::format("{:>5}  {:<14}{:<7}{:<6}{:>6}{:>6}{:>5}{:>6}{:>8}  {:>11}{:>11}{:>8}  {:>9}{:>9}{:>8}  {:<17}{}\n", "line",
@@ -78,10 +62,10 @@ void add_validate_command(CLI::App& app, int& exit_code) {
   auto* cmd = app.add_subcommand(
       "validate", "Put the planner's prediction beside measured steps (JSON lines, the format of data/reference/)");
   cmd->add_option("file", flags->path, "measurements file")->required();
-  cmd->add_option("--format", flags->format, "table | json")->capture_default_str();
+  cmd->add_option("--format", flags->format, "table | json | html")->capture_default_str();
   cmd->add_option("--profile", flags->profile, "time profile (TOML) for the step-time predictions");
   cmd->callback([flags, &exit_code] {
-    const Format format = parse_format(flags->format);
+    const Format format = parse_report_format(flags->format);
     std::optional<TimeProfile> profile;
     if (!flags->profile.empty()) profile = load_profile(flags->profile);
     const ComparisonSummary summary = compare_with_measurements(load_measurements(flags->path), profile ? &*profile : nullptr);
@@ -90,7 +74,7 @@ void add_validate_command(CLI::App& app, int& exit_code) {
       throw InputError(fmt::format("{}: no rows to compare: no row has status \"ok\" and a measured peak "
                                    "(\"measured\": {{\"peak_allocated_mib\": ...}})",
                                    flags->path));
-    print(summary, format);
+    print(summary, format, flags->path);
     exit_code = 0;
   });
 }

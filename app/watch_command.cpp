@@ -7,12 +7,15 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <fmt/format.h>
+
 #include <atomic>
 #include <iostream>
 #include <memory>
 #include <string>
 
 #include "commands.hpp"
+#include "trainfit/report.hpp"
 #include "trainfit/telemetry.hpp"
 
 namespace trainfit::cli {
@@ -23,6 +26,7 @@ using namespace trainfit::telemetry;
 struct WatchFlags {
   WatchOptions options;
   std::string replay;
+  std::string format = "table";
 };
 
 // The last SIGINT, SIGTERM or SIGHUP received, for the session to act on.
@@ -81,12 +85,21 @@ void add_watch_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--window", o.window_seconds, "seconds of samples behind each verdict")->capture_default_str();
   cmd->add_option("--events", o.events_path, "a probe's step events file to follow (set for a job started by watch)");
   cmd->add_option("--replay", f->replay, "diagnose a --jsonl recording again instead of sampling");
+  cmd->add_option("--format", f->format, "with --replay: table | html (utilisation, memory and verdicts over time)")
+      ->capture_default_str();
   cmd->add_option("command", o.command, "after --: the job to start and watch; watch returns its exit code");
   cmd->callback([f, &exit_code] {
     if (f->replay.empty()) {
       exit_code = watch(f->options);
     } else {
-      std::cout << render_replay(load_recording(f->replay), f->replay, f->options.window_seconds);
+      if (f->format != "table" && f->format != "html")
+        throw InputError(fmt::format("unknown --format '{}'; expected table or html", f->format));
+      const Recording recording = load_recording(f->replay);
+      if (f->format == "html")
+        std::cout << render_html_report("watch", fmt::format("trainfit watch --replay {}", f->replay),
+                                        replay_to_json(recording, f->replay, f->options.window_seconds));
+      else
+        std::cout << render_replay(recording, f->replay, f->options.window_seconds);
       exit_code = 0;
     }
   });

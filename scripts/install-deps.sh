@@ -3,6 +3,10 @@
 set -euo pipefail
 packages=(g++ cmake ninja-build pkg-config libcli11-dev nlohmann-json3-dev libfmt-dev libtomlplusplus-dev
           libgtest-dev libgmock-dev libbenchmark-dev libcpp-httplib-dev python3)
+# The browser tests (tests/browser): Debian's chromium, and Node.js with npm unless a Node.js is
+# already there (a NodeSource nodejs brings its own npm, which Debian's npm package would conflict with).
+packages+=(chromium)
+command -v node >/dev/null && command -v npm >/dev/null || packages+=(nodejs npm)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

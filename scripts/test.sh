@@ -4,6 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
+# puppeteer-core for the browser tests, at the lock file's versions; Chromium is Debian's (no download).
+(cd tests/browser && PUPPETEER_SKIP_DOWNLOAD=1 npm ci --no-audit --no-fund --loglevel=error)
 cmake --preset default >/dev/null
 cmake --build --preset default
 ctest --preset default

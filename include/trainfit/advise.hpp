@@ -10,6 +10,7 @@
 #include "trainfit/hardware.hpp"
 #include "trainfit/model.hpp"
 #include "trainfit/plan.hpp"
+#include "trainfit/settings.hpp"
 #include "trainfit/setup.hpp"
 #include "trainfit/time.hpp"
 
@@ -77,6 +78,23 @@ struct Advice {
   std::size_t searched = 0;  // setups in the grid, including those skipped by monotonicity
   double seconds = 0;        // wall time of the search
 };
+
+// advise's inputs as a front end received them (`trainfit advise`'s flags, the query of `trainfit
+// serve`'s /api/advise), turned into a request by make_advise_request: one reading of them for both.
+struct AdviseInputs {
+  std::vector<GivenSetting> given;  // the settings given, except `gpu` and `method` (their text below)
+  std::string gpu_text;     // `gpu` as given ("" when not): a card, a list "a100-80gb,h100-sxm", or "any"
+  std::string method_text;  // `method` as given ("" when not): a method, or "any"
+  std::string goal = "fastest";
+  std::string free, fix;  // comma lists of settings (keys or flag names) to vary as well / to hold
+  std::int64_t gpus_max = 1, top = 5, tokens_per_step = 0;
+  double tokens = 0, epochs = 0, dataset_tokens = 0;  // tokens to train, or epochs x dataset tokens
+  std::optional<TimeProfile> profile;
+};
+// The request those inputs describe: the given settings fixed, free_by_default() less those given,
+// plus `free`, less `fix`; `prices` must outlive the request. Throws InputError / SettingError
+// naming the flag.
+AdviseRequest make_advise_request(const AdviseInputs& inputs, const PriceTable& prices);
 
 // Searches the grid the request describes. Throws InputError for a request that names nothing to
 // search (an unknown setting, no price for the cheapest goal...). Nothing fitting is not an

@@ -65,6 +65,8 @@ struct ParameterCounts {
 // Reads a config.json (a file, or a folder holding one) or a built-in name.
 // Throws InputError naming the field when the config is malformed, nonsensical or of an unknown family.
 ModelSpec load_model(std::string_view name_or_path);
+// A built-in name only, never a file: what a network client may name (`trainfit serve`).
+ModelSpec load_builtin_model(std::string_view name);
 ModelSpec parse_model_config(std::string_view json_text, std::string_view source_name);
 
 // The built-in model names ("qwen2.5-7b", ...) in catalogue order.

@@ -7,13 +7,16 @@
 
 #include "trainfit/advise.hpp"
 #include "trainfit/hardware.hpp"
+#include "trainfit/measurements.hpp"
 #include "trainfit/plan.hpp"
 #include "trainfit/prices.hpp"
 
 namespace trainfit {
 
-enum class Format { table, json, markdown };
-Format parse_format(std::string_view s);
+enum class Format { table, json, markdown, html };
+Format parse_format(std::string_view s);  // table | json | markdown
+// The same, and html: the commands that draw a report (plan, advise, validate).
+Format parse_report_format(std::string_view s);
 
 nlohmann::json plan_to_json(const Plan& plan);  // schema "trainfit.plan/1"
 std::string render_plan(const Plan& plan, Format format);
@@ -37,5 +40,25 @@ nlohmann::json card_ranking_to_json(const std::vector<CardRank>& ranks, const Tr
                                     const PriceTable& prices);
 std::string render_card_ranking(const std::vector<CardRank>& ranks, const TrainingSetup& setup, double tokens,
                                 const PriceTable& prices, Format format);
+
+
+// ---- HTML reports and the web page (docs/serve.md) ---------------------------------------------
+// One self-contained page: the stylesheet and chart code of web/ (compiled in), `data` inlined as
+// JSON and drawn in the browser by the renderer `kind` of web/charts.js ("plan", "advise", "bench",
+// "validate", "watch"; another report is a function added there and a call here). Nothing is
+// fetched: it opens offline, from a file.
+std::string render_html_report(std::string_view kind, std::string_view title, const nlohmann::json& data);
+// A file of web/ as compiled in ("index.html", "charts.js"); empty when there is none.
+std::string_view web_asset(std::string_view name);
+// The names of web/'s files, sorted.
+std::vector<std::string> web_asset_names();
+// Memory against sequence length and against micro-batch, the rest of the setup held: each point
+// the plan of that setup (peak allocated, device used, verdict), and the largest value that still
+// fits (docs/serve.md, "Curves").
+nlohmann::json plan_curves(const Plan& plan);
+// What a plan's report and the page draw: {"plan": plan_to_json, "curves": plan_curves}.
+nlohmann::json plan_report_data(const Plan& plan);
+// `trainfit validate`: prediction beside measurement, row by row, with the error summary.
+nlohmann::json comparison_to_json(const ComparisonSummary& summary);
 
 }  // namespace trainfit

@@ -363,6 +363,11 @@ class WatchSession {
 // `trainfit watch --replay`: a recording's sample and step counts, then its verdicts over time
 // (windows of `window_seconds`, one a second). Throws InputError for a window outside [1, 600] s.
 std::string render_replay(const Recording& recording, std::string_view source, double window_seconds);
+// The same replay as data for an HTML report (render_html_report "watch"): per GPU its utilisation
+// and memory over time (at most kReplaySeriesPoints a GPU, evenly thinned), the probe's step times,
+// and the verdict spans render_replay prints. Times in seconds since the first sample.
+inline constexpr std::size_t kReplaySeriesPoints = 2000;
+nlohmann::json replay_to_json(const Recording& recording, std::string_view source, double window_seconds);
 
 // The verdict window, live or replayed: 1 to 600 seconds (NaN and infinities refused). Throws InputError.
 void check_window(double window_seconds);

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <iterator>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -127,6 +128,21 @@ ModelSpec read_config_file(const std::string& path) {
   return parse_model_config(detail::read_text_file(path, "model config", kMaxConfigBytes), path);
 }
 
+// A built-in name or alias, any case; nullopt when it is none.
+std::optional<ModelSpec> find_builtin_model(std::string_view name) {
+  const std::string typed = lower(name);
+  for (const auto& [alias, canonical] : all_names()) {
+    if (alias != typed) continue;
+    const std::string_view stem = config_stem(canonical);
+    const std::string_view text = embedded_text(stem);
+    if (text.empty()) break;
+    ModelSpec spec = parse_model_config(text, "data/models/" + std::string(stem) + ".json");
+    spec.name = canonical;
+    return spec;
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 std::vector<std::string> builtin_model_names() {
@@ -163,18 +179,14 @@ ModelSpec load_model(std::string_view name_or_path) {
     return read_config_file(std::string(name_or_path));
   }
 
-  const std::string typed = lower(name_or_path);
-  for (const auto& [alias, canonical] : all_names()) {
-    if (alias != typed) continue;
-    const std::string_view stem = config_stem(canonical);
-    const std::string_view text = embedded_text(stem);
-    if (text.empty()) break;
-    ModelSpec spec = parse_model_config(text, "data/models/" + std::string(stem) + ".json");
-    spec.name = canonical;
-    return spec;
-  }
+  if (auto spec = find_builtin_model(name_or_path)) return std::move(*spec);
   throw InputError("unknown model \"" + std::string(name_or_path) +
                    "\": not a built-in name and no such file or folder; " + close_names(name_or_path));
+}
+
+ModelSpec load_builtin_model(std::string_view name) {
+  if (auto spec = find_builtin_model(name)) return std::move(*spec);
+  throw InputError("unknown model \"" + std::string(name) + "\": not a built-in name; " + close_names(name));
 }
 
 }  // namespace trainfit

@@ -74,6 +74,9 @@ std::string nothing_fits_message(const Advice& advice) {
 
 std::string render_advice(const Advice& advice, const AdviseRequest& request, Format format, bool verbose) {
   if (format == Format::json) return advice_to_json(advice, request).dump(2) + "\n";
+  if (format == Format::html)
+    return render_html_report("advise", fmt::format("trainfit advise: {}", request.base.model),
+                              {{"advice", advice_to_json(advice, request)}});
   const bool md = format == Format::markdown;
   std::string out;
   std::vector<std::string> free;

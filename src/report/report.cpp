@@ -167,6 +167,9 @@ json plan_to_json(const Plan& p) {
 
 std::string render_plan(const Plan& p, Format format) {
   if (format == Format::json) return plan_to_json(p).dump(2) + "\n";
+  if (format == Format::html)
+    return render_html_report("plan", fmt::format("trainfit plan: {} on {}", p.model.name, p.gpu.name),
+                              plan_report_data(p));
   const bool md = format == Format::markdown;
   std::string out;
   const auto& m = p.memory;

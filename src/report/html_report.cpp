@@ -1,0 +1,164 @@
+// HTML reports: one self-contained page per report, drawn by web/charts.js (the page of `trainfit
+// serve` draws with the same code), with the report's data inlined as JSON.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "trainfit/error.hpp"
+#include "trainfit/report.hpp"
+#include "trainfit/settings.hpp"
+#include "trainfit/units.hpp"
+
+namespace trainfit {
+namespace detail {
+// Generated from web/* by cmake/embed_data_files.cmake (src/serve/CMakeLists.txt).
+const std::vector<std::pair<std::string_view, std::string_view>>& embedded_web_files();
+}  // namespace detail
+
+namespace {
+
+using json = nlohmann::json;
+
+// Text inside an HTML element or a quoted attribute.
+std::string html_escaped(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (const char c : text) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
+// JSON that can sit inside a <script> element: '<' only occurs inside JSON strings, where \u003c
+// means the same character, so no "</script>" or "<!--" in the data can end the element early.
+std::string script_safe_json(const json& data) {
+  const std::string text = data.dump(-1, ' ', false, json::error_handler_t::replace);
+  std::string out;
+  out.reserve(text.size());
+  for (const char c : text) {
+    if (c == '<') out += "\\u003c";
+    else out += c;
+  }
+  return out;
+}
+
+// The points of a curve: the usual powers of two around the setup, and the setup's own value.
+std::vector<std::int64_t> curve_values(std::vector<std::int64_t> values, std::int64_t own) {
+  values.push_back(own);
+  std::sort(values.begin(), values.end());
+  values.erase(std::unique(values.begin(), values.end()), values.end());
+  return values;
+}
+
+json curve(const Plan& plan, const char* key, const std::vector<std::int64_t>& values) {
+  PlanOptions options;
+  options.suggest = false;
+  options.profile = plan.profile;
+  json points = json::array();
+  json largest_fitting = nullptr;
+  for (const std::int64_t v : values) {
+    TrainingSetup s = plan.setup;
+    (std::string_view(key) == "seq" ? s.seq : s.batch) = v;
+    try {
+      validate(s);
+      const Plan p = make_plan(plan.model, s, plan.gpu, options);
+      points.push_back({{"value", v},
+                        {"peak_allocated_bytes", p.memory.peak_allocated_bytes},
+                        {"device_used_bytes", p.memory.device_used_bytes},
+                        {"verdict", to_string(p.verdict)}});
+      if (p.verdict == Verdict::fits || p.verdict == Verdict::tight) largest_fitting = v;
+    } catch (const InputError&) {
+      // A value the setup cannot take (past the micro-batch's token limit): no point.
+    }
+  }
+  return {{"setting", key}, {"points", points}, {"largest_fitting", largest_fitting}};
+}
+
+}  // namespace
+
+Format parse_report_format(std::string_view s) {
+  if (s == "html") return Format::html;
+  try {
+    return parse_format(s);
+  } catch (const InputError&) {
+    throw InputError(fmt::format("unknown format '{}'; expected table, json, markdown or html", s));
+  }
+}
+
+std::string_view web_asset(std::string_view name) {
+  for (const auto& [file, text] : detail::embedded_web_files())
+    if (file == name) return text;
+  return {};
+}
+
+std::vector<std::string> web_asset_names() {
+  std::vector<std::string> names;
+  for (const auto& entry : detail::embedded_web_files()) names.emplace_back(entry.first);
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+std::string render_html_report(std::string_view kind, std::string_view title, const nlohmann::json& data) {
+  std::string out = "<!doctype html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n";
+  out += "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n<title>";
+  out += html_escaped(title);
+  out += "</title>\n<style>\n";
+  out += web_asset("style.css");
+  out += "</style>\n</head>\n<body class=\"report\">\n<header><h1>";
+  out += html_escaped(title);
+  out += "</h1><p class=\"note\">A trainfit report: self-contained, opens offline. Every figure is defined in "
+         "trainfit's docs (docs/serve.md lists where).</p></header>\n<main id=\"report\"></main>\n";
+  out += "<script type=\"application/json\" id=\"trainfit-data\">";
+  out += script_safe_json(data);
+  out += "</script>\n<script>\n";
+  out += web_asset("charts.js");
+  out += "</script>\n<script>\nTrainfitCharts.renderReport(";
+  out += json(std::string(kind)).dump();
+  out += ", JSON.parse(document.getElementById(\"trainfit-data\").textContent), document.getElementById(\"report\"));\n";
+  out += "</script>\n</body>\n</html>\n";
+  return out;
+}
+
+json plan_curves(const Plan& plan) {
+  return {{"capacity_bytes", plan.gpu.memory_bytes},
+          {"headroom", plan.setup.headroom},
+          {"seq", curve(plan, "seq", curve_values({256, 512, 1024, 2048, 4096, 8192, 16384, 32768}, plan.setup.seq))},
+          {"batch", curve(plan, "batch", curve_values({1, 2, 4, 8, 16, 32, 64}, plan.setup.batch))}};
+}
+
+json plan_report_data(const Plan& plan) { return {{"plan", plan_to_json(plan)}, {"curves", plan_curves(plan)}}; }
+
+json comparison_to_json(const ComparisonSummary& summary) {
+  json rows = json::array();
+  for (const auto& c : summary.rows) {
+    const Measurement& m = c.measured.measured;
+    rows.push_back({{"line", c.measured.line},
+                    {"model", c.measured.setup.model},
+                    {"measured_peak_allocated_mib", *m.peak_allocated_mib},
+                    {"predicted_peak_allocated_mib", to_mib(c.predicted_allocated)},
+                    {"error", c.allocated_error},
+                    {"predicted_peak", c.predicted_peak_phase},
+                    {"measured_step_seconds", m.step_seconds ? json(*m.step_seconds) : json(nullptr)},
+                    {"predicted_step_seconds", c.predicted_step_seconds},
+                    {"step_error", c.step_error},
+                    {"predicted_bottleneck", c.predicted_bottleneck}});
+  }
+  return {{"rows", rows},
+          {"median_abs_error", summary.median_abs_error},
+          {"max_abs_error", summary.max_abs_error},
+          {"median_abs_reserved_error", summary.median_abs_reserved_error},
+          {"max_abs_reserved_error", summary.max_abs_reserved_error},
+          {"median_abs_step_error", summary.median_abs_step_error},
+          {"max_abs_step_error", summary.max_abs_step_error}};
+}
+
+}  // namespace trainfit

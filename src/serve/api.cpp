@@ -1,0 +1,349 @@
+// The API of `trainfit serve` as a function from request to response (docs/serve.md). Every answer
+// comes from the calls the commands make (make_plan, render_plan, make_advise_request, advise...),
+// so the page and the command line cannot disagree. Nothing here reads a file: a model is a
+// built-in name or a pasted config.json, a card a catalogue name or a memory size.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
+#include <optional>
+#include <string_view>
+
+#include "common/text.hpp"
+#include "trainfit/serve.hpp"
+#include "trainfit/trainfit.hpp"
+
+namespace trainfit::serve {
+namespace {
+
+using json = nlohmann::json;
+
+class RequestError : public InputError {
+ public:
+  RequestError(int status, const std::string& message) : InputError(message), status_(status) {}
+  int status() const { return status_; }
+
+ private:
+  int status_;
+};
+
+Response json_response(std::string body) { return {200, "application/json", std::move(body)}; }
+
+Response error_response(int status, std::string_view message) {
+  return {status, "application/json", json{{"error", std::string(message)}}.dump() + "\n"};
+}
+
+// The settings a network client may not give: they name files on the server's machine.
+constexpr std::string_view kFileSettings[] = {"gpu_spec"};
+
+// One named value of a request: a query parameter's text, or a JSON body's value.
+struct Input {
+  std::string name;  // as the client wrote it, for messages
+  std::string key;   // the name with '-' read as '_'
+  bool from_query = true;
+  std::string text;  // from_query
+  json value;        // from a body
+};
+
+std::string snake_case(std::string_view name) {
+  std::string key(name);
+  std::replace(key.begin(), key.end(), '-', '_');
+  return key;
+}
+
+std::string text_of(const Input& in) {
+  if (in.from_query) return in.text;
+  if (!in.value.is_string()) throw RequestError(400, fmt::format("{}: must be a string", in.name));
+  return in.value.get<std::string>();
+}
+
+bool bool_of(const Input& in) {
+  if (!in.from_query) {
+    if (!in.value.is_boolean()) throw RequestError(400, fmt::format("{}: must be true or false", in.name));
+    return in.value.get<bool>();
+  }
+  // A flag without a value (`grad-ckpt=`), as on the command line, is on.
+  if (in.text.empty() || in.text == "true" || in.text == "1" || in.text == "on") return true;
+  if (in.text == "false" || in.text == "0" || in.text == "off") return false;
+  throw RequestError(400, fmt::format("{}: '{}' is not on or off (give it empty, true or false)", in.name, in.text));
+}
+
+double number_of(const Input& in) {
+  double v = 0;
+  if (!in.from_query) {
+    if (!in.value.is_number()) throw RequestError(400, fmt::format("{}: must be a number", in.name));
+    v = in.value.get<double>();
+  } else {
+    const char* begin = in.text.c_str();
+    char* end = nullptr;
+    v = std::strtod(begin, &end);
+    if (in.text.empty() || end != begin + in.text.size())
+      throw RequestError(400, fmt::format("{}: '{}' is not a number", in.name, in.text));
+  }
+  if (!std::isfinite(v)) throw RequestError(400, fmt::format("{}: must be a finite number", in.name));
+  return v;
+}
+
+std::int64_t integer_of(const Input& in) {
+  std::int64_t v = 0;
+  if (!in.from_query) {
+    if (!in.value.is_number_integer()) throw RequestError(400, fmt::format("{}: must be a whole number", in.name));
+    return in.value.get<std::int64_t>();
+  }
+  const auto [end, ec] = std::from_chars(in.text.data(), in.text.data() + in.text.size(), v);
+  if (ec != std::errc() || end != in.text.data() + in.text.size() || in.text.empty())
+    throw RequestError(400, fmt::format("{}: '{}' is not a whole number", in.name, in.text));
+  return v;
+}
+
+// The nesting of a JSON text, counted before it is parsed: a body of 100,000 '[' is refused
+// without building anything.
+std::size_t json_depth(std::string_view text) {
+  std::size_t depth = 0, deepest = 0;
+  bool in_string = false, escaped = false;
+  for (const char c : text) {
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (c == '\\') escaped = true;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      deepest = std::max(deepest, ++depth);
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+  return deepest;
+}
+
+// A request's inputs, with what a POST body brought beside them.
+struct Inputs {
+  std::vector<Input> items;
+  std::optional<std::string> config_json;  // a pasted config.json's text
+};
+
+Inputs read_inputs(const Request& r, const Limits& limits) {
+  Inputs out;
+  if (r.method == "GET") {
+    if (r.query.size() > limits.max_parameters)
+      throw RequestError(400, fmt::format("{} parameters: at most {} are read", r.query.size(), limits.max_parameters));
+    for (const auto& [name, text] : r.query) {
+      if (text.size() > limits.max_value_bytes)
+        throw RequestError(400, fmt::format("{}: a value of {} bytes (at most {})", name, text.size(),
+                                            limits.max_value_bytes));
+      out.items.push_back({name, snake_case(name), true, text, {}});
+    }
+    return out;
+  }
+  if (!r.query.empty()) throw RequestError(400, "a POST takes its setup in the body, not in the query");
+  if (r.body.size() > limits.max_body_bytes)
+    throw RequestError(413, fmt::format("a body of {} bytes (at most {})", r.body.size(), limits.max_body_bytes));
+  if (json_depth(r.body) > limits.max_json_depth)
+    throw RequestError(400, fmt::format("the body nests deeper than {} levels", limits.max_json_depth));
+  json body;
+  try {
+    body = json::parse(r.body);
+  } catch (const json::parse_error& e) {
+    throw RequestError(400, fmt::format("the body is not JSON: {}", e.what()));
+  }
+  if (!body.is_object()) throw RequestError(400, "the body must be a JSON object: {\"model\": ..., \"seq\": ...}");
+  if (body.size() > limits.max_parameters)
+    throw RequestError(400, fmt::format("{} keys: at most {} are read", body.size(), limits.max_parameters));
+  for (auto& [key, value] : body.items()) {
+    if (key == "config_json") {
+      if (value.is_object()) out.config_json = value.dump();
+      else if (value.is_string()) out.config_json = value.get<std::string>();
+      else throw RequestError(400, "config_json: must be the config.json's object, or its text");
+      continue;
+    }
+    out.items.push_back({key, snake_case(key), false, {}, value});
+  }
+  return out;
+}
+
+// The setting an input names: its flag without the dashes (a query) or its JSON key (a body);
+// `off` says the query named a switch's "no-" form.
+const Setting* setting_of(const Input& in, bool& off) {
+  off = false;
+  const Setting* s = in.from_query ? find_setting_by_flag("--" + in.name) : find_setting(in.name);
+  if (s == nullptr && in.from_query) s = find_setting(in.name);  // the JSON key works in a query too
+  if (s != nullptr && in.from_query && s->type == SettingType::boolean && in.name.rfind("no-", 0) == 0 &&
+      "--" + in.name != s->flag)
+    off = true;
+  return s;
+}
+
+GivenSetting given_setting(const Setting& s, const Input& in, bool off) {
+  for (const std::string_view file_key : kFileSettings)
+    if (s.key == file_key)
+      throw RequestError(400, fmt::format("{}: names a file, which the API never reads; give gpu (a catalogue card) "
+                                          "or vram",
+                                          in.name));
+  if (s.type == SettingType::boolean) {
+    const bool on = bool_of(in);
+    return {&s, SettingValue(off ? !on : on)};
+  }
+  if (in.from_query) return {&s, parse_setting_text(s, in.text)};
+  try {
+    return {&s, check_setting_value(s, setting_value_from_json(in.value))};
+  } catch (const json::exception&) {
+    throw RequestError(400, fmt::format("{}: not a value this setting takes", in.name));
+  }
+}
+
+// What a request asks of a plan or a search: the model, the settings, and the options each
+// endpoint reads itself (by key).
+struct Asked {
+  std::optional<ModelSpec> model;  // loaded: a built-in or the pasted config.json
+  std::vector<GivenSetting> given;
+  std::vector<Input> options;
+  std::string gpu_text, method_text;  // advise: "any" or a list may stand here
+};
+
+Asked read_asked(const Inputs& inputs, const std::vector<std::string>& option_keys, bool texts_for_advise) {
+  Asked a;
+  std::vector<std::string> seen;
+  std::string model_name;
+  for (const Input& in : inputs.items) {
+    bool off = false;
+    const Setting* s = setting_of(in, off);
+    const std::string key = s != nullptr ? s->key : in.key;
+    if (std::find(seen.begin(), seen.end(), key) != seen.end())
+      throw RequestError(400, fmt::format("{}: given twice", in.name));
+    seen.push_back(key);
+    if (s == nullptr) {
+      if (std::find(option_keys.begin(), option_keys.end(), in.key) == option_keys.end())
+        throw RequestError(400, fmt::format("unknown parameter '{}' (the settings are `trainfit schema`'s; see "
+                                            "docs/serve.md)",
+                                            detail::printable(in.name)));
+      a.options.push_back(in);
+      continue;
+    }
+    if (texts_for_advise && (s->key == "gpu" || s->key == "method")) {
+      (s->key == "gpu" ? a.gpu_text : a.method_text) = text_of(in);
+      continue;
+    }
+    if (s->key == "model") model_name = text_of(in);
+    a.given.push_back(given_setting(*s, in, off));
+  }
+  if (inputs.config_json) {
+    if (!model_name.empty())
+      throw RequestError(400, "give model (a built-in name) or config_json (a pasted config.json), not both");
+    a.model = parse_model_config(*inputs.config_json, "config.json");
+    a.given.emplace_back(find_setting("model"), SettingValue(std::string("config.json")));
+  } else if (model_name.empty()) {
+    throw RequestError(400, "name the model: model (a built-in name, /api/models) or config_json (a pasted config.json)");
+  } else {
+    a.model = load_builtin_model(model_name);
+  }
+  return a;
+}
+
+const Input* option(const Asked& a, std::string_view key) {
+  for (const Input& in : a.options)
+    if (in.key == key) return &in;
+  return nullptr;
+}
+
+Plan plan_of(const Asked& a) {
+  const TrainingSetup setup = resolve_setup(a.given);
+  PlanOptions options;
+  if (const Input* in = option(a, "no_suggest")) options.suggest = !bool_of(*in);
+  return make_plan(*a.model, setup, resolve_card(setup), options);
+}
+
+void check_format(const Asked& a) {
+  if (const Input* in = option(a, "format"); in != nullptr && text_of(*in) != "json")
+    throw RequestError(400, "format: the API answers in JSON only (format=json)");
+}
+
+Response plan_endpoint(const Inputs& inputs, bool curves) {
+  const Asked a = read_asked(inputs, {"no_suggest", "format"}, false);
+  check_format(a);
+  const Plan p = plan_of(a);
+  return json_response(curves ? plan_curves(p).dump(2) + "\n" : render_plan(p, Format::json));
+}
+
+Response advise_endpoint(const Inputs& inputs) {
+  const Asked a = read_asked(inputs,
+                             {"goal", "free", "fix", "gpus_max", "top", "tokens_per_step", "tokens", "epochs",
+                              "dataset_tokens", "verbose", "format"},
+                             true);
+  check_format(a);
+  AdviseInputs in;
+  in.given = a.given;
+  in.gpu_text = a.gpu_text;
+  in.method_text = a.method_text;
+  for (const Input& o : a.options) {
+    if (o.key == "goal") in.goal = text_of(o);
+    else if (o.key == "free") in.free = text_of(o);
+    else if (o.key == "fix") in.fix = text_of(o);
+    else if (o.key == "gpus_max") in.gpus_max = integer_of(o);
+    else if (o.key == "top") in.top = integer_of(o);
+    else if (o.key == "tokens_per_step") in.tokens_per_step = integer_of(o);
+    else if (o.key == "tokens") in.tokens = number_of(o);
+    else if (o.key == "epochs") in.epochs = number_of(o);
+    else if (o.key == "dataset_tokens") in.dataset_tokens = number_of(o);
+    // verbose: the JSON is the same with or without it, as on the command line.
+  }
+  const AdviseRequest r = make_advise_request(in, builtin_prices());
+  const Advice advice = advise(*a.model, r);
+  if (advice.results.empty()) throw RequestError(400, nothing_fits_message(advice));
+  return json_response(render_advice(advice, r, Format::json, false));
+}
+
+std::string content_type_of(std::string_view name) {
+  auto ends = [&](std::string_view ext) {
+    return name.size() >= ext.size() && name.compare(name.size() - ext.size(), ext.size(), ext) == 0;
+  };
+  if (ends(".html")) return "text/html; charset=utf-8";
+  if (ends(".js")) return "text/javascript; charset=utf-8";
+  if (ends(".css")) return "text/css; charset=utf-8";
+  if (ends(".svg")) return "image/svg+xml";
+  return "text/plain; charset=utf-8";
+}
+
+Response route(const Request& r, const Limits& limits) {
+  const bool get = r.method == "GET", post = r.method == "POST";
+  if (r.path.rfind("/api/", 0) != 0) {
+    if (!get) return error_response(405, fmt::format("{} {}: the page's files are read with GET", r.method, r.path));
+    const std::string name = r.path == "/" ? "index.html" : r.path.substr(1);
+    const std::string_view text = web_asset(name);
+    if (text.empty()) return error_response(404, fmt::format("no page {}", detail::printable(r.path)));
+    return {200, content_type_of(name), std::string(text)};
+  }
+  const std::string endpoint = r.path.substr(5);
+  const bool takes_post = endpoint == "plan" || endpoint == "curves" || endpoint == "advise";
+  if (!get && !(post && takes_post))
+    return error_response(405, fmt::format("{} {}: not a method this endpoint answers", r.method, r.path));
+  if (endpoint == "plan" || endpoint == "curves") return plan_endpoint(read_inputs(r, limits), endpoint == "curves");
+  if (endpoint == "advise") return advise_endpoint(read_inputs(r, limits));
+  if (endpoint == "models" || endpoint == "gpus" || endpoint == "schema") {
+    if (!r.query.empty()) throw RequestError(400, fmt::format("{} takes no parameters", r.path));
+    if (endpoint == "models") return json_response(render_model_catalog(Format::json));
+    if (endpoint == "gpus") return json_response(render_gpu_catalog(gpu_catalog(), Format::json));
+    return json_response(setup_schema().dump(2) + "\n");  // what `trainfit schema` prints
+  }
+  return error_response(404, fmt::format("no endpoint {} (see docs/serve.md)", detail::printable(r.path)));
+}
+
+}  // namespace
+
+Response handle(const Request& request, const Limits& limits) {
+  try {
+    return route(request, limits);
+  } catch (const RequestError& e) {
+    return error_response(e.status(), e.what());
+  } catch (const InputError& e) {  // SettingError too: it names the setting by its JSON key
+    return error_response(400, e.what());
+  } catch (const SystemError& e) {
+    return error_response(500, e.what());
+  } catch (const std::exception& e) {
+    return error_response(500, fmt::format("internal error: {}", e.what()));
+  }
+}
+
+}  // namespace trainfit::serve

@@ -1,0 +1,246 @@
+// trainfit serve's API as a function (no socket): each endpoint answers what the library's own
+// calls render for the same setup, and bad requests get a 4xx with a message, never a crash.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "trainfit/serve.hpp"
+#include "trainfit/trainfit.hpp"
+
+namespace trainfit::serve {
+namespace {
+
+using json = nlohmann::json;
+using Query = std::vector<std::pair<std::string, std::string>>;
+
+Response get(const std::string& path, const Query& query = {}) { return handle({"GET", path, query, ""}); }
+Response post(const std::string& path, const std::string& body) { return handle({"POST", path, {}, body}); }
+
+std::string error_of(const Response& r) { return json::parse(r.body).at("error").get<std::string>(); }
+
+// What `trainfit plan --format json` prints for these settings, through the library's calls.
+std::string plan_json(const std::vector<GivenSetting>& given, bool suggest = true) {
+  const TrainingSetup s = resolve_setup(given);
+  PlanOptions o;
+  o.suggest = suggest;
+  return render_plan(make_plan(load_model(s.model), s, resolve_card(s), o), Format::json);
+}
+
+GivenSetting text(const char* key, const char* value) {
+  const Setting* s = find_setting(key);
+  return {s, parse_setting_text(*s, value)};
+}
+
+TEST(ServeApi, PlanQueryIsWhatPlanPrints) {
+  const Response r = get("/api/plan", {{"model", "qwen2.5-7b"}, {"gpu", "rtx-5070-ti"}, {"method", "qlora"},
+                                       {"seq", "1024"}, {"lora-targets", "q,v"}, {"grad-ckpt", ""}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.content_type, "application/json");
+  EXPECT_EQ(r.body, plan_json({text("model", "qwen2.5-7b"), text("gpu", "rtx-5070-ti"), text("method", "qlora"),
+                               text("seq", "1024"), text("lora_targets", "q,v"), {find_setting("grad_ckpt"), true}}));
+  EXPECT_TRUE(json::parse(r.body).at("setup").at("grad_ckpt").get<bool>());
+}
+
+TEST(ServeApi, SwitchOffAndNoSuggest) {
+  const Response off = get("/api/plan", {{"model", "qwen2.5-14b"}, {"gpu", "rtx-5070-ti"}, {"no-grad-ckpt", ""},
+                                         {"no-suggest", ""}});
+  ASSERT_EQ(off.status, 200) << off.body;
+  EXPECT_EQ(off.body, plan_json({text("model", "qwen2.5-14b"), text("gpu", "rtx-5070-ti"),
+                                 {find_setting("grad_ckpt"), false}},
+                                false));
+  EXPECT_TRUE(json::parse(off.body).at("suggestions").empty());
+  const Response on = get("/api/plan", {{"model", "qwen2.5-14b"}, {"gpu", "rtx-5070-ti"}});
+  EXPECT_FALSE(json::parse(on.body).at("suggestions").empty()) << "a 14B full fine-tune cannot fit 16 GB";
+}
+
+TEST(ServeApi, PostBodyEqualsQuery) {
+  const Response q = get("/api/plan", {{"model", "llama3.1-8b"}, {"gpu", "a100-40gb"}, {"seq", "2048"},
+                                       {"batch", "2"}, {"grad-ckpt", "true"}, {"lora-targets", "q,k,v,o"}});
+  const Response b = post("/api/plan", R"({"model": "llama3.1-8b", "gpu": "a100-40gb", "seq": 2048, "batch": 2,
+                                          "grad_ckpt": true, "lora_targets": ["q", "k", "v", "o"]})");
+  ASSERT_EQ(q.status, 200) << q.body;
+  ASSERT_EQ(b.status, 200) << b.body;
+  EXPECT_EQ(q.body, b.body);
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+TEST(ServeApi, PastedConfigPlansLikeTheBuiltIn) {
+  const std::string config = read_file(std::string(TRAINFIT_SOURCE_DIR) + "/data/models/qwen2.5-0.5b.json");
+  ASSERT_FALSE(config.empty());
+  for (const json& pasted : {json(config), json::parse(config)}) {
+    const Response r = post("/api/plan", json{{"config_json", pasted}, {"gpu", "rtx-4090"}, {"seq", 4096}}.dump());
+    ASSERT_EQ(r.status, 200) << r.body;
+    const json builtin = json::parse(get("/api/plan", {{"model", "qwen2.5-0.5b"}, {"gpu", "rtx-4090"}, {"seq", "4096"}}).body);
+    const json mine = json::parse(r.body);
+    EXPECT_EQ(mine.at("setup").at("model"), "config.json");
+    EXPECT_EQ(mine.at("memory").at("peak_allocated_bytes"), builtin.at("memory").at("peak_allocated_bytes"));
+    EXPECT_EQ(mine.at("verdict"), builtin.at("verdict"));
+  }
+}
+
+TEST(ServeApi, CatalogueEndpointsAreTheCommandsOutput) {
+  EXPECT_EQ(get("/api/schema").body, setup_schema().dump(2) + "\n");
+  EXPECT_EQ(get("/api/models").body, render_model_catalog(Format::json));
+  EXPECT_EQ(get("/api/gpus").body, render_gpu_catalog(gpu_catalog(), Format::json));
+  EXPECT_EQ(get("/api/gpus", {{"x", "1"}}).status, 400);
+}
+
+TEST(ServeApi, CurvesMarkTheOutOfMemoryBoundary) {
+  const Response r = get("/api/curves", {{"model", "qwen2.5-7b"}, {"gpu", "rtx-5070-ti"}, {"method", "qlora"}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json c = json::parse(r.body);
+  const json& seq = c.at("seq");
+  ASSERT_FALSE(seq.at("largest_fitting").is_null());
+  const std::int64_t largest = seq.at("largest_fitting").get<std::int64_t>();
+  EXPECT_LT(largest, 32768) << "7B QLoRA at 32k tokens without checkpointing cannot fit 16 GB";
+  bool over_past_it = false;
+  std::int64_t last_peak = 0;
+  for (const json& p : seq.at("points")) {
+    EXPECT_GT(p.at("peak_allocated_bytes").get<std::int64_t>(), last_peak) << "memory grows with the sequence";
+    last_peak = p.at("peak_allocated_bytes").get<std::int64_t>();
+    if (p.at("value").get<std::int64_t>() > largest)
+      over_past_it = over_past_it || p.at("verdict") == "oom" || p.at("verdict") == "spills";
+  }
+  EXPECT_TRUE(over_past_it);
+  EXPECT_EQ(c.at("capacity_bytes"), find_gpu("rtx-5070-ti").memory_bytes);
+}
+
+TEST(ServeApi, AdviseIsWhatAdvisePrints) {
+  const Response r = get("/api/advise", {{"model", "qwen2.5-1.5b"}, {"gpu", "rtx-4090"}, {"seq", "2048"},
+                                         {"goal", "largest-batch"}, {"top", "3"}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  AdviseInputs in;
+  in.given = {text("model", "qwen2.5-1.5b"), text("seq", "2048")};
+  in.gpu_text = "rtx-4090";
+  in.goal = "largest-batch";
+  in.top = 3;
+  const AdviseRequest request = make_advise_request(in, builtin_prices());
+  json expected = json::parse(render_advice(advise(load_model("qwen2.5-1.5b"), request), request, Format::json, false));
+  json got = json::parse(r.body);
+  expected.erase("seconds");  // the search's own wall time
+  got.erase("seconds");
+  EXPECT_EQ(got, expected);
+  EXPECT_EQ(got.at("results").size(), 3U);
+}
+
+TEST(ServeApi, NothingOnTheFileSystemIsReachable) {
+  const std::string config = std::string(TRAINFIT_SOURCE_DIR) + "/data/models/qwen2.5-0.5b.json";
+  Response r = get("/api/plan", {{"model", config}, {"gpu", "h100-sxm"}});
+  EXPECT_EQ(r.status, 400);
+  EXPECT_NE(error_of(r).find("not a built-in name"), std::string::npos) << r.body;
+  r = get("/api/plan", {{"model", "qwen2.5-7b"}, {"gpu-spec", "/etc/passwd"}});
+  EXPECT_EQ(r.status, 400);
+  EXPECT_NE(error_of(r).find("never reads"), std::string::npos) << r.body;
+  r = post("/api/plan", R"({"model": "qwen2.5-7b", "gpu_spec": "/etc/passwd"})");
+  EXPECT_EQ(r.status, 400);
+  for (const char* path : {"/../etc/passwd", "/etc/passwd", "/%2e%2e/CMakeLists.txt", "/web/app.js", "/api/../api"}) {
+    r = get(path);
+    EXPECT_EQ(r.status, 404) << path;
+  }
+  for (const char* param : {"profile", "prices"}) {
+    r = get("/api/advise", {{"model", "qwen2.5-7b"}, {param, "/etc/passwd"}});
+    EXPECT_EQ(r.status, 400) << param;
+    EXPECT_NE(error_of(r).find("unknown parameter"), std::string::npos) << r.body;
+  }
+}
+
+TEST(ServeApi, PageFilesAreServed) {
+  const Response page = get("/");
+  ASSERT_EQ(page.status, 200);
+  EXPECT_EQ(page.content_type, "text/html; charset=utf-8");
+  EXPECT_NE(page.body.find("app.js"), std::string::npos);
+  for (const std::string& name : web_asset_names()) EXPECT_EQ(get("/" + name).status, 200) << name;
+  EXPECT_EQ(get("/charts.js").content_type, "text/javascript; charset=utf-8");
+  EXPECT_EQ(handle({"POST", "/", {}, ""}).status, 405);
+  EXPECT_EQ(handle({"DELETE", "/api/plan", {}, ""}).status, 405);
+  EXPECT_EQ(get("/api/nothing").status, 404);
+}
+
+TEST(ServeApi, BadRequestsGetAMessage) {
+  struct Case {
+    Request request;
+    int status;
+    const char* says;
+  };
+  const std::vector<Case> cases = {
+      {{"POST", "/api/plan", {}, "{\"model\": "}, 400, "not JSON"},
+      {{"POST", "/api/plan", {}, "[1, 2]"}, 400, "JSON object"},
+      {{"POST", "/api/plan", {}, std::string(300000, ' ')}, 413, "bytes"},
+      {{"POST", "/api/plan", {}, std::string(5000, '[') + std::string(5000, ']')}, 400, "nests"},
+      {{"POST", "/api/plan", {{"model", "x"}}, "{}"}, 400, "body"},
+      {{"POST", "/api/plan", {}, R"({"model": "qwen2.5-7b", "config_json": 7})"}, 400, "config_json"},
+      {{"POST", "/api/plan", {}, R"({"config_json": {"model_type": "llama"}})"}, 400, "config.json"},
+      {{"POST", "/api/plan", {}, R"({"model": "qwen2.5-7b", "seq": "long"})"}, 400, "seq"},
+      {{"POST", "/api/plan", {}, R"({"model": "qwen2.5-7b", "grad_ckpt": "yes"})"}, 400, "true or false"},
+      {{"GET", "/api/plan", {{"model", "qwen9-1t"}}, ""}, 400, "unknown model"},
+      {{"GET", "/api/plan", {{"gpu", "h100-sxm"}}, ""}, 400, "name the model"},
+      {{"GET", "/api/plan", {{"model", "qwen2.5-7b"}, {"gpu", "h100-sxm"}, {"rank", "0"}}, ""}, 400, "rank"},
+      {{"GET", "/api/plan", {{"model", "qwen2.5-7b"}, {"gpu", "h100-sxm"}, {"seq", "1"}, {"seq", "2"}}, ""}, 400, "twice"},
+      {{"GET", "/api/plan", {{"model", "qwen2.5-7b"}, {"grad-ckpt", "maybe"}}, ""}, 400, "on or off"},
+      {{"GET", "/api/plan", {{"model", "qwen2.5-7b"}, {"colour", "red"}}, ""}, 400, "unknown parameter"},
+      {{"GET", "/api/plan", {{"model", "qwen2.5-7b"}, {"format", "table"}}, ""}, 400, "JSON only"},
+      {{"GET", "/api/plan", {{"model", std::string(5000, 'q')}}, ""}, 400, "bytes"},
+      {{"GET", "/api/plan", {{"model", "qwen2.5-7b"}, {"gpu", "no-such-card"}}, ""}, 400, "no-such-card"},
+      {{"GET", "/api/advise", {{"model", "qwen2.5-7b"}, {"gpu", "h100-sxm"}, {"top", "many"}}, ""}, 400, "whole number"},
+      {{"GET", "/api/advise", {{"model", "qwen2.5-7b"}, {"gpu", "h100-sxm"}, {"tokens", "nan"}}, ""}, 400, "finite"},
+      {{"GET", "/api/advise", {{"model", "qwen2.5-7b"}, {"gpu", "h100-sxm"}, {"goal", "cheapest"}}, ""}, 400, "tokens"},
+      {{"GET", "/api/advise", {{"model", "qwen2.5-72b"}, {"gpu", "rtx-3060-12gb"}, {"method", "full"},
+                               {"fix", "gpus"}, {"seq", "32768"}}, ""}, 400, "over"},
+  };
+  for (const Case& c : cases) {
+    const Response r = handle(c.request);
+    EXPECT_EQ(r.status, c.status) << c.request.path << " " << c.request.body.substr(0, 60) << ": " << r.body;
+    ASSERT_NO_THROW(error_of(r)) << r.body;
+    EXPECT_NE(error_of(r).find(c.says), std::string::npos) << "expected '" << c.says << "' in: " << r.body;
+  }
+  Query many;
+  for (int i = 0; i < 100; ++i) many.emplace_back("p" + std::to_string(i), "1");
+  const Response r = get("/api/plan", many);
+  EXPECT_EQ(r.status, 400);
+  EXPECT_NE(error_of(r).find("at most 64"), std::string::npos) << r.body;
+}
+
+TEST(HtmlReport, IsOnePageWithItsDataAndCharts) {
+  const TrainingSetup s = resolve_setup({text("model", "qwen2.5-7b"), text("gpu", "rtx-5070-ti")});
+  const Plan p = make_plan(load_model(s.model), s, resolve_card(s));
+  const std::string page = render_plan(p, Format::html);
+  EXPECT_EQ(page.rfind("<!doctype html>", 0), 0U);
+  EXPECT_NE(page.find("TrainfitCharts.renderReport(\"plan\""), std::string::npos);
+  EXPECT_NE(page.find(std::to_string(p.memory.peak_allocated_bytes)), std::string::npos);
+  EXPECT_EQ(page.find("<script src"), std::string::npos) << "self-contained: no script is fetched";
+  EXPECT_EQ(page.find("<link"), std::string::npos) << "self-contained: no stylesheet is fetched";
+  EXPECT_EQ(page.find("http://"), std::string::npos);
+  EXPECT_EQ(page.find("https://"), std::string::npos);
+}
+
+TEST(HtmlReport, DataCannotEndItsScript) {
+  const std::string page = render_html_report("plan", "a <b> & \"c\"", {{"evil", "</script><script>alert(1)</script>"}});
+  EXPECT_EQ(page.find("</script><script>alert"), std::string::npos);
+  EXPECT_NE(page.find("\\u003c/script>"), std::string::npos);
+  EXPECT_NE(page.find("<title>a &lt;b&gt; &amp; &quot;c&quot;</title>"), std::string::npos);
+  // The embedded code itself must not hold what would end its element.
+  for (const char* name : {"charts.js", "style.css"}) {
+    EXPECT_FALSE(web_asset(name).empty()) << name;
+    EXPECT_EQ(web_asset(name).find("</script"), std::string::npos) << name;
+    EXPECT_EQ(web_asset(name).find("</style"), std::string::npos) << name;
+  }
+}
+
+TEST(HtmlReport, ReportFormatIsOnlyForReports) {
+  EXPECT_EQ(parse_report_format("html"), Format::html);
+  EXPECT_EQ(parse_report_format("json"), Format::json);
+  EXPECT_THROW(parse_format("html"), InputError);
+  EXPECT_THROW(parse_report_format("pdf"), InputError);
+}
+
+}  // namespace
+}  // namespace trainfit::serve

@@ -1,0 +1,172 @@
+// The page of `trainfit serve`: controls generated from the setup's schema (/api/schema), each change
+// recomputed through /api/plan and /api/curves (microseconds on the server), drawn by charts.js. The
+// page's URL holds the setup as the API's own query, so a link shares a result.
+"use strict";
+(() => {
+  const C = TrainfitCharts;
+  const $ = (id) => document.getElementById(id);
+  // Settings the page leaves out: a file on the server's machine, which the API never reads.
+  const hidden = new Set(["gpu_spec"]);
+  let schema = null;
+  const given = new Map();  // setting key -> value as text ("on"/"off" for a switch)
+  let renders = 0, pending = 0, timer = null;
+
+  const flagOf = (key) => schema.properties[key]["x-flag"].slice(2);
+  const typesOf = (p) => (Array.isArray(p.type) ? p.type : [p.type]);
+
+  function defaultText(p) {
+    if (p.default === null || p.default === undefined || p.default === "") return p.enum ? "none" : "";
+    return Array.isArray(p.default) ? p.default.join(",") : String(p.default === true ? "on" : p.default === false ? "off" : p.default);
+  }
+
+  // The setup as the API's query: flags without their dashes; a switch is `name=` or `no-name=`.
+  function query() {
+    const q = new URLSearchParams();
+    for (const [key, value] of given) {
+      const p = schema.properties[key];
+      if (typesOf(p).includes("boolean")) q.append(value === "on" ? flagOf(key) : "no-" + flagOf(key), "");
+      else q.append(flagOf(key), value);
+    }
+    return q.toString();
+  }
+
+  // The same setup as a POST body (with a pasted config.json), JSON keys and JSON values.
+  function body(config) {
+    const b = {config_json: config};
+    for (const [key, value] of given) {
+      if (key === "model") continue;
+      const types = typesOf(schema.properties[key]);
+      if (types.includes("boolean")) b[key] = value === "on";
+      else if (types.includes("integer") && /^-?\d+$/.test(value)) b[key] = Number(value);
+      else if (types.includes("number")) b[key] = Number(value);
+      else if (types.includes("array")) b[key] = value.split(",").map((s) => s.trim()).filter((s) => s);
+      else b[key] = value === "none" ? null : value;
+    }
+    return b;
+  }
+
+  async function call(endpoint, extra) {
+    const config = $("config-json").value.trim();
+    const q = query() + (extra ? "&" + extra : "");
+    const response = config
+      ? await fetch("/api/" + endpoint, {method: "POST", headers: {"Content-Type": "application/json"},
+                                          body: JSON.stringify(Object.assign(body(config), extraBody(extra)))})
+      : await fetch("/api/" + endpoint + "?" + q);
+    const data = await response.json();
+    if (!response.ok) throw new Error(data.error || response.statusText);
+    return data;
+  }
+  // A POST takes its options in the body (goal=... becomes {"goal": ...}).
+  function extraBody(extra) {
+    const b = {};
+    for (const [k, v] of new URLSearchParams(extra || "")) b[k.replace(/-/g, "_")] = v;
+    return b;
+  }
+
+  async function recompute() {
+    const ticket = ++pending;
+    const shareQuery = query();
+    const link = location.origin + location.pathname + "?" + shareQuery;
+    $("share-link").href = link;
+    $("share-link").textContent = link;
+    if (!$("config-json").value.trim()) history.replaceState(null, "", "?" + shareQuery);
+    try {
+      const [plan, curves] = await Promise.all([call("plan"), call("curves")]);
+      if (ticket !== pending) return;  // a later change is on its way
+      $("error").textContent = "";
+      C.renderPlan($("result"), {plan, curves});
+    } catch (e) {
+      if (ticket !== pending) return;
+      $("error").textContent = e.message;
+      $("result").textContent = "";
+    }
+    document.body.dataset.renders = String(++renders);
+  }
+
+  function schedule() {
+    clearTimeout(timer);
+    timer = setTimeout(recompute, 15);
+  }
+
+  function applies(p) {
+    const rule = p["x-applies-when"];
+    if (!rule) return true;
+    const other = given.get(rule.setting) || defaultText(schema.properties[rule.setting]);
+    if (rule.one_of && !rule.one_of.includes(other)) return false;
+    if (rule.none_of && rule.none_of.includes(other)) return false;
+    return true;
+  }
+  function refreshApplies() {
+    for (const row of document.querySelectorAll(".control[data-key]"))
+      row.classList.toggle("off", !applies(schema.properties[row.dataset.key]));
+  }
+
+  function control(key, p, models, gpus) {
+    const row = C.html("div", {class: "control", "data-key": key, title: p.description}, null, $("setting-controls"));
+    C.html("label", {for: "setting-" + key}, flagOf(key), row);
+    const types = typesOf(p);
+    let input;
+    const options = (list, first) => {
+      input = C.html("select", {id: "setting-" + key}, null, row);
+      C.html("option", {value: ""}, first, input);
+      for (const [value, label] of list) C.html("option", {value}, label, input);
+    };
+    if (key === "model") options(models.map((m) => [m.name, `${m.name} (${(m.parameters / 1e9).toFixed(1)}B)`]), "(choose a model)");
+    else if (key === "gpu") options(gpus.map((g) => [g.id, `${g.id} (${(g.memory_bytes / 2 ** 30).toFixed(0)} GiB)`]), "(none: give vram)");
+    else if (p.enum) options(p.enum.map((v) => [v === null ? "none" : v, v === null ? "none" : v]), `default (${defaultText(p) || "none"})`);
+    else if (types.includes("boolean")) options([["on", "on"], ["off", "off"]], `default (${defaultText(p)})`);
+    else {
+      const numeric = (types.includes("integer") || types.includes("number")) && !types.includes("string");
+      input = C.html("input", {id: "setting-" + key, type: numeric ? "number" : "text", placeholder: defaultText(p)}, null, row);
+      if (numeric) {
+        if (p.minimum !== undefined) input.min = p.minimum;
+        if (p.maximum !== undefined) input.max = p.maximum;
+        input.step = types.includes("integer") ? "1" : "any";
+      }
+    }
+    input.value = given.get(key) || "";
+    input.addEventListener("input", () => {
+      if (input.value === "") given.delete(key);
+      else given.set(key, input.value);
+      refreshApplies();
+      schedule();
+    });
+  }
+
+  async function start() {
+    const [s, models, gpus] = await Promise.all(["schema", "models", "gpus"].map((e) => fetch("/api/" + e).then((r) => r.json())));
+    schema = s;
+    const byFlag = new Map(Object.keys(schema.properties).map((k) => [flagOf(k), k]));
+    const params = new URLSearchParams(location.search);
+    for (const [name, value] of params) {
+      const off = name.startsWith("no-") && !byFlag.has(name);
+      const key = byFlag.get(off ? name.slice(3) : name);
+      if (!key) continue;
+      if (typesOf(schema.properties[key]).includes("boolean")) given.set(key, off || value === "false" ? "off" : "on");
+      else given.set(key, value);
+    }
+    if (![...params.keys()].length) {  // the seed's question: a 7B model on a 16 GB card
+      given.set("model", "qwen2.5-7b");
+      given.set("gpu", "rtx-5070-ti");
+    }
+    for (const key of schema["x-order"]) if (!hidden.has(key)) control(key, schema.properties[key], models, gpus);
+    refreshApplies();
+    $("config-json").addEventListener("input", () => {
+      $("setting-model").disabled = !!$("config-json").value.trim();
+      schedule();
+    });
+    $("advise-button").addEventListener("click", async () => {
+      $("advice").textContent = "searching...";
+      try {
+        C.renderAdvise($("advice"), {advice: await call("advise", "goal=" + encodeURIComponent($("advise-goal").value))});
+      } catch (e) {
+        $("advice").textContent = "";
+        C.html("p", {class: "error"}, e.message, $("advice"));
+      }
+      document.body.dataset.advised = String(Number(document.body.dataset.advised || 0) + 1);
+    });
+    recompute();
+  }
+
+  start().catch((e) => { $("error").textContent = "cannot load the page's data: " + e.message; });
+})();

@@ -1,0 +1,412 @@
+// trainfit's charts: plain SVG drawn from the JSON the library writes, shared by the page of
+// `trainfit serve` and every HTML report (compiled in; nothing fetched). A report calls
+// TrainfitCharts.renderReport(kind, data, element); a new kind of report is one more renderer in
+// `reports` below. Each figure shown is defined in docs/serve.md.
+"use strict";
+const TrainfitCharts = (() => {
+  const SVG = "http://www.w3.org/2000/svg";
+  const MiB = 1048576;
+  const GiB = 1073741824;
+  const palette = ["#0969da", "#8250df", "#1a7f37", "#bf8700", "#cf222e", "#0a3069", "#6e7781", "#953800",
+                   "#116329", "#a475f9", "#e16f24", "#4ac26b", "#218bff", "#d4a72c"];
+  const verdictColour = {fits: "#1a7f37", tight: "#9a6700", spills: "#bc4c00", oom: "#cf222e"};
+
+  // ---- elements -------------------------------------------------------------------------------
+  function svg(tag, attrs, parent) {
+    const e = document.createElementNS(SVG, tag);
+    for (const [k, v] of Object.entries(attrs || {})) e.setAttribute(k, v);
+    if (parent) parent.appendChild(e);
+    return e;
+  }
+  function text(parent, x, y, content, attrs) {
+    const t = svg("text", Object.assign({x, y}, attrs || {}), parent);
+    t.textContent = content;
+    return t;
+  }
+  function html(tag, attrs, content, parent) {
+    const e = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs || {})) e.setAttribute(k, v);
+    if (content !== undefined && content !== null) e.textContent = content;
+    if (parent) parent.appendChild(e);
+    return e;
+  }
+
+  // ---- numbers as shown (docs/serve.md, "Figures") ----------------------------------------------
+  const mib = (bytes) => (bytes / MiB).toFixed(1) + " MiB";
+  const gib = (bytes) => (bytes / GiB).toFixed(2) + " GiB";
+  const percent = (f) => (100 * f).toFixed(0) + "%";
+  function seconds(s) {
+    if (!(s > 0)) return "-";
+    if (s < 1e-3) return (s * 1e6).toFixed(0) + " µs";
+    if (s < 1) return (s * 1e3).toFixed(1) + " ms";
+    return s.toFixed(2) + " s";
+  }
+
+  function legend(parent, items) {
+    const box = html("div", {class: "legend"}, null, parent);
+    for (const [name, colour] of items) {
+      const item = html("span", {}, null, box);
+      html("i", {style: "background:" + colour}, null, item);
+      item.appendChild(document.createTextNode(name));
+    }
+  }
+
+  function figure(parent, what, value, id, cls) {
+    const box = html("div", {class: "figure"}, null, parent);
+    html("div", Object.assign({class: "value " + (cls || "")}, id ? {id} : {}), value, box);
+    html("div", {class: "what"}, what, box);
+    return box;
+  }
+
+  // ---- a horizontal stacked bar: parts in order, with vertical marks --------------------------
+  function stackedBar(parent, parts, marks, total, format) {
+    const W = 640, H = 74, left = 8, right = 8, barY = 22, barH = 26;
+    const s = svg("svg", {viewBox: `0 0 ${W} ${H}`, width: W, height: H, role: "img"}, parent);
+    const x = (v) => left + (W - left - right) * v / total;
+    let at = 0;
+    parts.forEach(([name, value, colour]) => {
+      if (!(value > 0)) return;
+      const r = svg("rect", {x: x(at), y: barY, width: Math.max(0.5, x(at + value) - x(at)), height: barH, fill: colour}, s);
+      svg("title", {}, r).textContent = `${name}: ${format(value)}`;
+      at += value;
+    });
+    for (const m of marks) {
+      svg("line", {x1: x(m.value), x2: x(m.value), y1: barY - 8, y2: barY + barH + 8, stroke: m.colour,
+                   "stroke-width": 2, "stroke-dasharray": m.dash ? "5 3" : ""}, s);
+      text(s, x(m.value), m.top ? barY - 11 : barY + barH + 20, m.label,
+           {"text-anchor": x(m.value) > W * 0.7 ? "end" : "middle", fill: m.colour});
+    }
+    return s;
+  }
+
+  // The memory of the step's peak against the card: every category, the allocator's reserve and the
+  // CUDA context stacked to the device use, with the capacity and the headroom line.
+  function memoryBar(parent, plan) {
+    const m = plan.memory, cap = plan.device.capacity_bytes;
+    const headroom = plan.setup.headroom !== undefined ? plan.setup.headroom : 0.2;
+    const parts = Object.entries(m.breakdown).filter(([, b]) => b > 0).map(([k, b], i) => [k, b, palette[i % palette.length]]);
+    parts.push(["allocator reserve", m.peak_reserved_bytes - m.peak_allocated_bytes, "#afb8c1"]);
+    parts.push(["CUDA context", m.device_used_bytes - m.peak_reserved_bytes, "#57606a"]);
+    const total = Math.max(cap, m.device_used_bytes) * 1.06;
+    stackedBar(parent, parts, [
+      {value: cap, label: "capacity " + gib(cap), colour: "#cf222e", top: true},
+      {value: cap * (1 - headroom), label: `headroom line (${percent(headroom)} free)`, colour: "#9a6700", dash: true},
+    ], total, gib);
+    legend(parent, parts.filter(([, b]) => b > 0).map(([k, b, c]) => [`${k} ${gib(b)}`, c]));
+  }
+
+  function timeBar(parent, time) {
+    if (!time) {
+      html("p", {class: "note"}, "Step time unknown: the card's throughput is not known (a card given by its memory only).", parent);
+      return;
+    }
+    const parts = Object.entries(time.breakdown).filter(([, s]) => s > 0).map(([k, s], i) => [k, s, palette[i % palette.length]]);
+    const total = parts.reduce((a, [, s]) => a + s, 0) * 1.02 || 1;
+    stackedBar(parent, parts, [], total, seconds);
+    legend(parent, parts.map(([k, s, c]) => [`${k} ${seconds(s)}`, c]));
+  }
+
+  // ---- an x-y chart: lines, points, horizontal and vertical marks, bands ----------------------
+  function plot(parent, spec) {
+    const W = spec.width || 460, H = spec.height || 230, L = 64, R = 12, T = 12, B = 34;
+    const s = svg("svg", {viewBox: `0 0 ${W} ${H}`, width: W, height: H, role: "img"}, parent);
+    const xs = spec.series.flatMap((d) => d.x).concat(spec.xExtra || []);
+    const ys = spec.series.flatMap((d) => d.y.filter((v) => v !== null)).concat((spec.hlines || []).map((h) => h.y));
+    const logX = !!spec.logX;
+    const fx = (v) => (logX ? Math.log2(v) : v);
+    let x0 = Math.min(...xs.map(fx)), x1 = Math.max(...xs.map(fx));
+    if (!(x1 > x0)) { x0 -= 1; x1 += 1; }
+    const y0 = spec.yMin !== undefined ? spec.yMin : 0;
+    let y1 = Math.max(...ys, y0 + 1e-9) * 1.08;
+    if (spec.yMax !== undefined) y1 = spec.yMax;
+    const px = (v) => L + (W - L - R) * (fx(v) - x0) / (x1 - x0);
+    const py = (v) => H - B - (H - T - B) * (v - y0) / (y1 - y0);
+    for (const band of spec.bands || [])
+      svg("rect", {x: px(band.from), y: T, width: Math.max(1, px(band.to) - px(band.from)), height: H - T - B,
+                   fill: band.colour, opacity: 0.18}, s);
+    svg("line", {x1: L, x2: W - R, y1: H - B, y2: H - B, stroke: "#8c959f"}, s);
+    svg("line", {x1: L, x2: L, y1: T, y2: H - B, stroke: "#8c959f"}, s);
+    for (let i = 0; i <= 4; i++) {
+      const v = y0 + (y1 - y0) * i / 4;
+      text(s, L - 4, py(v) + 4, spec.yFormat(v), {"text-anchor": "end"});
+    }
+    const ticks = spec.xTicks || [...new Set(xs)].sort((a, b) => a - b);
+    const step = Math.max(1, Math.ceil(ticks.length / 9));
+    ticks.forEach((v, i) => { if (i % step === 0) text(s, px(v), H - B + 14, spec.xFormat(v), {"text-anchor": "middle"}); });
+    text(s, (L + W - R) / 2, H - 4, spec.xLabel, {"text-anchor": "middle", fill: "#5b6470"});
+    for (const h of spec.hlines || []) {
+      svg("line", {x1: L, x2: W - R, y1: py(h.y), y2: py(h.y), stroke: h.colour, "stroke-dasharray": h.dash ? "5 3" : ""}, s);
+      text(s, W - R - 2, py(h.y) - 3, h.label, {"text-anchor": "end", fill: h.colour});
+    }
+    for (const v of spec.vlines || []) {
+      svg("line", {x1: px(v.x), x2: px(v.x), y1: T, y2: H - B, stroke: v.colour, "stroke-width": v.width || 1,
+                   "stroke-dasharray": v.dash ? "4 3" : ""}, s);
+      if (v.label) text(s, px(v.x) + 3, T + 10 + (v.row || 0) * 12, v.label, {fill: v.colour});
+    }
+    for (const d of spec.series) {
+      let path = "";
+      d.x.forEach((xv, i) => {
+        if (d.y[i] === null || d.y[i] === undefined) return;
+        path += (path && d.y[i - 1] !== null ? "L" : "M") + px(xv).toFixed(1) + " " + py(d.y[i]).toFixed(1);
+      });
+      if (!d.pointsOnly) svg("path", {d: path, fill: "none", stroke: d.colour, "stroke-width": 1.6}, s);
+      if (d.points) d.x.forEach((xv, i) => {
+        if (d.y[i] === null) return;
+        const c = svg("circle", {cx: px(xv), cy: py(d.y[i]), r: 3, fill: d.pointColour ? d.pointColour(i) : d.colour}, s);
+        if (d.title) svg("title", {}, c).textContent = d.title(i);
+      });
+    }
+    legend(parent, spec.series.map((d) => [d.name, d.colour]).concat((spec.legendExtra || [])));
+    return s;
+  }
+
+  // Memory against one setting (seq or batch) with the out-of-memory boundary: the peak allocated
+  // and the device use at each value, the card and its headroom line, and a mark past the largest
+  // value that still fits.
+  function curveChart(parent, curve, curves, current) {
+    const pts = curve.points;
+    if (!pts.length) { html("p", {class: "note"}, "No point of this curve is a valid setup.", parent); return; }
+    const cap = curves.capacity_bytes;
+    const vlines = [{x: current, colour: "#0969da", label: "this setup", dash: true}];
+    const fitting = curve.largest_fitting;
+    const next = pts.find((p) => fitting === null || p.value > fitting);
+    if (next && (fitting === null || next.value > fitting) && (next.verdict === "oom" || next.verdict === "spills")) {
+      const boundary = fitting === null ? next.value : Math.sqrt(fitting * next.value);
+      vlines.push({x: boundary, colour: "#cf222e", label: "out of memory past here", width: 2, row: 1});
+    }
+    const boundaryLine = vlines.length > 1 ? vlines[1].x : null;
+    plot(parent, {
+      logX: true, xLabel: curve.setting === "seq" ? "sequence length (tokens)" : "micro-batch (sequences)",
+      xFormat: (v) => (v >= 1024 ? v / 1024 + "k" : String(v)), yFormat: (v) => (v / GiB).toFixed(0) + " GiB",
+      series: [
+        {name: "peak allocated", colour: "#0969da", x: pts.map((p) => p.value), y: pts.map((p) => p.peak_allocated_bytes),
+         points: true, pointColour: (i) => verdictColour[pts[i].verdict],
+         title: (i) => `${curve.setting} ${pts[i].value}: ${mib(pts[i].peak_allocated_bytes)} peak, ${pts[i].verdict}`},
+        {name: "device used", colour: "#bf8700", x: pts.map((p) => p.value), y: pts.map((p) => p.device_used_bytes)},
+      ],
+      hlines: [{y: cap, label: "capacity", colour: "#cf222e"},
+               {y: cap * (1 - curves.headroom), label: "headroom line", colour: "#9a6700", dash: true}],
+      vlines, yMax: Math.max(cap * 1.25, Math.min(Math.max(...pts.map((p) => p.device_used_bytes)), cap * 3)),
+      bands: boundaryLine ? [{from: boundaryLine, to: pts[pts.length - 1].value, colour: "#cf222e"}] : [],
+    });
+  }
+
+  // ---- words -------------------------------------------------------------------------------------
+  function verdictWords(plan) {
+    const m = plan.memory, cap = plan.device.capacity_bytes;
+    const headroom = plan.setup.headroom !== undefined ? plan.setup.headroom : 0.2;
+    const free = percent(plan.headroom_fraction);
+    const words = {
+      fits: `Fits: the step's peak of ${gib(m.peak_allocated_bytes)} leaves ${free} of the ${gib(cap)} card free, ` +
+            `more than the ${percent(headroom)} the headroom policy keeps.`,
+      tight: `Tight: it fits, but the peak of ${gib(m.peak_allocated_bytes)} leaves only ${free} of the card free, ` +
+             `less than the ${percent(headroom)} policy; fragmentation or a longer batch can still run out of memory.`,
+      spills: `Spills: the device would need ${gib(m.device_used_bytes)}, ${gib(plan.over_capacity_bytes)} over the ` +
+              `card; the driver moves the rest into system memory and every step crosses the host link.`,
+      oom: `Out of memory: the device would need ${gib(m.device_used_bytes)}, ${gib(plan.over_capacity_bytes)} over ` +
+           `the card; the step fails with a CUDA out-of-memory error.`,
+    };
+    let out = words[plan.verdict] || plan.verdict;
+    out += ` The peak comes in the ${m.peak_phase} pass.`;
+    if (plan.time) {
+      out += ` A step takes ${seconds(plan.time.step_seconds)} (${Math.round(plan.time.tokens_per_second)} tokens/s); ` +
+             `what holds it back: ${plan.time.bottleneck}.`;
+    }
+    return out;
+  }
+
+  function copyButton(parent, value) {
+    const b = html("button", {type: "button", title: "copy the command"}, "copy", parent);
+    b.addEventListener("click", () => {
+      if (navigator.clipboard) navigator.clipboard.writeText(value).catch(() => {});
+      b.textContent = "copied";
+      setTimeout(() => { b.textContent = "copy"; }, 1200);
+    });
+  }
+
+  // Alternatives as commands to copy: a plan's suggestions, the advisor's results.
+  function commandTable(parent, rows, columns) {
+    const t = html("table", {}, null, parent);
+    const head = html("tr", {}, null, html("thead", {}, null, t));
+    for (const [name, , num] of columns) html("th", num ? {class: "num"} : {}, name, head);
+    html("th", {}, "command", head);
+    const body = html("tbody", {}, null, t);
+    for (const r of rows) {
+      const tr = html("tr", {}, null, body);
+      for (const [, value, num] of columns) {
+        const v = value(r);
+        const td = html("td", num ? {class: "num"} : {}, v, tr);
+        if (v === r.verdict) td.className = "verdict-" + v;
+      }
+      const td = html("td", {}, null, tr);
+      html("span", {class: "command"}, r.command, td);
+      td.appendChild(document.createTextNode(" "));
+      copyButton(td, r.command);
+    }
+    return t;
+  }
+
+  function section(root, title) {
+    html("h2", {}, title, root);
+    return html("div", {}, null, root);
+  }
+
+  // ---- reports -----------------------------------------------------------------------------------
+  function renderPlan(root, data) {
+    const plan = data.plan;
+    const sum = html("div", {class: "summary"}, null, root);
+    figure(sum, "peak allocated (torch.cuda.max_memory_allocated)", mib(plan.memory.peak_allocated_bytes), "peak-allocated");
+    figure(sum, "verdict", plan.verdict, "verdict", "verdict-" + plan.verdict);
+    figure(sum, "device used (nvidia-smi)", mib(plan.memory.device_used_bytes), "device-used");
+    figure(sum, "card", `${plan.device.name} (${gib(plan.device.capacity_bytes)})`, "card");
+    figure(sum, "step time", plan.time ? seconds(plan.time.step_seconds) : "unknown", "step-time");
+    figure(sum, "tokens/s", plan.time ? String(Math.round(plan.time.tokens_per_second)) : "-", "tokens-per-second");
+    html("p", {class: "words", id: "verdict-words"}, verdictWords(plan), root);
+    memoryBar(section(root, "Memory at the peak, against the card"), plan);
+    const charts = html("div", {class: "charts"}, null, root);
+    const seqBox = html("div", {class: "chart", id: "curve-seq"}, null, charts);
+    html("h2", {}, "Memory against sequence length", seqBox);
+    curveChart(seqBox, data.curves.seq, data.curves, plan.setup.seq);
+    const batchBox = html("div", {class: "chart", id: "curve-batch"}, null, charts);
+    html("h2", {}, "Memory against micro-batch", batchBox);
+    curveChart(batchBox, data.curves.batch, data.curves, plan.setup.batch);
+    timeBar(section(root, "Step time, term by term"), plan.time);
+    if (plan.suggestions.length) {
+      const box = section(root, plan.suggestions[0].verdict === "fits" ? "Changes that make it fit" : "Nothing fits; the nearest");
+      commandTable(box, plan.suggestions, [["change", (r) => r.change], ["peak", (r) => mib(r.peak_allocated_bytes), 1],
+                                           ["verdict", (r) => r.verdict], ["step", (r) => seconds(r.step_seconds), 1]]);
+    }
+  }
+
+  function renderAdvise(root, data) {
+    const a = data.advice;
+    html("p", {class: "words"}, `Goal: ${a.goal}; free: ${a.free.join(", ") || "nothing"}; ${a.judged} setups judged ` +
+         `of ${a.searched}.`, root);
+    const columns = [["GPU", (r) => r.gpu], ["peak", (r) => mib(r.peak_allocated_bytes), 1],
+                     ["free", (r) => percent(r.headroom_fraction), 1], ["step", (r) => seconds(r.step_seconds), 1],
+                     ["tokens/s", (r) => String(Math.round(r.tokens_per_second)), 1], ["why", (r) => r.why || ""]];
+    commandTable(section(root, "Best setups that fit"), a.results, columns);
+    if (a.pareto.length > 1) {
+      const box = section(root, "Memory against speed: the setups no other beats on both");
+      plot(box, {xLabel: "peak allocated (GiB)", xFormat: (v) => (v / GiB).toFixed(1), yFormat: (v) => v.toFixed(0),
+                 series: [{name: "tokens/s of each Pareto setup", colour: "#0969da", x: a.pareto.map((r) => r.peak_allocated_bytes),
+                           y: a.pareto.map((r) => r.tokens_per_second), points: true, title: (i) => a.pareto[i].command}],
+                 width: 640});
+    }
+  }
+
+  function renderBench(root, doc) {
+    html("p", {class: "words"}, doc.plan.description || "", root);
+    const crit = section(root, "Criteria");
+    const t = html("table", {}, null, crit);
+    const hr = html("tr", {}, null, html("thead", {}, null, t));
+    for (const h of ["criterion", "outcome", "detail", "expression"]) html("th", {}, h, hr);
+    const tb = html("tbody", {}, null, t);
+    for (const c of doc.criteria) {
+      const tr = html("tr", {}, null, tb);
+      html("td", {}, `${c.name}: ${c.text}`, tr);
+      html("td", {class: "verdict-" + c.outcome}, c.outcome, tr);
+      html("td", {}, c.detail, tr);
+      html("td", {class: "command"}, c.expression, tr);
+    }
+    const rows = doc.rows;
+    const labels = rows.map((r) => r.bench.label);
+    const measured = rows.map((r) => (r.measured.peak_allocated_mib !== undefined ? r.measured.peak_allocated_mib : null));
+    const predicted = rows.map((r) => (r.predicted && r.predicted.peak_allocated_mib !== undefined ? r.predicted.peak_allocated_mib : null));
+    const box = section(root, `Peak allocated, measured beside predicted (median |error| ${percent(doc.accuracy.peak_allocated_median_abs_error)}, ` +
+                              `max ${percent(doc.accuracy.peak_allocated_max_abs_error)})`);
+    const idx = rows.map((_, i) => i + 1);
+    const capMiB = rows.map((r) => r.capacity_mib).find((c) => c) || null;
+    plot(box, {xLabel: "config #", xFormat: String, yFormat: (v) => (v / 1024).toFixed(0) + " GiB", width: 900,
+               series: [{name: "measured", colour: "#1a7f37", x: idx, y: measured, points: true, title: (i) => labels[i]},
+                        {name: "predicted", colour: "#0969da", x: idx, y: predicted, points: true, title: (i) => labels[i]}],
+               hlines: capMiB ? [{y: capMiB, label: "card", colour: "#cf222e"}] : []});
+    const table = html("table", {}, null, section(root, "Configs"));
+    const head = html("tr", {}, null, html("thead", {}, null, table));
+    for (const h of ["#", "config", "status", "verdict", "peak MiB", "pred MiB", "s/step", "pred s"]) html("th", {}, h, head);
+    const body = html("tbody", {}, null, table);
+    rows.forEach((r, i) => {
+      const tr = html("tr", {}, null, body);
+      const p = r.predicted || {};
+      const cells = [i + 1, labels[i], r.measured.status, r.verdict || "", measured[i] ?? "-", predicted[i] !== null ? predicted[i].toFixed(1) : "-",
+                     r.measured.step_seconds_median !== undefined ? r.measured.step_seconds_median.toFixed(3) : "-",
+                     p.step_seconds !== undefined ? p.step_seconds.toFixed(3) : "-"];
+      cells.forEach((c) => html("td", {}, String(c), tr));
+    });
+  }
+
+  function renderValidate(root, data) {
+    const rows = data.rows;
+    html("p", {class: "words"}, `${rows.length} rows: peak allocated median |error| ${(100 * data.median_abs_error).toFixed(1)}%, ` +
+         `max ${(100 * data.max_abs_error).toFixed(1)}%; step time median |error| ${(100 * data.median_abs_step_error).toFixed(1)}%, ` +
+         `max ${(100 * data.max_abs_step_error).toFixed(1)}%.`, root);
+    const charts = html("div", {class: "charts"}, null, root);
+    const mem = html("div", {class: "chart"}, null, charts);
+    html("h2", {}, "Peak allocated: predicted against measured", mem);
+    const most = Math.max(...rows.map((r) => Math.max(r.measured_peak_allocated_mib, r.predicted_peak_allocated_mib)));
+    plot(mem, {xLabel: "measured (GiB)", xFormat: (v) => (v / 1024).toFixed(0), yFormat: (v) => (v / 1024).toFixed(0) + " GiB",
+               xExtra: [0, most], xTicks: [0, most / 4, most / 2, 3 * most / 4, most],
+               series: [{name: "predicted = measured", colour: "#8c959f", x: [0, most], y: [0, most]},
+                        {name: "rows", colour: "#0969da", pointsOnly: true, points: true, x: rows.map((r) => r.measured_peak_allocated_mib),
+                         y: rows.map((r) => r.predicted_peak_allocated_mib), title: (i) => `line ${rows[i].line} ${rows[i].model}: ${(100 * rows[i].error).toFixed(1)}%`}]});
+    const err = html("div", {class: "chart"}, null, charts);
+    html("h2", {}, "Error of each row", err);
+    plot(err, {xLabel: "row", xFormat: String, yFormat: (v) => (100 * v).toFixed(0) + "%", yMin: Math.min(0, ...rows.map((r) => r.step_error), ...rows.map((r) => r.error)),
+               series: [{name: "peak allocated error", colour: "#0969da", pointsOnly: true, points: true, x: rows.map((_, i) => i + 1), y: rows.map((r) => r.error)},
+                        {name: "step time error", colour: "#bf8700", pointsOnly: true, points: true, x: rows.map((_, i) => i + 1),
+                         y: rows.map((r) => (r.measured_step_seconds === null ? null : r.step_error))}],
+               hlines: [{y: 0, label: "", colour: "#8c959f"}]});
+    const table = html("table", {}, null, section(root, "Rows"));
+    const head = html("tr", {}, null, html("thead", {}, null, table));
+    for (const h of ["line", "model", "MiB measured", "MiB predicted", "error", "s measured", "s predicted", "error", "bottleneck"]) html("th", {}, h, head);
+    const body = html("tbody", {}, null, table);
+    for (const r of rows) {
+      const tr = html("tr", {}, null, body);
+      [r.line, r.model, r.measured_peak_allocated_mib.toFixed(1), r.predicted_peak_allocated_mib.toFixed(1), (100 * r.error).toFixed(1) + "%",
+       r.measured_step_seconds === null ? "-" : r.measured_step_seconds.toFixed(4), r.predicted_step_seconds.toFixed(4),
+       r.measured_step_seconds === null ? "-" : (100 * r.step_error).toFixed(0) + "%", r.predicted_bottleneck].forEach((c) => html("td", {}, String(c), tr));
+    }
+  }
+
+  const watchColours = {"compute-bound": "#1a7f37", "input-pipeline-bound": "#bf8700", "communication-bound": "#8250df",
+                        "capacity-bound": "#cf222e", "host-spill": "#bc4c00", throttled: "#953800", "memory-growth": "#a475f9"};
+  function renderWatch(root, data) {
+    html("p", {class: "words"}, `${data.source}: ${data.samples} samples, ${data.probe_steps} probe steps; verdicts over windows of ` +
+         `${data.window_seconds} s.`, root);
+    for (const g of data.gpus) {
+      const spans = data.verdicts.filter((v) => v.gpu === g.index);
+      const bands = spans.map((v) => ({from: v.begin, to: Math.max(v.end, v.begin + 0.5), colour: watchColours[v.verdict] || "#8c959f"}));
+      const extra = [...new Set(spans.map((v) => v.verdict))].map((v) => [v, watchColours[v] || "#8c959f"]);
+      const charts = html("div", {class: "charts"}, null, section(root, `GPU ${g.index} ${g.name}`));
+      const u = html("div", {class: "chart"}, null, charts);
+      plot(u, {xLabel: "seconds", xFormat: (v) => v.toFixed(0), yFormat: (v) => v.toFixed(0) + "%", yMax: 100, bands, legendExtra: extra,
+               series: [{name: "GPU utilisation", colour: "#0969da", x: g.time, y: g.gpu_util_percent}]});
+      const m = html("div", {class: "chart"}, null, charts);
+      plot(m, {xLabel: "seconds", xFormat: (v) => v.toFixed(0), yFormat: (v) => (v / GiB).toFixed(0) + " GiB", bands,
+               series: [{name: "memory used", colour: "#bf8700", x: g.time, y: g.memory_used_bytes}],
+               hlines: g.memory_total_bytes ? [{y: g.memory_total_bytes, label: "card", colour: "#cf222e"}] : []});
+    }
+    if (data.steps.length) {
+      plot(section(root, "Step time (probe)"), {xLabel: "seconds", xFormat: (v) => v.toFixed(0), yFormat: seconds, width: 900,
+               series: [{name: "step seconds", colour: "#8250df", x: data.steps.map((s) => s.time), y: data.steps.map((s) => s.step_seconds), points: true}]});
+    }
+    const table = html("table", {}, null, section(root, "Verdicts over time"));
+    const head = html("tr", {}, null, html("thead", {}, null, table));
+    for (const h of ["GPU", "from s", "to s", "verdict", "evidence", "what to try"]) html("th", {}, h, head);
+    const body = html("tbody", {}, null, table);
+    for (const v of data.verdicts) {
+      const tr = html("tr", {}, null, body);
+      [v.gpu, v.begin.toFixed(0), v.end.toFixed(0), v.verdict, v.evidence, v.advice].forEach((c) => html("td", {}, String(c), tr));
+    }
+  }
+
+  const reports = {plan: renderPlan, advise: renderAdvise, bench: renderBench, validate: renderValidate, watch: renderWatch};
+  function renderReport(kind, data, root) {
+    root.textContent = "";
+    if (!reports[kind]) { html("p", {class: "error"}, "no renderer for a report of kind " + kind, root); return; }
+    reports[kind](root, data);
+  }
+
+  return {renderReport, renderPlan, renderAdvise, verdictWords, memoryBar, curveChart, timeBar, commandTable, plot,
+          legend, figure, html, mib, gib, seconds, percent, reports};
+})();
