@@ -1,11 +1,10 @@
 // `trainfit serve`: the web page and its JSON API on a port, until Ctrl-C (docs/serve.md).
+#include <fmt/format.h>
 #include <signal.h>
 
 #include <iostream>
 #include <memory>
 #include <string>
-
-#include <fmt/format.h>
 
 #include "commands.hpp"
 #include "trainfit/error.hpp"
@@ -23,9 +22,10 @@ struct ServeFlags {
 
 void add_serve_command(CLI::App& app, int& exit_code) {
   auto f = std::make_shared<ServeFlags>();
-  auto* cmd = app.add_subcommand(
-      "serve", "Serve the web page (plan, memory and time charts, the advisor) and its JSON API: /api/plan, "
-               "/api/curves, /api/advise, /api/models, /api/gpus, /api/schema (docs/serve.md)");
+  auto* cmd =
+      app.add_subcommand("serve",
+                         "Serve the web page (plan, memory and time charts, the advisor) and its JSON API: /api/plan, "
+                         "/api/curves, /api/advise, /api/models, /api/gpus, /api/schema (docs/serve.md)");
   cmd->add_option("--host", f->host, "address to listen on (another than loopback serves other machines)")
       ->capture_default_str();
   cmd->add_option("--port", f->port, "port (0: any free port)")->capture_default_str()->check(CLI::Range(0, 65535));

@@ -4,10 +4,9 @@
 //   trainfit watch -- python train.py   start the job, watch it, summarise, return its exit code
 //   trainfit watch --replay FILE        diagnose a --jsonl recording again, no GPU needed
 // The watch itself is the library's (WatchSession); this file has its flags, signals and terminal.
+#include <fmt/format.h>
 #include <signal.h>
 #include <unistd.h>
-
-#include <fmt/format.h>
 
 #include <atomic>
 #include <iostream>

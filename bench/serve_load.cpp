@@ -71,9 +71,10 @@ int main(int argc, char** argv) {
     });
   for (std::thread& t : threads) t.join();
   const double wall = std::chrono::duration<double>(Clock::now() - b0).count();
-  std::printf("burst: %d requests from %d clients at once: %d answered 200, %d errors, in %.3f s (%.0f requests/s); "
-              "latency p50 %.3f ms, p99 %.3f ms, max %.3f ms\n",
-              burst, clients, ok.load(), failed.load(), wall, burst / wall, percentile(burst_ms, 0.5),
-              percentile(burst_ms, 0.99), *std::max_element(burst_ms.begin(), burst_ms.end()));
+  std::printf(
+      "burst: %d requests from %d clients at once: %d answered 200, %d errors, in %.3f s (%.0f requests/s); "
+      "latency p50 %.3f ms, p99 %.3f ms, max %.3f ms\n",
+      burst, clients, ok.load(), failed.load(), wall, burst / wall, percentile(burst_ms, 0.5),
+      percentile(burst_ms, 0.99), *std::max_element(burst_ms.begin(), burst_ms.end()));
   return failed.load() == 0 && errors == 0 ? 0 : 1;
 }

@@ -3,10 +3,9 @@
 // answer must be a status from the API's list with a JSON or page body; nothing may crash.
 #include <cstdint>
 #include <cstdlib>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
-
-#include <nlohmann/json.hpp>
 
 #include "trainfit/serve.hpp"
 
@@ -25,13 +24,15 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       const std::size_t end = std::min(rest.find('&', at), rest.size());
       const std::string_view pair = rest.substr(at, end - at);
       const std::size_t eq = pair.find('=');
-      r.query.emplace_back(std::string(pair.substr(0, eq)), eq == std::string_view::npos ? "" : std::string(pair.substr(eq + 1)));
+      r.query.emplace_back(std::string(pair.substr(0, eq)),
+                           eq == std::string_view::npos ? "" : std::string(pair.substr(eq + 1)));
       at = end + 1;
     }
   }
   const trainfit::serve::Response res = trainfit::serve::handle(r);
   if (res.status == 500) std::abort();  // a bug: the API answers every client error with a 4xx
-  if (res.status != 200 && res.status != 400 && res.status != 404 && res.status != 405 && res.status != 413) std::abort();
+  if (res.status != 200 && res.status != 400 && res.status != 404 && res.status != 405 && res.status != 413)
+    std::abort();
   if (res.content_type == "application/json" && !nlohmann::json::accept(res.body)) std::abort();
   return 0;
 }

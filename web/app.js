@@ -74,6 +74,7 @@
       const [plan, curves] = await Promise.all([call("plan"), call("curves")]);
       if (ticket !== pending) return;  // a later change is on its way
       $("error").textContent = "";
+      $("result").textContent = "";
       C.renderPlan($("result"), {plan, curves});
     } catch (e) {
       if (ticket !== pending) return;
@@ -158,7 +159,9 @@
     $("advise-button").addEventListener("click", async () => {
       $("advice").textContent = "searching...";
       try {
-        C.renderAdvise($("advice"), {advice: await call("advise", "goal=" + encodeURIComponent($("advise-goal").value))});
+        const advice = await call("advise", "goal=" + encodeURIComponent($("advise-goal").value));
+        $("advice").textContent = "";
+        C.renderAdvise($("advice"), {advice});
       } catch (e) {
         $("advice").textContent = "";
         C.html("p", {class: "error"}, e.message, $("advice"));

@@ -120,7 +120,8 @@ const TrainfitCharts = (() => {
     let y1 = Math.max(...ys, y0 + 1e-9) * 1.08;
     if (spec.yMax !== undefined) y1 = spec.yMax;
     const px = (v) => L + (W - L - R) * (fx(v) - x0) / (x1 - x0);
-    const py = (v) => H - B - (H - T - B) * (v - y0) / (y1 - y0);
+    // Values past the top are drawn at it (a curve that runs far over the card).
+    const py = (v) => Math.max(T, Math.min(H - B, H - B - (H - T - B) * (v - y0) / (y1 - y0)));
     for (const band of spec.bands || [])
       svg("rect", {x: px(band.from), y: T, width: Math.max(1, px(band.to) - px(band.from)), height: H - T - B,
                    fill: band.colour, opacity: 0.18}, s);
@@ -286,13 +287,15 @@ const TrainfitCharts = (() => {
                      ["free", (r) => percent(r.headroom_fraction), 1], ["step", (r) => seconds(r.step_seconds), 1],
                      ["tokens/s", (r) => String(Math.round(r.tokens_per_second)), 1], ["why", (r) => r.why || ""]];
     commandTable(section(root, "Best setups that fit"), a.results, columns);
-    if (a.pareto.length > 1) {
-      const box = section(root, "Memory against speed: the setups no other beats on both");
-      plot(box, {xLabel: "peak allocated (GiB)", xFormat: (v) => (v / GiB).toFixed(1), yFormat: (v) => v.toFixed(0),
-                 series: [{name: "tokens/s of each Pareto setup", colour: "#0969da", x: a.pareto.map((r) => r.peak_allocated_bytes),
-                           y: a.pareto.map((r) => r.tokens_per_second), points: true, title: (i) => a.pareto[i].command}],
-                 width: 640});
-    }
+    // Every setup shown, peak memory against speed; the Pareto front joined.
+    const box = section(root, "Memory against speed: the results, and the setups no other beats on both (joined)");
+    const front = a.pareto.slice().sort((p, q) => p.peak_allocated_bytes - q.peak_allocated_bytes);
+    plot(box, {xLabel: "peak allocated (GiB)", xFormat: (v) => (v / GiB).toFixed(1), yFormat: (v) => v.toFixed(0), width: 640,
+               hlines: [], yMin: 0,
+               series: [{name: "Pareto front (tokens/s)", colour: "#8c959f", x: front.map((r) => r.peak_allocated_bytes),
+                         y: front.map((r) => r.tokens_per_second)},
+                        {name: "results", colour: "#0969da", pointsOnly: true, points: true, x: a.results.map((r) => r.peak_allocated_bytes),
+                         y: a.results.map((r) => r.tokens_per_second), title: (i) => a.results[i].command}]});
   }
 
   function renderBench(root, doc) {

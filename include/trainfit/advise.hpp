@@ -83,8 +83,8 @@ struct Advice {
 // serve`'s /api/advise), turned into a request by make_advise_request: one reading of them for both.
 struct AdviseInputs {
   std::vector<GivenSetting> given;  // the settings given, except `gpu` and `method` (their text below)
-  std::string gpu_text;     // `gpu` as given ("" when not): a card, a list "a100-80gb,h100-sxm", or "any"
-  std::string method_text;  // `method` as given ("" when not): a method, or "any"
+  std::string gpu_text;             // `gpu` as given ("" when not): a card, a list "a100-80gb,h100-sxm", or "any"
+  std::string method_text;          // `method` as given ("" when not): a method, or "any"
   std::string goal = "fastest";
   std::string free, fix;  // comma lists of settings (keys or flag names) to vary as well / to hold
   std::int64_t gpus_max = 1, top = 5, tokens_per_step = 0;

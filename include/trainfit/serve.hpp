@@ -15,17 +15,17 @@ namespace trainfit::serve {
 // What a request may be (docs/serve.md, "Limits"): past them it is refused with 400 or 413, and the
 // server goes on serving.
 struct Limits {
-  std::size_t max_body_bytes = std::size_t{256} << 10;  // a POST body: a setup and a pasted config.json (a few KiB)
-  std::size_t max_parameters = 64;                      // query parameters (a setup has about 30 settings)
-  std::size_t max_value_bytes = 4096;                   // one query parameter's value
-  std::size_t max_json_depth = 32;                      // nesting of a POST body (a config.json nests 3 deep)
+  std::size_t max_body_bytes = std::size_t{256} << 10;   // a POST body: a setup and a pasted config.json (a few KiB)
+  std::size_t max_parameters = 64;                       // query parameters (a setup has about 30 settings)
+  std::size_t max_value_bytes = 4096;                    // one query parameter's value
+  std::size_t max_json_depth = 32;                       // nesting of a POST body (a config.json nests 3 deep)
   std::chrono::milliseconds connection_deadline{10000};  // a connection's whole life, request and response
   std::size_t workers = 8;                               // requests answered at once
 };
 
 struct Request {
-  std::string method;  // "GET", "POST"
-  std::string path;    // "/api/plan"
+  std::string method;                                      // "GET", "POST"
+  std::string path;                                        // "/api/plan"
   std::vector<std::pair<std::string, std::string>> query;  // decoded, in the order given
   std::string body;
 };

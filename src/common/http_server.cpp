@@ -182,8 +182,10 @@ BoundedHttpServer::~BoundedHttpServer() {
 
 int BoundedHttpServer::start(const std::string& host, int port) {
   int bound = -1;
-  if (port == 0) bound = bind_to_any_port(host);
-  else if (bind_to_port(host, port)) bound = port;
+  if (port == 0)
+    bound = bind_to_any_port(host);
+  else if (bind_to_port(host, port))
+    bound = port;
   if (bound <= 0)
     throw InputError(fmt::format("{}: cannot listen on {}:{} (address in use, or not an address of this machine)",
                                  what_, host, port));

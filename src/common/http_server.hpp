@@ -17,10 +17,10 @@ namespace trainfit::detail {
 
 struct HttpServerLimits {
   std::chrono::milliseconds connection_deadline{10000};  // a connection's whole life, request and response
-  std::size_t workers = 8;      // connections served at once
+  std::size_t workers = 8;                               // connections served at once
   std::size_t max_queued = 1024;  // accepted connections waiting for a worker; past it accept waits (the
                                   // kernel's backlog holds the next ones)
-  int listen_backlog = 1024;    // httplib listens with 5, which drops the connections of a burst
+  int listen_backlog = 1024;      // httplib listens with 5, which drops the connections of a burst
 };
 
 class BoundedHttpServer final : public httplib::Server {

@@ -20,6 +20,10 @@ std::size_t edit_distance(std::string_view a, std::string_view b);
 // U+009B is a CSI to some terminals) and bytes that are not UTF-8 (\xHH: a lone 0x9b is a CSI to
 // an 8-bit terminal); everything else, UTF-8 text included, is kept as it is.
 std::string printable(std::string_view s);
+// The deepest nesting of arrays and objects in a JSON text, counted without parsing it (brackets
+// inside strings do not count): a reader refuses a text of 100,000 '[' before nlohmann's parser
+// and dump, which recurse once a level, see it.
+std::size_t json_nesting_depth(std::string_view text);
 
 // The names of a comma-separated list ("q,v", "batch,grad-ckpt"), as written; empty items
 // ("a,,b", a trailing comma) are skipped.

@@ -28,11 +28,20 @@ std::string html_escaped(std::string_view text) {
   out.reserve(text.size());
   for (const char c : text) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -45,8 +54,10 @@ std::string script_safe_json(const json& data) {
   std::string out;
   out.reserve(text.size());
   for (const char c : text) {
-    if (c == '<') out += "\\u003c";
-    else out += c;
+    if (c == '<')
+      out += "\\u003c";
+    else
+      out += c;
   }
   return out;
 }
@@ -115,15 +126,17 @@ std::string render_html_report(std::string_view kind, std::string_view title, co
   out += web_asset("style.css");
   out += "</style>\n</head>\n<body class=\"report\">\n<header><h1>";
   out += html_escaped(title);
-  out += "</h1><p class=\"note\">A trainfit report: self-contained, opens offline. Every figure is defined in "
-         "trainfit's docs (docs/serve.md lists where).</p></header>\n<main id=\"report\"></main>\n";
+  out +=
+      "</h1><p class=\"note\">A trainfit report: self-contained, opens offline. Every figure is defined in "
+      "trainfit's docs (docs/serve.md lists where).</p></header>\n<main id=\"report\"></main>\n";
   out += "<script type=\"application/json\" id=\"trainfit-data\">";
   out += script_safe_json(data);
   out += "</script>\n<script>\n";
   out += web_asset("charts.js");
   out += "</script>\n<script>\nTrainfitCharts.renderReport(";
   out += json(std::string(kind)).dump();
-  out += ", JSON.parse(document.getElementById(\"trainfit-data\").textContent), document.getElementById(\"report\"));\n";
+  out +=
+      ", JSON.parse(document.getElementById(\"trainfit-data\").textContent), document.getElementById(\"report\"));\n";
   out += "</script>\n</body>\n</html>\n";
   return out;
 }
@@ -135,7 +148,9 @@ json plan_curves(const Plan& plan) {
           {"batch", curve(plan, "batch", curve_values({1, 2, 4, 8, 16, 32, 64}, plan.setup.batch))}};
 }
 
-json plan_report_data(const Plan& plan) { return {{"plan", plan_to_json(plan)}, {"curves", plan_curves(plan)}}; }
+json plan_report_data(const Plan& plan) {
+  return {{"plan", plan_to_json(plan)}, {"curves", plan_curves(plan)}};
+}
 
 json comparison_to_json(const ComparisonSummary& summary) {
   json rows = json::array();

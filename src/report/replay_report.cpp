@@ -10,10 +10,16 @@ namespace {
 using json = nlohmann::json;
 
 // Every `stride`-th index of `n`, and the last, so that no more than `limit` remain.
-std::size_t stride_for(std::size_t n, std::size_t limit) { return n <= limit ? 1 : (n + limit - 1) / limit; }
+std::size_t stride_for(std::size_t n, std::size_t limit) {
+  return n <= limit ? 1 : (n + limit - 1) / limit;
+}
 
-json optional_number(const std::optional<double>& v) { return v ? json(*v) : json(nullptr); }
-json optional_bytes(const std::optional<std::int64_t>& v) { return v ? json(*v) : json(nullptr); }
+json optional_number(const std::optional<double>& v) {
+  return v ? json(*v) : json(nullptr);
+}
+json optional_bytes(const std::optional<std::int64_t>& v) {
+  return v ? json(*v) : json(nullptr);
+}
 
 }  // namespace
 

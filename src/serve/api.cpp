@@ -29,7 +29,9 @@ class RequestError : public InputError {
   int status_;
 };
 
-Response json_response(std::string body) { return {200, "application/json", std::move(body)}; }
+Response json_response(std::string body) {
+  return {200, "application/json", std::move(body)};
+}
 
 Response error_response(int status, std::string_view message) {
   return {status, "application/json", json{{"error", std::string(message)}}.dump() + "\n"};
@@ -98,27 +100,6 @@ std::int64_t integer_of(const Input& in) {
   return v;
 }
 
-// The nesting of a JSON text, counted before it is parsed: a body of 100,000 '[' is refused
-// without building anything.
-std::size_t json_depth(std::string_view text) {
-  std::size_t depth = 0, deepest = 0;
-  bool in_string = false, escaped = false;
-  for (const char c : text) {
-    if (in_string) {
-      if (escaped) escaped = false;
-      else if (c == '\\') escaped = true;
-      else if (c == '"') in_string = false;
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      deepest = std::max(deepest, ++depth);
-    } else if ((c == ']' || c == '}') && depth > 0) {
-      --depth;
-    }
-  }
-  return deepest;
-}
-
 // A request's inputs, with what a POST body brought beside them.
 struct Inputs {
   std::vector<Input> items;
@@ -132,8 +113,8 @@ Inputs read_inputs(const Request& r, const Limits& limits) {
       throw RequestError(400, fmt::format("{} parameters: at most {} are read", r.query.size(), limits.max_parameters));
     for (const auto& [name, text] : r.query) {
       if (text.size() > limits.max_value_bytes)
-        throw RequestError(400, fmt::format("{}: a value of {} bytes (at most {})", name, text.size(),
-                                            limits.max_value_bytes));
+        throw RequestError(
+            400, fmt::format("{}: a value of {} bytes (at most {})", name, text.size(), limits.max_value_bytes));
       out.items.push_back({name, snake_case(name), true, text, {}});
     }
     return out;
@@ -141,7 +122,7 @@ Inputs read_inputs(const Request& r, const Limits& limits) {
   if (!r.query.empty()) throw RequestError(400, "a POST takes its setup in the body, not in the query");
   if (r.body.size() > limits.max_body_bytes)
     throw RequestError(413, fmt::format("a body of {} bytes (at most {})", r.body.size(), limits.max_body_bytes));
-  if (json_depth(r.body) > limits.max_json_depth)
+  if (detail::json_nesting_depth(r.body) > limits.max_json_depth)
     throw RequestError(400, fmt::format("the body nests deeper than {} levels", limits.max_json_depth));
   json body;
   try {
@@ -154,9 +135,12 @@ Inputs read_inputs(const Request& r, const Limits& limits) {
     throw RequestError(400, fmt::format("{} keys: at most {} are read", body.size(), limits.max_parameters));
   for (auto& [key, value] : body.items()) {
     if (key == "config_json") {
-      if (value.is_object()) out.config_json = value.dump();
-      else if (value.is_string()) out.config_json = value.get<std::string>();
-      else throw RequestError(400, "config_json: must be the config.json's object, or its text");
+      if (value.is_object())
+        out.config_json = value.dump();
+      else if (value.is_string())
+        out.config_json = value.get<std::string>();
+      else
+        throw RequestError(400, "config_json: must be the config.json's object, or its text");
       continue;
     }
     out.items.push_back({key, snake_case(key), false, {}, value});
@@ -235,7 +219,8 @@ Asked read_asked(const Inputs& inputs, const std::vector<std::string>& option_ke
     a.model = parse_model_config(*inputs.config_json, "config.json");
     a.given.emplace_back(find_setting("model"), SettingValue(std::string("config.json")));
   } else if (model_name.empty()) {
-    throw RequestError(400, "name the model: model (a built-in name, /api/models) or config_json (a pasted config.json)");
+    throw RequestError(400,
+                       "name the model: model (a built-in name, /api/models) or config_json (a pasted config.json)");
   } else {
     a.model = load_builtin_model(model_name);
   }
@@ -278,15 +263,24 @@ Response advise_endpoint(const Inputs& inputs) {
   in.gpu_text = a.gpu_text;
   in.method_text = a.method_text;
   for (const Input& o : a.options) {
-    if (o.key == "goal") in.goal = text_of(o);
-    else if (o.key == "free") in.free = text_of(o);
-    else if (o.key == "fix") in.fix = text_of(o);
-    else if (o.key == "gpus_max") in.gpus_max = integer_of(o);
-    else if (o.key == "top") in.top = integer_of(o);
-    else if (o.key == "tokens_per_step") in.tokens_per_step = integer_of(o);
-    else if (o.key == "tokens") in.tokens = number_of(o);
-    else if (o.key == "epochs") in.epochs = number_of(o);
-    else if (o.key == "dataset_tokens") in.dataset_tokens = number_of(o);
+    if (o.key == "goal")
+      in.goal = text_of(o);
+    else if (o.key == "free")
+      in.free = text_of(o);
+    else if (o.key == "fix")
+      in.fix = text_of(o);
+    else if (o.key == "gpus_max")
+      in.gpus_max = integer_of(o);
+    else if (o.key == "top")
+      in.top = integer_of(o);
+    else if (o.key == "tokens_per_step")
+      in.tokens_per_step = integer_of(o);
+    else if (o.key == "tokens")
+      in.tokens = number_of(o);
+    else if (o.key == "epochs")
+      in.epochs = number_of(o);
+    else if (o.key == "dataset_tokens")
+      in.dataset_tokens = number_of(o);
     // verbose: the JSON is the same with or without it, as on the command line.
   }
   const AdviseRequest r = make_advise_request(in, builtin_prices());

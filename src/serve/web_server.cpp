@@ -59,10 +59,14 @@ WebServer::WebServer(const std::string& host, int port, const Limits& limits)
       r.method = method;
       answer(r, s.limits, res);
     };
-    if (std::string_view(method) == "PUT") s.server.Put(R"(/.*)", refuse);
-    else if (std::string_view(method) == "DELETE") s.server.Delete(R"(/.*)", refuse);
-    else if (std::string_view(method) == "PATCH") s.server.Patch(R"(/.*)", refuse);
-    else s.server.Options(R"(/.*)", refuse);
+    if (std::string_view(method) == "PUT")
+      s.server.Put(R"(/.*)", refuse);
+    else if (std::string_view(method) == "DELETE")
+      s.server.Delete(R"(/.*)", refuse);
+    else if (std::string_view(method) == "PATCH")
+      s.server.Patch(R"(/.*)", refuse);
+    else
+      s.server.Options(R"(/.*)", refuse);
   }
   // What httplib refuses before a handler runs (413 for a body too large, 400 for a malformed
   // request line, 414 for a URI over 8 KiB) gets a message too.
@@ -76,8 +80,12 @@ WebServer::WebServer(const std::string& host, int port, const Limits& limits)
   s.port = s.server.start(host, port);
 }
 
-WebServer::~WebServer() { state_->server.stop_all(); }
+WebServer::~WebServer() {
+  state_->server.stop_all();
+}
 
-int WebServer::port() const { return state_->port; }
+int WebServer::port() const {
+  return state_->port;
+}
 
 }  // namespace trainfit::serve

@@ -154,28 +154,11 @@ namespace {
 // Event lines are flat objects. Deeper nesting is refused before parsing: watch copies each event
 // into its recording with json::dump, which recurses once per level, and a line of 64 KiB of '['
 // would overflow the stack.
-constexpr int kMaxEventDepth = 16;
+constexpr std::size_t kMaxEventDepth = 16;
 
 void check_event_depth(std::string_view line) {
-  int depth = 0;
-  bool in_string = false, escaped = false;
-  for (const char c : line) {
-    if (in_string) {
-      if (escaped)
-        escaped = false;
-      else if (c == '\\')
-        escaped = true;
-      else if (c == '"')
-        in_string = false;
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      if (++depth > kMaxEventDepth)
-        throw InputError(fmt::format("an event is nested more than {} levels deep", kMaxEventDepth));
-    } else if (c == ']' || c == '}') {
-      --depth;
-    }
-  }
+  if (trainfit::detail::json_nesting_depth(line) > kMaxEventDepth)
+    throw InputError(fmt::format("an event is nested more than {} levels deep", kMaxEventDepth));
 }
 
 }  // namespace

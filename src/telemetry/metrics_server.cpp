@@ -41,11 +41,17 @@ MetricsServer::MetricsServer(const Endpoint& where) : state_(std::make_unique<St
   s.port = s.server.start(where.host, where.port);
 }
 
-MetricsServer::~MetricsServer() { state_->server.stop_all(); }
+MetricsServer::~MetricsServer() {
+  state_->server.stop_all();
+}
 
-int MetricsServer::port() const { return state_->port; }
+int MetricsServer::port() const {
+  return state_->port;
+}
 
-const std::string& MetricsServer::host() const { return state_->host; }
+const std::string& MetricsServer::host() const {
+  return state_->host;
+}
 
 void MetricsServer::publish(std::string text) {
   const std::lock_guard lock(state_->mutex);

@@ -8,10 +8,9 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
-
-#include <nlohmann/json.hpp>
 
 #include "run_cli.hpp"
 
@@ -65,12 +64,13 @@ TEST(ServeCli, PlanEndpointIsByteForByteThePlanCommand) {
   ServeProcess server;
   ASSERT_GT(server.port(), 0);
   httplib::Client client("127.0.0.1", server.port());
-  const auto res = client.Get("/api/plan?model=qwen2.5-7b&gpu=rtx-5070-ti&method=qlora&seq=1024&lora-targets=q,v&grad-ckpt=");
+  const auto res =
+      client.Get("/api/plan?model=qwen2.5-7b&gpu=rtx-5070-ti&method=qlora&seq=1024&lora-targets=q,v&grad-ckpt=");
   ASSERT_TRUE(res);
   EXPECT_EQ(res->status, 200);
-  const CliResult cli =
-      run_cli("plan --model qwen2.5-7b --gpu rtx-5070-ti --method qlora --seq 1024 --lora-targets q,v --grad-ckpt "
-              "--format json");
+  const CliResult cli = run_cli(
+      "plan --model qwen2.5-7b --gpu rtx-5070-ti --method qlora --seq 1024 --lora-targets q,v --grad-ckpt "
+      "--format json");
   ASSERT_EQ(cli.code, 0) << cli.out;
   EXPECT_EQ(res->body, cli.out);
   const auto schema = client.Get("/api/schema");
@@ -129,7 +129,8 @@ TEST(ServeCli, EveryReportIsHtml) {
   std::filesystem::create_directories(dir);
   std::filesystem::copy_file(src + "/data/bench/h200-seed-16gb-2026-11-30.jsonl", dir / "results.jsonl",
                              std::filesystem::copy_options::overwrite_existing);
-  expect_report("bench " + src + "/plans/seed-16gb.toml --results " + dir.string() + " --judge-only --format html", "bench");
+  expect_report("bench " + src + "/plans/seed-16gb.toml --results " + dir.string() + " --judge-only --format html",
+                "bench");
   std::filesystem::remove_all(dir);
   EXPECT_EQ(run_cli("watch --replay " + src + "/data/watch/h200_capacity_bound.jsonl --format pdf").code, 2);
   EXPECT_EQ(run_cli("gpus --format html").code, 2) << "a catalogue has no report";

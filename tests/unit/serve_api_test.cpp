@@ -16,10 +16,16 @@ namespace {
 using json = nlohmann::json;
 using Query = std::vector<std::pair<std::string, std::string>>;
 
-Response get(const std::string& path, const Query& query = {}) { return handle({"GET", path, query, ""}); }
-Response post(const std::string& path, const std::string& body) { return handle({"POST", path, {}, body}); }
+Response get(const std::string& path, const Query& query = {}) {
+  return handle({"GET", path, query, ""});
+}
+Response post(const std::string& path, const std::string& body) {
+  return handle({"POST", path, {}, body});
+}
 
-std::string error_of(const Response& r) { return json::parse(r.body).at("error").get<std::string>(); }
+std::string error_of(const Response& r) {
+  return json::parse(r.body).at("error").get<std::string>();
+}
 
 // What `trainfit plan --format json` prints for these settings, through the library's calls.
 std::string plan_json(const std::vector<GivenSetting>& given, bool suggest = true) {
@@ -35,30 +41,42 @@ GivenSetting text(const char* key, const char* value) {
 }
 
 TEST(ServeApi, PlanQueryIsWhatPlanPrints) {
-  const Response r = get("/api/plan", {{"model", "qwen2.5-7b"}, {"gpu", "rtx-5070-ti"}, {"method", "qlora"},
-                                       {"seq", "1024"}, {"lora-targets", "q,v"}, {"grad-ckpt", ""}});
+  const Response r = get("/api/plan", {{"model", "qwen2.5-7b"},
+                                       {"gpu", "rtx-5070-ti"},
+                                       {"method", "qlora"},
+                                       {"seq", "1024"},
+                                       {"lora-targets", "q,v"},
+                                       {"grad-ckpt", ""}});
   ASSERT_EQ(r.status, 200) << r.body;
   EXPECT_EQ(r.content_type, "application/json");
-  EXPECT_EQ(r.body, plan_json({text("model", "qwen2.5-7b"), text("gpu", "rtx-5070-ti"), text("method", "qlora"),
-                               text("seq", "1024"), text("lora_targets", "q,v"), {find_setting("grad_ckpt"), true}}));
+  EXPECT_EQ(r.body, plan_json({text("model", "qwen2.5-7b"),
+                               text("gpu", "rtx-5070-ti"),
+                               text("method", "qlora"),
+                               text("seq", "1024"),
+                               text("lora_targets", "q,v"),
+                               {find_setting("grad_ckpt"), true}}));
   EXPECT_TRUE(json::parse(r.body).at("setup").at("grad_ckpt").get<bool>());
 }
 
 TEST(ServeApi, SwitchOffAndNoSuggest) {
-  const Response off = get("/api/plan", {{"model", "qwen2.5-14b"}, {"gpu", "rtx-5070-ti"}, {"no-grad-ckpt", ""},
-                                         {"no-suggest", ""}});
+  const Response off =
+      get("/api/plan", {{"model", "qwen2.5-14b"}, {"gpu", "rtx-5070-ti"}, {"no-grad-ckpt", ""}, {"no-suggest", ""}});
   ASSERT_EQ(off.status, 200) << off.body;
-  EXPECT_EQ(off.body, plan_json({text("model", "qwen2.5-14b"), text("gpu", "rtx-5070-ti"),
-                                 {find_setting("grad_ckpt"), false}},
-                                false));
+  EXPECT_EQ(
+      off.body,
+      plan_json({text("model", "qwen2.5-14b"), text("gpu", "rtx-5070-ti"), {find_setting("grad_ckpt"), false}}, false));
   EXPECT_TRUE(json::parse(off.body).at("suggestions").empty());
   const Response on = get("/api/plan", {{"model", "qwen2.5-14b"}, {"gpu", "rtx-5070-ti"}});
   EXPECT_FALSE(json::parse(on.body).at("suggestions").empty()) << "a 14B full fine-tune cannot fit 16 GB";
 }
 
 TEST(ServeApi, PostBodyEqualsQuery) {
-  const Response q = get("/api/plan", {{"model", "llama3.1-8b"}, {"gpu", "a100-40gb"}, {"seq", "2048"},
-                                       {"batch", "2"}, {"grad-ckpt", "true"}, {"lora-targets", "q,k,v,o"}});
+  const Response q = get("/api/plan", {{"model", "llama3.1-8b"},
+                                       {"gpu", "a100-40gb"},
+                                       {"seq", "2048"},
+                                       {"batch", "2"},
+                                       {"grad-ckpt", "true"},
+                                       {"lora-targets", "q,k,v,o"}});
   const Response b = post("/api/plan", R"({"model": "llama3.1-8b", "gpu": "a100-40gb", "seq": 2048, "batch": 2,
                                           "grad_ckpt": true, "lora_targets": ["q", "k", "v", "o"]})");
   ASSERT_EQ(q.status, 200) << q.body;
@@ -79,7 +97,8 @@ TEST(ServeApi, PastedConfigPlansLikeTheBuiltIn) {
   for (const json& pasted : {json(config), json::parse(config)}) {
     const Response r = post("/api/plan", json{{"config_json", pasted}, {"gpu", "rtx-4090"}, {"seq", 4096}}.dump());
     ASSERT_EQ(r.status, 200) << r.body;
-    const json builtin = json::parse(get("/api/plan", {{"model", "qwen2.5-0.5b"}, {"gpu", "rtx-4090"}, {"seq", "4096"}}).body);
+    const json builtin =
+        json::parse(get("/api/plan", {{"model", "qwen2.5-0.5b"}, {"gpu", "rtx-4090"}, {"seq", "4096"}}).body);
     const json mine = json::parse(r.body);
     EXPECT_EQ(mine.at("setup").at("model"), "config.json");
     EXPECT_EQ(mine.at("memory").at("peak_allocated_bytes"), builtin.at("memory").at("peak_allocated_bytes"));
@@ -115,8 +134,9 @@ TEST(ServeApi, CurvesMarkTheOutOfMemoryBoundary) {
 }
 
 TEST(ServeApi, AdviseIsWhatAdvisePrints) {
-  const Response r = get("/api/advise", {{"model", "qwen2.5-1.5b"}, {"gpu", "rtx-4090"}, {"seq", "2048"},
-                                         {"goal", "largest-batch"}, {"top", "3"}});
+  const Response r =
+      get("/api/advise",
+          {{"model", "qwen2.5-1.5b"}, {"gpu", "rtx-4090"}, {"seq", "2048"}, {"goal", "largest-batch"}, {"top", "3"}});
   ASSERT_EQ(r.status, 200) << r.body;
   AdviseInputs in;
   in.given = {text("model", "qwen2.5-1.5b"), text("seq", "2048")};
@@ -184,17 +204,25 @@ TEST(ServeApi, BadRequestsGetAMessage) {
       {{"GET", "/api/plan", {{"model", "qwen9-1t"}}, ""}, 400, "unknown model"},
       {{"GET", "/api/plan", {{"gpu", "h100-sxm"}}, ""}, 400, "name the model"},
       {{"GET", "/api/plan", {{"model", "qwen2.5-7b"}, {"gpu", "h100-sxm"}, {"rank", "0"}}, ""}, 400, "rank"},
-      {{"GET", "/api/plan", {{"model", "qwen2.5-7b"}, {"gpu", "h100-sxm"}, {"seq", "1"}, {"seq", "2"}}, ""}, 400, "twice"},
+      {{"GET", "/api/plan", {{"model", "qwen2.5-7b"}, {"gpu", "h100-sxm"}, {"seq", "1"}, {"seq", "2"}}, ""},
+       400,
+       "twice"},
       {{"GET", "/api/plan", {{"model", "qwen2.5-7b"}, {"grad-ckpt", "maybe"}}, ""}, 400, "on or off"},
       {{"GET", "/api/plan", {{"model", "qwen2.5-7b"}, {"colour", "red"}}, ""}, 400, "unknown parameter"},
       {{"GET", "/api/plan", {{"model", "qwen2.5-7b"}, {"format", "table"}}, ""}, 400, "JSON only"},
       {{"GET", "/api/plan", {{"model", std::string(5000, 'q')}}, ""}, 400, "bytes"},
       {{"GET", "/api/plan", {{"model", "qwen2.5-7b"}, {"gpu", "no-such-card"}}, ""}, 400, "no-such-card"},
-      {{"GET", "/api/advise", {{"model", "qwen2.5-7b"}, {"gpu", "h100-sxm"}, {"top", "many"}}, ""}, 400, "whole number"},
+      {{"GET", "/api/advise", {{"model", "qwen2.5-7b"}, {"gpu", "h100-sxm"}, {"top", "many"}}, ""},
+       400,
+       "whole number"},
       {{"GET", "/api/advise", {{"model", "qwen2.5-7b"}, {"gpu", "h100-sxm"}, {"tokens", "nan"}}, ""}, 400, "finite"},
       {{"GET", "/api/advise", {{"model", "qwen2.5-7b"}, {"gpu", "h100-sxm"}, {"goal", "cheapest"}}, ""}, 400, "tokens"},
-      {{"GET", "/api/advise", {{"model", "qwen2.5-72b"}, {"gpu", "rtx-3060-12gb"}, {"method", "full"},
-                               {"fix", "gpus"}, {"seq", "32768"}}, ""}, 400, "over"},
+      {{"GET",
+        "/api/advise",
+        {{"model", "qwen2.5-72b"}, {"gpu", "rtx-3060-12gb"}, {"method", "full"}, {"fix", "gpus"}, {"seq", "32768"}},
+        ""},
+       400,
+       "over"},
   };
   for (const Case& c : cases) {
     const Response r = handle(c.request);
@@ -218,12 +246,14 @@ TEST(HtmlReport, IsOnePageWithItsDataAndCharts) {
   EXPECT_NE(page.find(std::to_string(p.memory.peak_allocated_bytes)), std::string::npos);
   EXPECT_EQ(page.find("<script src"), std::string::npos) << "self-contained: no script is fetched";
   EXPECT_EQ(page.find("<link"), std::string::npos) << "self-contained: no stylesheet is fetched";
-  EXPECT_EQ(page.find("http://"), std::string::npos);
-  EXPECT_EQ(page.find("https://"), std::string::npos);
+  // Nothing names another site to load (the SVG namespace URI is a name, never fetched).
+  for (const char* loads : {"src=\"http", "href=\"http", "@import", "url(", "fetch("})
+    EXPECT_EQ(page.find(loads), std::string::npos) << loads;
 }
 
 TEST(HtmlReport, DataCannotEndItsScript) {
-  const std::string page = render_html_report("plan", "a <b> & \"c\"", {{"evil", "</script><script>alert(1)</script>"}});
+  const std::string page =
+      render_html_report("plan", "a <b> & \"c\"", {{"evil", "</script><script>alert(1)</script>"}});
   EXPECT_EQ(page.find("</script><script>alert"), std::string::npos);
   EXPECT_NE(page.find("\\u003c/script>"), std::string::npos);
   EXPECT_NE(page.find("<title>a &lt;b&gt; &amp; &quot;c&quot;</title>"), std::string::npos);
