@@ -21,5 +21,6 @@ void add_validate_command(CLI::App& app, int& exit_code);
 void add_watch_command(CLI::App& app, int& exit_code);
 void add_calibrate_command(CLI::App& app, int& exit_code);
 void add_bench_command(CLI::App& app, int& exit_code);
+void add_trace_command(CLI::App& app, int& exit_code);
 
 }  // namespace trainfit::cli

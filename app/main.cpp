@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
   trainfit::cli::add_watch_command(app, exit_code);
   trainfit::cli::add_calibrate_command(app, exit_code);
   trainfit::cli::add_bench_command(app, exit_code);
+  trainfit::cli::add_trace_command(app, exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {

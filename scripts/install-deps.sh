@@ -2,7 +2,8 @@
 # Installs the Debian 12 packages trainfit builds and tests with. Safe to run again.
 set -euo pipefail
 packages=(g++ cmake ninja-build pkg-config libcli11-dev nlohmann-json3-dev libfmt-dev libtomlplusplus-dev
-          libgtest-dev libgmock-dev libbenchmark-dev libcpp-httplib-dev python3)
+          libgtest-dev libgmock-dev libbenchmark-dev libcpp-httplib-dev python3
+          libsimdjson-dev zlib1g-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
