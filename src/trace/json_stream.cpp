@@ -111,7 +111,7 @@ std::string_view ChunkReader::next() {
     }
     if (rc == Z_BUF_ERROR) continue;  // more input needed: the loop reads it
     if (rc != Z_OK)
-      throw InputError(fmt::format("trace '{}': corrupt gzip stream ({})", path_, z.msg ? z.msg : "inflate failed"));
+      throw InputError(fmt::format("corrupt gzip stream ({})", z.msg ? z.msg : "inflate failed"));
   }
   const std::size_t produced = out_.size() - z.avail_out;
   if (produced == 0 && eof_ && z.avail_in == 0 && !inflater_->ended) truncated_ = true;

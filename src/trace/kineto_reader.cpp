@@ -1,8 +1,7 @@
 // Reading a Kineto trace: the splitter (json_stream.hpp) cuts the stream into events, which are
-// gathered into batches ("[e1,e2,...]" in one reused padded buffer) and parsed with simdjson, one
-// document a batch. simdjson's DOM parser picks its SIMD kernels at run time (AVX-512, AVX2, SSE4.2);
-// its on-demand API is compiled for the build's baseline, which on x86-64 is the scalar fallback.
-// The DOM of one 256 KiB batch is small and reused. A batch with a malformed event is parsed again event by
+// gathered into batches ("[e1,e2,...]" in one reused padded buffer) and parsed with simdjson's
+// on-demand API, one document a batch (its structural index is built by the SIMD kernel the CPU
+// has, chosen at run time). A batch with a malformed event is parsed again event by
 // event, so only the bad event is skipped (and counted).
 #include <algorithm>
 #include <cctype>
@@ -79,11 +78,43 @@ KernelCategory classify_activity(std::string_view name, std::string_view cat) {
 
 namespace detail {
 
-std::int64_t microseconds_to_ns(double us) { return static_cast<std::int64_t>(std::llround(us * 1000.0)); }
+bool microseconds_to_ns(std::string_view token, std::int64_t& ns) {
+  while (!token.empty() && (token.back() == ' ' || token.back() == '\n' || token.back() == '\r' || token.back() == '\t'))
+    token.remove_suffix(1);
+  if (token.empty()) return false;
+  const bool negative = token.front() == '-';
+  const std::string_view digits = negative ? token.substr(1) : token;
+  const std::size_t dot = digits.find('.');
+  const std::string_view whole = digits.substr(0, dot);
+  const std::string_view fraction = dot == std::string_view::npos ? std::string_view{} : digits.substr(dot + 1);
+  const auto all_digits = [](std::string_view s) {
+    return std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+  };
+  // Plain decimals: exact, digits beyond the nanosecond dropped. Epoch timestamps with three
+  // decimals have 19 digits, too many for a double to hold exactly.
+  if (!whole.empty() && whole.size() <= 16 && all_digits(whole) && all_digits(fraction)) {
+    std::int64_t us = 0;
+    for (const char c : whole) us = us * 10 + (c - '0');
+    if (us > INT64_MAX / 1000 - 1) return false;  // past the year 2262 in nanoseconds
+    std::int64_t frac_ns = 0;
+    for (std::size_t k = 0; k < 3; ++k) frac_ns = frac_ns * 10 + (k < fraction.size() ? fraction[k] - '0' : 0);
+    ns = us * 1000 + frac_ns;
+    if (negative) ns = -ns;
+    return true;
+  }
+  // Anything else JSON allows (exponents, longer numbers): through a double.
+  double value = 0;
+  const auto [end, ec] = std::from_chars(token.data(), token.data() + token.size(), value);
+  if (ec != std::errc() || end != token.data() + token.size() || !std::isfinite(value) || std::fabs(value) > 9.2e15)
+    return false;
+  ns = static_cast<std::int64_t>(std::llround(value * 1000.0));
+  return true;
+}
 
 namespace {
 
 namespace dom = simdjson::dom;
+namespace od = simdjson::ondemand;
 
 constexpr std::size_t kBatchBytes = 256 << 10;
 
@@ -162,50 +193,53 @@ class EventReader {
 
  private:
   TraceData& data_;
-  dom::parser parser_;
+  dom::parser parser_;        // the top-level members (small)
+  od::parser events_parser_;  // the batches of events
   std::string batch_;
   std::vector<std::size_t> offsets_;  // where each event of the batch starts in batch_
   std::vector<EventFields> parsed_;
   std::string single_;
 
-  // A JSON number of microseconds as integer nanoseconds: exact for integers; a decimal goes
-  // through a double (to within a quarter of a microsecond at epoch timestamps).
-  static simdjson::error_code time_of(dom::element v, std::int64_t& ns) {
-    std::int64_t whole = 0;
-    if (v.is_int64() && !v.get_int64().get(whole) && whole < INT64_MAX / 1000 && whole > INT64_MIN / 1000) {
-      ns = whole * 1000;
-      return simdjson::SUCCESS;
-    }
-    double us = 0;
-    if (auto e = v.get_double().get(us)) return e;
-    if (!(std::fabs(us) < 9e15)) return simdjson::NUMBER_OUT_OF_RANGE;
-    ns = microseconds_to_ns(us);
-    return simdjson::SUCCESS;
-  }
-
-  static simdjson::error_code read_fields(dom::object object, EventFields& f) {
-    for (const dom::key_value_pair field : object) {
-      const std::string_view key = field.key;
-      const dom::element v = field.value;
+  // The on-demand API reads only the fields below and skips the rest (args of shapes, stacks)
+  // without converting their numbers; times are read from the number's text, exactly.
+  static simdjson::error_code read_fields(od::object object, EventFields& f) {
+    for (auto field : object) {
+      std::string_view key;
+      if (auto e = field.unescaped_key().get(key)) return e;
+      od::value v;
+      if (auto e = field.value().get(v)) return e;
       if (key == "ph") {
         if (auto e = v.get_string().get(f.ph)) return e;
       } else if (key == "cat") {
         if (auto e = v.get_string().get(f.cat)) return e;
       } else if (key == "name") {
         if (auto e = v.get_string().get(f.name)) return e;
-      } else if (key == "ts") {
-        if (auto e = time_of(v, f.ts)) return e;
-        f.has_ts = true;
-      } else if (key == "dur") {
-        if (auto e = time_of(v, f.dur)) return e;
+      } else if (key == "ts" || key == "dur") {
+        od::json_type type;
+        if (auto e = v.type().get(type)) return e;
+        if (type != od::json_type::number) return simdjson::INCORRECT_TYPE;
+        std::int64_t ns = 0;
+        if (!microseconds_to_ns(v.raw_json_token(), ns)) return simdjson::NUMBER_ERROR;
+        if (key == "ts") {
+          f.ts = ns;
+          f.has_ts = true;
+        } else {
+          f.dur = ns;
+        }
       } else if (key == "pid") {
         std::int64_t pid = 0;
         if (!v.get_int64().get(pid)) f.pid = pid;  // a string pid names a host process: not a device
       } else if (key == "args") {
-        dom::object args;
+        od::object args;
         if (v.get_object().get(args)) continue;  // args of another shape carry nothing trace reads
-        std::int64_t device = -1;
-        if (!args["device"].get_int64().get(device)) f.device = device;
+        for (auto arg : args) {
+          std::string_view arg_key;
+          if (auto e = arg.unescaped_key().get(arg_key)) return e;
+          if (arg_key == "device") {
+            std::int64_t device = -1;
+            if (!arg.value().get_int64().get(device)) f.device = device;
+          }
+        }
       }
     }
     return simdjson::SUCCESS;
@@ -215,12 +249,13 @@ class EventReader {
   bool parse_batch() {
     parsed_.clear();
     batch_.reserve(batch_.size() + simdjson::SIMDJSON_PADDING);
-    dom::element doc;
-    if (parser_.parse(batch_.data(), batch_.size(), false).get(doc)) return false;
-    dom::array events;
+    od::document doc;
+    if (events_parser_.iterate(simdjson::padded_string_view(batch_.data(), batch_.size(), batch_.capacity())).get(doc))
+      return false;
+    od::array events;
     if (doc.get_array().get(events)) return false;
-    for (dom::element event : events) {
-      dom::object object;
+    for (auto event : events) {
+      od::object object;
       if (event.get_object().get(object)) return false;
       EventFields f;
       if (read_fields(object, f)) return false;
@@ -237,11 +272,12 @@ class EventReader {
       const std::size_t end = k + 1 < offsets_.size() ? offsets_[k + 1] - 1 : batch_.size() - 1;
       single_.assign(batch_, begin, end - begin);
       single_.reserve(single_.size() + simdjson::SIMDJSON_PADDING);
-      dom::element doc;
-      dom::object object;
+      od::document doc;
+      od::object object;
       EventFields f;
-      if (parser_.parse(single_.data(), single_.size(), false).get(doc) || doc.get_object().get(object) ||
-          read_fields(object, f) || !record(f))
+      if (events_parser_.iterate(simdjson::padded_string_view(single_.data(), single_.size(), single_.capacity()))
+              .get(doc) ||
+          doc.get_object().get(object) || read_fields(object, f) || !record(f))
         ++data_.counts.malformed;
     }
   }
@@ -263,15 +299,21 @@ class EventReader {
     data_.last_ns = std::max(data_.last_ns, span.end);
     if (is_gpu_category(f.cat)) {
       ++data_.counts.gpu_activities;
-      const KernelCategory category = classify_activity(f.name, f.cat);
+      // A name is classified once, when first seen: real traces repeat a few thousand names. Past
+      // the cap (a file made to have millions) each new name is classified where it stands.
+      auto it = data_.kernels.find(f.name);
+      KernelCategory category = KernelCategory::elementwise;
+      if (it != data_.kernels.end()) {
+        category = it->second.category;
+      } else {
+        category = classify_activity(f.name, f.cat);
+        it = data_.kernels.size() < kMaxKernelNames
+                 ? data_.kernels.try_emplace(std::string(f.name), KernelTotal{category, 0, 0}).first
+                 : data_.kernels.try_emplace("(other kernels)", KernelTotal{KernelCategory::elementwise, 0, 0}).first;
+      }
       const std::int64_t device = f.device >= 0 ? f.device : f.pid;
       data_.gpu.push_back({span.begin, span.end, static_cast<std::int32_t>(std::clamp<std::int64_t>(device, -1, 1 << 16)),
                            category, f.cat == "kernel" || f.cat == "Kernel"});
-      auto it = data_.kernels.find(std::string(f.name));  // the common case: a name seen before
-      if (it == data_.kernels.end()) {
-        const std::string key = data_.kernels.size() < kMaxKernelNames ? std::string(f.name) : "(other kernels)";
-        it = data_.kernels.try_emplace(key, KernelTotal{category, 0, 0}).first;
-      }
       ++it->second.count;
       it->second.total_ns += f.dur;
       return true;

@@ -34,6 +34,12 @@ struct KernelTotal {
   std::int64_t total_ns = 0;
 };
 
+// Looks kernel names up by string_view, without making a string for each event.
+struct NameHash {
+  using is_transparent = void;
+  std::size_t operator()(std::string_view s) const noexcept { return std::hash<std::string_view>{}(s); }
+};
+
 // Distinct kernel names kept with their totals; the rest are summed under one name. Real traces
 // have a few thousand; the cap bounds memory for a file made to have millions.
 inline constexpr std::size_t kMaxKernelNames = 100000;
@@ -44,7 +50,7 @@ struct TraceData {
   std::vector<Interval> data_loader;     // waiting for the next batch
   std::vector<Interval> synchronise;     // host calls that block until the GPU is done
   std::vector<std::int64_t> launches;    // start of each kernel launch call
-  std::unordered_map<std::string, KernelTotal> kernels;
+  std::unordered_map<std::string, KernelTotal, NameHash, std::equal_to<>> kernels;
   std::int64_t first_ns = INT64_MAX, last_ns = INT64_MIN;  // over every complete event
   int rank = -1;
   std::unordered_map<int, std::string> device_names;  // deviceProperties
@@ -66,7 +72,8 @@ double median_of(std::vector<double>& values);
 
 RankTrace analyse(TraceData data, const std::string& source, const TraceOptions& options);
 
-// Microseconds (the trace's unit) to integer nanoseconds, rounded.
-std::int64_t microseconds_to_ns(double us);
+// "123.456" microseconds (a JSON number token) to integer nanoseconds, exactly for the decimal
+// forms Kineto writes (digits beyond the nanosecond dropped); false when the token is not a number.
+bool microseconds_to_ns(std::string_view token, std::int64_t& ns);
 
 }  // namespace trainfit::trace::detail

@@ -198,14 +198,19 @@ std::string rank_text(const RankTrace& r, bool markdown) {
 }
 
 std::string comparison_text(const PlanComparison& c, bool markdown) {
-  std::string out = markdown ? "\n### Beside the plan\n\n" : "\nbeside the plan (per step; the trace's median over its steps):\n";
-  std::vector<std::vector<std::string>> rows{{"term", "measured s", "predicted s", "difference"}};
-  for (const TermComparison& t : c.time)
-    rows.push_back({t.term, fmt::format("{:.4f}", t.measured), fmt::format("{:.4f}", t.predicted),
-                    fmt::format("{:+.4f}", t.measured - t.predicted)});
-  out += table(rows, markdown);
-  out += fmt::format("verdict: measured {}, predicted {}; largest disagreement: {}\n", c.measured_verdict,
-                     c.predicted_verdict, c.largest_disagreement);
+  std::string out = markdown ? "\n### Beside the plan\n" : "\nbeside the plan";
+  if (!c.time.empty()) {
+    out += markdown ? "\n" : " (per step; the trace's median over its steps):\n";
+    std::vector<std::vector<std::string>> rows{{"term", "measured s", "predicted s", "difference"}};
+    for (const TermComparison& t : c.time)
+      rows.push_back({t.term, fmt::format("{:.4f}", t.measured), fmt::format("{:.4f}", t.predicted),
+                      fmt::format("{:+.4f}", t.measured - t.predicted)});
+    out += table(rows, markdown);
+    out += fmt::format("verdict: measured {}, predicted {}; largest disagreement: {}\n", c.measured_verdict,
+                       c.predicted_verdict, c.largest_disagreement);
+  } else {
+    out += markdown ? "\n" : ":\n";
+  }
   if (!c.memory.empty()) {
     out += markdown ? "\n" : "\nmemory at the peak (MiB):\n";
     std::vector<std::vector<std::string>> m{{"category", "measured MiB", "predicted MiB", "difference"}};
@@ -286,6 +291,23 @@ std::string render_trace(const TraceReport& report, const SnapshotReport* snapsh
   return out;
 }
 
+namespace {
+
+// The snapshot's categories at the peak beside the plan's breakdown, and the peaks.
+std::vector<TermComparison> memory_terms(const SnapshotReport* snapshot, const Plan& plan) {
+  std::vector<TermComparison> out;
+  if (!snapshot) return out;
+  std::map<std::string, std::pair<double, double>> by_category;
+  for (const MemoryTerm& m : snapshot->breakdown) by_category[m.category].first += static_cast<double>(m.bytes);
+  for (const MemoryTerm& m : plan.memory.breakdown) by_category[m.category].second += static_cast<double>(m.bytes);
+  out.push_back({"peak_allocated", static_cast<double>(snapshot->peak_allocated_bytes),
+                 static_cast<double>(plan.memory.peak_allocated_bytes)});
+  for (const auto& [category, values] : by_category) out.push_back({category, values.first, values.second});
+  return out;
+}
+
+}  // namespace
+
 PlanComparison compare_with_plan(const RankTrace& trace, const SnapshotReport* snapshot, const Plan& plan) {
   PlanComparison c;
   const auto median_over_steps = [&](auto figure) {
@@ -300,6 +322,11 @@ PlanComparison compare_with_plan(const RankTrace& trace, const SnapshotReport* s
     return total;
   };
   const TimeEstimate& t = plan.time;
+  c.predicted_verdict = to_string(plan.time.bottleneck);
+  if (trace.steps.empty()) {  // a snapshot alone: memory only
+    c.memory = memory_terms(snapshot, plan);
+    return c;
+  }
   c.time = {
       {"step", median_over_steps([](const StepTrace& s) { return s.wall_s; }), t.step_seconds},
       {"matmul", median_over_steps([](const StepTrace& s) { return category(s, KernelCategory::matmul); }),
@@ -330,15 +357,7 @@ PlanComparison compare_with_plan(const RankTrace& trace, const SnapshotReport* s
     }
   }
   c.measured_verdict = to_string(trace.total.verdict);
-  c.predicted_verdict = to_string(plan.time.bottleneck);
-  if (snapshot) {
-    std::map<std::string, std::pair<double, double>> by_category;
-    for (const MemoryTerm& m : snapshot->breakdown) by_category[m.category].first += static_cast<double>(m.bytes);
-    for (const MemoryTerm& m : plan.memory.breakdown) by_category[m.category].second += static_cast<double>(m.bytes);
-    c.memory.push_back({"peak_allocated", static_cast<double>(snapshot->peak_allocated_bytes),
-                        static_cast<double>(plan.memory.peak_allocated_bytes)});
-    for (const auto& [category, values] : by_category) c.memory.push_back({category, values.first, values.second});
-  }
+  c.memory = memory_terms(snapshot, plan);
   return c;
 }
 

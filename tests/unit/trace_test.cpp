@@ -39,17 +39,25 @@ void write_gzip(const std::filesystem::path& p, const std::string& text) {
   gzclose(f);
 }
 
-TEST(TraceNumbers, MicrosecondsBecomeNanoseconds) {
-  EXPECT_EQ(detail::microseconds_to_ns(10.5), 10500);
-  EXPECT_EQ(detail::microseconds_to_ns(0.0004), 0);
-  // An epoch timestamp with decimals: within a quarter of a microsecond.
-  EXPECT_NEAR(static_cast<double>(detail::microseconds_to_ns(1700000000123456.789) - 1700000000123456789), 0, 300);
-  // Integers and decimals in the same trace: durations stay exact.
+TEST(TraceNumbers, MicrosecondsBecomeExactNanoseconds) {
+  std::int64_t ns = 0;
+  ASSERT_TRUE(detail::microseconds_to_ns("1700000000123456.789", ns));
+  EXPECT_EQ(ns, 1700000000123456789);
+  ASSERT_TRUE(detail::microseconds_to_ns("12", ns));
+  EXPECT_EQ(ns, 12000);
+  ASSERT_TRUE(detail::microseconds_to_ns("0.5 ", ns));
+  EXPECT_EQ(ns, 500);
+  ASSERT_TRUE(detail::microseconds_to_ns("1.5e3", ns));
+  EXPECT_EQ(ns, 1500000);
+  EXPECT_FALSE(detail::microseconds_to_ns("\"12\"", ns));
+  EXPECT_FALSE(detail::microseconds_to_ns("1e300", ns));
+  // In a trace: durations exact beside epoch timestamps with decimals.
   const RankTrace r = analyse_trace_text(
       R"({"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "ts": 1700000000123456.789, "dur": 10.5},
                           {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "ts": 1700000000123500, "dur": 2}]})",
       "numbers");
-  EXPECT_NEAR(r.total.gpu_busy_s, 12.5e-6, 1e-12);
+  EXPECT_NEAR(r.total.gpu_busy_s, 12.5e-6, 1e-15);
+  EXPECT_NEAR(r.total.wall_s, static_cast<double>(1700000000123502000 - 1700000000123456789) * 1e-9, 1e-15);
 }
 
 TEST(TraceCategories, KernelNamesMapToTheTimeModelsTerms) {
