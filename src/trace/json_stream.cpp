@@ -281,12 +281,13 @@ void TraceSplitter::feed(std::string_view text) {
         if (is_space(c) || c == ',') {
           ++i;
         } else if (c == '{') {
+          // The scan starts at the brace itself, so that an event always begins in the chunk that
+          // holds its first byte (and is carried over whole when it goes on past the chunk).
           state_ = State::event;
-          depth_ = 1;
+          depth_ = 0;
           in_string_ = escape_ = false;
           pending_.clear();
           piece_start = i;
-          ++i;
         } else if (c == ']') {
           state_ = bare_array_ ? State::done : State::object_key;
           ++i;

@@ -174,7 +174,7 @@ SnapshotReport analyse(Snapshot s, const std::string& source, std::size_t top_st
   std::size_t peak_after = s.history.size();  // the state after this many events; all of them: the dump
   for (std::size_t k = s.history.size(); k-- > 0;) {
     const HistoryEvent& h = s.history[k];
-    if (allocated > peak) {
+    if (allocated >= peak) {  // >=: the earliest moment at the peak, the event that reached it
       peak = allocated;
       peak_reserved = reserved;
       peak_after = k + 1;

@@ -186,7 +186,7 @@ TEST(TraceAnalysis, ExposedCollectivesAreCommunicationAndOverlapIsMeasured) {
   expect_figures(r, want);
   EXPECT_EQ(r.total.verdict, Bottleneck::communication) << r.total.evidence;
   EXPECT_GT(r.overlap_fraction, 0);
-  EXPECT_LT(r.overlap_fraction, 0.1);
+  EXPECT_LT(r.overlap_fraction, 0.2);
 }
 
 TEST(TraceAnalysis, HostToDeviceCopiesThatFillTheStepAreOffload) {
@@ -299,7 +299,7 @@ TEST(TraceFiles, AFolderOfRanksNamesTheStraggler) {
 // A trace far larger than a chunk or a batch streams through with the answer of one in memory.
 TEST(TraceFiles, ABigTraceStreamsToTheSameFigures) {
   SyntheticTrace t;
-  t.steps = 40;
+  t.steps = 60;
   t.repeats = 400;
   t.kernels = {{"sm90_xmma_gemm", "kernel", 30}, {"void at::native::vectorized_elementwise_kernel<4>", "kernel", 8}};
   std::vector<SyntheticStepFigures> want;
