@@ -24,19 +24,23 @@ struct TraceFlags {
 void add_trace_command(CLI::App& app, int& exit_code) {
   auto flags = std::make_shared<TraceFlags>();
   auto* cmd = app.add_subcommand(
-      "trace", "Where the time and memory of real steps went, from PyTorch profiler traces (.json, .json.gz, or a "
-               "folder of per-rank files) and memory snapshots (docs/trace.md).");
+      "trace",
+      "Where the time and memory of real steps went, from PyTorch profiler traces (.json, .json.gz, or a "
+      "folder of per-rank files) and memory snapshots (docs/trace.md).");
   cmd->add_option("trace", flags->path, "a Kineto trace file or a folder of them (one per rank)");
   cmd->add_option("--snapshot", flags->snapshot,
                   "a memory snapshot as JSON (python -m trainfit_runner.snapshot_json SNAPSHOT.pickle OUT.json)");
   cmd->add_flag("--plan", flags->plan,
                 "put the trace's measured terms beside the planner's prediction for the setup the other flags give");
   cmd->add_option("--format", flags->format, "table | json | markdown")->capture_default_str();
-  cmd->add_option("--top", flags->top, "kernels and allocation stacks to list")->capture_default_str()->check(CLI::Range(1, 1000));
+  cmd->add_option("--top", flags->top, "kernels and allocation stacks to list")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000));
   cmd->add_option("--profile", flags->profile, "time profile for --plan (from `trainfit calibrate`)");
   auto setup_flags = std::make_shared<SetupFlags>(*cmd);
-  cmd->footer("Without a trace, --snapshot alone reads the snapshot. The setup flags are plan's (trainfit plan --help); "
-              "they matter with --plan only.");
+  cmd->footer(
+      "Without a trace, --snapshot alone reads the snapshot. The setup flags are plan's (trainfit plan --help); "
+      "they matter with --plan only.");
   cmd->callback([flags, setup_flags, &exit_code] {
     if (flags->path.empty() && flags->snapshot.empty())
       throw InputError("trace: give a trace file or folder, or --snapshot FILE");

@@ -11,8 +11,9 @@ namespace {
 const std::string& trace_text() {
   static const std::string text = [] {
     trainfit::testing::SyntheticTrace t;
-    t.kernels = {{"sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64", "kernel", 40},
-                 {"void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<c10::BFloat16>>", "kernel", 6}};
+    t.kernels = {
+        {"sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64", "kernel", 40},
+        {"void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<c10::BFloat16>>", "kernel", 6}};
     t.repeats = 4000;
     t.steps = 8;
     return trainfit::testing::synthetic_trace_text(t);

@@ -41,16 +41,16 @@ KernelCategory classify_activity(std::string_view name, std::string_view kineto_
 using CategorySeconds = std::array<double, kKernelCategories>;
 
 struct StepTrace {
-  std::string name;             // "ProfilerStep#12", or "whole trace" when the trace has no step annotations
-  double begin_s = 0;           // from the start of the trace
-  double wall_s = 0;            // the annotation's duration on the host
-  double gpu_busy_s = 0;        // union of kernel, memcpy and memset intervals on the device, inside the step
-  double idle_s = 0;            // wall_s - gpu_busy_s
-  double input_wait_s = 0;      // idle while the host waited for the data loader's next batch
-  double sync_wait_s = 0;       // idle that began while the host sat in a synchronisation
-  double host_wait_s = 0;       // the rest of the idle time: the host was busy and launched too slowly
+  std::string name;              // "ProfilerStep#12", or "whole trace" when the trace has no step annotations
+  double begin_s = 0;            // from the start of the trace
+  double wall_s = 0;             // the annotation's duration on the host
+  double gpu_busy_s = 0;         // union of kernel, memcpy and memset intervals on the device, inside the step
+  double idle_s = 0;             // wall_s - gpu_busy_s
+  double input_wait_s = 0;       // idle while the host waited for the data loader's next batch
+  double sync_wait_s = 0;        // idle that began while the host sat in a synchronisation
+  double host_wait_s = 0;        // the rest of the idle time: the host was busy and launched too slowly
   CategorySeconds categories{};  // kernel time by category (intervals clipped to the step; streams may overlap)
-  double communication_s = 0;             // union of collective intervals
+  double communication_s = 0;    // union of collective intervals
   double communication_overlapped_s = 0;  // of which other kernels ran at the same time
   std::size_t kernels = 0;
   double kernel_median_s = 0;      // launch-bound test: the median kernel
@@ -67,11 +67,11 @@ struct KernelStat {
 };
 
 struct TraceCounts {
-  std::uint64_t bytes = 0;          // uncompressed JSON read
-  std::uint64_t events = 0;         // objects in traceEvents
+  std::uint64_t bytes = 0;           // uncompressed JSON read
+  std::uint64_t events = 0;          // objects in traceEvents
   std::uint64_t gpu_activities = 0;  // kernels, memcpys, memsets
-  std::uint64_t malformed = 0;      // events skipped: not valid JSON, or a field of the wrong type
-  std::uint64_t unsupported = 0;    // events of a phase trace does not use (B/E, counters, flows, ...)
+  std::uint64_t malformed = 0;       // events skipped: not valid JSON, or a field of the wrong type
+  std::uint64_t unsupported = 0;     // events of a phase trace does not use (B/E, counters, flows, ...)
 };
 
 struct RankTrace {
@@ -82,7 +82,7 @@ struct RankTrace {
   bool step_annotations = true;  // false: no ProfilerStep#N; the whole trace is one window
   bool truncated = false;        // the file ended inside traceEvents: the steps read so far
   std::vector<StepTrace> steps;
-  StepTrace total;  // the sums over the steps (medians for the launch test); its verdict is the run's
+  StepTrace total;              // the sums over the steps (medians for the launch test); its verdict is the run's
   double overlap_fraction = 0;  // communication overlapped with other kernels / communication (0 without any)
   std::vector<KernelStat> kernels_top;
   TraceCounts counts;
@@ -119,10 +119,10 @@ struct SnapshotReport {
   std::int64_t peak_allocated_bytes = 0;  // the highest allocated total the allocator's history reaches
   std::int64_t reserved_at_peak_bytes = 0;
   std::optional<std::int64_t> allocator_peak_allocated_bytes;  // max_memory_allocated() the probe wrote
-  double peak_time_s = 0;     // from the first event of the history
-  std::string peak_moment;    // the frame of the allocation that reached the peak
-  std::vector<MemoryTerm> breakdown;  // planner categories alive at the peak, plus cached_free; sums to reserved
-  std::int64_t free_cached_bytes = 0;      // reserved - allocated at the end of the history
+  double peak_time_s = 0;                                      // from the first event of the history
+  std::string peak_moment;                                     // the frame of the allocation that reached the peak
+  std::vector<MemoryTerm> breakdown;   // planner categories alive at the peak, plus cached_free; sums to reserved
+  std::int64_t free_cached_bytes = 0;  // reserved - allocated at the end of the history
   std::int64_t largest_free_block_bytes = 0;
   double fragmentation = 0;  // 1 - largest free block / free cached bytes, at the end of the history
   std::vector<AllocationStack> top_stacks;
@@ -139,8 +139,8 @@ SnapshotReport analyse_snapshot_text(std::string_view json, const std::string& s
 
 // The trace's measured terms beside a plan's predicted ones (docs/trace.md, "Beside the plan").
 struct TermComparison {
-  std::string term;  // the planner's term (time: matmul, attention, ...; memory: its categories)
-  double measured = 0;   // seconds a step (time) or bytes (memory)
+  std::string term;     // the planner's term (time: matmul, attention, ...; memory: its categories)
+  double measured = 0;  // seconds a step (time) or bytes (memory)
   double predicted = 0;
 };
 struct PlanComparison {

@@ -1,11 +1,11 @@
 // From what the reader kept of a trace to the figures of docs/trace.md: per step the GPU's busy
 // and idle time, what the host did in the idle time, kernel time by category, the overlap of
 // communication with compute, the launch-bound test and the verdict.
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <map>
-
-#include <fmt/format.h>
 
 #include "trace/trace_data.hpp"
 #include "trainfit/error.hpp"
@@ -83,7 +83,8 @@ void judge_step(StepTrace& s) {
   const CategorySeconds& c = s.categories;
   const auto at = [&](KernelCategory k) { return c[static_cast<std::size_t>(k)]; };
   const double matrix = at(KernelCategory::matmul) + at(KernelCategory::attention);
-  const double bandwidth = at(KernelCategory::elementwise) + at(KernelCategory::optimizer) + at(KernelCategory::copy_d2d);
+  const double bandwidth =
+      at(KernelCategory::elementwise) + at(KernelCategory::optimizer) + at(KernelCategory::copy_d2d);
   const double host_link = at(KernelCategory::copy_h2d) + at(KernelCategory::copy_d2h);
   const double exposed_comm = s.communication_s - s.communication_overlapped_s;
   const double host_idle = s.host_wait_s + s.sync_wait_s;
@@ -94,10 +95,10 @@ void judge_step(StepTrace& s) {
     why += fmt::format("; {} idle waiting for the data loader", percent(s.input_wait_s, w));
   } else if (host_idle >= 0.3 * w || (launch_bound && s.gpu_busy_s < 0.8 * w)) {
     s.verdict = Bottleneck::launch_overhead;
-    why += fmt::format("; {} idle while the host launched ({} in synchronisations); median kernel {:.1f} us, median "
-                       "gap between launches {:.1f} us",
-                       percent(host_idle, w), percent(s.sync_wait_s, w), s.kernel_median_s * 1e6,
-                       s.launch_gap_median_s * 1e6);
+    why += fmt::format(
+        "; {} idle while the host launched ({} in synchronisations); median kernel {:.1f} us, median "
+        "gap between launches {:.1f} us",
+        percent(host_idle, w), percent(s.sync_wait_s, w), s.kernel_median_s * 1e6, s.launch_gap_median_s * 1e6);
   } else if (host_link >= 0.3 * w) {
     s.verdict = Bottleneck::offload;
     why += fmt::format("; host-device copies {} of the step", percent(host_link, w));
@@ -140,9 +141,9 @@ RankTrace analyse(TraceData data, const std::string& source, const TraceOptions&
   std::map<int, std::int64_t> busy_by_device;
   for (const GpuSpan& g : data.gpu) busy_by_device[g.device] += g.end - g.begin;
   if (!busy_by_device.empty()) {
-    r.device = std::max_element(busy_by_device.begin(), busy_by_device.end(),
-                                [](const auto& a, const auto& b) { return a.second < b.second; })
-                   ->first;
+    r.device = std::max_element(busy_by_device.begin(), busy_by_device.end(), [](const auto& a, const auto& b) {
+                 return a.second < b.second;
+               })->first;
     if (busy_by_device.size() > 1)
       r.warnings.push_back(fmt::format("activity on {} devices; the figures are of device {}, the busiest",
                                        busy_by_device.size(), r.device));
@@ -291,12 +292,11 @@ void name_straggler(TraceReport& report) {
   std::vector<double> sorted = work;
   const double median = detail::median_of(sorted);
   const RankTrace& r = report.ranks[static_cast<std::size_t>(report.straggler)];
-  report.straggler_evidence =
-      fmt::format("rank {} ({}): {:.4g} s of GPU work outside collectives a step against a median of {:.4g} s over {} "
-                  "ranks ({:+.1f}%)",
-                  r.rank >= 0 ? r.rank : report.straggler,
-                  std::filesystem::path(r.source).filename().string(), *slowest, median, report.ranks.size(),
-                  median > 0 ? 100.0 * (*slowest - median) / median : 0.0);
+  report.straggler_evidence = fmt::format(
+      "rank {} ({}): {:.4g} s of GPU work outside collectives a step against a median of {:.4g} s over {} "
+      "ranks ({:+.1f}%)",
+      r.rank >= 0 ? r.rank : report.straggler, std::filesystem::path(r.source).filename().string(), *slowest, median,
+      report.ranks.size(), median > 0 ? 100.0 * (*slowest - median) / median : 0.0);
 }
 
 }  // namespace

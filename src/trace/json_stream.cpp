@@ -1,14 +1,13 @@
 #include "trace/json_stream.hpp"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <unistd.h>
 #include <zlib.h>
 
 #include <array>
 #include <cerrno>
 #include <cstring>
-
-#include <fmt/format.h>
 
 #include "trainfit/error.hpp"
 
@@ -18,7 +17,9 @@ namespace {
 
 constexpr std::size_t kMaxPieceBytes = std::size_t{256} << 20;  // one event or member: far past any real one
 
-bool is_space(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
+bool is_space(char c) {
+  return c == ' ' || c == '\n' || c == '\r' || c == '\t';
+}
 
 // The bytes the structural scan stops at outside strings; everything else is skipped in a tight loop.
 constexpr std::array<bool, 256> structural_table() {
@@ -110,8 +111,7 @@ std::string_view ChunkReader::next() {
       continue;
     }
     if (rc == Z_BUF_ERROR) continue;  // more input needed: the loop reads it
-    if (rc != Z_OK)
-      throw InputError(fmt::format("corrupt gzip stream ({})", z.msg ? z.msg : "inflate failed"));
+    if (rc != Z_OK) throw InputError(fmt::format("corrupt gzip stream ({})", z.msg ? z.msg : "inflate failed"));
   }
   const std::size_t produced = out_.size() - z.avail_out;
   if (produced == 0 && eof_ && z.avail_in == 0 && !inflater_->ended) truncated_ = true;

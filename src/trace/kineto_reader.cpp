@@ -3,14 +3,14 @@
 // on-demand API, one document a batch (its structural index is built by the SIMD kernel the CPU
 // has, chosen at run time). A batch with a malformed event is parsed again event by
 // event, so only the bad event is skipped (and counted).
+#include <fmt/format.h>
+#include <simdjson.h>
+
 #include <algorithm>
 #include <cctype>
 #include <charconv>
 #include <cmath>
 #include <string>
-
-#include <fmt/format.h>
-#include <simdjson.h>
 
 #include "trace/json_stream.hpp"
 #include "trace/trace_data.hpp"
@@ -79,7 +79,8 @@ KernelCategory classify_activity(std::string_view name, std::string_view cat) {
 namespace detail {
 
 bool microseconds_to_ns(std::string_view token, std::int64_t& ns) {
-  while (!token.empty() && (token.back() == ' ' || token.back() == '\n' || token.back() == '\r' || token.back() == '\t'))
+  while (!token.empty() &&
+         (token.back() == ' ' || token.back() == '\n' || token.back() == '\r' || token.back() == '\t'))
     token.remove_suffix(1);
   if (token.empty()) return false;
   const bool negative = token.front() == '-';
@@ -289,7 +290,8 @@ class EventReader {
         ++data_.other_phases;
       } else {
         ++data_.counts.unsupported;
-        if (data_.unsupported_example.empty()) data_.unsupported_example = f.ph.empty() ? "(none)" : std::string(f.ph.substr(0, 16));
+        if (data_.unsupported_example.empty())
+          data_.unsupported_example = f.ph.empty() ? "(none)" : std::string(f.ph.substr(0, 16));
       }
       return true;
     }
@@ -312,8 +314,9 @@ class EventReader {
                  : data_.kernels.try_emplace("(other kernels)", KernelTotal{KernelCategory::elementwise, 0, 0}).first;
       }
       const std::int64_t device = f.device >= 0 ? f.device : f.pid;
-      data_.gpu.push_back({span.begin, span.end, static_cast<std::int32_t>(std::clamp<std::int64_t>(device, -1, 1 << 16)),
-                           category, f.cat == "kernel" || f.cat == "Kernel"});
+      data_.gpu.push_back({span.begin, span.end,
+                           static_cast<std::int32_t>(std::clamp<std::int64_t>(device, -1, 1 << 16)), category,
+                           f.cat == "kernel" || f.cat == "Kernel"});
       ++it->second.count;
       it->second.total_ns += f.dur;
       return true;
@@ -351,8 +354,9 @@ void read_stream(TraceData& data, const std::string& source, const std::function
     throw InputError(fmt::format("trace '{}' has no traceEvents array (not a PyTorch profiler trace?)", source));
   if (!splitter.complete() && !data.truncated) {
     data.truncated = true;
-    data.warnings.push_back(fmt::format("the file ends inside its traceEvents{}: the analysis covers the {} events read",
-                                        gzip_truncated() ? " (the gzip stream is cut short)" : "", data.counts.events));
+    data.warnings.push_back(
+        fmt::format("the file ends inside its traceEvents{}: the analysis covers the {} events read",
+                    gzip_truncated() ? " (the gzip stream is cut short)" : "", data.counts.events));
   }
   if (splitter.skipped_members() > 0)
     data.warnings.push_back(fmt::format("{} top-level members over 64 MiB skipped", splitter.skipped_members()));
@@ -363,7 +367,8 @@ void read_stream(TraceData& data, const std::string& source, const std::function
 TraceData read_trace_file(const std::string& path) {
   TraceData data;
   ChunkReader reader(path);
-  read_stream(data, path, [&] { return reader.next(); }, [&] { return reader.truncated(); });
+  read_stream(
+      data, path, [&] { return reader.next(); }, [&] { return reader.truncated(); });
   return data;
 }
 

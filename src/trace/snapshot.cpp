@@ -3,14 +3,14 @@
 // allocator's state when it was dumped (segments and their blocks) and its history of events. The
 // peak is found by walking the history backwards from the dumped state, the way PyTorch's own
 // memory viewer reconstructs it: an allocation undone lowers the total, a free undone raises it.
+#include <fmt/format.h>
+#include <simdjson.h>
+
 #include <algorithm>
 #include <cctype>
 #include <map>
 #include <optional>
 #include <unordered_map>
-
-#include <fmt/format.h>
-#include <simdjson.h>
 
 #include "trainfit/error.hpp"
 #include "trainfit/trace.hpp"
@@ -47,7 +47,7 @@ struct Block {
 struct Snapshot {
   std::vector<std::string> stacks;
   std::unordered_map<std::uint64_t, Block> live;  // allocated blocks at the dump
-  std::vector<std::int64_t> free_blocks;           // inactive blocks at the dump
+  std::vector<std::int64_t> free_blocks;          // inactive blocks at the dump
   std::int64_t reserved = 0;
   std::vector<HistoryEvent> history;
   std::optional<std::int64_t> allocator_peak;
@@ -144,7 +144,8 @@ bool has(const std::string& lower, std::initializer_list<std::string_view> needl
 std::string snapshot_category(std::string_view frames) {
   if (frames.empty()) return "untracked";
   std::string lower(frames);
-  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  std::transform(lower.begin(), lower.end(), lower.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
   if (has(lower, {"optim", "zero_grad"})) return "optimizer_states";
   if (has(lower, {"cublas", "workspace"})) return "cublas_workspace";
   if (has(lower, {"backward", "accumulategrad", "autograd"})) return "gradients";
@@ -235,19 +236,22 @@ SnapshotReport analyse(Snapshot s, const std::string& source, std::size_t top_st
     ++st.blocks;
   }
   for (const auto& [category, bytes] : by_category) r.breakdown.push_back({category, bytes});
-  std::sort(r.breakdown.begin(), r.breakdown.end(), [](const MemoryTerm& a, const MemoryTerm& b) { return a.bytes > b.bytes; });
+  std::sort(r.breakdown.begin(), r.breakdown.end(),
+            [](const MemoryTerm& a, const MemoryTerm& b) { return a.bytes > b.bytes; });
   r.breakdown.push_back({"cached_free", r.reserved_at_peak_bytes - r.peak_allocated_bytes});
 
   for (auto& [stack, st] : by_stack) r.top_stacks.push_back(std::move(st));
-  std::sort(r.top_stacks.begin(), r.top_stacks.end(),
-            [](const AllocationStack& a, const AllocationStack& b) { return a.bytes != b.bytes ? a.bytes > b.bytes : a.frames < b.frames; });
+  std::sort(r.top_stacks.begin(), r.top_stacks.end(), [](const AllocationStack& a, const AllocationStack& b) {
+    return a.bytes != b.bytes ? a.bytes > b.bytes : a.frames < b.frames;
+  });
   if (r.top_stacks.size() > top_stacks) r.top_stacks.resize(top_stacks);
 
   r.free_cached_bytes = s.reserved - end_allocated;
   for (const std::int64_t f : s.free_blocks) r.largest_free_block_bytes = std::max(r.largest_free_block_bytes, f);
   std::int64_t free_total = 0;
   for (const std::int64_t f : s.free_blocks) free_total += f;
-  r.fragmentation = free_total > 0 ? 1.0 - static_cast<double>(r.largest_free_block_bytes) / static_cast<double>(free_total) : 0;
+  r.fragmentation =
+      free_total > 0 ? 1.0 - static_cast<double>(r.largest_free_block_bytes) / static_cast<double>(free_total) : 0;
   if (s.history.empty()) r.warnings.push_back("no allocation history: the peak is the state at the dump");
   return r;
 }

@@ -46,17 +46,17 @@ inline constexpr std::size_t kMaxKernelNames = 100000;
 
 struct TraceData {
   std::vector<GpuSpan> gpu;
-  std::vector<NamedInterval> steps;      // ProfilerStep#N on the host
-  std::vector<Interval> data_loader;     // waiting for the next batch
-  std::vector<Interval> synchronise;     // host calls that block until the GPU is done
-  std::vector<std::int64_t> launches;    // start of each kernel launch call
+  std::vector<NamedInterval> steps;    // ProfilerStep#N on the host
+  std::vector<Interval> data_loader;   // waiting for the next batch
+  std::vector<Interval> synchronise;   // host calls that block until the GPU is done
+  std::vector<std::int64_t> launches;  // start of each kernel launch call
   std::unordered_map<std::string, KernelTotal, NameHash, std::equal_to<>> kernels;
   std::int64_t first_ns = INT64_MAX, last_ns = INT64_MIN;  // over every complete event
   int rank = -1;
   std::unordered_map<int, std::string> device_names;  // deviceProperties
   TraceCounts counts;
-  std::uint64_t other_phases = 0;     // events of phases the analysis does not use but knows (i, s, f)
-  std::string unsupported_example;    // one unknown phase, for the message
+  std::uint64_t other_phases = 0;   // events of phases the analysis does not use but knows (i, s, f)
+  std::string unsupported_example;  // one unknown phase, for the message
   bool truncated = false;
   std::vector<std::string> warnings;
 };

@@ -1,11 +1,11 @@
 // `trainfit trace`'s output: a table, Markdown, or JSON (schema trainfit.trace/1), and the trace's
 // measured terms beside a plan's predicted ones.
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <map>
-
-#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "trace/trace_data.hpp"
@@ -16,7 +16,9 @@ namespace {
 
 using nlohmann::json;
 
-double category(const StepTrace& s, KernelCategory c) { return s.categories[static_cast<std::size_t>(c)]; }
+double category(const StepTrace& s, KernelCategory c) {
+  return s.categories[static_cast<std::size_t>(c)];
+}
 
 json step_json(const StepTrace& s) {
   json categories = json::object();
@@ -45,7 +47,8 @@ json rank_json(const RankTrace& r) {
   for (const StepTrace& s : r.steps) steps.push_back(step_json(s));
   json kernels = json::array();
   for (const KernelStat& k : r.kernels_top)
-    kernels.push_back({{"name", k.name}, {"category", to_string(k.category)}, {"count", k.count}, {"total_s", k.total_s}});
+    kernels.push_back(
+        {{"name", k.name}, {"category", to_string(k.category)}, {"count", k.count}, {"total_s", k.total_s}});
   return {{"source", r.source},
           {"rank", r.rank >= 0 ? json(r.rank) : json(nullptr)},
           {"device", r.device},
@@ -106,11 +109,17 @@ json comparison_json(const PlanComparison& c) {
           {"largest_disagreement", c.largest_disagreement}};
 }
 
-std::string mib(double bytes) { return fmt::format("{:.1f}", bytes / 1048576.0); }
+std::string mib(double bytes) {
+  return fmt::format("{:.1f}", bytes / 1048576.0);
+}
 
-std::string pct(double part, double whole) { return whole > 0 ? fmt::format("{:.0f}%", 100.0 * part / whole) : "-"; }
+std::string pct(double part, double whole) {
+  return whole > 0 ? fmt::format("{:.0f}%", 100.0 * part / whole) : "-";
+}
 
-std::string shorten(const std::string& s, std::size_t n) { return s.size() <= n ? s : s.substr(0, n - 3) + "..."; }
+std::string shorten(const std::string& s, std::size_t n) {
+  return s.size() <= n ? s : s.substr(0, n - 3) + "...";
+}
 
 // One row of the step table: seconds for wall and busy, shares of the wall for the rest.
 std::vector<std::string> step_cells(const StepTrace& s) {
@@ -131,8 +140,8 @@ std::vector<std::string> step_cells(const StepTrace& s) {
           std::string(to_string(s.verdict))};
 }
 
-const std::vector<std::string> kStepHeader = {"step",  "wall s", "busy s", "busy", "input", "sync",  "host",
-                                              "matmul", "attn",  "elem",   "optim", "comm",  "h<->d", "verdict"};
+const std::vector<std::string> kStepHeader = {"step",   "wall s", "busy s", "busy",  "input", "sync",  "host",
+                                              "matmul", "attn",   "elem",   "optim", "comm",  "h<->d", "verdict"};
 
 std::string table(const std::vector<std::vector<std::string>>& rows, bool markdown) {
   std::vector<std::size_t> width(rows.front().size(), 0);
@@ -171,10 +180,11 @@ std::string rank_text(const RankTrace& r, bool markdown) {
   std::string out;
   const std::string name = std::filesystem::path(r.source).filename().string();
   out += markdown ? "### " : "";
-  out += fmt::format("{}: {}{}{}, {} step{}, {} events, {} of JSON\n", name,
-                     r.rank >= 0 ? fmt::format("rank {}, ", r.rank) : "",
-                     r.device_name.empty() ? "" : r.device_name + " ", r.device >= 0 ? fmt::format("device {}", r.device) : "no device",
-                     r.steps.size(), r.steps.size() == 1 ? "" : "s", r.counts.events, mib(static_cast<double>(r.counts.bytes)) + " MiB");
+  out +=
+      fmt::format("{}: {}{}{}, {} step{}, {} events, {} of JSON\n", name,
+                  r.rank >= 0 ? fmt::format("rank {}, ", r.rank) : "", r.device_name.empty() ? "" : r.device_name + " ",
+                  r.device >= 0 ? fmt::format("device {}", r.device) : "no device", r.steps.size(),
+                  r.steps.size() == 1 ? "" : "s", r.counts.events, mib(static_cast<double>(r.counts.bytes)) + " MiB");
   if (markdown) out += '\n';
   std::vector<std::vector<std::string>> rows{kStepHeader};
   for (const StepTrace& s : r.steps) rows.push_back(step_cells(s));
@@ -215,7 +225,8 @@ std::string comparison_text(const PlanComparison& c, bool markdown) {
     out += markdown ? "\n" : "\nmemory at the peak (MiB):\n";
     std::vector<std::vector<std::string>> m{{"category", "measured MiB", "predicted MiB", "difference"}};
     for (const TermComparison& t : c.memory)
-      m.push_back({t.term, mib(t.measured), mib(t.predicted), fmt::format("{:+.1f}", (t.measured - t.predicted) / 1048576.0)});
+      m.push_back(
+          {t.term, mib(t.measured), mib(t.predicted), fmt::format("{:+.1f}", (t.measured - t.predicted) / 1048576.0)});
     out += table(m, markdown);
   }
   return out;
@@ -230,10 +241,10 @@ std::string render_snapshot(const SnapshotReport& s, const PlanComparison* compa
     return j.dump(2) + "\n";
   }
   const bool markdown = format == Format::markdown;
-  std::string out = fmt::format("{}{}: peak allocated {} MiB (reserved {} MiB) at {:.3f} s of the history\n",
-                                markdown ? "### " : "", std::filesystem::path(s.source).filename().string(),
-                                mib(static_cast<double>(s.peak_allocated_bytes)),
-                                mib(static_cast<double>(s.reserved_at_peak_bytes)), s.peak_time_s);
+  std::string out =
+      fmt::format("{}{}: peak allocated {} MiB (reserved {} MiB) at {:.3f} s of the history\n", markdown ? "### " : "",
+                  std::filesystem::path(s.source).filename().string(), mib(static_cast<double>(s.peak_allocated_bytes)),
+                  mib(static_cast<double>(s.reserved_at_peak_bytes)), s.peak_time_s);
   if (s.allocator_peak_allocated_bytes && *s.allocator_peak_allocated_bytes > 0)
     out += fmt::format("{}the allocator's own peak (max_memory_allocated): {} MiB ({:+.2f}%)\n", markdown ? "\n" : "",
                        mib(static_cast<double>(*s.allocator_peak_allocated_bytes)),
@@ -253,7 +264,8 @@ std::string render_snapshot(const SnapshotReport& s, const PlanComparison* compa
     out += markdown ? "\nLargest allocation stacks:\n\n" : "\nlargest allocation stacks at the peak:\n";
     std::vector<std::vector<std::string>> st{{"MiB", "blocks", "category", "frames"}};
     for (const AllocationStack& a : s.top_stacks)
-      st.push_back({mib(static_cast<double>(a.bytes)), fmt::format("{}", a.blocks), a.category, shorten(a.frames, 110)});
+      st.push_back(
+          {mib(static_cast<double>(a.bytes)), fmt::format("{}", a.blocks), a.category, shorten(a.frames, 110)});
     out += table(st, markdown);
   }
   for (const std::string& w : s.warnings) out += fmt::format("note: {}\n", w);
@@ -333,8 +345,7 @@ PlanComparison compare_with_plan(const RankTrace& trace, const SnapshotReport* s
        predicted({"matmul", "adapters_fp32"})},
       {"attention", median_over_steps([](const StepTrace& s) { return category(s, KernelCategory::attention); }),
        predicted({"attention"})},
-      {"memory_traffic",
-       median_over_steps([](const StepTrace& s) {
+      {"memory_traffic", median_over_steps([](const StepTrace& s) {
          return category(s, KernelCategory::elementwise) + category(s, KernelCategory::copy_d2d);
        }),
        predicted({"memory_traffic", "kernel_floor"})},
@@ -352,8 +363,8 @@ PlanComparison compare_with_plan(const RankTrace& trace, const SnapshotReport* s
     const double gap = std::fabs(term.measured - term.predicted);
     if (gap > worst) {
       worst = gap;
-      c.largest_disagreement = fmt::format("{} (measured {:.4f} s, predicted {:.4f} s a step)", term.term,
-                                           term.measured, term.predicted);
+      c.largest_disagreement =
+          fmt::format("{} (measured {:.4f} s, predicted {:.4f} s a step)", term.term, term.measured, term.predicted);
     }
   }
   c.measured_verdict = to_string(trace.total.verdict);

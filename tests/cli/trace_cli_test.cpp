@@ -25,7 +25,8 @@ std::string scratch_file(const std::string& name, const std::string& text) {
 
 std::string compute_trace() {
   trainfit::testing::SyntheticTrace t;
-  t.kernels = {{"sm90_xmma_gemm_bf16bf16_bf16f32", "kernel", 300}, {"void at::native::reduce_kernel<512>", "kernel", 40}};
+  t.kernels = {{"sm90_xmma_gemm_bf16bf16_bf16f32", "kernel", 300},
+               {"void at::native::reduce_kernel<512>", "kernel", 40}};
   return scratch_file("compute.json", trainfit::testing::synthetic_trace_text(t));
 }
 

@@ -59,7 +59,8 @@ TEST(TraceReading, SyntheticTracesAgreeWithThePythonReading) {
   const fs::path dir = fs::temp_directory_path() / ("trainfit_trace_golden_" + std::to_string(::getpid()));
   fs::create_directories(dir);
   SyntheticTrace compute;
-  compute.kernels = {{"sm90_xmma_gemm", "kernel", 120}, {"void at::native::vectorized_elementwise_kernel<4>", "kernel", 9}};
+  compute.kernels = {{"sm90_xmma_gemm", "kernel", 120},
+                     {"void at::native::vectorized_elementwise_kernel<4>", "kernel", 9}};
   SyntheticTrace loader;
   loader.loader_us = 20000;
   SyntheticTrace launch;
@@ -88,7 +89,8 @@ TEST(TraceReading, RecordedTracesAgreeWithTheirExpectedFigures) {
     const fs::path expected_path = job.path() / "expected.json";
     if (!fs::is_regular_file(expected_path)) continue;
     const auto expected = nlohmann::json::parse(std::ifstream(expected_path));
-    const std::string expect = expected.value("expect", nlohmann::json(nullptr)).is_string() ? expected["expect"].get<std::string>() : "";
+    const std::string expect =
+        expected.value("expect", nlohmann::json(nullptr)).is_string() ? expected["expect"].get<std::string>() : "";
     for (const auto& [file, reading] : expected["files"].items()) {
       const RankTrace r = analyse_trace((job.path() / file).string()).ranks.at(0);
       expect_agreement(r, reading, file);

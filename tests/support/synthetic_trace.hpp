@@ -5,14 +5,14 @@
 // stream of its own), written as torch.profiler writes them, with the figures the timeline implies
 // computed here by brute force, independently of the analyser. Big traces stream through a sink, so
 // a test can make gigabytes without holding them.
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <fmt/format.h>
 
 namespace trainfit::testing {
 
@@ -25,17 +25,17 @@ struct SyntheticKernel {
 struct SyntheticTrace {
   int steps = 3;
   int rank = 0;
-  double loader_us = 0;             // the host waits this long for its batch at the start of each step
+  double loader_us = 0;  // the host waits this long for its batch at the start of each step
   std::vector<SyntheticKernel> kernels = {{"ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_tn", "kernel", 100}};
-  int repeats = 10;                 // the kernel list is launched this many times a step
-  double launch_gap_us = 10;        // between launch calls
-  double launch_us = 4;             // a launch call's own duration
-  bool synchronise = true;          // cudaStreamSynchronize at the end of each step
-  double tail_us = 20;              // host time after the last launch (or the sync)
-  double collective_us = 0;         // an NCCL all-reduce on its own stream, each step
-  double collective_start = 0.5;    // where it starts, as a fraction of the step's compute launches
+  int repeats = 10;               // the kernel list is launched this many times a step
+  double launch_gap_us = 10;      // between launch calls
+  double launch_us = 4;           // a launch call's own duration
+  bool synchronise = true;        // cudaStreamSynchronize at the end of each step
+  double tail_us = 20;            // host time after the last launch (or the sync)
+  double collective_us = 0;       // an NCCL all-reduce on its own stream, each step
+  double collective_start = 0.5;  // where it starts, as a fraction of the step's compute launches
   bool annotate_steps = true;
-  int padding_args = 6;             // extra args per event, to the size real events have
+  int padding_args = 6;  // extra args per event, to the size real events have
 };
 
 struct SyntheticStepFigures {
@@ -48,7 +48,8 @@ struct SyntheticInterval {
 
 // The length of the union of `spans` inside [a, b), by brute force.
 inline double union_inside(std::vector<SyntheticInterval> spans, double a, double b) {
-  std::sort(spans.begin(), spans.end(), [](const SyntheticInterval& x, const SyntheticInterval& y) { return x.begin < y.begin; });
+  std::sort(spans.begin(), spans.end(),
+            [](const SyntheticInterval& x, const SyntheticInterval& y) { return x.begin < y.begin; });
   double total = 0, cursor = a;
   for (const SyntheticInterval& s : spans) {
     const double lo = std::max(s.begin, cursor), hi = std::min(s.end, b);
@@ -80,16 +81,19 @@ inline std::vector<SyntheticStepFigures> write_synthetic_trace(const SyntheticTr
       out.clear();
     }
   };
-  const auto event = [&](std::string_view ph, std::string_view cat, std::string_view name, int pid, std::string_view tid,
-                         double ts, double dur, const std::string& args) {
+  const auto event = [&](std::string_view ph, std::string_view cat, std::string_view name, int pid,
+                         std::string_view tid, double ts, double dur, const std::string& args) {
     out += first ? "\n  " : ",\n  ";
     first = false;
-    out += fmt::format(R"({{"ph": "{}", "cat": "{}", "name": "{}", "pid": {}, "tid": {}, "ts": {:.3f}, "dur": {:.3f}, "args": {{{}}}}})",
-                       ph, cat, name, pid, tid, kBase + ts, dur, args);
+    out += fmt::format(
+        R"({{"ph": "{}", "cat": "{}", "name": "{}", "pid": {}, "tid": {}, "ts": {:.3f}, "dur": {:.3f}, "args": {{{}}}}})",
+        ph, cat, name, pid, tid, kBase + ts, dur, args);
     flush(false);
   };
-  out += R"({"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "NVIDIA H200", "totalGlobalMem": 150109208576}],)";
-  out += fmt::format(R"( "distributedInfo": {{"backend": "nccl", "rank": {}, "world_size": 2}}, "traceEvents": [)", t.rank);
+  out +=
+      R"({"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "NVIDIA H200", "totalGlobalMem": 150109208576}],)";
+  out += fmt::format(R"( "distributedInfo": {{"backend": "nccl", "rank": {}, "world_size": 2}}, "traceEvents": [)",
+                     t.rank);
   out += R"(
   {"name": "process_name", "ph": "M", "ts": 1700000000000000.000, "pid": 0, "tid": 0, "args": {"name": "GPU 0"}})";
   first = false;
@@ -139,8 +143,8 @@ inline std::vector<SyntheticStepFigures> write_synthetic_trace(const SyntheticTr
     }
     now += t.tail_us;
     if (t.annotate_steps)
-      event("X", "user_annotation", fmt::format("ProfilerStep#{}", step + 1), 1234, "1234", step_begin, now - step_begin,
-            "\"External id\": 2" + pad);
+      event("X", "user_annotation", fmt::format("ProfilerStep#{}", step + 1), 1234, "1234", step_begin,
+            now - step_begin, "\"External id\": 2" + pad);
     SyntheticStepFigures f;
     f.wall_s = (now - step_begin) * 1e-6;
     figures.push_back(f);

@@ -1,5 +1,7 @@
 // `trainfit trace` on Kineto traces: the streaming splitter, the reader's numbers and categories,
 // the figures of synthetic timelines whose answer is known, the verdicts, and bad input.
+#include "trainfit/trace.hpp"
+
 #include <gtest/gtest.h>
 #include <zlib.h>
 
@@ -11,16 +13,15 @@
 #include "trace/json_stream.hpp"
 #include "trace/trace_data.hpp"
 #include "trainfit/error.hpp"
-#include "trainfit/trace.hpp"
 
 namespace {
 
 using namespace trainfit::trace;
 using trainfit::Bottleneck;
+using trainfit::testing::synthetic_trace_text;
 using trainfit::testing::SyntheticKernel;
 using trainfit::testing::SyntheticStepFigures;
 using trainfit::testing::SyntheticTrace;
-using trainfit::testing::synthetic_trace_text;
 
 std::filesystem::path scratch(const std::string& name) {
   const auto dir = std::filesystem::temp_directory_path() / ("trainfit_trace_test_" + std::to_string(::getpid()));
@@ -61,14 +62,18 @@ TEST(TraceNumbers, MicrosecondsBecomeExactNanoseconds) {
 }
 
 TEST(TraceCategories, KernelNamesMapToTheTimeModelsTerms) {
-  EXPECT_EQ(classify_activity("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64", "kernel"), KernelCategory::matmul);
+  EXPECT_EQ(classify_activity("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64", "kernel"),
+            KernelCategory::matmul);
   EXPECT_EQ(classify_activity("nvjet_hsh_128x256_64x4_2x1_v_bz_coopA_TNT", "kernel"), KernelCategory::matmul);
-  EXPECT_EQ(classify_activity("pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<128>>", "kernel"), KernelCategory::attention);
+  EXPECT_EQ(classify_activity("pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<128>>", "kernel"),
+            KernelCategory::attention);
   EXPECT_EQ(classify_activity("cudnn_generated_fort_native_sdpa_sm90_knob_7", "kernel"), KernelCategory::attention);
   EXPECT_EQ(classify_activity("ncclDevKernel_AllReduce_Sum_bf16_RING_LL", "kernel"), KernelCategory::communication);
-  EXPECT_EQ(classify_activity("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<FusedAdamMathFunctor>", "kernel"),
+  EXPECT_EQ(classify_activity("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<FusedAdamMathFunctor>",
+                              "kernel"),
             KernelCategory::optimizer);
-  EXPECT_EQ(classify_activity("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>>", "kernel"),
+  EXPECT_EQ(classify_activity("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>>",
+                              "kernel"),
             KernelCategory::elementwise);
   EXPECT_EQ(classify_activity("Memcpy HtoD (Pageable -> Device)", "gpu_memcpy"), KernelCategory::copy_h2d);
   EXPECT_EQ(classify_activity("Memcpy DtoH (Device -> Pinned)", "gpu_memcpy"), KernelCategory::copy_d2h);
@@ -84,7 +89,9 @@ TEST(TraceSplitter, EventsAreTheSameWhereverTheChunksEnd) {
   std::vector<std::string> whole_events, whole_members;
   {
     detail::TraceSplitter s([&](std::string_view e) { whole_events.emplace_back(e); },
-                            [&](std::string_view k, std::string_view v) { whole_members.push_back(std::string(k) + "=" + std::string(v)); });
+                            [&](std::string_view k, std::string_view v) {
+                              whole_members.push_back(std::string(k) + "=" + std::string(v));
+                            });
     s.feed(text);
     EXPECT_TRUE(s.complete());
   }
@@ -96,8 +103,9 @@ TEST(TraceSplitter, EventsAreTheSameWhereverTheChunksEnd) {
   EXPECT_EQ(whole_members[1], "b=7");
   for (std::size_t chunk = 1; chunk < 12; ++chunk) {
     std::vector<std::string> events, members;
-    detail::TraceSplitter s([&](std::string_view e) { events.emplace_back(e); },
-                            [&](std::string_view k, std::string_view v) { members.push_back(std::string(k) + "=" + std::string(v)); });
+    detail::TraceSplitter s(
+        [&](std::string_view e) { events.emplace_back(e); },
+        [&](std::string_view k, std::string_view v) { members.push_back(std::string(k) + "=" + std::string(v)); });
     for (std::size_t at = 0; at < text.size(); at += chunk) s.feed(std::string_view(text).substr(at, chunk));
     EXPECT_TRUE(s.complete());
     EXPECT_EQ(events, whole_events) << chunk;
@@ -106,7 +114,7 @@ TEST(TraceSplitter, EventsAreTheSameWhereverTheChunksEnd) {
 }
 
 TEST(TraceSplitter, RefusesWhatCannotBeATrace) {
-  for (const std::string& bad : {"hello", R"({"traceEvents": [1, 2]})", R"({"traceEvents" 1})", R"({5: 1})"}) {
+  for (const std::string_view bad : {"hello", R"({"traceEvents": [1, 2]})", R"({"traceEvents" 1})", R"({5: 1})"}) {
     detail::TraceSplitter s([](std::string_view) {}, [](std::string_view, std::string_view) {});
     EXPECT_THROW(s.feed(bad), trainfit::InputError) << bad;
   }
@@ -242,7 +250,7 @@ TEST(TraceAnalysis, ATruncatedFileGivesTheStepsBeforeTheCut) {
 }
 
 TEST(TraceAnalysis, TextThatIsNoTraceIsAnInputError) {
-  for (const std::string& bad : {"", "{}", R"({"foo": [1]})", "[[[", "\x1f\x8b garbage", "null"})
+  for (const std::string_view bad : {"", "{}", R"({"foo": [1]})", "[[[", "\x1f\x8b garbage", "null"})
     EXPECT_THROW(analyse_trace_text(bad, "bad"), trainfit::InputError) << bad;
 }
 
@@ -305,7 +313,8 @@ TEST(TraceFiles, ABigTraceStreamsToTheSameFigures) {
   std::vector<SyntheticStepFigures> want;
   {
     std::ofstream out(scratch("big.json"), std::ios::binary);
-    want = trainfit::testing::write_synthetic_trace(t, [&](std::string_view piece) { out.write(piece.data(), static_cast<std::streamsize>(piece.size())); });
+    want = trainfit::testing::write_synthetic_trace(
+        t, [&](std::string_view piece) { out.write(piece.data(), static_cast<std::streamsize>(piece.size())); });
   }
   EXPECT_GT(std::filesystem::file_size(scratch("big.json")), std::uintmax_t{30} << 20);
   const RankTrace r = analyse_trace(scratch("big.json").string()).ranks.at(0);
