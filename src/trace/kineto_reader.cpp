@@ -205,8 +205,9 @@ class EventReader {
   // without converting their numbers; times are read from the number's text, exactly.
   static simdjson::error_code read_fields(od::object object, EventFields& f) {
     for (auto field : object) {
-      std::string_view key;
-      if (auto e = field.unescaped_key().get(key)) return e;
+      // Keys compared as they stand in the text (no unescaping): the names trace reads have no escapes.
+      od::raw_json_string key;
+      if (auto e = field.key().get(key)) return e;
       od::value v;
       if (auto e = field.value().get(v)) return e;
       if (key == "ph") {
@@ -234,8 +235,8 @@ class EventReader {
         od::object args;
         if (v.get_object().get(args)) continue;  // args of another shape carry nothing trace reads
         for (auto arg : args) {
-          std::string_view arg_key;
-          if (auto e = arg.unescaped_key().get(arg_key)) return e;
+          od::raw_json_string arg_key;
+          if (auto e = arg.key().get(arg_key)) return e;
           if (arg_key == "device") {
             std::int64_t device = -1;
             if (!arg.value().get_int64().get(device)) f.device = device;
