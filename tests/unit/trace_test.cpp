@@ -153,11 +153,18 @@ TEST(TraceAnalysis, ComputeBoundStepsHaveTheTimelinesFigures) {
   EXPECT_TRUE(r.warnings.empty()) << r.warnings.front();
 }
 
-TEST(TraceAnalysis, ElementwiseStepsAreMemoryBandwidthBound) {
+// The run's verdict, with its evidence, for steps of these kernels.
+std::pair<Bottleneck, std::string> verdict_of(std::vector<SyntheticKernel> kernels) {
   SyntheticTrace t;
-  t.kernels = {{"void at::native::reduce_kernel<512, 1>", "kernel", 200}, {"gemv2T_kernel", "kernel", 30}};
-  const RankTrace r = analyse_trace_text(synthetic_trace_text(t), "bandwidth");
-  EXPECT_EQ(r.total.verdict, Bottleneck::memory_bandwidth) << r.total.evidence;
+  t.kernels = std::move(kernels);
+  const RankTrace r = analyse_trace_text(synthetic_trace_text(t), "verdict");
+  return {r.total.verdict, r.total.evidence};
+}
+
+TEST(TraceAnalysis, ElementwiseStepsAreMemoryBandwidthBound) {
+  const auto [verdict, evidence] =
+      verdict_of({{"void at::native::reduce_kernel<512, 1>", "kernel", 200}, {"gemv2T_kernel", "kernel", 30}});
+  EXPECT_EQ(verdict, Bottleneck::memory_bandwidth) << evidence;
 }
 
 TEST(TraceAnalysis, ShortKernelsLaunchedSlowlyAreLaunchBound) {
@@ -198,10 +205,9 @@ TEST(TraceAnalysis, ExposedCollectivesAreCommunicationAndOverlapIsMeasured) {
 }
 
 TEST(TraceAnalysis, HostToDeviceCopiesThatFillTheStepAreOffload) {
-  SyntheticTrace t;
-  t.kernels = {{"Memcpy HtoD (Pageable -> Device)", "gpu_memcpy", 400}, {"sm90_xmma_gemm", "kernel", 50}};
-  const RankTrace r = analyse_trace_text(synthetic_trace_text(t), "offload");
-  EXPECT_EQ(r.total.verdict, Bottleneck::offload) << r.total.evidence;
+  const auto [verdict, evidence] =
+      verdict_of({{"Memcpy HtoD (Pageable -> Device)", "gpu_memcpy", 400}, {"sm90_xmma_gemm", "kernel", 50}});
+  EXPECT_EQ(verdict, Bottleneck::offload) << evidence;
 }
 
 TEST(TraceAnalysis, WithoutStepAnnotationsTheWholeTraceIsOneWindowAndSaysSo) {
