@@ -7,8 +7,8 @@
 
 namespace trainfit::cli {
 
-constexpr int kExitBadInput = 2;    // the input was wrong: a flag, a file, a name
-constexpr int kExitSystemError = 3; // the machine failed: I/O, a process that cannot start, no driver
+constexpr int kExitBadInput = 2;     // the input was wrong: a flag, a file, a name
+constexpr int kExitSystemError = 3;  // the machine failed: I/O, a process that cannot start, no driver
 
 // A count of tokens to train given on the command line (1e9, 1000000000): a number, and one that
 // check_training_tokens (trainfit/prices.hpp) accepts. `gpus --for` and `advise` check theirs with it.
@@ -22,5 +22,6 @@ void add_watch_command(CLI::App& app, int& exit_code);
 void add_calibrate_command(CLI::App& app, int& exit_code);
 void add_bench_command(CLI::App& app, int& exit_code);
 void add_serve_command(CLI::App& app, int& exit_code);
+void add_trace_command(CLI::App& app, int& exit_code);
 
 }  // namespace trainfit::cli

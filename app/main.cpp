@@ -1,10 +1,9 @@
 // The trainfit command line: a thin client of the library. Each subcommand is in its own file
 // (commands.hpp); main maps errors to exit codes: 2 for bad input, 3 for a failure of the machine
 // (I/O, a process that cannot start, no driver), 1 for anything unexpected (a bug).
+#include <CLI/CLI.hpp>
 #include <iostream>
 #include <string>
-
-#include <CLI/CLI.hpp>
 
 #include "commands.hpp"
 #include "setup_flags.hpp"
@@ -23,6 +22,7 @@ int main(int argc, char** argv) {
   trainfit::cli::add_calibrate_command(app, exit_code);
   trainfit::cli::add_bench_command(app, exit_code);
   trainfit::cli::add_serve_command(app, exit_code);
+  trainfit::cli::add_trace_command(app, exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {

@@ -44,12 +44,15 @@ def _append(path, obj):
 
 
 class Probe:
-    def __init__(self, path=None, config=None, rows=None, warmup=1, device=None, sync=True):
+    def __init__(self, path=None, config=None, rows=None, warmup=1, device=None, sync=True, snapshot=None):
         """path: the steps file (None: keep steps in memory only).  config: the setup in trainfit's
         vocabulary (`trainfit schema`: model, method, weights, rank, lora_targets, seq, batch,
         grad_accum, grad_ckpt, attn, optimizer, gpu...; fields of your own start with x_); a field
         that is not in it raises ValueError here, not at the end of the run.  rows: where close()
-        appends the summary row."""
+        appends the summary row.  snapshot: a path; the allocator's history is recorded from here on
+        and, after each step that reaches a new peak, a memory snapshot is written there (pickle)
+        with its JSON rendering beside it (<path>.json, for `trainfit trace --snapshot`). Make the
+        probe before the model so that the weights' allocations have their stacks."""
         import torch
         from . import setup_schema
         self.torch = torch
@@ -71,6 +74,20 @@ class Probe:
             except Exception:
                 self._nvml = None
         self.closed = False
+        self.snapshot_path = snapshot if self.cuda else None
+        self._snapshot_peak = -1
+        if self.snapshot_path:
+            torch.cuda.memory._record_memory_history(max_entries=1000000)
+
+    def _snapshot_if_peak(self, ev):
+        peak = ev.get("peak_allocated_bytes", -1)
+        if not self.snapshot_path or peak <= self._snapshot_peak:
+            return
+        self._snapshot_peak = peak
+        from . import snapshot_json
+        snap = self.torch.cuda.memory._snapshot()
+        self.torch.cuda.memory._dump_snapshot(self.snapshot_path)
+        snapshot_json.write(snap, self.snapshot_path + ".json", self.device.index or 0, peak)
 
     # -- the step hook
     def begin(self):
@@ -104,6 +121,7 @@ class Probe:
                 except Exception:
                     pass
         self.steps.append(ev)
+        self._snapshot_if_peak(ev)
         if self.path:
             _append(self.path, ev)
         return ev

@@ -1,0 +1,47 @@
+// The trace reader's speed (docs/trace.md, "Speed"): bytes of Kineto JSON a second on one core,
+// through the splitter alone and through the whole analysis, on a synthetic trace held in memory.
+#include <benchmark/benchmark.h>
+
+#include "support/synthetic_trace.hpp"
+#include "trace/json_stream.hpp"
+#include "trainfit/trace.hpp"
+
+namespace {
+
+const std::string& trace_text() {
+  static const std::string text = [] {
+    trainfit::testing::SyntheticTrace t;
+    t.kernels = {
+        {"sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64", "kernel", 40},
+        {"void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<c10::BFloat16>>", "kernel", 6}};
+    t.repeats = 4000;
+    t.steps = 8;
+    return trainfit::testing::synthetic_trace_text(t);
+  }();
+  return text;
+}
+
+void BM_TraceSplit(benchmark::State& state) {
+  const std::string& text = trace_text();
+  for (auto _ : state) {
+    std::size_t events = 0;
+    trainfit::trace::detail::TraceSplitter splitter([&](std::string_view) { ++events; },
+                                                    [](std::string_view, std::string_view) {});
+    for (std::size_t at = 0; at < text.size(); at += 1 << 20) splitter.feed(std::string_view(text).substr(at, 1 << 20));
+    benchmark::DoNotOptimize(events);
+  }
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) * static_cast<std::int64_t>(text.size()));
+}
+BENCHMARK(BM_TraceSplit)->Unit(benchmark::kMillisecond);
+
+void BM_TraceAnalyse(benchmark::State& state) {
+  const std::string& text = trace_text();
+  for (auto _ : state) {
+    auto r = trainfit::trace::analyse_trace_text(text, "bench");
+    benchmark::DoNotOptimize(r);
+  }
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) * static_cast<std::int64_t>(text.size()));
+}
+BENCHMARK(BM_TraceAnalyse)->Unit(benchmark::kMillisecond);
+
+}  // namespace

@@ -1,0 +1,159 @@
+#pragma once
+// `trainfit trace`: where the time and the memory of real steps went, from PyTorch's own files
+// (docs/trace.md defines every figure).
+//
+// - Kineto traces (torch.profiler's Chrome trace JSON, .json or .json.gz, or a folder of per-rank
+//   files), read in a stream: per ProfilerStep#N the wall time, the GPU's busy time, its idle time
+//   and what the host did in it, kernel time by category, the overlap of communication with
+//   compute, and a verdict in the planner's vocabulary (trainfit::Bottleneck).
+// - Memory snapshots (torch.cuda.memory._dump_snapshot, rendered as JSON by
+//   python/trainfit_runner/snapshot_json.py): the peak moment and what was alive at it, by the
+//   planner's memory categories (trainfit::MemoryTerm).
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "trainfit/memory.hpp"
+#include "trainfit/plan.hpp"
+#include "trainfit/report.hpp"
+#include "trainfit/time.hpp"
+
+namespace trainfit::trace {
+
+// What a GPU activity of a trace did, from its name and Kineto category (docs/trace.md).
+enum class KernelCategory {
+  matmul,
+  attention,
+  elementwise,  // elementwise, reductions, normalisation, softmax, the loss: bandwidth-bound work
+  optimizer,
+  communication,  // NCCL collectives
+  copy_h2d,
+  copy_d2h,
+  copy_d2d,  // device-to-device copies and memsets
+};
+inline constexpr std::size_t kKernelCategories = 8;
+std::string_view to_string(KernelCategory c);
+KernelCategory classify_activity(std::string_view name, std::string_view kineto_category);
+
+using CategorySeconds = std::array<double, kKernelCategories>;
+
+struct StepTrace {
+  std::string name;              // "ProfilerStep#12", or "whole trace" when the trace has no step annotations
+  double begin_s = 0;            // from the start of the trace
+  double wall_s = 0;             // the annotation's duration on the host
+  double gpu_busy_s = 0;         // union of kernel, memcpy and memset intervals on the device, inside the step
+  double idle_s = 0;             // wall_s - gpu_busy_s
+  double input_wait_s = 0;       // idle while the host waited for the data loader's next batch
+  double sync_wait_s = 0;        // idle that began while the host sat in a synchronisation
+  double host_wait_s = 0;        // the rest of the idle time: the host was busy and launched too slowly
+  CategorySeconds categories{};  // kernel time by category (intervals clipped to the step; streams may overlap)
+  double communication_s = 0;    // union of collective intervals
+  double communication_overlapped_s = 0;  // of which other kernels ran at the same time
+  std::size_t kernels = 0;
+  double kernel_median_s = 0;      // launch-bound test: the median kernel
+  double launch_gap_median_s = 0;  // and the median gap between consecutive launch calls
+  Bottleneck verdict = Bottleneck::compute;
+  std::string evidence;
+};
+
+struct KernelStat {
+  std::string name;
+  KernelCategory category = KernelCategory::elementwise;
+  std::size_t count = 0;
+  double total_s = 0;
+};
+
+struct TraceCounts {
+  std::uint64_t bytes = 0;           // uncompressed JSON read
+  std::uint64_t events = 0;          // objects in traceEvents
+  std::uint64_t gpu_activities = 0;  // kernels, memcpys, memsets
+  std::uint64_t malformed = 0;       // events skipped: not valid JSON, or a field of the wrong type
+  std::uint64_t unsupported = 0;     // events of a phase trace does not use (B/E, counters, flows, ...)
+};
+
+struct RankTrace {
+  std::string source;  // the file
+  int rank = -1;       // distributedInfo.rank, -1 when absent
+  int device = -1;     // the device whose activity the figures are of (the busiest)
+  std::string device_name;
+  bool step_annotations = true;  // false: no ProfilerStep#N; the whole trace is one window
+  bool truncated = false;        // the file ended inside traceEvents: the steps read so far
+  std::vector<StepTrace> steps;
+  StepTrace total;              // the sums over the steps (medians for the launch test); its verdict is the run's
+  double overlap_fraction = 0;  // communication overlapped with other kernels / communication (0 without any)
+  std::vector<KernelStat> kernels_top;
+  TraceCounts counts;
+  std::vector<std::string> warnings;  // what was skipped or assumed, in words
+};
+
+struct TraceReport {
+  std::vector<RankTrace> ranks;
+  int straggler = -1;  // index into ranks: the rank the others waited for (multi-rank only)
+  std::string straggler_evidence;
+};
+
+struct TraceOptions {
+  std::size_t top_kernels = 10;
+};
+
+// A trace file (.json or .json.gz, detected by content) or a folder of them (one per rank).
+// InputError for a file that is not a trace at all; a truncated or partly malformed one gives what
+// it held, with warnings. SystemError when a file cannot be read.
+TraceReport analyse_trace(const std::string& path, const TraceOptions& options = {});
+// One trace from memory (tests, fuzzing); `source` names it in messages.
+RankTrace analyse_trace_text(std::string_view json, const std::string& source, const TraceOptions& options = {});
+
+// A memory snapshot's JSON rendering (schema trainfit.snapshot/1, docs/trace.md).
+struct AllocationStack {
+  std::string frames;  // the allocation's innermost frames of user and library code, "fn (file:line) < ..."
+  std::string category;
+  std::int64_t bytes = 0;
+  std::size_t blocks = 0;
+};
+
+struct SnapshotReport {
+  std::string source;
+  std::int64_t peak_allocated_bytes = 0;  // the highest allocated total the allocator's history reaches
+  std::int64_t reserved_at_peak_bytes = 0;
+  std::optional<std::int64_t> allocator_peak_allocated_bytes;  // max_memory_allocated() the probe wrote
+  double peak_time_s = 0;                                      // from the first event of the history
+  std::string peak_moment;                                     // the frame of the allocation that reached the peak
+  std::vector<MemoryTerm> breakdown;   // planner categories alive at the peak, plus cached_free; sums to reserved
+  std::int64_t free_cached_bytes = 0;  // reserved - allocated at the end of the history
+  std::int64_t largest_free_block_bytes = 0;
+  double fragmentation = 0;  // 1 - largest free block / free cached bytes, at the end of the history
+  std::vector<AllocationStack> top_stacks;
+  std::size_t history_events = 0;
+  std::vector<std::string> warnings;
+};
+
+// The planner's memory category of an allocation from its frames (docs/trace.md): weights,
+// adapters, gradients, optimizer_states, activations, logits_and_loss, cublas_workspace, transient,
+// or untracked (no frames: allocated before the history began).
+std::string snapshot_category(std::string_view frames);
+SnapshotReport analyse_snapshot(const std::string& path, std::size_t top_stacks = 10);
+SnapshotReport analyse_snapshot_text(std::string_view json, const std::string& source, std::size_t top_stacks = 10);
+
+// The trace's measured terms beside a plan's predicted ones (docs/trace.md, "Beside the plan").
+struct TermComparison {
+  std::string term;     // the planner's term (time: matmul, attention, ...; memory: its categories)
+  double measured = 0;  // seconds a step (time) or bytes (memory)
+  double predicted = 0;
+};
+struct PlanComparison {
+  std::vector<TermComparison> time;    // per step: medians of the trace's steps
+  std::vector<TermComparison> memory;  // when a snapshot is given
+  std::string measured_verdict, predicted_verdict;
+  std::string largest_disagreement;  // the time term with the largest |measured - predicted|
+};
+PlanComparison compare_with_plan(const RankTrace& trace, const SnapshotReport* snapshot, const Plan& plan);
+
+// Output (table, Markdown, or JSON of schema trainfit.trace/1).
+std::string render_trace(const TraceReport& report, const SnapshotReport* snapshot, const PlanComparison* comparison,
+                         Format format);
+std::string render_snapshot(const SnapshotReport& snapshot, const PlanComparison* comparison, Format format);
+
+}  // namespace trainfit::trace

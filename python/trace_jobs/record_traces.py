@@ -1,0 +1,213 @@
+"""Records the real traces `trainfit trace` is checked against, on a GPU machine (docs/trace.md, "Data").
+
+    python3 python/trace_jobs/record_traces.py OUT_DIR            # every job, each in its own process
+    python3 python/trace_jobs/record_traces.py OUT_DIR --jobs lora,full
+
+Jobs (models built from config with random weights, as the bench runner builds them; no network):
+  lora        Qwen2.5-0.5B, LoRA r16, bf16, seq 1024, batch 4           (expect compute)
+  full        Qwen2.5-0.5B, full fine-tuning, bf16, AdamW, seq 1024, batch 4  (expect compute)
+  loader      the LoRA step fed by a DataLoader whose batches take 150 ms  (expect input-pipeline)
+  host        a tiny model (32 layers of 64-wide linears), batch 1      (expect launch-overhead)
+  ddp         Qwen2.5-0.5B full fine-tuning under DDP on 2 GPUs (torchrun), one trace per rank
+                                                                         (expect compute or communication)
+  snapshot    the full step with the probe's memory snapshot at its peak step (peak.pickle and
+              peak.pickle.json, with max_memory_allocated in it)
+
+Each job writes OUT_DIR/<job>/: trace.json.gz (ddp: rank0.json.gz, rank1.json.gz), expected.json (the
+independent reading of read_trace.py, plus "expect", the bottleneck the job was built to have),
+and log.txt. A job that fails leaves its log and does not stop the others; OUT_DIR/summary.json
+says what each job did. Profiles are short (5 steps: 1 wait, 1 warmup, 3 active), so the files
+stay small enough to check in.
+"""
+import argparse
+import gzip
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import traceback
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, ".."))  # trainfit_runner
+
+JOBS = {
+    "lora": {"expect": "compute", "config": {"model": "qwen2.5-0.5b", "method": "lora", "weights": "bf16", "rank": 16,
+                                             "seq": 1024, "batch": 4}},
+    "full": {"expect": "compute", "config": {"model": "qwen2.5-0.5b", "method": "full", "weights": "bf16",
+                                             "seq": 1024, "batch": 4, "optimizer": "adamw"}},
+    "loader": {"expect": "input-pipeline", "config": {"model": "qwen2.5-0.5b", "method": "lora", "weights": "bf16",
+                                                      "rank": 16, "seq": 1024, "batch": 4}, "loader_seconds": 0.15},
+    "host": {"expect": "launch-overhead", "toy": True},
+    "ddp": {"expect": "compute|communication", "config": {"model": "qwen2.5-0.5b", "method": "full", "weights": "bf16",
+                                                          "seq": 1024, "batch": 4, "optimizer": "adamw"},
+            "gpus": 2},
+    "snapshot": {"expect": None, "config": {"model": "qwen2.5-0.5b", "method": "full", "weights": "bf16",
+                                            "seq": 1024, "batch": 4, "optimizer": "adamw"}, "snapshot": True},
+}
+
+
+def gzip_file(src, dst):
+    with open(src, "rb") as f, gzip.open(dst, "wb", compresslevel=6) as g:
+        shutil.copyfileobj(f, g)
+    os.remove(src)
+
+
+def build(torch, job, device):
+    """The model, its optimizer and a batch maker, as the bench runner builds them."""
+    if job.get("toy"):
+        nn = torch.nn
+        layers = [nn.Linear(64, 64) for _ in range(32)]
+        model = nn.Sequential(*[m for l in layers for m in (l, nn.ReLU())]).to(device)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        x = torch.randn(1, 64, device=device)
+
+        def step(batch):
+            loss = model(batch).square().mean()
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            return loss
+
+        return step, lambda: x
+    from trainfit_runner import run, setup_schema
+    cfg = setup_schema.complete(dict(job["config"]))
+    model, vocab = run.build_model(torch, cfg, device, {})
+    if job.get("gpus", 1) > 1:
+        model = run.wrap_distributed(torch, model, cfg, device)
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = run.make_optimizer(torch, cfg["optimizer"], params, device)
+    gen = torch.Generator(device="cpu").manual_seed(1234)
+    ids = torch.randint(0, vocab, (cfg["batch"], cfg["seq"]), generator=gen)
+
+    def step(batch):
+        batch = batch.to(device, non_blocking=True)
+        loss = model(input_ids=batch, labels=batch).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss
+
+    return step, lambda: ids
+
+
+class SlowBatches:
+    """A map-style dataset whose every batch takes `seconds` to make: a loader the GPU waits for."""
+
+    def __init__(self, make, seconds, n):
+        self.make, self.seconds, self.n = make, seconds, n
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        time.sleep(self.seconds)
+        return self.make()
+
+
+def run_job(name, out_dir):
+    """One job, in this process (under torchrun for ddp)."""
+    import torch
+    job = JOBS[name]
+    rank = int(os.environ.get("RANK", "0"))
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world > 1:
+        import torch.distributed as dist
+        dist.init_process_group("nccl")
+    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+    torch.cuda.set_device(device)
+    torch.manual_seed(0)
+    probe = None
+    if job.get("snapshot"):
+        from trainfit_runner.probe import Probe
+        # Made before the model, so that the weights' allocations carry their stacks.
+        probe = Probe(os.path.join(out_dir, "steps.jsonl"), config=job["config"], rows=os.path.join(out_dir, "row.jsonl"),
+                      snapshot=os.path.join(out_dir, "peak.pickle"))
+    step, make_batch = build(torch, job, device)
+    steps = 5
+    if job.get("loader_seconds"):
+        data = torch.utils.data.DataLoader(SlowBatches(make_batch, job["loader_seconds"], steps), batch_size=None)
+    else:
+        data = [make_batch() for _ in range(steps)]
+    for _ in range(2):  # warm up outside the profile: cuBLAS handles, autotuning, the allocator's pools
+        step(make_batch())
+    torch.cuda.synchronize(device)
+    if probe is None:
+        schedule = torch.profiler.schedule(wait=1, warmup=1, active=3, repeat=1)
+        acts = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+        with torch.profiler.profile(activities=acts, schedule=schedule) as prof:
+            for batch in data:
+                step(batch)
+                prof.step()
+        raw = os.path.join(out_dir, "rank%d.json" % rank if world > 1 else "trace.json")
+        prof.export_chrome_trace(raw)
+        gzip_file(raw, raw + ".gz")
+    else:
+        for batch in data:
+            with probe.step():
+                step(batch)
+        probe.close()
+    if world > 1:
+        import torch.distributed as dist
+        dist.barrier()
+        dist.destroy_process_group()
+
+
+def expected_figures(name, out_dir):
+    import read_trace
+    job = JOBS[name]
+    files = sorted(f for f in os.listdir(out_dir) if f.endswith(".json.gz"))
+    expected = {"job": name, "expect": job.get("expect"), "config": job.get("config"), "files": {}}
+    for f in files:
+        expected["files"][f] = read_trace.read(os.path.join(out_dir, f))
+    if job.get("snapshot"):
+        with open(os.path.join(out_dir, "peak.pickle.json")) as f:
+            snap = json.load(f)
+        expected["allocator_max_memory_allocated"] = snap.get("allocator", {}).get("max_memory_allocated")
+    with open(os.path.join(out_dir, "expected.json"), "w") as f:
+        json.dump(expected, f, indent=1)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("out")
+    ap.add_argument("--jobs", default=",".join(JOBS))
+    ap.add_argument("--job", help=argparse.SUPPRESS)  # one job in this process (what the loop below starts)
+    a = ap.parse_args(argv)
+    if a.job:
+        run_job(a.job, a.out)
+        return 0
+    os.makedirs(a.out, exist_ok=True)
+    summary = {}
+    for name in a.jobs.split(","):
+        out_dir = os.path.join(a.out, name)
+        os.makedirs(out_dir, exist_ok=True)
+        job = JOBS[name]
+        me = os.path.abspath(__file__)
+        if job.get("gpus", 1) > 1:
+            cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=%d" % job["gpus"],
+                   me, out_dir, "--job", name]
+        else:
+            cmd = [sys.executable, me, out_dir, "--job", name]
+        t0 = time.time()
+        with open(os.path.join(out_dir, "log.txt"), "w") as log:
+            try:
+                code = subprocess.call(cmd, stdout=log, stderr=subprocess.STDOUT, timeout=1200)
+            except subprocess.TimeoutExpired:
+                code = "timeout"
+        status = {"exit": code, "seconds": round(time.time() - t0, 1)}
+        if code == 0:
+            try:
+                expected_figures(name, out_dir)
+            except Exception:
+                status["expected_error"] = traceback.format_exc()[-2000:]
+        summary[name] = status
+        print(name, status, flush=True)
+        with open(os.path.join(a.out, "summary.json"), "w") as f:
+            json.dump(summary, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

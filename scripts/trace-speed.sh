@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# `trainfit trace` against a Python reading of the same file (json.load + pandas, as Holistic Trace
+# Analysis reads traces), in one run: MB/s, peak memory, and the ratio (docs/trace.md, "Speed").
+#   scripts/trace-speed.sh            # a synthetic 1 GB trace
+#   scripts/trace-speed.sh 300        # a synthetic trace of about 300 MB
+#   scripts/trace-speed.sh FILE.json  # a trace of your own
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/install-deps.sh
+cmake --preset release >/dev/null
+cmake --build --preset release --target trainfit_cli trainfit_trace_gen
+arg=${1:-1024}
+if [[ -f "$arg" ]]; then
+  python3 python/trace_jobs/speed.py --trainfit build/release/app/trainfit "$arg"
+else
+  python3 python/trace_jobs/speed.py --trainfit build/release/app/trainfit --gen build/release/bench/trainfit_trace_gen \
+    --megabytes "$arg"
+fi

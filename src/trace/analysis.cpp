@@ -1,0 +1,326 @@
+// From what the reader kept of a trace to the figures of docs/trace.md: per step the GPU's busy
+// and idle time, what the host did in the idle time, kernel time by category, the overlap of
+// communication with compute, the launch-bound test and the verdict.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+
+#include "trace/trace_data.hpp"
+#include "trainfit/error.hpp"
+
+namespace trainfit::trace {
+namespace detail {
+namespace {
+
+constexpr double kNs = 1e-9;
+
+// Sorted, disjoint intervals covering the same time as `spans`.
+std::vector<Interval> merge(std::vector<Interval> spans) {
+  std::sort(spans.begin(), spans.end(), [](const Interval& a, const Interval& b) { return a.begin < b.begin; });
+  std::vector<Interval> out;
+  for (const Interval& s : spans) {
+    if (!out.empty() && s.begin <= out.back().end)
+      out.back().end = std::max(out.back().end, s.end);
+    else
+      out.push_back(s);
+  }
+  return out;
+}
+
+// The first interval of a merged list that ends after `t`.
+std::vector<Interval>::const_iterator first_ending_after(const std::vector<Interval>& u, std::int64_t t) {
+  return std::upper_bound(u.begin(), u.end(), t, [](std::int64_t x, const Interval& i) { return x < i.end; });
+}
+
+// How much of [a, b) a merged list covers.
+std::int64_t covered(const std::vector<Interval>& u, std::int64_t a, std::int64_t b) {
+  std::int64_t total = 0;
+  for (auto it = first_ending_after(u, a); it != u.end() && it->begin < b; ++it)
+    total += std::min(it->end, b) - std::max(it->begin, a);
+  return total;
+}
+
+// How much of [a, b) two merged lists both cover.
+std::int64_t covered_by_both(const std::vector<Interval>& u, const std::vector<Interval>& v, std::int64_t a,
+                             std::int64_t b) {
+  std::int64_t total = 0;
+  auto i = first_ending_after(u, a), j = first_ending_after(v, a);
+  while (i != u.end() && j != v.end() && i->begin < b && j->begin < b) {
+    const std::int64_t lo = std::max({i->begin, j->begin, a}), hi = std::min({i->end, j->end, b});
+    if (hi > lo) total += hi - lo;
+    if (i->end < j->end)
+      ++i;
+    else
+      ++j;
+  }
+  return total;
+}
+
+bool inside(const std::vector<Interval>& u, std::int64_t t) {
+  const auto it = first_ending_after(u, t);
+  return it != u.end() && it->begin <= t;
+}
+
+std::string percent(double part, double whole) {
+  return whole > 0 ? fmt::format("{:.0f}%", 100.0 * part / whole) : "0%";
+}
+
+}  // namespace
+
+double median_of(std::vector<double>& values) {
+  if (values.empty()) return 0;
+  std::nth_element(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(values.size() / 2), values.end());
+  return values[values.size() / 2];
+}
+
+// The verdict of a step (or of the run, on the sums), and the numbers behind it. The order is
+// that of the questions a profile answers: was the GPU starved (by the loader, by the host), did
+// it wait on the host link or on collectives, and else what kind of kernels filled it.
+void judge_step(StepTrace& s) {
+  const double w = s.wall_s > 0 ? s.wall_s : 1;
+  const CategorySeconds& c = s.categories;
+  const auto at = [&](KernelCategory k) { return c[static_cast<std::size_t>(k)]; };
+  const double matrix = at(KernelCategory::matmul) + at(KernelCategory::attention);
+  const double bandwidth =
+      at(KernelCategory::elementwise) + at(KernelCategory::optimizer) + at(KernelCategory::copy_d2d);
+  const double host_link = at(KernelCategory::copy_h2d) + at(KernelCategory::copy_d2h);
+  const double exposed_comm = s.communication_s - s.communication_overlapped_s;
+  const double host_idle = s.host_wait_s + s.sync_wait_s;
+  const bool launch_bound = s.kernels >= 2 && s.launch_gap_median_s > 0 && s.kernel_median_s < s.launch_gap_median_s;
+  std::string why = fmt::format("GPU busy {} of {:.4g} s", percent(s.gpu_busy_s, w), s.wall_s);
+  if (s.input_wait_s >= 0.2 * w && s.input_wait_s >= host_idle) {
+    s.verdict = Bottleneck::input_pipeline;
+    why += fmt::format("; {} idle waiting for the data loader", percent(s.input_wait_s, w));
+  } else if (host_idle >= 0.3 * w || (launch_bound && s.gpu_busy_s < 0.8 * w)) {
+    s.verdict = Bottleneck::launch_overhead;
+    why += fmt::format(
+        "; {} idle while the host launched ({} in synchronisations); median kernel {:.1f} us, median "
+        "gap between launches {:.1f} us",
+        percent(host_idle, w), percent(s.sync_wait_s, w), s.kernel_median_s * 1e6, s.launch_gap_median_s * 1e6);
+  } else if (host_link >= 0.3 * w) {
+    s.verdict = Bottleneck::offload;
+    why += fmt::format("; host-device copies {} of the step", percent(host_link, w));
+  } else if (exposed_comm >= 0.2 * w || (exposed_comm > 0 && exposed_comm > std::max(matrix, bandwidth))) {
+    s.verdict = Bottleneck::communication;
+    why += fmt::format("; collectives {} of the step, {} of them not overlapped with compute",
+                       percent(s.communication_s, w), percent(exposed_comm, s.communication_s));
+  } else if (bandwidth > matrix) {
+    s.verdict = Bottleneck::memory_bandwidth;
+    why += fmt::format("; elementwise, optimizer and copy kernels {} against matmul and attention {}",
+                       percent(bandwidth, w), percent(matrix, w));
+  } else {
+    s.verdict = Bottleneck::compute;
+    why += fmt::format("; matmul and attention kernels {} against elementwise and optimizer {}", percent(matrix, w),
+                       percent(bandwidth, w));
+  }
+  s.evidence = std::move(why);
+}
+
+RankTrace analyse(TraceData data, const std::string& source, const TraceOptions& options) {
+  RankTrace r;
+  r.source = source;
+  r.rank = data.rank;
+  r.truncated = data.truncated;
+  r.counts = data.counts;
+  r.warnings = std::move(data.warnings);
+  if (data.counts.unsupported > 0)
+    r.warnings.push_back(fmt::format("{} events of an unsupported phase (e.g. \"{}\") skipped", data.counts.unsupported,
+                                     data.unsupported_example));
+  if (data.counts.malformed > 0)
+    r.warnings.push_back(fmt::format("{} malformed events skipped", data.counts.malformed));
+  if (data.first_ns > data.last_ns) {
+    r.warnings.push_back("no complete (\"X\") events: nothing to measure");
+    r.step_annotations = !data.steps.empty();
+    return r;
+  }
+  const std::int64_t origin = data.first_ns;
+
+  // The busiest device is the one measured; a file of one rank has one.
+  std::map<int, std::int64_t> busy_by_device;
+  for (const GpuSpan& g : data.gpu) busy_by_device[g.device] += g.end - g.begin;
+  if (!busy_by_device.empty()) {
+    r.device = std::max_element(busy_by_device.begin(), busy_by_device.end(), [](const auto& a, const auto& b) {
+                 return a.second < b.second;
+               })->first;
+    if (busy_by_device.size() > 1)
+      r.warnings.push_back(fmt::format("activity on {} devices; the figures are of device {}, the busiest",
+                                       busy_by_device.size(), r.device));
+    if (const auto it = data.device_names.find(r.device); it != data.device_names.end()) r.device_name = it->second;
+  } else {
+    r.warnings.push_back("no GPU activity (kernels, memcpys, memsets) in the trace");
+  }
+  std::erase_if(data.gpu, [&](const GpuSpan& g) { return g.device != r.device; });
+  std::sort(data.gpu.begin(), data.gpu.end(), [](const GpuSpan& a, const GpuSpan& b) { return a.begin < b.begin; });
+  std::int64_t longest = 0;
+  std::vector<Interval> all, comm, compute;
+  for (const GpuSpan& g : data.gpu) {
+    longest = std::max(longest, g.end - g.begin);
+    all.push_back({g.begin, g.end});
+    if (g.category == KernelCategory::communication)
+      comm.push_back({g.begin, g.end});
+    else if (g.category <= KernelCategory::optimizer)
+      compute.push_back({g.begin, g.end});
+  }
+  const std::vector<Interval> busy = merge(std::move(all)), comm_union = merge(std::move(comm)),
+                              compute_union = merge(std::move(compute)), loader = merge(data.data_loader),
+                              sync = merge(data.synchronise);
+  std::sort(data.launches.begin(), data.launches.end());
+
+  std::sort(data.steps.begin(), data.steps.end(),
+            [](const NamedInterval& a, const NamedInterval& b) { return a.span.begin < b.span.begin; });
+  if (data.steps.empty()) {
+    r.step_annotations = false;
+    r.warnings.push_back("no ProfilerStep#N annotations: the whole trace is one window");
+    data.steps.push_back({"whole trace", {data.first_ns, data.last_ns}});
+  }
+
+  std::vector<double> all_kernels, all_gaps;
+  for (const NamedInterval& step : data.steps) {
+    StepTrace s;
+    s.name = step.name;
+    const std::int64_t a = step.span.begin, b = step.span.end;
+    s.begin_s = static_cast<double>(a - origin) * kNs;
+    s.wall_s = static_cast<double>(b - a) * kNs;
+    const std::int64_t busy_ns = covered(busy, a, b);
+    s.gpu_busy_s = static_cast<double>(busy_ns) * kNs;
+    s.idle_s = s.wall_s - s.gpu_busy_s;
+    // The idle gaps, each attributed to what the host was doing: the loader's fetch where it
+    // overlaps the gap; the rest to a synchronisation when one was running as the gap began (the
+    // queue drained while the host waited, and the host had to launch again), else to the host.
+    std::int64_t cursor = a;
+    const auto attribute = [&](std::int64_t gap_begin, std::int64_t gap_end) {
+      if (gap_end <= gap_begin) return;
+      const std::int64_t input = covered(loader, gap_begin, gap_end);
+      const std::int64_t rest = gap_end - gap_begin - input;
+      s.input_wait_s += static_cast<double>(input) * kNs;
+      (inside(sync, gap_begin) ? s.sync_wait_s : s.host_wait_s) += static_cast<double>(rest) * kNs;
+    };
+    for (auto it = first_ending_after(busy, a); it != busy.end() && it->begin < b; ++it) {
+      attribute(cursor, std::max(cursor, it->begin));
+      cursor = std::max(cursor, it->end);
+    }
+    attribute(cursor, b);
+
+    std::vector<double> kernel_durations;
+    const auto first = std::lower_bound(data.gpu.begin(), data.gpu.end(), a - longest,
+                                        [](const GpuSpan& g, std::int64_t t) { return g.begin < t; });
+    for (auto it = first; it != data.gpu.end() && it->begin < b; ++it) {
+      const std::int64_t lo = std::max(it->begin, a), hi = std::min(it->end, b);
+      if (hi <= lo) continue;
+      s.categories[static_cast<std::size_t>(it->category)] += static_cast<double>(hi - lo) * kNs;
+      if (it->kernel && it->begin >= a) {
+        ++s.kernels;
+        kernel_durations.push_back(static_cast<double>(it->end - it->begin) * kNs);
+      }
+    }
+    s.communication_s = static_cast<double>(covered(comm_union, a, b)) * kNs;
+    s.communication_overlapped_s = static_cast<double>(covered_by_both(comm_union, compute_union, a, b)) * kNs;
+    std::vector<double> gaps;
+    const auto launch_begin = std::lower_bound(data.launches.begin(), data.launches.end(), a);
+    for (auto it = launch_begin; it != data.launches.end() && it + 1 != data.launches.end() && *(it + 1) < b; ++it)
+      gaps.push_back(static_cast<double>(*(it + 1) - *it) * kNs);
+    all_kernels.insert(all_kernels.end(), kernel_durations.begin(), kernel_durations.end());
+    all_gaps.insert(all_gaps.end(), gaps.begin(), gaps.end());
+    s.kernel_median_s = median_of(kernel_durations);
+    s.launch_gap_median_s = median_of(gaps);
+    judge_step(s);
+    r.steps.push_back(std::move(s));
+  }
+
+  // The run: sums over the steps, medians over all their kernels and launches.
+  StepTrace& t = r.total;
+  t.name = "all steps";
+  t.begin_s = r.steps.front().begin_s;
+  for (const StepTrace& s : r.steps) {
+    t.wall_s += s.wall_s;
+    t.gpu_busy_s += s.gpu_busy_s;
+    t.idle_s += s.idle_s;
+    t.input_wait_s += s.input_wait_s;
+    t.sync_wait_s += s.sync_wait_s;
+    t.host_wait_s += s.host_wait_s;
+    for (std::size_t k = 0; k < kKernelCategories; ++k) t.categories[k] += s.categories[k];
+    t.communication_s += s.communication_s;
+    t.communication_overlapped_s += s.communication_overlapped_s;
+    t.kernels += s.kernels;
+  }
+  t.kernel_median_s = median_of(all_kernels);
+  t.launch_gap_median_s = median_of(all_gaps);
+  judge_step(t);
+  r.overlap_fraction = t.communication_s > 0 ? t.communication_overlapped_s / t.communication_s : 0;
+
+  std::vector<KernelStat> kernels;
+  kernels.reserve(data.kernels.size());
+  for (auto& [name, k] : data.kernels)
+    kernels.push_back({name, k.category, k.count, static_cast<double>(k.total_ns) * kNs});
+  const std::size_t top = std::min(options.top_kernels, kernels.size());
+  std::partial_sort(kernels.begin(), kernels.begin() + static_cast<std::ptrdiff_t>(top), kernels.end(),
+                    [](const KernelStat& x, const KernelStat& y) {
+                      return x.total_s != y.total_s ? x.total_s > y.total_s : x.name < y.name;
+                    });
+  kernels.resize(top);
+  r.kernels_top = std::move(kernels);
+  return r;
+}
+
+}  // namespace detail
+
+RankTrace analyse_trace_text(std::string_view json, const std::string& source, const TraceOptions& options) {
+  return detail::analyse(detail::read_trace_text(json, source), source, options);
+}
+
+namespace {
+
+bool looks_like_trace_file(const std::filesystem::path& p) {
+  const std::string name = p.filename().string();
+  return name.ends_with(".json") || name.ends_with(".json.gz");
+}
+
+// The straggler of a multi-rank run: the rank with the most GPU work outside collectives a step.
+// In data parallelism the others wait for it inside the collective, so its communication time is
+// the shortest and its compute the longest.
+void name_straggler(TraceReport& report) {
+  if (report.ranks.size() < 2) return;
+  std::vector<double> work;
+  for (const RankTrace& r : report.ranks) {
+    const double steps = static_cast<double>(std::max<std::size_t>(1, r.steps.size()));
+    work.push_back((r.total.gpu_busy_s - r.total.communication_s) / steps);
+  }
+  const auto slowest = std::max_element(work.begin(), work.end());
+  report.straggler = static_cast<int>(slowest - work.begin());
+  std::vector<double> sorted = work;
+  const double median = detail::median_of(sorted);
+  const RankTrace& r = report.ranks[static_cast<std::size_t>(report.straggler)];
+  report.straggler_evidence = fmt::format(
+      "rank {} ({}): {:.4g} s of GPU work outside collectives a step against a median of {:.4g} s over {} "
+      "ranks ({:+.1f}%)",
+      r.rank >= 0 ? r.rank : report.straggler, std::filesystem::path(r.source).filename().string(), *slowest, median,
+      report.ranks.size(), median > 0 ? 100.0 * (*slowest - median) / median : 0.0);
+}
+
+}  // namespace
+
+TraceReport analyse_trace(const std::string& path, const TraceOptions& options) {
+  namespace fs = std::filesystem;
+  TraceReport report;
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) {
+    std::vector<fs::path> files;
+    for (const auto& entry : fs::directory_iterator(path, ec))
+      if (entry.is_regular_file() && looks_like_trace_file(entry.path())) files.push_back(entry.path());
+    if (ec) throw SystemError(fmt::format("cannot list '{}': {}", path, ec.message()));
+    if (files.empty()) throw InputError(fmt::format("no trace files (*.json, *.json.gz) in '{}'", path));
+    std::sort(files.begin(), files.end());
+    for (const fs::path& f : files)
+      report.ranks.push_back(detail::analyse(detail::read_trace_file(f.string()), f.string(), options));
+    std::stable_sort(report.ranks.begin(), report.ranks.end(),
+                     [](const RankTrace& a, const RankTrace& b) { return a.rank < b.rank; });
+    name_straggler(report);
+    return report;
+  }
+  report.ranks.push_back(detail::analyse(detail::read_trace_file(path), path, options));
+  return report;
+}
+
+}  // namespace trainfit::trace

@@ -1,0 +1,95 @@
+#pragma once
+// Streaming pieces of `trainfit trace` (docs/trace.md, "How a trace is read"): a reader that hands
+// out the uncompressed bytes of a file in chunks (gzip detected by its magic bytes and inflated by
+// zlib as it goes), and a splitter that cuts a Chrome trace's top-level object into the complete
+// objects of its traceEvents array and its other members, tracking strings, escapes and depth. No
+// DOM of the whole file is ever built: each piece is parsed on its own (simdjson), so resident
+// memory is the chunk, one batch of events and what the analysis keeps of them.
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+
+namespace trainfit::trace::detail {
+
+// A file's bytes, uncompressed, in chunks. SystemError when the file cannot be opened or read;
+// InputError when a gzip stream is corrupt. A gzip stream that ends early is not an error here:
+// truncated() says so after the last chunk.
+class ChunkReader {
+ public:
+  explicit ChunkReader(const std::string& path, std::size_t chunk_bytes = 1 << 20);
+  ~ChunkReader();
+  ChunkReader(const ChunkReader&) = delete;
+  ChunkReader& operator=(const ChunkReader&) = delete;
+  // The next chunk; empty at the end of the file. Valid until the next call.
+  std::string_view next();
+  bool gzip() const { return gzip_; }
+  bool truncated() const { return truncated_; }
+
+ private:
+  struct Inflater;
+  std::string path_;
+  int fd_ = -1;
+  bool gzip_ = false, truncated_ = false, eof_ = false;
+  std::size_t pending_head_ = 0;  // bytes of a plain file read to detect gzip, not yet handed out
+  std::string in_, out_;
+  std::unique_ptr<Inflater> inflater_;
+  std::size_t read_raw(char* into, std::size_t capacity);
+};
+
+// Cuts {"traceEvents": [ {...}, {...} ], "deviceProperties": [...], ...} (or a bare array of
+// events, which the Chrome trace format also allows) into pieces as bytes arrive.
+class TraceSplitter {
+ public:
+  // on_event gets each complete object of traceEvents; on_member each other top-level member whose
+  // value is at most max_member_bytes (a larger one is skipped, and counted).
+  using EventSink = std::function<void(std::string_view event)>;
+  using MemberSink = std::function<void(std::string_view key, std::string_view value)>;
+  TraceSplitter(EventSink on_event, MemberSink on_member, std::size_t max_member_bytes = 64 << 20);
+
+  // Feeds the next bytes. InputError when the text cannot be a trace (the message says where).
+  void feed(std::string_view bytes);
+  // After the last feed: whether the top-level value was closed. A file cut short leaves it open.
+  bool complete() const { return state_ == State::done; }
+  bool saw_events() const { return saw_events_; }
+  std::uint64_t bytes() const { return offset_; }
+  std::uint64_t skipped_members() const { return skipped_members_; }
+  std::size_t max_event_bytes() const { return max_event_bytes_; }
+
+ private:
+  enum class State {
+    start,         // before the top-level value
+    object_key,    // inside the top-level object, expecting a key, a comma or '}'
+    key,           // inside a key's string
+    colon,         // after a key
+    value_start,   // after the colon
+    member_value,  // inside a member's value other than traceEvents
+    events_next,   // inside traceEvents, between events
+    event,         // inside an event object
+    done,
+  };
+  EventSink on_event_;
+  MemberSink on_member_;
+  std::size_t max_member_bytes_;
+  State state_ = State::start;
+  bool bare_array_ = false;
+  bool saw_events_ = false;
+  // The piece in progress (an event, a member's value) when it spans chunks.
+  std::string pending_;
+  bool pending_overflow_ = false;
+  std::string key_;
+  int depth_ = 0;
+  bool in_string_ = false, escape_ = false;
+  bool member_scalar_ = false;  // the member's value is a number, true, false or null
+  std::uint64_t offset_ = 0;
+  std::uint64_t skipped_members_ = 0;
+  std::size_t max_event_bytes_ = 0;
+
+  [[noreturn]] void fail(std::string_view what, std::uint64_t at) const;
+  // Scans a JSON value's bytes from `i` (depth and strings), returning where the value ends (one
+  // past its closing byte) or npos when it goes on past `text`.
+  std::size_t scan_value(std::string_view text, std::size_t i);
+};
+
+}  // namespace trainfit::trace::detail

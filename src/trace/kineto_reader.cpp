@@ -1,0 +1,394 @@
+// Reading a Kineto trace: the splitter (json_stream.hpp) cuts the stream into events, which are
+// gathered into batches ("[e1,e2,...]" in one reused padded buffer) and parsed with simdjson's
+// on-demand API, one document a batch (its structural index is built by the SIMD kernel the CPU
+// has, chosen at run time). A batch with a malformed event is parsed again event by
+// event, so only the bad event is skipped (and counted).
+#include <fmt/format.h>
+#include <simdjson.h>
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <cmath>
+#include <string>
+
+#include "trace/json_stream.hpp"
+#include "trace/trace_data.hpp"
+#include "trainfit/error.hpp"
+
+namespace trainfit::trace {
+
+std::string_view to_string(KernelCategory c) {
+  switch (c) {
+    case KernelCategory::matmul:
+      return "matmul";
+    case KernelCategory::attention:
+      return "attention";
+    case KernelCategory::elementwise:
+      return "elementwise";
+    case KernelCategory::optimizer:
+      return "optimizer";
+    case KernelCategory::communication:
+      return "communication";
+    case KernelCategory::copy_h2d:
+      return "copy_h2d";
+    case KernelCategory::copy_d2h:
+      return "copy_d2h";
+    case KernelCategory::copy_d2d:
+      return "copy_d2d";
+  }
+  return "elementwise";
+}
+
+namespace {
+
+bool contains_folded(std::string_view text, std::string_view lower_needle) {
+  if (lower_needle.size() > text.size()) return false;
+  for (std::size_t i = 0; i + lower_needle.size() <= text.size(); ++i) {
+    std::size_t j = 0;
+    while (j < lower_needle.size() &&
+           static_cast<char>(std::tolower(static_cast<unsigned char>(text[i + j]))) == lower_needle[j])
+      ++j;
+    if (j == lower_needle.size()) return true;
+  }
+  return false;
+}
+
+bool contains_any(std::string_view text, std::initializer_list<std::string_view> needles) {
+  return std::any_of(needles.begin(), needles.end(), [&](std::string_view n) { return contains_folded(text, n); });
+}
+
+}  // namespace
+
+KernelCategory classify_activity(std::string_view name, std::string_view cat) {
+  if (contains_folded(cat, "memcpy") || name.starts_with("Memcpy")) {
+    if (contains_folded(name, "htod")) return KernelCategory::copy_h2d;
+    if (contains_folded(name, "dtoh")) return KernelCategory::copy_d2h;
+    return KernelCategory::copy_d2d;
+  }
+  if (contains_folded(cat, "memset") || name.starts_with("Memset")) return KernelCategory::copy_d2d;
+  // Order matters: NCCL's kernels carry "reduce" and flash attention's carry "gemm"-like names.
+  if (contains_any(name, {"nccl"})) return KernelCategory::communication;
+  if (contains_any(name, {"flash", "fmha", "attention", "attn", "sdpa"})) return KernelCategory::attention;
+  if (contains_any(name, {"multi_tensor_apply", "adam", "optimizer", "sgd_", "lamb"})) return KernelCategory::optimizer;
+  if (contains_any(name, {"gemm", "xmma", "cutlass", "cublas", "nvjet", "matmul", "gemv", "wgmma", "splitk"}))
+    return KernelCategory::matmul;
+  return KernelCategory::elementwise;
+}
+
+namespace detail {
+
+bool microseconds_to_ns(std::string_view token, std::int64_t& ns) {
+  while (!token.empty() &&
+         (token.back() == ' ' || token.back() == '\n' || token.back() == '\r' || token.back() == '\t'))
+    token.remove_suffix(1);
+  if (token.empty()) return false;
+  const bool negative = token.front() == '-';
+  const std::string_view digits = negative ? token.substr(1) : token;
+  const std::size_t dot = digits.find('.');
+  const std::string_view whole = digits.substr(0, dot);
+  const std::string_view fraction = dot == std::string_view::npos ? std::string_view{} : digits.substr(dot + 1);
+  const auto all_digits = [](std::string_view s) {
+    return std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+  };
+  // Plain decimals: exact, digits beyond the nanosecond dropped. Epoch timestamps with three
+  // decimals have 19 digits, too many for a double to hold exactly.
+  if (!whole.empty() && whole.size() <= 16 && all_digits(whole) && all_digits(fraction)) {
+    std::int64_t us = 0;
+    for (const char c : whole) us = us * 10 + (c - '0');
+    if (us > INT64_MAX / 1000 - 1) return false;  // past the year 2262 in nanoseconds
+    std::int64_t frac_ns = 0;
+    for (std::size_t k = 0; k < 3; ++k) frac_ns = frac_ns * 10 + (k < fraction.size() ? fraction[k] - '0' : 0);
+    ns = us * 1000 + frac_ns;
+    if (negative) ns = -ns;
+    return true;
+  }
+  // Anything else JSON allows (exponents, longer numbers): through a double.
+  double value = 0;
+  const auto [end, ec] = std::from_chars(token.data(), token.data() + token.size(), value);
+  if (ec != std::errc() || end != token.data() + token.size() || !std::isfinite(value) || std::fabs(value) > 9.2e15)
+    return false;
+  ns = static_cast<std::int64_t>(std::llround(value * 1000.0));
+  return true;
+}
+
+namespace {
+
+namespace dom = simdjson::dom;
+namespace od = simdjson::ondemand;
+
+constexpr std::size_t kBatchBytes = 256 << 10;
+
+// One event's fields, as views into the parser's buffers (valid until the next parse).
+struct EventFields {
+  std::string_view ph, cat, name;
+  std::int64_t ts = 0, dur = -1;
+  bool has_ts = false;
+  std::int64_t pid = -1;
+  std::int64_t device = -1;
+};
+
+bool is_gpu_category(std::string_view cat) {
+  return cat == "kernel" || cat == "gpu_memcpy" || cat == "gpu_memset" || cat == "Kernel" || cat == "Memcpy" ||
+         cat == "Memset";
+}
+
+bool is_launch(std::string_view name) {
+  return name.starts_with("cudaLaunchKernel") || name.starts_with("cuLaunchKernel") ||
+         name == "cudaLaunchCooperativeKernel" || name == "cudaGraphLaunch";
+}
+
+// Host calls that return only when the GPU (or one stream of it) has finished: an explicit
+// synchronise, a blocking copy, or reading a GPU scalar on the host (`.item()`).
+bool is_synchronisation(std::string_view name) {
+  return name.find("Synchronize") != std::string_view::npos || name == "cudaMemcpy" || name == "aten::item" ||
+         name == "aten::_local_scalar_dense";
+}
+
+// PyTorch's profiler names the data loader's fetch "enumerate(DataLoader)#_...Iter.__next__".
+bool is_data_loader_wait(std::string_view name) {
+  return name.starts_with("enumerate(DataLoader)") ||
+         (name.find("DataLoader") != std::string_view::npos && name.find("__next__") != std::string_view::npos);
+}
+
+class EventReader {
+ public:
+  explicit EventReader(TraceData& data) : data_(data) { batch_.reserve(kBatchBytes + 64 * 1024); }
+
+  void add(std::string_view event) {
+    ++data_.counts.events;
+    batch_ += batch_.empty() ? '[' : ',';
+    offsets_.push_back(batch_.size());
+    batch_.append(event);
+    if (batch_.size() >= kBatchBytes) flush();
+  }
+
+  void flush() {
+    if (batch_.empty()) return;
+    batch_ += ']';
+    if (!parse_batch()) parse_one_by_one();
+    batch_.clear();
+    offsets_.clear();
+  }
+
+  void member(std::string_view key, std::string_view value) {
+    if (key != "distributedInfo" && key != "deviceProperties") return;
+    std::string text(value);
+    text.reserve(text.size() + simdjson::SIMDJSON_PADDING);
+    dom::element doc;
+    if (parser_.parse(text.data(), text.size(), false).get(doc)) return;
+    if (key == "distributedInfo") {
+      std::int64_t rank = -1;
+      if (!doc["rank"].get_int64().get(rank) && rank >= 0 && rank < 1 << 20) data_.rank = static_cast<int>(rank);
+      return;
+    }
+    dom::array devices;
+    if (doc.get_array().get(devices)) return;
+    for (dom::element device : devices) {
+      std::int64_t id = -1;
+      std::string_view name;
+      if (device["id"].get_int64().get(id) || device["name"].get_string().get(name)) continue;
+      if (id >= 0 && id < 1 << 16) data_.device_names[static_cast<int>(id)] = std::string(name);
+    }
+  }
+
+ private:
+  TraceData& data_;
+  dom::parser parser_;        // the top-level members (small)
+  od::parser events_parser_;  // the batches of events
+  std::string batch_;
+  std::vector<std::size_t> offsets_;  // where each event of the batch starts in batch_
+  std::vector<EventFields> parsed_;
+  std::string single_;
+
+  // The on-demand API reads only the fields below and skips the rest (args of shapes, stacks)
+  // without converting their numbers; times are read from the number's text, exactly.
+  static simdjson::error_code read_fields(od::object object, EventFields& f) {
+    for (auto field : object) {
+      // Keys compared as they stand in the text (no unescaping): the names trace reads have no escapes.
+      od::raw_json_string key;
+      if (auto e = field.key().get(key)) return e;
+      od::value v;
+      if (auto e = field.value().get(v)) return e;
+      if (key == "ph") {
+        if (auto e = v.get_string().get(f.ph)) return e;
+      } else if (key == "cat") {
+        if (auto e = v.get_string().get(f.cat)) return e;
+      } else if (key == "name") {
+        if (auto e = v.get_string().get(f.name)) return e;
+      } else if (key == "ts" || key == "dur") {
+        od::json_type type;
+        if (auto e = v.type().get(type)) return e;
+        if (type != od::json_type::number) return simdjson::INCORRECT_TYPE;
+        std::int64_t ns = 0;
+        if (!microseconds_to_ns(v.raw_json_token(), ns)) return simdjson::NUMBER_ERROR;
+        if (key == "ts") {
+          f.ts = ns;
+          f.has_ts = true;
+        } else {
+          f.dur = ns;
+        }
+      } else if (key == "pid") {
+        std::int64_t pid = 0;
+        if (!v.get_int64().get(pid)) f.pid = pid;  // a string pid names a host process: not a device
+      } else if (key == "args") {
+        od::object args;
+        if (v.get_object().get(args)) continue;  // args of another shape carry nothing trace reads
+        for (auto arg : args) {
+          od::raw_json_string arg_key;
+          if (auto e = arg.key().get(arg_key)) return e;
+          if (arg_key == "device") {
+            std::int64_t device = -1;
+            if (!arg.value().get_int64().get(device)) f.device = device;
+          }
+        }
+      }
+    }
+    return simdjson::SUCCESS;
+  }
+
+  // Every event of the batch, or false (and nothing recorded) when any of them is malformed.
+  bool parse_batch() {
+    parsed_.clear();
+    batch_.reserve(batch_.size() + simdjson::SIMDJSON_PADDING);
+    od::document doc;
+    if (events_parser_.iterate(simdjson::padded_string_view(batch_.data(), batch_.size(), batch_.capacity())).get(doc))
+      return false;
+    od::array events;
+    if (doc.get_array().get(events)) return false;
+    for (auto event : events) {
+      od::object object;
+      if (event.get_object().get(object)) return false;
+      EventFields f;
+      if (read_fields(object, f)) return false;
+      parsed_.push_back(f);
+    }
+    for (const EventFields& f : parsed_)
+      if (!record(f)) ++data_.counts.malformed;
+    return true;
+  }
+
+  void parse_one_by_one() {
+    for (std::size_t k = 0; k < offsets_.size(); ++k) {
+      const std::size_t begin = offsets_[k];
+      const std::size_t end = k + 1 < offsets_.size() ? offsets_[k + 1] - 1 : batch_.size() - 1;
+      single_.assign(batch_, begin, end - begin);
+      single_.reserve(single_.size() + simdjson::SIMDJSON_PADDING);
+      od::document doc;
+      od::object object;
+      EventFields f;
+      if (events_parser_.iterate(simdjson::padded_string_view(single_.data(), single_.size(), single_.capacity()))
+              .get(doc) ||
+          doc.get_object().get(object) || read_fields(object, f) || !record(f))
+        ++data_.counts.malformed;
+    }
+  }
+
+  // Keeps what the analysis needs of one event; false when its fields contradict each other.
+  bool record(const EventFields& f) {
+    if (f.ph != "X") {
+      if (f.ph == "M" || f.ph == "i" || f.ph == "I" || f.ph == "s" || f.ph == "f" || f.ph == "t" || f.ph == "R") {
+        ++data_.other_phases;
+      } else {
+        ++data_.counts.unsupported;
+        if (data_.unsupported_example.empty())
+          data_.unsupported_example = f.ph.empty() ? "(none)" : std::string(f.ph.substr(0, 16));
+      }
+      return true;
+    }
+    if (!f.has_ts || f.dur < 0 || f.ts > INT64_MAX - f.dur) return false;
+    const Interval span{f.ts, f.ts + f.dur};
+    data_.first_ns = std::min(data_.first_ns, span.begin);
+    data_.last_ns = std::max(data_.last_ns, span.end);
+    if (is_gpu_category(f.cat)) {
+      ++data_.counts.gpu_activities;
+      // A name is classified once, when first seen: real traces repeat a few thousand names. Past
+      // the cap (a file made to have millions) each new name is classified where it stands.
+      auto it = data_.kernels.find(f.name);
+      KernelCategory category = KernelCategory::elementwise;
+      if (it != data_.kernels.end()) {
+        category = it->second.category;
+      } else {
+        category = classify_activity(f.name, f.cat);
+        it = data_.kernels.size() < kMaxKernelNames
+                 ? data_.kernels.try_emplace(std::string(f.name), KernelTotal{category, 0, 0}).first
+                 : data_.kernels.try_emplace("(other kernels)", KernelTotal{KernelCategory::elementwise, 0, 0}).first;
+      }
+      const std::int64_t device = f.device >= 0 ? f.device : f.pid;
+      data_.gpu.push_back({span.begin, span.end,
+                           static_cast<std::int32_t>(std::clamp<std::int64_t>(device, -1, 1 << 16)), category,
+                           f.cat == "kernel" || f.cat == "Kernel"});
+      ++it->second.count;
+      it->second.total_ns += f.dur;
+      return true;
+    }
+    if (f.cat == "gpu_user_annotation") return true;  // the GPU's copy of host annotations
+    if (f.name.starts_with("ProfilerStep#")) {
+      data_.steps.push_back({std::string(f.name), span});
+    } else if (is_launch(f.name)) {
+      data_.launches.push_back(span.begin);
+    } else if (is_synchronisation(f.name)) {
+      data_.synchronise.push_back(span);
+    } else if (is_data_loader_wait(f.name)) {
+      data_.data_loader.push_back(span);
+    }
+    return true;
+  }
+};
+
+void read_stream(TraceData& data, const std::string& source, const std::function<std::string_view()>& next_chunk,
+                 const std::function<bool()>& gzip_truncated) {
+  EventReader reader(data);
+  TraceSplitter splitter([&](std::string_view event) { reader.add(event); },
+                         [&](std::string_view key, std::string_view value) { reader.member(key, value); });
+  try {
+    for (std::string_view chunk = next_chunk(); !chunk.empty(); chunk = next_chunk()) splitter.feed(chunk);
+  } catch (const InputError& e) {
+    // What came before the fault is kept when there was any: a partial answer that says so.
+    if (data.counts.events == 0) throw InputError(fmt::format("trace '{}': {}", source, e.what()));
+    data.truncated = true;
+    data.warnings.push_back(fmt::format("{}; the analysis covers the events before it", e.what()));
+  }
+  reader.flush();
+  data.counts.bytes = splitter.bytes();
+  if (!splitter.saw_events())
+    throw InputError(fmt::format("trace '{}' has no traceEvents array (not a PyTorch profiler trace?)", source));
+  if (!splitter.complete() && !data.truncated) {
+    data.truncated = true;
+    data.warnings.push_back(
+        fmt::format("the file ends inside its traceEvents{}: the analysis covers the {} events read",
+                    gzip_truncated() ? " (the gzip stream is cut short)" : "", data.counts.events));
+  }
+  if (splitter.skipped_members() > 0)
+    data.warnings.push_back(fmt::format("{} top-level members over 64 MiB skipped", splitter.skipped_members()));
+}
+
+}  // namespace
+
+TraceData read_trace_file(const std::string& path) {
+  TraceData data;
+  ChunkReader reader(path);
+  read_stream(
+      data, path, [&] { return reader.next(); }, [&] { return reader.truncated(); });
+  return data;
+}
+
+TraceData read_trace_text(std::string_view json, const std::string& source) {
+  TraceData data;
+  // In chunks as a file would come, so the splitter's carrying of pieces across chunks is the
+  // same code in tests as on real files.
+  constexpr std::size_t kChunk = 1 << 16;
+  std::size_t at = 0;
+  read_stream(
+      data, source,
+      [&] {
+        const std::string_view chunk = json.substr(std::min(at, json.size()), kChunk);
+        at += chunk.size();
+        return chunk;
+      },
+      [] { return false; });
+  return data;
+}
+
+}  // namespace detail
+}  // namespace trainfit::trace

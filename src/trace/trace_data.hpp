@@ -1,0 +1,79 @@
+#pragma once
+// What `trainfit trace` keeps of a Kineto trace's events while it streams through them: a few
+// integers per GPU activity, per step annotation and per host call of interest, and the kernel
+// totals by name. analyse() turns it into the figures of a RankTrace (docs/trace.md).
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "trainfit/trace.hpp"
+
+namespace trainfit::trace::detail {
+
+struct Interval {
+  std::int64_t begin = 0, end = 0;  // nanoseconds, as the trace's clock gives them
+};
+
+struct GpuSpan {
+  std::int64_t begin = 0, end = 0;
+  std::int32_t device = 0;
+  KernelCategory category = KernelCategory::elementwise;
+  bool kernel = false;  // a kernel, not a memcpy or memset (the launch-bound test counts kernels)
+};
+
+struct NamedInterval {
+  std::string name;
+  Interval span;
+};
+
+struct KernelTotal {
+  KernelCategory category = KernelCategory::elementwise;
+  std::size_t count = 0;
+  std::int64_t total_ns = 0;
+};
+
+// Looks kernel names up by string_view, without making a string for each event.
+struct NameHash {
+  using is_transparent = void;
+  std::size_t operator()(std::string_view s) const noexcept { return std::hash<std::string_view>{}(s); }
+};
+
+// Distinct kernel names kept with their totals; the rest are summed under one name. Real traces
+// have a few thousand; the cap bounds memory for a file made to have millions.
+inline constexpr std::size_t kMaxKernelNames = 100000;
+
+struct TraceData {
+  std::vector<GpuSpan> gpu;
+  std::vector<NamedInterval> steps;    // ProfilerStep#N on the host
+  std::vector<Interval> data_loader;   // waiting for the next batch
+  std::vector<Interval> synchronise;   // host calls that block until the GPU is done
+  std::vector<std::int64_t> launches;  // start of each kernel launch call
+  std::unordered_map<std::string, KernelTotal, NameHash, std::equal_to<>> kernels;
+  std::int64_t first_ns = INT64_MAX, last_ns = INT64_MIN;  // over every complete event
+  int rank = -1;
+  std::unordered_map<int, std::string> device_names;  // deviceProperties
+  TraceCounts counts;
+  std::uint64_t other_phases = 0;   // events of phases the analysis does not use but knows (i, s, f)
+  std::string unsupported_example;  // one unknown phase, for the message
+  bool truncated = false;
+  std::vector<std::string> warnings;
+};
+
+// Reads a whole trace (a file, or text in memory) into TraceData.
+TraceData read_trace_file(const std::string& path);
+TraceData read_trace_text(std::string_view json, const std::string& source);
+
+// The verdict of a step (or of the run, on its sums) from its figures, with its evidence.
+void judge_step(StepTrace& step);
+// The middle value (the upper one of an even count); 0 for none. Reorders `values`.
+double median_of(std::vector<double>& values);
+
+RankTrace analyse(TraceData data, const std::string& source, const TraceOptions& options);
+
+// "123.456" microseconds (a JSON number token) to integer nanoseconds, exactly for the decimal
+// forms Kineto writes (digits beyond the nanosecond dropped); false when the token is not a number.
+bool microseconds_to_ns(std::string_view token, std::int64_t& ns);
+
+}  // namespace trainfit::trace::detail

@@ -1,0 +1,375 @@
+// `trainfit trace`'s output: a table, Markdown, or JSON (schema trainfit.trace/1), and the trace's
+// measured terms beside a plan's predicted ones.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "trace/trace_data.hpp"
+#include "trainfit/trace.hpp"
+
+namespace trainfit::trace {
+namespace {
+
+using nlohmann::json;
+
+double category(const StepTrace& s, KernelCategory c) {
+  return s.categories[static_cast<std::size_t>(c)];
+}
+
+json step_json(const StepTrace& s) {
+  json categories = json::object();
+  for (std::size_t k = 0; k < kKernelCategories; ++k)
+    categories[std::string(to_string(static_cast<KernelCategory>(k)))] = s.categories[k];
+  return {{"name", s.name},
+          {"begin_s", s.begin_s},
+          {"wall_s", s.wall_s},
+          {"gpu_busy_s", s.gpu_busy_s},
+          {"idle_s", s.idle_s},
+          {"input_wait_s", s.input_wait_s},
+          {"sync_wait_s", s.sync_wait_s},
+          {"host_wait_s", s.host_wait_s},
+          {"categories", categories},
+          {"communication_s", s.communication_s},
+          {"communication_overlapped_s", s.communication_overlapped_s},
+          {"kernels", s.kernels},
+          {"kernel_median_s", s.kernel_median_s},
+          {"launch_gap_median_s", s.launch_gap_median_s},
+          {"verdict", to_string(s.verdict)},
+          {"evidence", s.evidence}};
+}
+
+json rank_json(const RankTrace& r) {
+  json steps = json::array();
+  for (const StepTrace& s : r.steps) steps.push_back(step_json(s));
+  json kernels = json::array();
+  for (const KernelStat& k : r.kernels_top)
+    kernels.push_back(
+        {{"name", k.name}, {"category", to_string(k.category)}, {"count", k.count}, {"total_s", k.total_s}});
+  return {{"source", r.source},
+          {"rank", r.rank >= 0 ? json(r.rank) : json(nullptr)},
+          {"device", r.device},
+          {"device_name", r.device_name},
+          {"step_annotations", r.step_annotations},
+          {"truncated", r.truncated},
+          {"steps", steps},
+          {"total", step_json(r.total)},
+          {"verdict", to_string(r.total.verdict)},
+          {"evidence", r.total.evidence},
+          {"kernels_top", kernels},
+          {"overlap",
+           {{"communication_s", r.total.communication_s},
+            {"overlapped_s", r.total.communication_overlapped_s},
+            {"fraction", r.overlap_fraction}}},
+          {"counts",
+           {{"bytes", r.counts.bytes},
+            {"events", r.counts.events},
+            {"gpu_activities", r.counts.gpu_activities},
+            {"malformed", r.counts.malformed},
+            {"unsupported", r.counts.unsupported}}},
+          {"warnings", r.warnings}};
+}
+
+json snapshot_json(const SnapshotReport& s) {
+  json breakdown = json::object();
+  for (const MemoryTerm& t : s.breakdown) breakdown[t.category] = t.bytes;
+  json stacks = json::array();
+  for (const AllocationStack& st : s.top_stacks)
+    stacks.push_back({{"frames", st.frames}, {"category", st.category}, {"bytes", st.bytes}, {"blocks", st.blocks}});
+  return {{"source", s.source},
+          {"peak_allocated_bytes", s.peak_allocated_bytes},
+          {"reserved_at_peak_bytes", s.reserved_at_peak_bytes},
+          {"allocator_peak_allocated_bytes",
+           s.allocator_peak_allocated_bytes ? json(*s.allocator_peak_allocated_bytes) : json(nullptr)},
+          {"peak_time_s", s.peak_time_s},
+          {"peak_moment", s.peak_moment},
+          {"breakdown", breakdown},
+          {"free_cached_bytes", s.free_cached_bytes},
+          {"largest_free_block_bytes", s.largest_free_block_bytes},
+          {"fragmentation", s.fragmentation},
+          {"top_stacks", stacks},
+          {"history_events", s.history_events},
+          {"warnings", s.warnings}};
+}
+
+json comparison_json(const PlanComparison& c) {
+  const auto rows = [](const std::vector<TermComparison>& terms) {
+    json out = json::array();
+    for (const TermComparison& t : terms)
+      out.push_back({{"term", t.term}, {"measured", t.measured}, {"predicted", t.predicted}});
+    return out;
+  };
+  return {{"time", rows(c.time)},
+          {"memory", rows(c.memory)},
+          {"measured_verdict", c.measured_verdict},
+          {"predicted_verdict", c.predicted_verdict},
+          {"largest_disagreement", c.largest_disagreement}};
+}
+
+std::string mib(double bytes) {
+  return fmt::format("{:.1f}", bytes / 1048576.0);
+}
+
+std::string pct(double part, double whole) {
+  return whole > 0 ? fmt::format("{:.0f}%", 100.0 * part / whole) : "-";
+}
+
+std::string shorten(const std::string& s, std::size_t n) {
+  return s.size() <= n ? s : s.substr(0, n - 3) + "...";
+}
+
+// One row of the step table: seconds for wall and busy, shares of the wall for the rest.
+std::vector<std::string> step_cells(const StepTrace& s) {
+  const double w = s.wall_s;
+  return {shorten(s.name, 20),
+          fmt::format("{:.4f}", w),
+          fmt::format("{:.4f}", s.gpu_busy_s),
+          pct(s.gpu_busy_s, w),
+          pct(s.input_wait_s, w),
+          pct(s.sync_wait_s, w),
+          pct(s.host_wait_s, w),
+          pct(category(s, KernelCategory::matmul), w),
+          pct(category(s, KernelCategory::attention), w),
+          pct(category(s, KernelCategory::elementwise), w),
+          pct(category(s, KernelCategory::optimizer), w),
+          pct(s.communication_s, w),
+          pct(category(s, KernelCategory::copy_h2d) + category(s, KernelCategory::copy_d2h), w),
+          std::string(to_string(s.verdict))};
+}
+
+const std::vector<std::string> kStepHeader = {"step",   "wall s", "busy s", "busy",  "input", "sync",  "host",
+                                              "matmul", "attn",   "elem",   "optim", "comm",  "h<->d", "verdict"};
+
+std::string table(const std::vector<std::vector<std::string>>& rows, bool markdown) {
+  std::vector<std::size_t> width(rows.front().size(), 0);
+  for (const auto& row : rows)
+    for (std::size_t k = 0; k < row.size(); ++k) width[k] = std::max(width[k], row[k].size());
+  std::string out;
+  for (std::size_t r = 0; r < rows.size(); ++r) {
+    if (markdown) out += "|";
+    for (std::size_t k = 0; k < rows[r].size(); ++k) {
+      const std::string& cell = rows[r][k];
+      const bool left = k == 0 || k + 1 == rows[r].size();
+      const std::string padded = left ? fmt::format("{:<{}}", cell, width[k]) : fmt::format("{:>{}}", cell, width[k]);
+      if (markdown) {
+        out += ' ';
+        out += padded;
+        out += " |";
+      } else {
+        if (k > 0) out += "  ";
+        out += padded;
+      }
+    }
+    out += '\n';
+    if (markdown && r == 0) {
+      out += "|";
+      for (std::size_t k = 0; k < width.size(); ++k) {
+        out += std::string(width[k] + 2, '-');
+        out += '|';
+      }
+      out += '\n';
+    }
+  }
+  return out;
+}
+
+std::string rank_text(const RankTrace& r, bool markdown) {
+  std::string out;
+  const std::string name = std::filesystem::path(r.source).filename().string();
+  out += markdown ? "### " : "";
+  out +=
+      fmt::format("{}: {}{}{}, {} step{}, {} events, {} of JSON\n", name,
+                  r.rank >= 0 ? fmt::format("rank {}, ", r.rank) : "", r.device_name.empty() ? "" : r.device_name + " ",
+                  r.device >= 0 ? fmt::format("device {}", r.device) : "no device", r.steps.size(),
+                  r.steps.size() == 1 ? "" : "s", r.counts.events, mib(static_cast<double>(r.counts.bytes)) + " MiB");
+  if (markdown) out += '\n';
+  std::vector<std::vector<std::string>> rows{kStepHeader};
+  for (const StepTrace& s : r.steps) rows.push_back(step_cells(s));
+  if (r.steps.size() > 1) rows.push_back(step_cells(r.total));
+  out += table(rows, markdown);
+  out += fmt::format("\n{}verdict: {}{} ({})\n", markdown ? "**" : "", to_string(r.total.verdict), markdown ? "**" : "",
+                     r.total.evidence);
+  if (r.total.communication_s > 0)
+    out += fmt::format("overlap: collectives {:.4f} s, {:.0f}% of it overlapped with compute kernels\n",
+                       r.total.communication_s, 100.0 * r.overlap_fraction);
+  if (!r.kernels_top.empty()) {
+    out += markdown ? "\nTop kernels:\n\n" : "\ntop kernels:\n";
+    std::vector<std::vector<std::string>> k{{"total s", "share", "count", "category", "name"}};
+    for (const KernelStat& s : r.kernels_top)
+      k.push_back({fmt::format("{:.4f}", s.total_s), pct(s.total_s, r.total.gpu_busy_s), fmt::format("{}", s.count),
+                   std::string(to_string(s.category)), shorten(s.name, 90)});
+    out += table(k, markdown);
+  }
+  for (const std::string& w : r.warnings) out += fmt::format("{}note: {}\n", markdown ? "\n" : "", w);
+  return out;
+}
+
+std::string comparison_text(const PlanComparison& c, bool markdown) {
+  std::string out = markdown ? "\n### Beside the plan\n" : "\nbeside the plan";
+  if (!c.time.empty()) {
+    out += markdown ? "\n" : " (per step; the trace's median over its steps):\n";
+    std::vector<std::vector<std::string>> rows{{"term", "measured s", "predicted s", "difference"}};
+    for (const TermComparison& t : c.time)
+      rows.push_back({t.term, fmt::format("{:.4f}", t.measured), fmt::format("{:.4f}", t.predicted),
+                      fmt::format("{:+.4f}", t.measured - t.predicted)});
+    out += table(rows, markdown);
+    out += fmt::format("verdict: measured {}, predicted {}; largest disagreement: {}\n", c.measured_verdict,
+                       c.predicted_verdict, c.largest_disagreement);
+  } else {
+    out += markdown ? "\n" : ":\n";
+  }
+  if (!c.memory.empty()) {
+    out += markdown ? "\n" : "\nmemory at the peak (MiB):\n";
+    std::vector<std::vector<std::string>> m{{"category", "measured MiB", "predicted MiB", "difference"}};
+    for (const TermComparison& t : c.memory)
+      m.push_back(
+          {t.term, mib(t.measured), mib(t.predicted), fmt::format("{:+.1f}", (t.measured - t.predicted) / 1048576.0)});
+    out += table(m, markdown);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string render_snapshot(const SnapshotReport& s, const PlanComparison* comparison, Format format) {
+  if (format == Format::json) {
+    json j = {{"schema", "trainfit.trace/1"}, {"snapshot", snapshot_json(s)}};
+    if (comparison) j["plan"] = comparison_json(*comparison);
+    return j.dump(2) + "\n";
+  }
+  const bool markdown = format == Format::markdown;
+  std::string out =
+      fmt::format("{}{}: peak allocated {} MiB (reserved {} MiB) at {:.3f} s of the history\n", markdown ? "### " : "",
+                  std::filesystem::path(s.source).filename().string(), mib(static_cast<double>(s.peak_allocated_bytes)),
+                  mib(static_cast<double>(s.reserved_at_peak_bytes)), s.peak_time_s);
+  if (s.allocator_peak_allocated_bytes && *s.allocator_peak_allocated_bytes > 0)
+    out += fmt::format("{}the allocator's own peak (max_memory_allocated): {} MiB ({:+.2f}%)\n", markdown ? "\n" : "",
+                       mib(static_cast<double>(*s.allocator_peak_allocated_bytes)),
+                       100.0 * static_cast<double>(s.peak_allocated_bytes - *s.allocator_peak_allocated_bytes) /
+                           static_cast<double>(*s.allocator_peak_allocated_bytes));
+  out += fmt::format("{}peak moment: {}\n", markdown ? "\n" : "", shorten(s.peak_moment, 160));
+  out += markdown ? "\n" : "\nalive at the peak:\n";
+  std::vector<std::vector<std::string>> rows{{"category", "MiB", "share"}};
+  for (const MemoryTerm& t : s.breakdown)
+    rows.push_back({t.category, mib(static_cast<double>(t.bytes)),
+                    pct(static_cast<double>(t.bytes), static_cast<double>(s.reserved_at_peak_bytes))});
+  out += table(rows, markdown);
+  out += fmt::format("\nfragmentation at the dump: {:.0f}% ({} MiB cached free, largest free block {} MiB)\n",
+                     100.0 * s.fragmentation, mib(static_cast<double>(s.free_cached_bytes)),
+                     mib(static_cast<double>(s.largest_free_block_bytes)));
+  if (!s.top_stacks.empty()) {
+    out += markdown ? "\nLargest allocation stacks:\n\n" : "\nlargest allocation stacks at the peak:\n";
+    std::vector<std::vector<std::string>> st{{"MiB", "blocks", "category", "frames"}};
+    for (const AllocationStack& a : s.top_stacks)
+      st.push_back(
+          {mib(static_cast<double>(a.bytes)), fmt::format("{}", a.blocks), a.category, shorten(a.frames, 110)});
+    out += table(st, markdown);
+  }
+  for (const std::string& w : s.warnings) out += fmt::format("note: {}\n", w);
+  if (comparison) out += comparison_text(*comparison, markdown);
+  return out;
+}
+
+std::string render_trace(const TraceReport& report, const SnapshotReport* snapshot, const PlanComparison* comparison,
+                         Format format) {
+  if (format == Format::json) {
+    json ranks = json::array();
+    for (const RankTrace& r : report.ranks) ranks.push_back(rank_json(r));
+    // The first rank's figures at the top level (the only one, for a single file), every rank under "ranks".
+    json j = ranks.empty() ? json::object() : ranks.front();
+    j["schema"] = "trainfit.trace/1";
+    j["ranks"] = ranks;
+    j["straggler"] = report.straggler >= 0
+                         ? json{{"index", report.straggler},
+                                {"rank", report.ranks[static_cast<std::size_t>(report.straggler)].rank},
+                                {"evidence", report.straggler_evidence}}
+                         : json(nullptr);
+    if (snapshot) j["snapshot"] = snapshot_json(*snapshot);
+    if (comparison) j["plan"] = comparison_json(*comparison);
+    return j.dump(2) + "\n";
+  }
+  const bool markdown = format == Format::markdown;
+  std::string out;
+  for (std::size_t k = 0; k < report.ranks.size(); ++k) {
+    if (k > 0) out += '\n';
+    out += rank_text(report.ranks[k], markdown);
+  }
+  if (report.straggler >= 0) out += fmt::format("\nstraggler: {}\n", report.straggler_evidence);
+  if (snapshot) out += '\n' + render_snapshot(*snapshot, nullptr, format);
+  if (comparison) out += comparison_text(*comparison, markdown);
+  return out;
+}
+
+namespace {
+
+// The snapshot's categories at the peak beside the plan's breakdown, and the peaks.
+std::vector<TermComparison> memory_terms(const SnapshotReport* snapshot, const Plan& plan) {
+  std::vector<TermComparison> out;
+  if (!snapshot) return out;
+  std::map<std::string, std::pair<double, double>> by_category;
+  for (const MemoryTerm& m : snapshot->breakdown) by_category[m.category].first += static_cast<double>(m.bytes);
+  for (const MemoryTerm& m : plan.memory.breakdown) by_category[m.category].second += static_cast<double>(m.bytes);
+  out.push_back({"peak_allocated", static_cast<double>(snapshot->peak_allocated_bytes),
+                 static_cast<double>(plan.memory.peak_allocated_bytes)});
+  for (const auto& [category, values] : by_category) out.push_back({category, values.first, values.second});
+  return out;
+}
+
+}  // namespace
+
+PlanComparison compare_with_plan(const RankTrace& trace, const SnapshotReport* snapshot, const Plan& plan) {
+  PlanComparison c;
+  const auto median_over_steps = [&](auto figure) {
+    std::vector<double> values;
+    for (const StepTrace& s : trace.steps) values.push_back(figure(s));
+    return detail::median_of(values);
+  };
+  const auto predicted = [&](std::initializer_list<std::string_view> terms) {
+    double total = 0;
+    for (const TimeTerm& t : plan.time.breakdown)
+      if (std::find(terms.begin(), terms.end(), t.name) != terms.end()) total += t.seconds;
+    return total;
+  };
+  const TimeEstimate& t = plan.time;
+  c.predicted_verdict = to_string(plan.time.bottleneck);
+  if (trace.steps.empty()) {  // a snapshot alone: memory only
+    c.memory = memory_terms(snapshot, plan);
+    return c;
+  }
+  c.time = {
+      {"step", median_over_steps([](const StepTrace& s) { return s.wall_s; }), t.step_seconds},
+      {"matmul", median_over_steps([](const StepTrace& s) { return category(s, KernelCategory::matmul); }),
+       predicted({"matmul", "adapters_fp32"})},
+      {"attention", median_over_steps([](const StepTrace& s) { return category(s, KernelCategory::attention); }),
+       predicted({"attention"})},
+      {"memory_traffic", median_over_steps([](const StepTrace& s) {
+         return category(s, KernelCategory::elementwise) + category(s, KernelCategory::copy_d2d);
+       }),
+       predicted({"memory_traffic", "kernel_floor"})},
+      {"optimizer", median_over_steps([](const StepTrace& s) { return category(s, KernelCategory::optimizer); }),
+       predicted({"optimizer"})},
+      {"communication", median_over_steps([](const StepTrace& s) { return s.communication_s; }),
+       predicted({"communication"})},
+      {"gpu_idle", median_over_steps([](const StepTrace& s) { return s.idle_s; }),
+       std::max(0.0, t.step_seconds - t.gpu_seconds - t.communication_seconds)},
+      {"input_wait", median_over_steps([](const StepTrace& s) { return s.input_wait_s; }), 0.0},
+  };
+  double worst = -1;
+  for (const TermComparison& term : c.time) {
+    if (term.term == "step") continue;
+    const double gap = std::fabs(term.measured - term.predicted);
+    if (gap > worst) {
+      worst = gap;
+      c.largest_disagreement =
+          fmt::format("{} (measured {:.4f} s, predicted {:.4f} s a step)", term.term, term.measured, term.predicted);
+    }
+  }
+  c.measured_verdict = to_string(trace.total.verdict);
+  c.memory = memory_terms(snapshot, plan);
+  return c;
+}
+
+}  // namespace trainfit::trace

@@ -1,0 +1,107 @@
+// `trainfit trace` against the independent Python reading (python/trace_jobs/read_trace.py, which
+// shares no code with it): per-step wall and GPU-busy time within 2% (the bar; they agree
+// to rounding), the input wait, and the top kernel. On synthetic traces of each kind now; on the
+// real recordings in data/trace/ (each job's folder: its trace files and the reading's
+// expected.json, written by python/trace_jobs/record.sh on the GPU machine) once they are there,
+// with the verdict each job was built to have.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "support/synthetic_trace.hpp"
+#include "trainfit/trace.hpp"
+
+namespace {
+
+using namespace trainfit::trace;
+using trainfit::testing::SyntheticTrace;
+namespace fs = std::filesystem;
+
+nlohmann::json python_reading(const std::string& path) {
+  const std::string cmd =
+      fmt::format("python3 {}/python/trace_jobs/read_trace.py '{}' 2>&1", TRAINFIT_SOURCE_DIR, path);
+  std::string out;
+  FILE* pipe = popen(cmd.c_str(), "r");
+  if (!pipe) return {};
+  char buf[4096];
+  std::size_t n = 0;
+  while ((n = fread(buf, 1, sizeof buf, pipe)) > 0) out.append(buf, n);
+  const int status = pclose(pipe);
+  EXPECT_EQ(status, 0) << out;
+  return nlohmann::json::parse(out, nullptr, false);
+}
+
+void expect_agreement(const RankTrace& ours, const nlohmann::json& theirs, const std::string& what) {
+  ASSERT_TRUE(theirs.is_object()) << what;
+  ASSERT_EQ(ours.steps.size(), theirs["steps"].size()) << what;
+  for (std::size_t k = 0; k < ours.steps.size(); ++k) {
+    const auto& t = theirs["steps"][k];
+    const StepTrace& s = ours.steps[k];
+    EXPECT_EQ(s.name, t["name"].get<std::string>()) << what;
+    const double wall = t["wall_s"].get<double>(), busy = t["gpu_busy_s"].get<double>();
+    EXPECT_NEAR(s.wall_s, wall, 0.02 * wall) << what << " " << s.name;
+    EXPECT_NEAR(s.gpu_busy_s, busy, 0.02 * busy + 1e-9) << what << " " << s.name;
+    EXPECT_NEAR(s.input_wait_s, t["input_wait_s"].get<double>(), 0.02 * wall) << what << " " << s.name;
+    EXPECT_NEAR(s.communication_s, t["communication_s"].get<double>(), 0.02 * wall) << what << " " << s.name;
+  }
+  if (!ours.kernels_top.empty() && !theirs["kernels_top"].empty()) {
+    EXPECT_EQ(ours.kernels_top[0].name, theirs["kernels_top"][0]["name"].get<std::string>()) << what;
+  }
+}
+
+TEST(TraceReading, SyntheticTracesAgreeWithThePythonReading) {
+  const fs::path dir = fs::temp_directory_path() / ("trainfit_trace_golden_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  SyntheticTrace compute;
+  compute.kernels = {{"sm90_xmma_gemm", "kernel", 120},
+                     {"void at::native::vectorized_elementwise_kernel<4>", "kernel", 9}};
+  SyntheticTrace loader;
+  loader.loader_us = 20000;
+  SyntheticTrace launch;
+  launch.kernels = {{"void at::native::vectorized_elementwise_kernel<4>", "kernel", 2}};
+  launch.repeats = 300;
+  launch.launch_gap_us = 18;
+  launch.synchronise = false;
+  SyntheticTrace comm;
+  comm.collective_us = 900;
+  SyntheticTrace plain;
+  plain.annotate_steps = false;
+  int k = 0;
+  for (const SyntheticTrace* t : {&compute, &loader, &launch, &comm, &plain}) {
+    const fs::path path = dir / fmt::format("trace{}.json", k++);
+    std::ofstream(path) << trainfit::testing::synthetic_trace_text(*t);
+    expect_agreement(analyse_trace(path.string()).ranks.at(0), python_reading(path.string()), path.string());
+  }
+}
+
+// The recordings of python/trace_jobs/record.sh, checked in under data/trace/<job>/ by the lead.
+TEST(TraceReading, RecordedTracesAgreeWithTheirExpectedFigures) {
+  const fs::path root = fs::path(TRAINFIT_SOURCE_DIR) / "data" / "trace";
+  if (!fs::is_directory(root)) GTEST_SKIP() << "no recordings in data/trace/ yet (python/trace_jobs/record.sh)";
+  int checked = 0;
+  for (const auto& job : fs::directory_iterator(root)) {
+    const fs::path expected_path = job.path() / "expected.json";
+    if (!fs::is_regular_file(expected_path)) continue;
+    const auto expected = nlohmann::json::parse(std::ifstream(expected_path));
+    const std::string expect =
+        expected.value("expect", nlohmann::json(nullptr)).is_string() ? expected["expect"].get<std::string>() : "";
+    for (const auto& [file, reading] : expected["files"].items()) {
+      const RankTrace r = analyse_trace((job.path() / file).string()).ranks.at(0);
+      expect_agreement(r, reading, file);
+      if (!expect.empty()) {
+        EXPECT_NE(("|" + expect + "|").find("|" + to_string(r.total.verdict) + "|"), std::string::npos)
+            << job.path() << ": " << r.total.evidence;
+      }
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 0);
+}
+
+}  // namespace

@@ -1,0 +1,174 @@
+#pragma once
+// Synthetic Kineto traces for `trainfit trace`'s tests and benchmarks: steps of a simple timeline
+// (the host waits for the loader, launches kernels one after another, optionally synchronises; the
+// GPU runs each kernel when it is launched and the previous one is done; a collective may run on a
+// stream of its own), written as torch.profiler writes them, with the figures the timeline implies
+// computed here by brute force, independently of the analyser. Big traces stream through a sink, so
+// a test can make gigabytes without holding them.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace trainfit::testing {
+
+struct SyntheticKernel {
+  std::string name;
+  std::string cat = "kernel";  // kernel, gpu_memcpy, gpu_memset
+  double us = 10;
+};
+
+struct SyntheticTrace {
+  int steps = 3;
+  int rank = 0;
+  double loader_us = 0;  // the host waits this long for its batch at the start of each step
+  std::vector<SyntheticKernel> kernels = {{"ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_tn", "kernel", 100}};
+  int repeats = 10;               // the kernel list is launched this many times a step
+  double launch_gap_us = 10;      // between launch calls
+  double launch_us = 4;           // a launch call's own duration
+  bool synchronise = true;        // cudaStreamSynchronize at the end of each step
+  double tail_us = 20;            // host time after the last launch (or the sync)
+  double collective_us = 0;       // an NCCL all-reduce on its own stream, each step
+  double collective_start = 0.5;  // where it starts, as a fraction of the step's compute launches
+  bool annotate_steps = true;
+  int padding_args = 6;  // extra args per event, to the size real events have
+};
+
+struct SyntheticStepFigures {
+  double wall_s = 0, gpu_busy_s = 0, input_wait_s = 0, communication_s = 0;
+};
+
+struct SyntheticInterval {
+  double begin = 0, end = 0;
+};
+
+// The length of the union of `spans` inside [a, b), by brute force.
+inline double union_inside(std::vector<SyntheticInterval> spans, double a, double b) {
+  std::sort(spans.begin(), spans.end(),
+            [](const SyntheticInterval& x, const SyntheticInterval& y) { return x.begin < y.begin; });
+  double total = 0, cursor = a;
+  for (const SyntheticInterval& s : spans) {
+    const double lo = std::max(s.begin, cursor), hi = std::min(s.end, b);
+    if (hi > lo) {
+      total += hi - lo;
+      cursor = hi;
+    }
+  }
+  return total;
+}
+
+// Writes the trace in pieces to `sink`; returns the figures each step should have.
+inline std::vector<SyntheticStepFigures> write_synthetic_trace(const SyntheticTrace& t,
+                                                               const std::function<void(std::string_view)>& sink) {
+  constexpr double kBase = 1700000000000000.0;  // microseconds, as Kineto's clock gives them
+  std::string out;
+  out.reserve(1 << 16);
+  bool first = true;
+  long long correlation = 1;
+  const auto padding = [&] {
+    std::string p;
+    for (int k = 0; k < t.padding_args; ++k) p += fmt::format(", \"extra {}\": \"value {}\"", k, k * 7);
+    return p;
+  };
+  const std::string pad = padding();
+  const auto flush = [&](bool force) {
+    if (force || out.size() > (1 << 16)) {
+      sink(out);
+      out.clear();
+    }
+  };
+  const auto event = [&](std::string_view ph, std::string_view cat, std::string_view name, int pid,
+                         std::string_view tid, double ts, double dur, const std::string& args) {
+    out += first ? "\n  " : ",\n  ";
+    first = false;
+    out += fmt::format(
+        R"({{"ph": "{}", "cat": "{}", "name": "{}", "pid": {}, "tid": {}, "ts": {:.3f}, "dur": {:.3f}, "args": {{{}}}}})",
+        ph, cat, name, pid, tid, kBase + ts, dur, args);
+    flush(false);
+  };
+  out +=
+      R"({"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "NVIDIA H200", "totalGlobalMem": 150109208576}],)";
+  out += fmt::format(R"( "distributedInfo": {{"backend": "nccl", "rank": {}, "world_size": 2}}, "traceEvents": [)",
+                     t.rank);
+  out += R"(
+  {"name": "process_name", "ph": "M", "ts": 1700000000000000.000, "pid": 0, "tid": 0, "args": {"name": "GPU 0"}})";
+  first = false;
+
+  std::vector<SyntheticStepFigures> figures;
+  std::vector<SyntheticInterval> gpu, comm, loader;
+  double now = 1000, gpu_free = 0;
+  for (int step = 0; step < t.steps; ++step) {
+    const double step_begin = now;
+    if (t.loader_us > 0) {
+      event("X", "user_annotation", "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 1234, "1234", now,
+            t.loader_us, "\"External id\": 1" + pad);
+      loader.push_back({now, now + t.loader_us});
+      now += t.loader_us;
+    }
+    const int launches = static_cast<int>(t.kernels.size()) * t.repeats;
+    const int collective_at = static_cast<int>(t.collective_start * launches);
+    for (int k = 0; k < launches; ++k) {
+      const SyntheticKernel& kernel = t.kernels[static_cast<std::size_t>(k) % t.kernels.size()];
+      const bool copy = kernel.cat != "kernel";
+      event("X", "cuda_runtime", copy ? "cudaMemcpyAsync" : "cudaLaunchKernel", 1234, "1234", now, t.launch_us,
+            fmt::format("\"correlation\": {}, \"cbid\": 211{}", correlation, pad));
+      const double start = std::max(now + t.launch_us, gpu_free);
+      event("X", kernel.cat, kernel.name, 0, "7", start, kernel.us,
+            fmt::format("\"queued\": 0, \"device\": 0, \"context\": 1, \"stream\": 7, \"correlation\": {}, "
+                        "\"registers per thread\": 128, \"grid\": [132, 1, 1], \"block\": [256, 1, 1]{}",
+                        correlation, pad));
+      ++correlation;
+      gpu.push_back({start, start + kernel.us});
+      gpu_free = start + kernel.us;
+      if (t.collective_us > 0 && k == collective_at) {
+        const double c0 = std::max(now + t.launch_us, 0.0);
+        event("X", "kernel", "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevComm*, unsigned long, ncclWork*)", 0,
+              "20", c0, t.collective_us,
+              fmt::format("\"device\": 0, \"stream\": 20, \"correlation\": {}{}", correlation++, pad));
+        gpu.push_back({c0, c0 + t.collective_us});
+        comm.push_back({c0, c0 + t.collective_us});
+      }
+      now += t.launch_gap_us;
+    }
+    if (t.synchronise) {
+      double done = gpu_free;
+      for (const SyntheticInterval& c : comm) done = std::max(done, c.end);
+      const double sync_end = std::max(now, done) + 2;
+      event("X", "cuda_runtime", "cudaStreamSynchronize", 1234, "1234", now, sync_end - now, "\"cbid\": 131" + pad);
+      now = sync_end;
+    }
+    now += t.tail_us;
+    if (t.annotate_steps)
+      event("X", "user_annotation", fmt::format("ProfilerStep#{}", step + 1), 1234, "1234", step_begin,
+            now - step_begin, "\"External id\": 2" + pad);
+    SyntheticStepFigures f;
+    f.wall_s = (now - step_begin) * 1e-6;
+    figures.push_back(f);
+    now += 0.001;  // the next step's annotation starts as this one ends (to the nanosecond)
+  }
+  // The figures, once every GPU interval is known (a step's kernels may run into the next step).
+  double begin = 1000;
+  for (SyntheticStepFigures& f : figures) {
+    const double end = begin + f.wall_s * 1e6;
+    f.gpu_busy_s = union_inside(gpu, begin, end) * 1e-6;
+    f.communication_s = union_inside(comm, begin, end) * 1e-6;
+    f.input_wait_s = union_inside(loader, begin, end) * 1e-6;  // the GPU is idle while the loader runs here
+    begin = end + 0.001;
+  }
+  out += "\n], \"traceName\": \"synthetic\", \"displayTimeUnit\": \"ms\"}\n";
+  flush(true);
+  return figures;
+}
+
+inline std::string synthetic_trace_text(const SyntheticTrace& t, std::vector<SyntheticStepFigures>* figures = nullptr) {
+  std::string text;
+  auto f = write_synthetic_trace(t, [&](std::string_view piece) { text.append(piece); });
+  if (figures) *figures = std::move(f);
+  return text;
+}
+
+}  // namespace trainfit::testing

@@ -1,0 +1,105 @@
+// `trainfit trace --snapshot`: the peak reconstructed from the allocator's history, what was alive
+// at it by the planner's categories, fragmentation, the largest stacks, and bad input.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "trainfit/error.hpp"
+#include "trainfit/trace.hpp"
+
+namespace {
+
+using namespace trainfit::trace;
+
+// Weights (400 B) are loaded, the forward pass saves two activations (300 + 200), the backward
+// pass makes a gradient (100): the peak, 1000 B at 30 us. Then the activations are freed and the
+// optimizer makes its state (150). The dump holds the weights, the gradient and the state.
+const std::string kSnapshot = R"json({"schema": "trainfit.snapshot/1", "device": 0,
+  "allocator": {"max_memory_allocated": 1000},
+  "stacks": ["forward (models/qwen2.py:10) < train (job.py:5)",
+             "_init_group (optim/adamw.py:100) < step (optim/adamw.py:200)",
+             "__init__ (modules/linear.py:9) < build_model (trainfit_runner/run.py:3)",
+             "backward (torch/_tensor.py:5) < train (job.py:7)"],
+  "segments": [
+    {"address": 1000, "total_size": 1200, "blocks": [{"address": 1000, "size": 400, "state": "active_allocated", "stack": 2},
+                                                     {"address": 1400, "size": 800, "state": "inactive", "stack": -1}]},
+    {"address": 4000, "total_size": 1024, "blocks": [{"address": 4000, "size": 100, "state": "active_allocated", "stack": 3},
+                                                     {"address": 4100, "size": 924, "state": "inactive", "stack": -1}]},
+    {"address": 5000, "total_size": 512, "blocks": [{"address": 5000, "size": 150, "state": "active_allocated", "stack": 1},
+                                                    {"address": 5150, "size": 362, "state": "inactive", "stack": -1}]}],
+  "history": [["alloc", 1000, 400, 2, 100], ["alloc", 2000, 300, 0, 110], ["alloc", 3000, 200, 0, 120],
+              ["alloc", 4000, 100, 3, 130], ["free_requested", 2000, 300, 3, 135], ["free_completed", 2000, 300, 3, 140],
+              ["free_completed", 3000, 200, 3, 150], ["alloc", 5000, 150, 1, 160]]})json";
+
+std::int64_t bytes_of(const SnapshotReport& r, const std::string& category) {
+  for (const auto& t : r.breakdown)
+    if (t.category == category) return t.bytes;
+  return -1;
+}
+
+TEST(TraceSnapshot, ThePeakIsReconstructedFromTheHistory) {
+  const SnapshotReport r = analyse_snapshot_text(kSnapshot, "snap");
+  EXPECT_EQ(r.peak_allocated_bytes, 1000);
+  ASSERT_TRUE(r.allocator_peak_allocated_bytes.has_value());
+  EXPECT_EQ(*r.allocator_peak_allocated_bytes, 1000);
+  EXPECT_EQ(r.reserved_at_peak_bytes, 2736);
+  EXPECT_NEAR(r.peak_time_s, 30e-6, 1e-12);
+  EXPECT_EQ(r.peak_moment, "backward (torch/_tensor.py:5) < train (job.py:7)");
+  EXPECT_EQ(r.history_events, 8u);
+  EXPECT_TRUE(r.warnings.empty());
+}
+
+TEST(TraceSnapshot, WhatWasAliveAtThePeakIsGroupedByThePlannersCategories) {
+  const SnapshotReport r = analyse_snapshot_text(kSnapshot, "snap");
+  EXPECT_EQ(bytes_of(r, "activations"), 500);
+  EXPECT_EQ(bytes_of(r, "weights"), 400);
+  EXPECT_EQ(bytes_of(r, "gradients"), 100);
+  EXPECT_EQ(bytes_of(r, "optimizer_states"), -1);  // made after the peak
+  EXPECT_EQ(bytes_of(r, "cached_free"), 2736 - 1000);
+  std::int64_t total = 0;
+  for (const auto& t : r.breakdown) total += t.bytes;
+  EXPECT_EQ(total, r.reserved_at_peak_bytes);
+  ASSERT_EQ(r.top_stacks.size(), 3u);
+  EXPECT_EQ(r.top_stacks[0].bytes, 500);
+  EXPECT_EQ(r.top_stacks[0].blocks, 2u);
+  EXPECT_EQ(r.top_stacks[0].category, "activations");
+}
+
+TEST(TraceSnapshot, FragmentationIsOfTheCachedFreeMemoryAtTheDump) {
+  const SnapshotReport r = analyse_snapshot_text(kSnapshot, "snap");
+  EXPECT_EQ(r.free_cached_bytes, 2736 - 650);
+  EXPECT_EQ(r.largest_free_block_bytes, 924);
+  EXPECT_NEAR(r.fragmentation, 1.0 - 924.0 / (800 + 924 + 362), 1e-12);
+}
+
+TEST(TraceSnapshot, CategoriesComeFromTheStacks) {
+  EXPECT_EQ(snapshot_category(""), "untracked");
+  EXPECT_EQ(snapshot_category("_single_tensor_adamw (optim/adamw.py:1)"), "optimizer_states");
+  EXPECT_EQ(snapshot_category("cross_entropy (nn/functional.py:3) < forward (qwen2.py:9)"), "logits_and_loss");
+  EXPECT_EQ(snapshot_category("forward (qwen2.py:9)"), "activations");
+  EXPECT_EQ(snapshot_category("getCurrentCUDABlasHandle < cublasLtMatmul"), "cublas_workspace");
+  EXPECT_EQ(snapshot_category("update_layer (peft/tuners/lora/layer.py:1)"), "adapters");
+  EXPECT_EQ(snapshot_category("somewhere (job.py:1)"), "transient");
+}
+
+TEST(TraceSnapshot, BadSnapshotsAreInputErrors) {
+  for (const std::string& bad :
+       {std::string("not json"), std::string("{}"), std::string(R"({"schema": "other/1"})"),
+        std::string(R"({"schema": "trainfit.snapshot/1", "stacks": [], "history": [["alloc", 1, 8, 5, 0]]})"),
+        std::string(R"({"schema": "trainfit.snapshot/1", "history": [["alloc", 1, -8]]})"),
+        std::string(R"({"schema": "trainfit.snapshot/1", "history": [["alloc"]]})"),
+        std::string(R"({"schema": "trainfit.snapshot/1", "segments": [{"blocks": [{"size": "big"}]}]})")})
+    EXPECT_THROW(analyse_snapshot_text(bad, "bad"), trainfit::InputError) << bad;
+  EXPECT_THROW(analyse_snapshot("/nonexistent/snap.json"), trainfit::InputError);
+}
+
+TEST(TraceSnapshot, WithoutHistoryThePeakIsTheDumpAndSaysSo) {
+  const SnapshotReport r = analyse_snapshot_text(
+      R"({"schema": "trainfit.snapshot/1", "segments": [{"address": 0, "total_size": 64, "blocks": [{"address": 0, "size": 48, "state": "active_allocated", "stack": -1}]}]})",
+      "dump");
+  EXPECT_EQ(r.peak_allocated_bytes, 48);
+  EXPECT_EQ(bytes_of(r, "untracked"), 48);
+  ASSERT_FALSE(r.warnings.empty());
+}
+
+}  // namespace

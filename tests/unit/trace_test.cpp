@@ -1,0 +1,331 @@
+// `trainfit trace` on Kineto traces: the streaming splitter, the reader's numbers and categories,
+// the figures of synthetic timelines whose answer is known, the verdicts, and bad input.
+#include "trainfit/trace.hpp"
+
+#include <gtest/gtest.h>
+#include <zlib.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "support/synthetic_trace.hpp"
+#include "trace/json_stream.hpp"
+#include "trace/trace_data.hpp"
+#include "trainfit/error.hpp"
+
+namespace {
+
+using namespace trainfit::trace;
+using trainfit::Bottleneck;
+using trainfit::testing::synthetic_trace_text;
+using trainfit::testing::SyntheticKernel;
+using trainfit::testing::SyntheticStepFigures;
+using trainfit::testing::SyntheticTrace;
+
+std::filesystem::path scratch(const std::string& name) {
+  const auto dir = std::filesystem::temp_directory_path() / ("trainfit_trace_test_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  return dir / name;
+}
+
+void write_file(const std::filesystem::path& p, const std::string& text) {
+  std::ofstream(p, std::ios::binary) << text;
+}
+
+void write_gzip(const std::filesystem::path& p, const std::string& text) {
+  gzFile f = gzopen(p.c_str(), "wb");
+  ASSERT_NE(f, nullptr);
+  ASSERT_EQ(gzwrite(f, text.data(), static_cast<unsigned>(text.size())), static_cast<int>(text.size()));
+  gzclose(f);
+}
+
+TEST(TraceNumbers, MicrosecondsBecomeExactNanoseconds) {
+  std::int64_t ns = 0;
+  ASSERT_TRUE(detail::microseconds_to_ns("1700000000123456.789", ns));
+  EXPECT_EQ(ns, 1700000000123456789);
+  ASSERT_TRUE(detail::microseconds_to_ns("12", ns));
+  EXPECT_EQ(ns, 12000);
+  ASSERT_TRUE(detail::microseconds_to_ns("0.5 ", ns));
+  EXPECT_EQ(ns, 500);
+  ASSERT_TRUE(detail::microseconds_to_ns("1.5e3", ns));
+  EXPECT_EQ(ns, 1500000);
+  EXPECT_FALSE(detail::microseconds_to_ns("\"12\"", ns));
+  EXPECT_FALSE(detail::microseconds_to_ns("1e300", ns));
+  // In a trace: durations exact beside epoch timestamps with decimals.
+  const RankTrace r = analyse_trace_text(
+      R"({"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "ts": 1700000000123456.789, "dur": 10.5},
+                          {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "ts": 1700000000123500, "dur": 2}]})",
+      "numbers");
+  EXPECT_NEAR(r.total.gpu_busy_s, 12.5e-6, 1e-15);
+  EXPECT_NEAR(r.total.wall_s, static_cast<double>(1700000000123502000 - 1700000000123456789) * 1e-9, 1e-15);
+}
+
+TEST(TraceCategories, KernelNamesMapToTheTimeModelsTerms) {
+  EXPECT_EQ(classify_activity("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64", "kernel"),
+            KernelCategory::matmul);
+  EXPECT_EQ(classify_activity("nvjet_hsh_128x256_64x4_2x1_v_bz_coopA_TNT", "kernel"), KernelCategory::matmul);
+  EXPECT_EQ(classify_activity("pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<128>>", "kernel"),
+            KernelCategory::attention);
+  EXPECT_EQ(classify_activity("cudnn_generated_fort_native_sdpa_sm90_knob_7", "kernel"), KernelCategory::attention);
+  EXPECT_EQ(classify_activity("ncclDevKernel_AllReduce_Sum_bf16_RING_LL", "kernel"), KernelCategory::communication);
+  EXPECT_EQ(classify_activity("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<FusedAdamMathFunctor>",
+                              "kernel"),
+            KernelCategory::optimizer);
+  EXPECT_EQ(classify_activity("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>>",
+                              "kernel"),
+            KernelCategory::elementwise);
+  EXPECT_EQ(classify_activity("Memcpy HtoD (Pageable -> Device)", "gpu_memcpy"), KernelCategory::copy_h2d);
+  EXPECT_EQ(classify_activity("Memcpy DtoH (Device -> Pinned)", "gpu_memcpy"), KernelCategory::copy_d2h);
+  EXPECT_EQ(classify_activity("Memset (Device)", "gpu_memset"), KernelCategory::copy_d2d);
+}
+
+// Every way of cutting the text into chunks gives the same events, strings with quotes, braces
+// and escapes inside included.
+TEST(TraceSplitter, EventsAreTheSameWhereverTheChunksEnd) {
+  const std::string text =
+      R"({"a": {"x": [1, "}"]}, "traceEvents": [{"name": "q\"{[", "ph": "X"}, {"n": "\\"}, {"v": {"w": [{}]}}], "b": 7,)"
+      R"( "deviceProperties": [{"id": 0, "name": "H\u0032"}]})";
+  std::vector<std::string> whole_events, whole_members;
+  {
+    detail::TraceSplitter s([&](std::string_view e) { whole_events.emplace_back(e); },
+                            [&](std::string_view k, std::string_view v) {
+                              whole_members.push_back(std::string(k) + "=" + std::string(v));
+                            });
+    s.feed(text);
+    EXPECT_TRUE(s.complete());
+  }
+  ASSERT_EQ(whole_events.size(), 3u);
+  EXPECT_EQ(whole_events[0], R"({"name": "q\"{[", "ph": "X"})");
+  EXPECT_EQ(whole_events[2], R"({"v": {"w": [{}]}})");
+  ASSERT_EQ(whole_members.size(), 3u);
+  EXPECT_EQ(whole_members[0], R"(a={"x": [1, "}"]})");
+  EXPECT_EQ(whole_members[1], "b=7");
+  for (std::size_t chunk = 1; chunk < 12; ++chunk) {
+    std::vector<std::string> events, members;
+    detail::TraceSplitter s(
+        [&](std::string_view e) { events.emplace_back(e); },
+        [&](std::string_view k, std::string_view v) { members.push_back(std::string(k) + "=" + std::string(v)); });
+    for (std::size_t at = 0; at < text.size(); at += chunk) s.feed(std::string_view(text).substr(at, chunk));
+    EXPECT_TRUE(s.complete());
+    EXPECT_EQ(events, whole_events) << chunk;
+    EXPECT_EQ(members, whole_members) << chunk;
+  }
+}
+
+TEST(TraceSplitter, RefusesWhatCannotBeATrace) {
+  for (const std::string_view bad : {"hello", R"({"traceEvents": [1, 2]})", R"({"traceEvents" 1})", R"({5: 1})"}) {
+    detail::TraceSplitter s([](std::string_view) {}, [](std::string_view, std::string_view) {});
+    EXPECT_THROW(s.feed(bad), trainfit::InputError) << bad;
+  }
+}
+
+void expect_figures(const RankTrace& r, const std::vector<SyntheticStepFigures>& want) {
+  ASSERT_EQ(r.steps.size(), want.size());
+  for (std::size_t k = 0; k < want.size(); ++k) {
+    EXPECT_NEAR(r.steps[k].wall_s, want[k].wall_s, 1e-9) << k;
+    EXPECT_NEAR(r.steps[k].gpu_busy_s, want[k].gpu_busy_s, 1e-9) << k;
+    EXPECT_NEAR(r.steps[k].idle_s, want[k].wall_s - want[k].gpu_busy_s, 1e-9) << k;
+    EXPECT_NEAR(r.steps[k].input_wait_s, want[k].input_wait_s, 1e-9) << k;
+    EXPECT_NEAR(r.steps[k].communication_s, want[k].communication_s, 1e-9) << k;
+    EXPECT_NEAR(r.steps[k].idle_s, r.steps[k].input_wait_s + r.steps[k].sync_wait_s + r.steps[k].host_wait_s, 1e-9);
+  }
+}
+
+TEST(TraceAnalysis, ComputeBoundStepsHaveTheTimelinesFigures) {
+  SyntheticTrace t;
+  t.kernels = {{"sm90_xmma_gemm_bf16bf16_bf16f32", "kernel", 300},
+               {"void at::native::vectorized_elementwise_kernel<4>", "kernel", 40}};
+  std::vector<SyntheticStepFigures> want;
+  const RankTrace r = analyse_trace_text(synthetic_trace_text(t, &want), "compute");
+  expect_figures(r, want);
+  EXPECT_EQ(r.steps[0].name, "ProfilerStep#1");
+  EXPECT_EQ(r.rank, 0);
+  EXPECT_EQ(r.device, 0);
+  EXPECT_EQ(r.device_name, "NVIDIA H200");
+  EXPECT_EQ(r.steps[0].kernels, 20u);
+  EXPECT_NEAR(r.steps[0].categories[0], 10 * 300e-6, 1e-9);  // matmul
+  EXPECT_NEAR(r.steps[0].categories[2], 10 * 40e-6, 1e-9);   // elementwise
+  EXPECT_EQ(r.total.verdict, Bottleneck::compute) << r.total.evidence;
+  ASSERT_FALSE(r.kernels_top.empty());
+  EXPECT_EQ(r.kernels_top[0].name, "sm90_xmma_gemm_bf16bf16_bf16f32");
+  EXPECT_EQ(r.kernels_top[0].count, 30u);
+  EXPECT_TRUE(r.warnings.empty()) << r.warnings.front();
+}
+
+// The run's verdict, with its evidence, for steps of these kernels.
+std::pair<Bottleneck, std::string> verdict_of(std::vector<SyntheticKernel> kernels) {
+  SyntheticTrace t;
+  t.kernels = std::move(kernels);
+  const RankTrace r = analyse_trace_text(synthetic_trace_text(t), "verdict");
+  return {r.total.verdict, r.total.evidence};
+}
+
+TEST(TraceAnalysis, ElementwiseStepsAreMemoryBandwidthBound) {
+  const auto [verdict, evidence] =
+      verdict_of({{"void at::native::reduce_kernel<512, 1>", "kernel", 200}, {"gemv2T_kernel", "kernel", 30}});
+  EXPECT_EQ(verdict, Bottleneck::memory_bandwidth) << evidence;
+}
+
+TEST(TraceAnalysis, ShortKernelsLaunchedSlowlyAreLaunchBound) {
+  SyntheticTrace t;
+  t.kernels = {{"void at::native::vectorized_elementwise_kernel<4>", "kernel", 3}};
+  t.repeats = 200;
+  t.launch_gap_us = 25;
+  std::vector<SyntheticStepFigures> want;
+  const RankTrace r = analyse_trace_text(synthetic_trace_text(t, &want), "launch");
+  expect_figures(r, want);
+  EXPECT_EQ(r.total.verdict, Bottleneck::launch_overhead) << r.total.evidence;
+  EXPECT_NEAR(r.total.kernel_median_s, 3e-6, 1e-12);
+  EXPECT_NEAR(r.total.launch_gap_median_s, 25e-6, 1e-12);
+  EXPECT_GT(r.total.host_wait_s, 0.8 * r.total.idle_s);
+}
+
+TEST(TraceAnalysis, AWaitForTheLoaderIsTheInputPipeline) {
+  SyntheticTrace t;
+  t.loader_us = 30000;
+  std::vector<SyntheticStepFigures> want;
+  const RankTrace r = analyse_trace_text(synthetic_trace_text(t, &want), "input");
+  expect_figures(r, want);
+  EXPECT_GT(r.total.input_wait_s, 0);
+  EXPECT_EQ(r.total.verdict, Bottleneck::input_pipeline) << r.total.evidence;
+  for (const StepTrace& s : r.steps) EXPECT_EQ(s.verdict, Bottleneck::input_pipeline);
+}
+
+TEST(TraceAnalysis, ExposedCollectivesAreCommunicationAndOverlapIsMeasured) {
+  SyntheticTrace t;
+  t.collective_us = 8000;  // far longer than the step's compute: mostly exposed
+  t.collective_start = 0.9;
+  std::vector<SyntheticStepFigures> want;
+  const RankTrace r = analyse_trace_text(synthetic_trace_text(t, &want), "comm");
+  expect_figures(r, want);
+  EXPECT_EQ(r.total.verdict, Bottleneck::communication) << r.total.evidence;
+  EXPECT_GT(r.overlap_fraction, 0);
+  EXPECT_LT(r.overlap_fraction, 0.2);
+}
+
+TEST(TraceAnalysis, HostToDeviceCopiesThatFillTheStepAreOffload) {
+  const auto [verdict, evidence] =
+      verdict_of({{"Memcpy HtoD (Pageable -> Device)", "gpu_memcpy", 400}, {"sm90_xmma_gemm", "kernel", 50}});
+  EXPECT_EQ(verdict, Bottleneck::offload) << evidence;
+}
+
+TEST(TraceAnalysis, WithoutStepAnnotationsTheWholeTraceIsOneWindowAndSaysSo) {
+  SyntheticTrace t;
+  t.annotate_steps = false;
+  const RankTrace r = analyse_trace_text(synthetic_trace_text(t), "plain");
+  ASSERT_EQ(r.steps.size(), 1u);
+  EXPECT_FALSE(r.step_annotations);
+  EXPECT_EQ(r.steps[0].name, "whole trace");
+  ASSERT_FALSE(r.warnings.empty());
+  EXPECT_NE(r.warnings[0].find("whole trace is one window"), std::string::npos);
+}
+
+TEST(TraceAnalysis, MalformedAndUnknownEventsAreSkippedAndCounted) {
+  const std::string text = R"({"traceEvents": [
+    {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 100, "dur": 50, "args": {"device": 0}},
+    {"ph": "X", "cat": "kernel", "name": "gemm", "ts": "late", "dur": 5},
+    {"ph": "X", "cat": "kernel", "name": gemm},
+    {"ph": "Q", "name": "a new kind"},
+    {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 200, "dur": 50, "args": {"device": 0}}]})";
+  const RankTrace r = analyse_trace_text(text, "mixed");
+  EXPECT_EQ(r.counts.events, 5u);
+  EXPECT_EQ(r.counts.malformed, 2u);
+  EXPECT_EQ(r.counts.unsupported, 1u);
+  EXPECT_EQ(r.counts.gpu_activities, 2u);
+  ASSERT_EQ(r.steps.size(), 1u);
+  EXPECT_NEAR(r.steps[0].gpu_busy_s, 100e-9 * 1000, 1e-12);
+  bool said = false;
+  for (const auto& w : r.warnings) said |= w.find("\"Q\"") != std::string::npos;
+  EXPECT_TRUE(said);
+}
+
+TEST(TraceAnalysis, ATruncatedFileGivesTheStepsBeforeTheCut) {
+  SyntheticTrace t;
+  t.steps = 6;
+  const std::string text = synthetic_trace_text(t);
+  const RankTrace whole = analyse_trace_text(text, "whole");
+  const RankTrace cut = analyse_trace_text(std::string_view(text).substr(0, text.size() * 2 / 3), "cut");
+  EXPECT_TRUE(cut.truncated);
+  EXPECT_FALSE(whole.truncated);
+  EXPECT_GT(cut.steps.size(), 1u);
+  EXPECT_LT(cut.steps.size(), whole.steps.size());
+  EXPECT_NEAR(cut.steps[0].gpu_busy_s, whole.steps[0].gpu_busy_s, 1e-12);
+  ASSERT_FALSE(cut.warnings.empty());
+  EXPECT_NE(cut.warnings[0].find("ends inside its traceEvents"), std::string::npos);
+}
+
+TEST(TraceAnalysis, TextThatIsNoTraceIsAnInputError) {
+  for (const std::string_view bad : {"", "{}", R"({"foo": [1]})", "[[[", "\x1f\x8b garbage", "null"})
+    EXPECT_THROW(analyse_trace_text(bad, "bad"), trainfit::InputError) << bad;
+}
+
+TEST(TraceFiles, GzipAndPlainFilesGiveTheSameAnswer) {
+  SyntheticTrace t;
+  t.steps = 4;
+  t.collective_us = 300;
+  const std::string text = synthetic_trace_text(t);
+  write_file(scratch("plain.json"), text);
+  write_gzip(scratch("packed.json.gz"), text);
+  const RankTrace plain = analyse_trace(scratch("plain.json").string()).ranks.at(0);
+  const RankTrace packed = analyse_trace(scratch("packed.json.gz").string()).ranks.at(0);
+  const RankTrace memory = analyse_trace_text(text, "memory");
+  ASSERT_EQ(plain.steps.size(), 4u);
+  for (std::size_t k = 0; k < 4; ++k) {
+    EXPECT_EQ(plain.steps[k].gpu_busy_s, packed.steps[k].gpu_busy_s);
+    EXPECT_EQ(plain.steps[k].gpu_busy_s, memory.steps[k].gpu_busy_s);
+    EXPECT_EQ(plain.steps[k].communication_overlapped_s, packed.steps[k].communication_overlapped_s);
+  }
+  EXPECT_EQ(packed.counts.bytes, text.size());
+  // A gzip stream cut short: the steps before the cut, and the cut said.
+  const std::string packed_bytes = [&] {
+    std::ifstream in(scratch("packed.json.gz"), std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }();
+  write_file(scratch("cut.json.gz"), packed_bytes.substr(0, packed_bytes.size() / 2));
+  const RankTrace cut = analyse_trace(scratch("cut.json.gz").string()).ranks.at(0);
+  EXPECT_TRUE(cut.truncated);
+  EXPECT_LT(cut.steps.size(), 4u);
+  EXPECT_THROW(analyse_trace(scratch("missing.json").string()), trainfit::InputError);
+}
+
+TEST(TraceFiles, AFolderOfRanksNamesTheStraggler) {
+  const auto dir = scratch("ranks");
+  std::filesystem::create_directories(dir);
+  for (int rank = 0; rank < 3; ++rank) {
+    SyntheticTrace t;
+    t.rank = rank;
+    // Rank 2 computes longer; the others wait for it in the all-reduce.
+    t.kernels = {{"sm90_xmma_gemm", "kernel", rank == 2 ? 150.0 : 100.0}};
+    t.collective_us = rank == 2 ? 100 : 600;
+    t.collective_start = 0.95;
+    write_file(dir / ("worker" + std::to_string(2 - rank) + ".pt.trace.json"), synthetic_trace_text(t));
+  }
+  write_file(dir / "notes.txt", "not a trace");
+  const TraceReport report = analyse_trace(dir.string());
+  ASSERT_EQ(report.ranks.size(), 3u);
+  EXPECT_EQ(report.ranks[0].rank, 0);  // in rank order, whatever the file names
+  EXPECT_EQ(report.ranks[2].rank, 2);
+  EXPECT_EQ(report.straggler, 2);
+  EXPECT_NE(report.straggler_evidence.find("rank 2"), std::string::npos) << report.straggler_evidence;
+}
+
+// A trace far larger than a chunk or a batch streams through with the answer of one in memory.
+TEST(TraceFiles, ABigTraceStreamsToTheSameFigures) {
+  SyntheticTrace t;
+  t.steps = 60;
+  t.repeats = 400;
+  t.kernels = {{"sm90_xmma_gemm", "kernel", 30}, {"void at::native::vectorized_elementwise_kernel<4>", "kernel", 8}};
+  std::vector<SyntheticStepFigures> want;
+  {
+    std::ofstream out(scratch("big.json"), std::ios::binary);
+    want = trainfit::testing::write_synthetic_trace(
+        t, [&](std::string_view piece) { out.write(piece.data(), static_cast<std::streamsize>(piece.size())); });
+  }
+  EXPECT_GT(std::filesystem::file_size(scratch("big.json")), std::uintmax_t{30} << 20);
+  const RankTrace r = analyse_trace(scratch("big.json").string()).ranks.at(0);
+  expect_figures(r, want);
+  EXPECT_EQ(r.counts.malformed, 0u);
+}
+
+}  // namespace
