@@ -23,7 +23,22 @@ using namespace trainfit::telemetry;
 struct WatchFlags {
   WatchOptions options;
   std::string replay;
+  bool score = false;
 };
+
+// `--replay FILE --score`: how often each steady phase of the recording was named right, as JSON.
+std::string score_json(const Recording& recording, double window_seconds) {
+  check_window(window_seconds);
+  nlohmann::json phases = nlohmann::json::array();
+  for (const PhaseScore& p : score_recording(recording, window_seconds))
+    phases.push_back({{"label", p.label},
+                      {"expect", to_string(p.expected)},
+                      {"windows", p.windows},
+                      {"right", p.right},
+                      {"share", p.windows > 0 ? static_cast<double>(p.right) / p.windows : 0.0},
+                      {"wrong", p.wrong}});
+  return nlohmann::json{{"schema", "trainfit.watch-score/1"}, {"phases", phases}}.dump(2) + "\n";
+}
 
 // The last SIGINT, SIGTERM or SIGHUP received, for the session to act on.
 std::atomic<int> g_last_signal{0};
@@ -81,10 +96,17 @@ void add_watch_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--window", o.window_seconds, "seconds of samples behind each verdict")->capture_default_str();
   cmd->add_option("--events", o.events_path, "a probe's step events file to follow (set for a job started by watch)");
   cmd->add_option("--replay", f->replay, "diagnose a --jsonl recording again instead of sampling");
+  cmd->add_flag("--score", f->score,
+                "with --replay: print as JSON how many windows of each steady phase (the job's markers) were named "
+                "right");
   cmd->add_option("command", o.command, "after --: the job to start and watch; watch returns its exit code");
   cmd->callback([f, &exit_code] {
+    if (f->score && f->replay.empty()) throw InputError("--score needs --replay FILE");
     if (f->replay.empty()) {
       exit_code = watch(f->options);
+    } else if (f->score) {
+      std::cout << score_json(load_recording(f->replay), f->options.window_seconds);
+      exit_code = 0;
     } else {
       std::cout << render_replay(load_recording(f->replay), f->replay, f->options.window_seconds);
       exit_code = 0;

@@ -6,7 +6,7 @@ import time
 
 import torch
 
-from probe import Probe
+from _jobs import Probe
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--seconds", type=float, default=35)
@@ -34,6 +34,6 @@ while time.time() - start < args.seconds:
     if not steady and time.time() - start >= args.warmup:
         probe.phase("steady", expect="compute", label=f"bf16 MLP {layers}x{width}, batch {batch}, data on the GPU")
         steady = True
-    probe.step(step, time.perf_counter() - t0)
+    probe.record(time.perf_counter() - t0, step=step)
 probe.phase("end")
 print(f"compute_bound: {step} steps in {time.time() - start:.1f} s", flush=True)

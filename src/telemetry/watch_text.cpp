@@ -1,12 +1,11 @@
 #include "telemetry/watch_text.hpp"
 
-#include "common/text.hpp"
-
-#include <cmath>
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 
+#include "common/text.hpp"
 #include "trainfit/units.hpp"
 
 namespace trainfit::telemetry {
@@ -74,8 +73,9 @@ std::string live_view_text(std::span<const GpuInfo> gpus, std::span<const GpuRea
   return out + "\x1b[J";
 }
 
-std::string timeline_text(std::span<const VerdictSpan> spans, std::span<const GpuInfo> gpus, double t0,
+std::string timeline_text(const VerdictTimeline& timeline, std::span<const GpuInfo> gpus, double t0,
                           const std::set<int>& watched, double window_seconds) {
+  const std::vector<VerdictSpan>& spans = timeline.spans();
   std::string out;
   for (const GpuInfo& g : gpus) {
     if (!watched.count(g.index)) continue;
@@ -91,19 +91,34 @@ std::string timeline_text(std::span<const VerdictSpan> spans, std::span<const Gp
       if (!v.verdict.advice.empty()) out += fmt::format("  {:14} {:<22} try: {}\n", "", "", v.verdict.advice);
     }
     if (!any) out += "  (too short to judge: under one window of samples)\n";
+    bool warned = false;
+    for (const WarningSpan& w : timeline.warnings()) {
+      if (w.gpu != g.index) continue;
+      if (!warned) out += "  warnings over time:\n";
+      warned = true;
+      std::string what = w.verdict.evidence;
+      if (w.kind == Bottleneck::memory_growth)
+        what = fmt::format("used memory rising {:.0f} MiB/s on average (up to {:.0f} MiB/s); last window: {}",
+                           w.growth_rate_mean() / (1024.0 * 1024.0), w.growth_rate_max / (1024.0 * 1024.0),
+                           w.verdict.evidence);
+      out +=
+          fmt::format("  {:>14} {:<22} {:>3} window{}  {}\n", fmt::format("{:.1f}-{:.1f} s", w.begin - t0, w.end - t0),
+                      to_string(w.kind), w.windows, w.windows == 1 ? " " : "s", what);
+      if (!w.verdict.advice.empty()) out += fmt::format("  {:14} {:<22} try: {}\n", "", "", w.verdict.advice);
+    }
   }
   return out;
 }
 
-std::string summary_text(const SummaryFacts& facts, std::span<const VerdictSpan> spans, std::span<const GpuInfo> gpus,
+std::string summary_text(const SummaryFacts& facts, const VerdictTimeline& timeline, std::span<const GpuInfo> gpus,
                          double t0, const std::set<int>& watched, double window_seconds) {
   std::string out;
   if (!facts.command.empty())
-    out += fmt::format("\ntrainfit watch: `{}` exited with code {} after {:.1f} s\n", trainfit::detail::printable(facts.command),
-                       facts.exit_code.value_or(-1), facts.wall_seconds);
+    out += fmt::format("\ntrainfit watch: `{}` exited with code {} after {:.1f} s\n",
+                       trainfit::detail::printable(facts.command), facts.exit_code.value_or(-1), facts.wall_seconds);
   else
     out += fmt::format("\ntrainfit watch: {:.1f} s\n", facts.wall_seconds);
-  out += timeline_text(spans, gpus, t0, watched, window_seconds);
+  out += timeline_text(timeline, gpus, t0, watched, window_seconds);
   out += fmt::format(
       "cost: sampler thread {:.3f} s CPU over {:.1f} s ({} samples) = {:.3f}% of a core; "
       "trainfit watch in all {:.3f}% of a core\n",
@@ -125,12 +140,17 @@ std::string render_replay(const Recording& recording, std::string_view source, d
   for_each_recording_window(recording, window_seconds, 1.0, [&](std::span<const Diagnosis> per_gpu, int windows) {
     for (const Diagnosis& d : per_gpu) timeline.add(d, windows);
   });
-  std::set<int> all;
-  for (const GpuInfo& g : recording.gpus) all.insert(g.index);
-  return fmt::format("{}: {} samples, {} probe steps\n", trainfit::detail::printable(source), recording.samples.size(),
-                     recording.steps.size()) +
-         detail::timeline_text(timeline.spans(), recording.gpus,
-                               recording.samples.empty() ? 0 : recording.samples.front().time, all, window_seconds);
+  // The job's GPUs when the recording's summary names them (for_each_recording_window judges only those).
+  std::set<int> judged(recording.job_gpus.begin(), recording.job_gpus.end());
+  if (judged.empty())
+    for (const GpuInfo& g : recording.gpus) judged.insert(g.index);
+  std::string out = fmt::format("{}: {} samples, {} probe steps", trainfit::detail::printable(source),
+                                recording.samples.size(), recording.steps.size());
+  if (!recording.host.empty()) out += fmt::format(", {} host readings", recording.host.size());
+  out += '\n';
+  return out + detail::timeline_text(timeline, recording.gpus,
+                                     recording.samples.empty() ? 0 : recording.samples.front().time, judged,
+                                     window_seconds);
 }
 
 }  // namespace trainfit::telemetry
