@@ -4,6 +4,7 @@
 //   trainfit watch -- python train.py   start the job, watch it, summarise, return its exit code
 //   trainfit watch --replay FILE        diagnose a --jsonl recording again, no GPU needed
 // The watch itself is the library's (WatchSession); this file has its flags, signals and terminal.
+#include <fmt/format.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -13,7 +14,9 @@
 #include <string>
 
 #include "commands.hpp"
+#include "setup_flags.hpp"
 #include "trainfit/telemetry.hpp"
+#include "trainfit/trainfit.hpp"
 
 namespace trainfit::cli {
 namespace {
@@ -24,7 +27,27 @@ struct WatchFlags {
   WatchOptions options;
   std::string replay;
   bool score = false;
+  bool plan = false;
 };
+
+// `--plan` with the setup's flags: the planner's prediction for the job, to set the watch's
+// measurements beside. The setup is the plan command's (its flags, its checks).
+PlanReference plan_reference(const SetupFlags& setup_flags) {
+  const TrainingSetup setup = resolve_setup(setup_flags.given());
+  if (setup.model.empty())
+    throw InputError("--plan needs the job's setup: at least --model and --gpu (trainfit plan's flags)");
+  PlanOptions options;
+  options.suggest = false;
+  const Plan p = make_plan(load_model(setup.model), setup, resolve_card(setup), options);
+  PlanReference r;
+  r.setup = fmt::format("{} {} on {}, {} x {} tokens", setup.model, to_string(setup.method), p.gpu.name, setup.batch,
+                        setup.seq);
+  if (setup.grad_accum > 1) r.setup += fmt::format(" x {} accumulated", setup.grad_accum);
+  r.step_seconds = p.time.predicted ? p.time.step_seconds : 0;
+  r.device_used_bytes = p.memory.device_used_bytes;
+  r.bottleneck = to_string(p.time.bottleneck);
+  return r;
+}
 
 // `--replay FILE --score`: how often each steady phase of the recording was named right, as JSON.
 std::string score_json(const Recording& recording, double window_seconds) {
@@ -87,6 +110,10 @@ void add_watch_command(CLI::App& app, int& exit_code) {
   auto f = std::make_shared<WatchFlags>();
   WatchOptions& o = f->options;
   auto* cmd = app.add_subcommand("watch", "Sample the GPUs through NVML and name what holds a running job back");
+  auto setup_flags = std::make_shared<SetupFlags>(*cmd);
+  cmd->add_flag("--plan", f->plan,
+                "set the measured step time and memory beside the planner's prediction for the setup given with "
+                "trainfit plan's flags (--model, --gpu, --method, --seq, --batch...)");
   cmd->add_option("--pid", o.pid, "watch the GPUs this process and its children use");
   cmd->add_option("--jsonl", o.jsonl_path, "write every sample, probe event and verdict to this file (JSON lines)");
   cmd->add_option("--prometheus", o.prometheus, "serve /metrics at HOST:PORT (loopback unless a host is given)");
@@ -100,7 +127,8 @@ void add_watch_command(CLI::App& app, int& exit_code) {
                 "with --replay: print as JSON how many windows of each steady phase (the job's markers) were named "
                 "right");
   cmd->add_option("command", o.command, "after --: the job to start and watch; watch returns its exit code");
-  cmd->callback([f, &exit_code] {
+  cmd->callback([f, setup_flags, &exit_code] {
+    if (f->plan) f->options.plan = plan_reference(*setup_flags);
     if (f->score && f->replay.empty()) throw InputError("--score needs --replay FILE");
     if (f->replay.empty()) {
       exit_code = watch(f->options);

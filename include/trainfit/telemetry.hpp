@@ -391,17 +391,31 @@ class MetricsServer {
   std::unique_ptr<State> state_;
 };
 
+// The planner's prediction for the watched job (`watch --plan` with the setup's flags), which the
+// watch sets its measurements beside.
+struct PlanReference {
+  std::string setup;                   // what was planned ("qwen2.5-0.5b lora on h200, 1 x 128 tokens")
+  double step_seconds = 0;             // the predicted steady-state step (0: no time prediction)
+  std::int64_t device_used_bytes = 0;  // the predicted NVML memory of the device
+  std::string bottleneck;              // the planner's bottleneck
+};
+// The measured step (median) and memory (highest NVML used) beside the prediction, and the gap
+// named: "step 0.081 s measured vs 0.040 s planned (2.0x: ...)". Empty without anything to compare.
+std::string beside_plan_text(std::optional<double> step_seconds, std::optional<std::int64_t> memory_used_bytes,
+                             const PlanReference& plan);
+
 // `trainfit watch` itself: a job (or a process, or every GPU) sampled, a verdict every second.
 struct WatchOptions {
-  double interval_seconds = 0.1;     // between samples
-  double window_seconds = 5;         // of samples behind each verdict
-  double duration_seconds = 0;       // then stop; 0: until a signal, or until the job ends
-  int pid = 0;                       // watch the GPUs where this process or a descendant holds memory
-  std::vector<std::string> command;  // the job to start and watch (empty: none)
-  std::string events_path;           // a probe's events file to follow; empty with a job: one in a temporary folder
-  std::string jsonl_path;            // record the samples, probe events, verdicts and summary here (JSON lines)
-  std::string prometheus;            // serve /metrics at this address (parse_endpoint)
-  std::string nvml_library;          // Nvml::open's argument
+  double interval_seconds = 0.1;      // between samples
+  double window_seconds = 5;          // of samples behind each verdict
+  double duration_seconds = 0;        // then stop; 0: until a signal, or until the job ends
+  int pid = 0;                        // watch the GPUs where this process or a descendant holds memory
+  std::vector<std::string> command;   // the job to start and watch (empty: none)
+  std::string events_path;            // a probe's events file to follow; empty with a job: one in a temporary folder
+  std::string jsonl_path;             // record the samples, probe events, verdicts and summary here (JSON lines)
+  std::string prometheus;             // serve /metrics at this address (parse_endpoint)
+  std::string nvml_library;           // Nvml::open's argument
+  std::optional<PlanReference> plan;  // --plan: set the measurements beside this prediction
 };
 
 // Where a watch's text goes. The library renders it; the caller shows it. Any of them may be empty.

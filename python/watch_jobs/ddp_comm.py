@@ -12,7 +12,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from _jobs import Probe
+from _jobs import Probe, square_loss_step
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--seconds", type=float, default=40)
@@ -47,11 +47,7 @@ while True:
     if done.item() > 0:
         break
     t0 = time.perf_counter()
-    loss = model(x).float().square().mean()
-    loss.backward()
-    opt.step()
-    opt.zero_grad(set_to_none=True)
-    torch.cuda.synchronize()
+    square_loss_step(model, opt, x)
     step += 1
     if rank == 0 and not steady and time.time() - start >= args.warmup:
         probe.phase("steady", expect="communication",

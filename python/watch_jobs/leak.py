@@ -2,7 +2,9 @@
 graph (backward with retain_graph=True, the loss appended to a list: the classic `losses.append(loss)`
 without .item()), so each step's saved activations (~64 MiB) stay on the card and used memory climbs
 steadily until the run ends (or, left alone, runs out of memory). The steps are paced (--steps-per-
-second) so that memory rises by ~0.6 GiB/s: a few minutes to fill an H200."""
+second) so that memory rises by ~0.6 GiB/s: a few minutes to fill an H200. Each step also multiplies
+8192 x 8192 bf16 matrices outside the graph (--matmuls, ~2 ms each on an H200) so that the GPU is
+busy part of the time: watch warns of growth only on a GPU that is not idle."""
 import argparse
 import time
 
@@ -14,6 +16,7 @@ ap = argparse.ArgumentParser()
 ap.add_argument("--seconds", type=float, default=40)
 ap.add_argument("--warmup", type=float, default=6)
 ap.add_argument("--steps-per-second", type=float, default=10)
+ap.add_argument("--matmuls", type=int, default=20)
 args = ap.parse_args()
 
 probe = Probe()
@@ -25,6 +28,7 @@ model = torch.nn.Sequential(*[m for _ in range(layers) for m in (torch.nn.Linear
 model = model.to(device="cuda", dtype=torch.bfloat16)
 opt = torch.optim.SGD(model.parameters(), lr=1e-6)
 kept = []  # the leak
+a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
 step, steady = 0, False
 last = time.perf_counter()
 while time.time() - start < args.seconds:
@@ -34,6 +38,9 @@ while time.time() - start < args.seconds:
     kept.append(loss)
     opt.step()
     opt.zero_grad(set_to_none=True)
+    with torch.no_grad():
+        for _ in range(args.matmuls):
+            b = a @ a
     torch.cuda.synchronize()
     step += 1
     if not steady and time.time() - start >= args.warmup:

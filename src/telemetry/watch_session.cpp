@@ -23,6 +23,7 @@
 #include <set>
 #include <thread>
 
+#include "common/statistics.hpp"
 #include "common/subprocess.hpp"
 #include "common/text.hpp"
 #include "telemetry/watch_text.hpp"
@@ -403,6 +404,10 @@ WatchResult WatchSession::run(const WatchOutput& output, const std::atomic<int>&
   std::deque<HostSample> host;  // the job's /proc readings of the last window
   bool host_baseline = true;    // the first reading only starts the counts
   std::vector<std::pair<std::uint32_t, int>> gpu_of;
+  // --plan: each GPU's window medians of the probe's step time and its highest NVML memory, for the
+  // summary's measurement beside the prediction (a median of medians: warm-up and the end weigh little).
+  std::map<int, std::vector<double>> step_medians;
+  std::map<int, std::int64_t> memory_max;
   double next_verdict = t0 + 1, next_tree = t0;
   int bad_events = 0;
   bool warned_long_events = false;
@@ -521,6 +526,11 @@ WatchResult WatchSession::run(const WatchOutput& output, const std::atomic<int>&
       if (!live && output.verdict_line && (o.command.empty() || changed))
         output.verdict_line(fmt::format("[{:6.1f} s] GPU {}: {}: {}\n", t - t0, g.index, to_string(d.primary().kind),
                                         d.primary().evidence));
+      if (o.plan) {
+        if (d.stats.step_seconds_median && step_medians[g.index].size() < kMaxLiveSteps)
+          step_medians[g.index].push_back(*d.stats.step_seconds_median);
+        if (d.stats.memory_used_max) memory_max[g.index] = std::max(memory_max[g.index], *d.stats.memory_used_max);
+      }
       current[g.index] = d;
       timeline.add(d);
       now_verdicts.push_back(std::move(d));
@@ -531,8 +541,8 @@ WatchResult WatchSession::run(const WatchOutput& output, const std::atomic<int>&
       for (std::size_t i = 0; i < gpus.size(); ++i)
         for (const GpuReading& g : history.back().gpus)
           if (g.index == gpus[i].index) latest[i] = &g;
-      output.live_view(
-          "\x1b[H" + detail::live_view_text(gpus, latest, current, tree, o.interval_seconds, o.window_seconds, t - t0));
+      output.live_view("\x1b[H" + detail::live_view_text(gpus, latest, current, tree, o.interval_seconds,
+                                                         o.window_seconds, t - t0, o.plan ? &*o.plan : nullptr));
     }
   }
   const double wall = now() - t0;
@@ -553,16 +563,42 @@ WatchResult WatchSession::run(const WatchOutput& output, const std::atomic<int>&
     throw SystemError(
         fmt::format("{} (sampling and recording stopped at {:.1f} s{})", *recording_failed, failed_at, job_fate()));
 
+  std::string beside_plan;
+  nlohmann::json plan_json = nullptr;
+  if (o.plan) {
+    beside_plan = fmt::format("beside the plan ({}: {:.3f} s a step, {} on the device, {}):\n", o.plan->setup,
+                              o.plan->step_seconds, format_bytes(o.plan->device_used_bytes), o.plan->bottleneck);
+    plan_json = {{"setup", o.plan->setup},
+                 {"step_seconds", o.plan->step_seconds},
+                 {"device_used_bytes", o.plan->device_used_bytes},
+                 {"bottleneck", o.plan->bottleneck},
+                 {"gpus", nlohmann::json::array()}};
+    for (const int g : job_gpus) {
+      const auto medians = step_medians.find(g);
+      const std::optional<double> step =
+          medians == step_medians.end() ? std::nullopt : trainfit::detail::median(medians->second);
+      const auto mem = memory_max.find(g);
+      const std::optional<std::int64_t> used = mem == memory_max.end() ? std::nullopt : std::optional(mem->second);
+      const std::string text = beside_plan_text(step, used, *o.plan);
+      beside_plan += fmt::format("  GPU {}: {}\n", g, text.empty() ? "nothing measured to compare" : text);
+      plan_json["gpus"].push_back({{"gpu", g},
+                                   {"step_seconds_measured", step ? nlohmann::json(*step) : nlohmann::json(nullptr)},
+                                   {"memory_used_bytes_max", used ? nlohmann::json(*used) : nlohmann::json(nullptr)}});
+    }
+  }
   WatchResult result;
   result.exit_code = job.exit_code;
-  result.summary = detail::summary_text({s.command_text, job.exit_code, wall, cost, process_share}, timeline, gpus, t0,
-                                        job_gpus, o.window_seconds);
+  result.summary = detail::summary_text({s.command_text, job.exit_code, wall, cost, process_share, beside_plan},
+                                        timeline, gpus, t0, job_gpus, o.window_seconds);
   if (tail.dropped() > 0)
     result.summary +=
         fmt::format("probe events: {} line{} longer than {} dropped\n", tail.dropped(), tail.dropped() == 1 ? "" : "s",
                     format_bytes(static_cast<std::int64_t>(kMaxEventLineBytes)));
   if (jsonl) {
-    jsonl.add(summary_to_json(timeline.spans(), timeline.warnings(), job_gpus, job.exit_code, cost, process_share));
+    nlohmann::json summary =
+        summary_to_json(timeline.spans(), timeline.warnings(), job_gpus, job.exit_code, cost, process_share);
+    if (o.plan) summary["plan"] = plan_json;
+    jsonl.add(summary);
     try {
       jsonl.close();
     } catch (const SystemError& e) {

@@ -253,4 +253,18 @@ TEST(WatchHost, TheSummaryListsMemoryGrowingWithItsRate) {
   EXPECT_LT(warnings[0]["growth_bytes_per_second_mean"].get<double>(), 2e9);
 }
 
+TEST(BesidePlan, NamesAGapBetweenTheMeasuredAndThePlannedStep) {
+  const PlanReference plan{"qwen2.5-0.5b lora on H200", 0.040, 4LL << 30, "launch-overhead"};
+  const std::string slow = beside_plan_text(0.081, 4LL << 30, plan);
+  EXPECT_NE(slow.find("step 0.081 s measured vs 0.040 s planned (2.02x: time goes to something outside the model's "
+                      "step"),
+            std::string::npos)
+      << slow;
+  EXPECT_NE(slow.find("memory 4.0 GiB used vs 4.0 GiB planned (1.00x)"), std::string::npos) << slow;
+  EXPECT_NE(beside_plan_text(0.042, std::nullopt, plan).find("(1.05x: as planned)"), std::string::npos);
+  EXPECT_NE(beside_plan_text(0.02, std::nullopt, plan).find("faster than planned"), std::string::npos);
+  EXPECT_NE(beside_plan_text(std::nullopt, 6LL << 30, plan).find("another process on the GPU"), std::string::npos);
+  EXPECT_EQ(beside_plan_text(std::nullopt, std::nullopt, plan), "");
+}
+
 }  // namespace
