@@ -5,7 +5,7 @@ it expects, and the next marker) whose verdict was the expected one, live (the v
 wrote while the job ran) and on replay (`trainfit watch --replay FILE --score`: the same recording
 through the diagnoser again). A memory-growing job is right when the window carries that warning.
 
-    python/watch_jobs/score.py OUT_DIR [--trainfit PATH] [--min 0.9]
+    python/watch_jobs/score.py OUT_DIR_OR_RECORDING... [--trainfit PATH] [--min 0.9]
 
 Prints one line a phase and exits 1 when any phase is under --min live or on replay."""
 import argparse
@@ -78,13 +78,15 @@ def describe(s):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("folder")
+    ap.add_argument("paths", nargs="+", help="folders of recordings (their *.jsonl) or recordings")
     ap.add_argument("--trainfit", default=os.environ.get("TRAINFIT", "trainfit"))
     ap.add_argument("--min", type=float, default=0.9)
     args = ap.parse_args()
-    files = sorted(glob.glob(os.path.join(args.folder, "*.jsonl")))
+    files = []
+    for path in args.paths:
+        files += sorted(glob.glob(os.path.join(path, "*.jsonl"))) if os.path.isdir(path) else [path]
     if not files:
-        raise SystemExit(f"no .jsonl recordings in {args.folder}")
+        raise SystemExit(f"no .jsonl recordings in {' '.join(args.paths)}")
     failed = False
     for path in files:
         live = live_scores(path)
