@@ -15,7 +15,9 @@
 
 #include "commands.hpp"
 #include "trainfit/report.hpp"
+#include "setup_flags.hpp"
 #include "trainfit/telemetry.hpp"
+#include "trainfit/trainfit.hpp"
 
 namespace trainfit::cli {
 namespace {
@@ -26,7 +28,42 @@ struct WatchFlags {
   WatchOptions options;
   std::string replay;
   std::string format = "table";
+  bool score = false;
+  bool plan = false;
 };
+
+// `--plan` with the setup's flags: the planner's prediction for the job, to set the watch's
+// measurements beside. The setup is the plan command's (its flags, its checks).
+PlanReference plan_reference(const SetupFlags& setup_flags) {
+  const TrainingSetup setup = resolve_setup(setup_flags.given());
+  if (setup.model.empty())
+    throw InputError("--plan needs the job's setup: at least --model and --gpu (trainfit plan's flags)");
+  PlanOptions options;
+  options.suggest = false;
+  const Plan p = make_plan(load_model(setup.model), setup, resolve_card(setup), options);
+  PlanReference r;
+  r.setup = fmt::format("{} {} on {}, {} x {} tokens", setup.model, to_string(setup.method), p.gpu.name, setup.batch,
+                        setup.seq);
+  if (setup.grad_accum > 1) r.setup += fmt::format(" x {} accumulated", setup.grad_accum);
+  r.step_seconds = p.time.predicted ? p.time.step_seconds : 0;
+  r.device_used_bytes = p.memory.device_used_bytes;
+  r.bottleneck = to_string(p.time.bottleneck);
+  return r;
+}
+
+// `--replay FILE --score`: how often each steady phase of the recording was named right, as JSON.
+std::string score_json(const Recording& recording, double window_seconds) {
+  check_window(window_seconds);
+  nlohmann::json phases = nlohmann::json::array();
+  for (const PhaseScore& p : score_recording(recording, window_seconds))
+    phases.push_back({{"label", p.label},
+                      {"expect", to_string(p.expected)},
+                      {"windows", p.windows},
+                      {"right", p.right},
+                      {"share", p.windows > 0 ? static_cast<double>(p.right) / p.windows : 0.0},
+                      {"wrong", p.wrong}});
+  return nlohmann::json{{"schema", "trainfit.watch-score/1"}, {"phases", phases}}.dump(2) + "\n";
+}
 
 // The last SIGINT, SIGTERM or SIGHUP received, for the session to act on.
 std::atomic<int> g_last_signal{0};
@@ -75,6 +112,10 @@ void add_watch_command(CLI::App& app, int& exit_code) {
   auto f = std::make_shared<WatchFlags>();
   WatchOptions& o = f->options;
   auto* cmd = app.add_subcommand("watch", "Sample the GPUs through NVML and name what holds a running job back");
+  auto setup_flags = std::make_shared<SetupFlags>(*cmd);
+  cmd->add_flag("--plan", f->plan,
+                "set the measured step time and memory beside the planner's prediction for the setup given with "
+                "trainfit plan's flags (--model, --gpu, --method, --seq, --batch...)");
   cmd->add_option("--pid", o.pid, "watch the GPUs this process and its children use");
   cmd->add_option("--jsonl", o.jsonl_path, "write every sample, probe event and verdict to this file (JSON lines)");
   cmd->add_option("--prometheus", o.prometheus, "serve /metrics at HOST:PORT (loopback unless a host is given)");
@@ -86,10 +127,18 @@ void add_watch_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--replay", f->replay, "diagnose a --jsonl recording again instead of sampling");
   cmd->add_option("--format", f->format, "with --replay: table | html (utilisation, memory and verdicts over time)")
       ->capture_default_str();
+  cmd->add_flag("--score", f->score,
+                "with --replay: print as JSON how many windows of each steady phase (the job's markers) were named "
+                "right");
   cmd->add_option("command", o.command, "after --: the job to start and watch; watch returns its exit code");
-  cmd->callback([f, &exit_code] {
+  cmd->callback([f, setup_flags, &exit_code] {
+    if (f->plan) f->options.plan = plan_reference(*setup_flags);
+    if (f->score && f->replay.empty()) throw InputError("--score needs --replay FILE");
     if (f->replay.empty()) {
       exit_code = watch(f->options);
+    } else if (f->score) {
+      std::cout << score_json(load_recording(f->replay), f->options.window_seconds);
+      exit_code = 0;
     } else {
       if (f->format != "table" && f->format != "html")
         throw InputError(fmt::format("unknown --format '{}'; expected table or html", f->format));

@@ -1,5 +1,5 @@
 // libFuzzer target for `trainfit watch --replay` and the probe's events: any input either parses
-// (and then replays through the diagnoser without crashing) or is an InputError / JSON error.
+// (and then replays through the diagnoser, and is scored, without crashing) or is an InputError / JSON error.
 #include <cstddef>
 #include <cstdint>
 #include <nlohmann/json.hpp>
@@ -21,6 +21,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const Recording r = parse_recording(text, "fuzz");
     for (const Diagnosis& d : diagnose_recording(r, 5, 1))
       if (d.verdicts.empty()) __builtin_trap();
+    for (const PhaseScore& p : score_recording(r, 5))
+      if (p.right > p.windows) __builtin_trap();
   } catch (const trainfit::InputError&) {
   }
   return 0;

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -90,7 +91,8 @@ class Nvml {
   const std::vector<GpuInfo>& gpus() const;
   std::string driver_version() const;  // "" when refused
   // Reads GPU `position` (an index into gpus()). `slow` also reads what changes slowly or costs more
-  // (temperature, power limit, PCIe and NVLink counters, processes); otherwise those stay empty.
+  // (memory clock, temperature, power limit, PCIe and NVLink counters, processes); otherwise those
+  // stay empty.
   // Link rates are averages since the previous slow read of that GPU.
   GpuReading read(std::size_t position, bool slow = true);
 
@@ -112,8 +114,10 @@ struct SamplerCost {
 // (carried forward in between), and keeps the samples until take().
 class Sampler {
  public:
+  // The slow set every second: the link counters are averages since the previous slow read anyway,
+  // and the process list (the costliest call) is matched against the job's tree once a second.
   explicit Sampler(Nvml& nvml, std::chrono::duration<double> interval = std::chrono::milliseconds(100),
-                   std::chrono::duration<double> slow_interval = std::chrono::milliseconds(500));
+                   std::chrono::duration<double> slow_interval = std::chrono::seconds(1));
   ~Sampler();
   Sampler(const Sampler&) = delete;
   Sampler& operator=(const Sampler&) = delete;
@@ -138,6 +142,52 @@ struct StepEvent {
   std::optional<std::int64_t> ooms;           // cumulative num_ooms
   std::optional<std::int64_t> allocated_bytes, reserved_bytes;  // at the end of the step
   std::optional<std::int64_t> limit_bytes;                      // the allocator's cap (set_per_process_memory_fraction)
+  // Which rank wrote it and the GPU (NVML index) it trains on: each GPU's verdict uses its own steps.
+  std::optional<int> rank, device;
+};
+
+// The steps of GPU `gpu`: those whose device is that GPU or not given (a single-GPU probe).
+std::vector<StepEvent> steps_of_gpu(std::span<const StepEvent> steps, int gpu);
+
+// The job's processes as /proc shows them at one moment (once a second): what tells a GPU left idle
+// by a busy Python thread (host/launch overhead) from one left idle by a slow data pipeline.
+// Figures are shares of one core over the interval since the previous reading.
+enum class HostRole {
+  training,  // holds memory on a GPU (NVML's process list), or the job itself when none does
+  worker,    // a descendant of a training process: a DataLoader worker, a compile worker
+  other      // a launcher (torchrun) or anything else in the job's tree
+};
+std::string_view to_string(HostRole r);  // "training", "worker", "other"
+struct HostProcess {
+  std::uint32_t pid = 0, parent = 0;
+  HostRole role = HostRole::other;
+  std::vector<int> gpus;           // NVML indexes it holds memory on (empty: not seen on any)
+  double cpu_cores = 0;            // all its threads
+  double main_thread_cores = 0;    // the thread whose id is the process id (Python's main thread)
+  double busiest_other_cores = 0;  // its busiest other thread (PyTorch runs backward on its autograd thread)
+  char main_thread_state = '?';    // /proc's state letter: R running, S sleeping, D in I/O...
+};
+struct HostSample {
+  double time = 0;  // seconds since the Unix epoch, as samples
+  std::vector<HostProcess> processes;
+};
+
+// Reads the CPU time of a process tree's threads from /proc between calls (the first call sets the
+// baseline and returns shares of 0). Not thread-safe; one reader per watch.
+class HostCpuReader {
+ public:
+  HostCpuReader();
+  ~HostCpuReader();
+  HostCpuReader(const HostCpuReader&) = delete;
+  HostCpuReader& operator=(const HostCpuReader&) = delete;
+  // `tree`: the job's processes (process_tree), root first. `gpu_of`: pid -> the GPUs NVML lists it
+  // on. Processes that vanished are left out.
+  HostSample read(double time, std::span<const std::uint32_t> tree,
+                  const std::vector<std::pair<std::uint32_t, int>>& gpu_of);
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
 };
 
 // A phase marker a job writes ({"phase": "steady", "expect": "compute"}): recordings only.
@@ -155,7 +205,8 @@ enum class Bottleneck {
   host_spill,
   throttled,
   memory_growth,
-  unknown  // the driver gave no utilisation reading
+  unknown,  // the driver gave no utilisation reading
+  host      // the GPU waits for the host to launch work (Python, kernel launches, synchronisations)
 };
 std::string_view to_string(Bottleneck b);         // "compute-bound", "input-pipeline-bound", ...
 Bottleneck parse_bottleneck(std::string_view s);  // the inverse, also "compute"; throws InputError
@@ -187,6 +238,13 @@ struct WindowStats {
   std::optional<std::int64_t> alloc_retries, ooms;        // increase inside the window
   std::optional<std::int64_t> recent_alloc_retries, recent_ooms;  // over the last 30 s up to the window's end
   std::optional<double> reserved_fraction_of_limit;
+  // From /proc (HostSample) inside the window: the means over its readings, for this GPU's training
+  // processes (the busiest of them) and their workers; empty without readings.
+  int host_samples = 0;
+  std::optional<double> host_main_cores, host_driving_cores;  // main thread; main + busiest other thread
+  std::optional<double> host_process_cores;                   // all threads of the training process
+  int host_workers = 0;                                       // processes under the training process
+  std::optional<double> host_workers_cores;                   // their sum
 };
 
 struct Diagnosis {
@@ -199,7 +257,9 @@ struct Diagnosis {
 
 // The verdicts for GPU `gpu.index` over the samples of a window (oldest first) and the probe's steps
 // (in time order too: they are found by bisection).
-Diagnosis diagnose(std::span<const Sample> window, std::span<const StepEvent> steps, const GpuInfo& gpu);
+// `host`: the job's /proc readings (in time order; those inside the window count), empty without.
+Diagnosis diagnose(std::span<const Sample> window, std::span<const StepEvent> steps, const GpuInfo& gpu,
+                   std::span<const HostSample> host = {});
 
 // Consecutive windows with the same primary verdict, merged: the "verdicts over time" of a run.
 struct VerdictSpan {
@@ -211,15 +271,36 @@ struct VerdictSpan {
 std::vector<VerdictSpan> verdict_timeline(std::span<const Diagnosis> diagnoses);
 // The same, one diagnosis at a time: what it holds grows with the changes of verdict, not with the
 // windows, so that a watch of days or a long replay keeps only its spans.
+// A warning (memory-growing, little headroom) over consecutive windows of one GPU.
+struct WarningSpan {
+  int gpu = 0;
+  Bottleneck kind = Bottleneck::memory_growth;
+  double begin = 0, end = 0;
+  int windows = 0;
+  double growth_rate_sum = 0, growth_rate_max = 0;  // bytes/s of each window's growth (memory-growing)
+  Verdict verdict;                                  // the last window's
+  double growth_rate_mean() const { return windows > 0 ? growth_rate_sum / windows : 0; }
+};
 class VerdictTimeline {
  public:
   // `windows` identical windows in a row (a replay's hops that saw the same samples) count as one add.
   void add(const Diagnosis& d, int windows = 1);
   const std::vector<VerdictSpan>& spans() const { return spans_; }
+  const std::vector<WarningSpan>& warnings() const { return warnings_; }
 
  private:
   std::vector<VerdictSpan> spans_;
   std::vector<std::pair<int, std::size_t>> last_;  // GPU -> its latest span in spans_
+  std::vector<WarningSpan> warnings_;
+  // (GPU, kind) -> its latest warning span and the GPU's add count when it was last extended
+  struct OpenWarning {
+    int gpu;
+    Bottleneck kind;
+    std::size_t span;
+    std::int64_t at;
+  };
+  std::vector<OpenWarning> open_;
+  std::vector<std::pair<int, std::int64_t>> adds_;  // GPU -> diagnoses added
 };
 
 // The process and its descendants (from /proc), so that a launcher's workers count as the job.
@@ -230,11 +311,14 @@ std::vector<std::uint32_t> process_tree(std::uint32_t root);
 nlohmann::json header_to_json(std::span<const GpuInfo> gpus, std::string_view driver, std::string_view command);
 nlohmann::json sample_to_json(const Sample& s);
 nlohmann::json diagnosis_to_json(const Diagnosis& d);
+nlohmann::json host_to_json(const HostSample& h);
 struct Recording {
   std::vector<GpuInfo> gpus;
   std::vector<Sample> samples;
   std::vector<StepEvent> steps;
   std::vector<PhaseMarker> phases;
+  std::vector<HostSample> host;  // the job's /proc readings (lines of type "host")
+  std::vector<int> job_gpus;     // the GPUs the watch judged the job's (its summary); empty: every GPU
 };
 // A probe's event line longer than this is no event (they are a few hundred bytes): watch drops it
 // rather than keep a partial line growing (a wrong --events, such as a device, never ends one).
@@ -267,6 +351,18 @@ std::vector<Diagnosis> diagnose_recording(const Recording& r, double window_seco
 void for_each_recording_window(const Recording& r, double window_seconds, double hop_seconds,
                                const std::function<void(std::span<const Diagnosis> per_gpu, int windows)>& f);
 
+// How well a recording's steady phases (its "steady" markers with "expect") are named: each window
+// of each of the job's GPUs inside a phase counts; right when the verdict is the expected one (for
+// a warning such as memory-growing, when the window carries it).
+struct PhaseScore {
+  std::string label;
+  Bottleneck expected = Bottleneck::unknown;
+  double begin = 0, end = 0;
+  int windows = 0, right = 0;
+  std::map<std::string, int> wrong;  // verdict -> windows
+};
+std::vector<PhaseScore> score_recording(const Recording& r, double window_seconds = 5);
+
 // The Prometheus text exposition format (version 0.0.4) of the latest sample and verdicts.
 std::string render_prometheus(std::span<const GpuInfo> gpus, const Sample& latest, std::span<const Diagnosis> verdicts);
 
@@ -295,17 +391,31 @@ class MetricsServer {
   std::unique_ptr<State> state_;
 };
 
+// The planner's prediction for the watched job (`watch --plan` with the setup's flags), which the
+// watch sets its measurements beside.
+struct PlanReference {
+  std::string setup;                   // what was planned ("qwen2.5-0.5b lora on h200, 1 x 128 tokens")
+  double step_seconds = 0;             // the predicted steady-state step (0: no time prediction)
+  std::int64_t device_used_bytes = 0;  // the predicted NVML memory of the device
+  std::string bottleneck;              // the planner's bottleneck
+};
+// The measured step (median) and memory (highest NVML used) beside the prediction, and the gap
+// named: "step 0.081 s measured vs 0.040 s planned (2.0x: ...)". Empty without anything to compare.
+std::string beside_plan_text(std::optional<double> step_seconds, std::optional<std::int64_t> memory_used_bytes,
+                             const PlanReference& plan);
+
 // `trainfit watch` itself: a job (or a process, or every GPU) sampled, a verdict every second.
 struct WatchOptions {
-  double interval_seconds = 0.1;     // between samples
-  double window_seconds = 5;         // of samples behind each verdict
-  double duration_seconds = 0;       // then stop; 0: until a signal, or until the job ends
-  int pid = 0;                       // watch the GPUs where this process or a descendant holds memory
-  std::vector<std::string> command;  // the job to start and watch (empty: none)
-  std::string events_path;           // a probe's events file to follow; empty with a job: one in a temporary folder
-  std::string jsonl_path;            // record the samples, probe events, verdicts and summary here (JSON lines)
-  std::string prometheus;            // serve /metrics at this address (parse_endpoint)
-  std::string nvml_library;          // Nvml::open's argument
+  double interval_seconds = 0.1;      // between samples
+  double window_seconds = 5;          // of samples behind each verdict
+  double duration_seconds = 0;        // then stop; 0: until a signal, or until the job ends
+  int pid = 0;                        // watch the GPUs where this process or a descendant holds memory
+  std::vector<std::string> command;   // the job to start and watch (empty: none)
+  std::string events_path;            // a probe's events file to follow; empty with a job: one in a temporary folder
+  std::string jsonl_path;             // record the samples, probe events, verdicts and summary here (JSON lines)
+  std::string prometheus;             // serve /metrics at this address (parse_endpoint)
+  std::string nvml_library;           // Nvml::open's argument
+  std::optional<PlanReference> plan;  // --plan: set the measurements beside this prediction
 };
 
 // Where a watch's text goes. The library renders it; the caller shows it. Any of them may be empty.

@@ -17,15 +17,25 @@ With a Hugging Face Trainer::
 
     trainer = Trainer(..., callbacks=[trainfit_callback("steps.jsonl", config={...}, rows="rows.jsonl")])
 
+Under `trainfit watch -- python train.py` no argument is needed: without a path the probe appends to
+the file named by $TRAINFIT_WATCH_EVENTS (watch sets it for the job it starts; unset: steps are kept
+in memory only), so `Probe()` or `trainfit_callback()` feed watch its step times and data waits. A
+loop that times its own steps calls `probe.record(step_seconds, data_seconds)` instead of the hook;
+`probe.phase("steady", expect="compute")` marks phases of a recording. Each event carries the rank
+(torch.distributed, else $RANK) and the GPU (its NVML index), so a multi-GPU watch judges every GPU
+on its own steps. This is the one event writer of the project: python/watch_jobs' jobs use it too.
+
 Each step appends one JSON line to the steps file, in the event format `trainfit watch --events` reads
 ({"t", "step", "step_seconds", "data_seconds", "alloc_retries", "ooms", "allocated_bytes",
-"reserved_bytes"} plus "peak_allocated_bytes", "peak_reserved_bytes", "device_used_bytes").  close()
+"reserved_bytes", "rank", "device"} plus "peak_allocated_bytes", "peak_reserved_bytes", "device_used_bytes").  close()
 appends one row in the format of `trainfit bench`'s results ({"config", "measured", "stack"}), so
 `trainfit validate rows.jsonl` puts the planner's prediction beside your run, and the steady-state
 figures are defined as bench defines them (peaks and median step time over the steps after `warmup`).
 The config is checked against trainfit's vocabulary (`trainfit schema`, setup_schema.py) when the
 probe is made, and the row carries every setting: what you gave, and the default of the rest.
-Every line is flushed and fsync'ed as it is written: a run killed at any moment keeps its steps.
+Every line is flushed and fsync'ed as it is written: a run killed at any moment keeps its steps
+(watch's events file, taken from the environment, is only flushed: watch reads it as it grows, and an
+fsync a step would slow the host-bound jobs it is meant to diagnose).
 """
 import contextlib
 import json
@@ -36,16 +46,42 @@ import time
 MIB = 1 << 20
 
 
-def _append(path, obj):
+WATCH_EVENTS = "TRAINFIT_WATCH_EVENTS"
+
+
+def _append(path, obj, fsync=True):
     with open(path, "a") as f:
         f.write(json.dumps(obj) + "\n")
         f.flush()
-        os.fsync(f.fileno())
+        if fsync:
+            os.fsync(f.fileno())
+
+
+def _rank(torch):
+    try:
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            return torch.distributed.get_rank()
+    except Exception:
+        pass
+    rank = os.environ.get("RANK")
+    return int(rank) if rank and rank.isdigit() else None
+
+
+def _nvml_index(cuda_index):
+    """The NVML index of CUDA device `cuda_index`: CUDA_VISIBLE_DEVICES maps CUDA's numbering to the
+    machine's when it lists indexes (watch keys GPUs by NVML index); else the same number."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible:
+        items = [v.strip() for v in visible.split(",")]
+        if all(v.isdigit() for v in items) and cuda_index < len(items):
+            return int(items[cuda_index])
+    return cuda_index
 
 
 class Probe:
     def __init__(self, path=None, config=None, rows=None, warmup=1, device=None, sync=True, snapshot=None):
-        """path: the steps file (None: keep steps in memory only).  config: the setup in trainfit's
+        """path: the steps file (None: $TRAINFIT_WATCH_EVENTS when set, else steps stay in memory
+        only).  config: the setup in trainfit's
         vocabulary (`trainfit schema`: model, method, weights, rank, lora_targets, seq, batch,
         grad_accum, grad_ckpt, attn, optimizer, gpu...; fields of your own start with x_); a field
         that is not in it raises ValueError here, not at the end of the run.  rows: where close()
@@ -56,12 +92,19 @@ class Probe:
         import torch
         from . import setup_schema
         self.torch = torch
+        # Watch's events file (from the environment) is flushed, not fsync'ed, each step.
+        self.fsync = path is not None
+        if path is None:
+            path = os.environ.get(WATCH_EVENTS) or None
         self.path, self.rows_path, self.warmup, self.sync = path, rows, warmup, sync
         self.given = dict(config or {})
         self.config = setup_schema.complete(self.given, runner_fields=False)
         self.cuda = torch.cuda.is_available() if device is None else torch.device(device).type == "cuda"
         self.device = torch.device(device) if device is not None else (
             torch.device("cuda", torch.cuda.current_device()) if self.cuda else torch.device("cpu"))
+        self.rank = _rank(torch)
+        self.gpu = _nvml_index(self.device.index or 0) if self.cuda else None
+        self.limit_bytes = None  # the allocator's cap, when the job sets set_per_process_memory_fraction
         self.steps = []
         self._t0 = None
         self._last_end = None
@@ -103,11 +146,22 @@ class Probe:
         if self.cuda and self.sync:
             self.torch.cuda.synchronize(self.device)
         now = time.perf_counter()
-        ev = {"t": time.time(), "step": len(self.steps) + 1, "step_seconds": round(now - self._t0, 6)}
-        if self._last_end is not None:
-            ev["data_seconds"] = round(max(0.0, self._t0 - self._last_end), 6)  # between steps: waiting for data
+        data = max(0.0, self._t0 - self._last_end) if self._last_end is not None else None  # between steps
         self._last_end = now
+        step_seconds = now - self._t0
         self._t0 = None
+        return self.record(step_seconds, data)
+
+    def record(self, step_seconds, data_seconds=None, step=None):
+        """One step timed by the caller (a loop that measures its own steps): appends its event."""
+        ev = {"t": time.time(), "step": step if step is not None else len(self.steps) + 1,
+              "step_seconds": round(step_seconds, 6)}
+        if data_seconds is not None:
+            ev["data_seconds"] = round(data_seconds, 6)  # of which waiting for the next batch
+        if self.rank is not None:
+            ev["rank"] = self.rank
+        if self.gpu is not None:
+            ev["device"] = self.gpu
         if self.cuda:
             c = self.torch.cuda
             st = c.memory_stats(self.device)
@@ -115,6 +169,8 @@ class Probe:
                       allocated_bytes=c.memory_allocated(self.device), reserved_bytes=c.memory_reserved(self.device),
                       peak_allocated_bytes=c.max_memory_allocated(self.device),
                       peak_reserved_bytes=c.max_memory_reserved(self.device))
+            if self.limit_bytes is not None:
+                ev["limit_bytes"] = self.limit_bytes
             if self._nvml is not None:
                 try:
                     ev["device_used_bytes"] = self._nvml[0].nvmlDeviceGetMemoryInfo(self._nvml[1]).used
@@ -123,7 +179,7 @@ class Probe:
         self.steps.append(ev)
         self._snapshot_if_peak(ev)
         if self.path:
-            _append(self.path, ev)
+            _append(self.path, ev, self.fsync)
         return ev
 
     @contextlib.contextmanager
@@ -135,7 +191,10 @@ class Probe:
     def mark(self, phase, expect="", label=""):
         """A phase marker for `trainfit watch` ({"phase": "steady", "expect": "compute"})."""
         if self.path:
-            _append(self.path, {"t": time.time(), "phase": phase, "expect": expect, "label": label})
+            _append(self.path, {"t": time.time(), "phase": phase, "expect": expect or "", "label": label or ""},
+                    self.fsync)
+
+    phase = mark
 
     # -- the row
     def summary(self, status="ok"):

@@ -15,7 +15,7 @@ import time
 
 import torch
 
-from probe import Probe
+from _jobs import Probe
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--baseline", type=float, default=4)
@@ -64,7 +64,7 @@ def run(seconds, on_step=None):
         dt = time.perf_counter() - t0
         step += 1
         times.append(dt)
-        probe.step(step, dt)
+        probe.record(dt, step=step)
         if on_step:
             on_step()
     s1 = torch.cuda.memory_stats()

@@ -6,7 +6,7 @@ import time
 
 import torch
 
-from probe import Probe
+from _jobs import Probe, square_loss_step
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--seconds", type=float, default=35)
@@ -25,15 +25,11 @@ x = torch.randn(batch, width, device="cuda", dtype=torch.bfloat16)
 step, steady = 0, False
 while time.time() - start < args.seconds:
     t0 = time.perf_counter()
-    loss = model(x).float().square().mean()
-    loss.backward()
-    opt.step()
-    opt.zero_grad(set_to_none=True)
-    torch.cuda.synchronize()
+    square_loss_step(model, opt, x)
     step += 1
     if not steady and time.time() - start >= args.warmup:
         probe.phase("steady", expect="compute", label=f"bf16 MLP {layers}x{width}, batch {batch}, data on the GPU")
         steady = True
-    probe.step(step, time.perf_counter() - t0)
+    probe.record(time.perf_counter() - t0, step=step)
 probe.phase("end")
 print(f"compute_bound: {step} steps in {time.time() - start:.1f} s", flush=True)

@@ -6,7 +6,7 @@ import time
 
 import torch
 
-from probe import Probe
+from _jobs import Probe
 
 
 class SlowBatches(torch.utils.data.Dataset):
@@ -62,7 +62,7 @@ while time.time() - start < args.seconds:
         probe.phase("steady", expect="input-pipeline",
                     label=f"{args.workers} DataLoader workers x {args.batch_seconds * 1000:.0f} ms a batch, small MLP")
         steady = True
-    probe.step(step, now - last, data)
+    probe.record(now - last, data, step=step)
     last = now
 probe.phase("end")
 print(f"input_bound: {step} steps in {time.time() - start:.1f} s", flush=True)

@@ -60,6 +60,13 @@ constexpr double kSpillSlowdown = 3.0;
 constexpr double kGrowthMinBytes = 256.0 * 1024 * 1024;
 constexpr double kGrowthMinCard = 0.01;
 constexpr double kGrowthMaxJump = 0.5;
+// The host: a training process whose main thread plus its busiest other thread (PyTorch's autograd
+// thread runs the backward pass, so one Python step alternates between the two) use this much of a
+// core is running flat out: while the GPU idles, the GPU waits on it launching work. Below it, that
+// thread spends a fifth or more of its time asleep, waiting (for a batch, a queue, a lock).
+constexpr double kHostBusyCores = 0.8;
+// The probe's data waits under this share of step time: the loader keeps up, the host does not.
+constexpr double kNoDataWait = kDataShare / 3;
 
 struct Series {
   std::vector<double> v;
@@ -143,8 +150,60 @@ class EarlierSteps {
 };
 
 // `steps` in time order (the live watch sorts them, a recording is sorted when read).
+// The /proc readings inside [begin, end] for GPU `gpu`: its busiest training process (those on the
+// GPU; all of them when no process was seen on any GPU) and the workers under it, as window means.
+void host_stats(std::span<const HostSample> host, double begin, double end, int gpu, WindowStats& s) {
+  const auto first =
+      std::lower_bound(host.begin(), host.end(), begin, [](const HostSample& h, double t) { return h.time < t; });
+  double main = 0, driving = 0, process = 0, workers_cores = 0;
+  int workers = 0;
+  for (auto it = first; it != host.end() && it->time <= end; ++it) {
+    const auto& procs = it->processes;
+    const bool any_on_gpu = std::any_of(procs.begin(), procs.end(), [](const HostProcess& p) {
+      return p.role == HostRole::training && !p.gpus.empty();
+    });
+    const HostProcess* busiest = nullptr;
+    for (const HostProcess& p : procs) {
+      if (p.role != HostRole::training) continue;
+      if (any_on_gpu && std::find(p.gpus.begin(), p.gpus.end(), gpu) == p.gpus.end()) continue;
+      if (!busiest ||
+          p.main_thread_cores + p.busiest_other_cores > busiest->main_thread_cores + busiest->busiest_other_cores)
+        busiest = &p;
+    }
+    if (!busiest) continue;
+    ++s.host_samples;
+    main += busiest->main_thread_cores;
+    driving += busiest->main_thread_cores + busiest->busiest_other_cores;
+    process += busiest->cpu_cores;
+    // Its workers: processes whose nearest training ancestor it is (parents come before children).
+    int n = 0;
+    for (const HostProcess& p : procs) {
+      if (p.role != HostRole::worker) continue;
+      const HostProcess* up = &p;
+      for (int depth = 0; up && up->role != HostRole::training && depth < 64; ++depth) {
+        const std::uint32_t parent = up->parent;
+        const auto it_parent =
+            std::find_if(procs.begin(), procs.end(), [&](const HostProcess& q) { return q.pid == parent; });
+        up = it_parent == procs.end() ? nullptr : &*it_parent;
+      }
+      if (up == busiest) {
+        ++n;
+        workers_cores += p.cpu_cores;
+      }
+    }
+    workers = std::max(workers, n);
+  }
+  if (s.host_samples == 0) return;
+  const double k = s.host_samples;
+  s.host_main_cores = main / k;
+  s.host_driving_cores = driving / k;
+  s.host_process_cores = process / k;
+  s.host_workers = workers;
+  s.host_workers_cores = workers_cores / k;
+}
+
 WindowStats window_stats(std::span<const Sample> window, std::span<const StepEvent> steps, const GpuInfo& gpu,
-                         EarlierSteps& earlier) {
+                         EarlierSteps& earlier, std::span<const HostSample> host) {
   WindowStats s;
   Series util, mem_util, mem_frac, pcie_rx, pcie_tx, nvl_rx, nvl_tx, clock_busy, clock_all, power, temp;
   std::vector<double> used;
@@ -217,6 +276,7 @@ WindowStats window_stats(std::span<const Sample> window, std::span<const StepEve
   // The probe's steps inside the window; the last one before it is the baseline for counters.
   if (window.empty()) return s;
   const double begin = window.front().time, end = window.back().time;
+  host_stats(host, begin, end, gpu.index, s);
   // Found by bisection, not by reading every step from the run's start.
   const auto before_time = [](const StepEvent& e, double t) { return e.time < t; };
   const auto first = std::lower_bound(steps.begin(), steps.end(), begin, before_time);  // the window's first
@@ -257,8 +317,8 @@ WindowStats window_stats(std::span<const Sample> window, std::span<const StepEve
   if (first_retries && last_retries) s.alloc_retries = *last_retries - *first_retries;
   if (first_ooms && last_ooms) s.ooms = *last_ooms - *first_ooms;
   // Retries and OOMs over the lookback: the increase from the last step before it to the window's end.
-  const auto after_end = std::upper_bound(steps.begin(), steps.end(), end,
-                                          [](double t, const StepEvent& e) { return t < e.time; });
+  const auto after_end =
+      std::upper_bound(steps.begin(), steps.end(), end, [](double t, const StepEvent& e) { return t < e.time; });
   const auto in_lookback = std::lower_bound(steps.begin(), after_end, end - kRetryLookback, before_time);
   const StepEvent* lookback_base = in_lookback == steps.begin() ? nullptr : &*(in_lookback - 1);
   const StepEvent* last = after_end == steps.begin() ? nullptr : &*(after_end - 1);
@@ -322,6 +382,17 @@ std::string steps_text(const WindowStats& s) {
   return t;
 }
 
+std::string host_text(const WindowStats& s) {
+  if (!s.host_driving_cores) return "";
+  std::string t = fmt::format(", training process: main thread {:.2f} core, with its busiest other thread {:.2f}",
+                              *s.host_main_cores, *s.host_driving_cores);
+  t += fmt::format(" (all its threads {:.2f})", s.host_process_cores.value_or(0));
+  if (s.host_workers > 0)
+    t += fmt::format(", {} worker process{} {:.2f} core{}", s.host_workers, s.host_workers == 1 ? "" : "es",
+                     s.host_workers_cores.value_or(0), s.host_workers_cores.value_or(0) == 1 ? "" : "s");
+  return t;
+}
+
 bool near_full(const WindowStats& s) {
   return s.memory_fraction_max.value_or(0) >= kNearFull || s.reserved_fraction_of_limit.value_or(0) >= kNearFull;
 }
@@ -341,8 +412,10 @@ const char* const kAdviceInput =
     "move decoding and augmentation off the critical path, use faster storage (local NVMe, pre-tokenised shards); "
     "a bigger GPU will not help";
 const char* const kAdviceHost =
-    "the GPU waits on the host but not on data: give each kernel more work (larger batch), capture steps with CUDA "
-    "graphs or torch.compile, avoid .item() and other synchronisations inside the step";
+    "the GPU waits for the host to launch work, not for data: give each kernel more work (larger micro-batches), "
+    "capture steps with CUDA graphs or torch.compile, use fused optimizers and kernels (AdamW fused=True, fused "
+    "loss), avoid .item(), printing and other host synchronisations inside the step; more DataLoader workers will "
+    "not help";
 const char* const kAdviceComm =
     "time goes to moving data between GPUs or to the host: NVLink-connected GPUs, fewer and larger collectives "
     "(gradient bucketing, no_sync under gradient accumulation), overlap communication with compute, a parallel "
@@ -361,7 +434,7 @@ const char* const kAdviceGrowth =
     "caches, hooks); it ends in out-of-memory";
 
 Diagnosis diagnose_window(std::span<const Sample> window, std::span<const StepEvent> steps, const GpuInfo& gpu,
-                          EarlierSteps& earlier) {
+                          EarlierSteps& earlier, std::span<const HostSample> host) {
   Diagnosis d;
   d.gpu = gpu.index;
   if (!window.empty()) {
@@ -369,7 +442,7 @@ Diagnosis diagnose_window(std::span<const Sample> window, std::span<const StepEv
     d.end = window.back().time;
   }
   WindowStats& s = d.stats;
-  s = window_stats(window, steps, gpu, earlier);
+  s = window_stats(window, steps, gpu, earlier, host);
   const bool spill_slowdown = s.step_slowdown.value_or(0) >= kSpillSlowdown;
 
   const double util = s.util_mean.value_or(0);
@@ -432,9 +505,13 @@ Diagnosis diagnose_window(std::span<const Sample> window, std::span<const StepEv
     if (s.power_fraction) why += fmt::format(", power {:.0f}% of limit", 100 * *s.power_fraction);
     add(Bottleneck::communication, why + steps_text(s), kAdviceComm);
   } else if (util < kBusyUtil) {
-    const bool not_data = s.data_share && *s.data_share < kDataShare / 3;
-    add(Bottleneck::input_pipeline, fmt::format("{}, GPU idle {:.0f}% of the time", base, 100 - util) + steps_text(s),
-        not_data ? kAdviceHost : kAdviceInput);
+    // The probe's data waits decide when there are any; else the host readings: a training thread
+    // running flat out while the GPU idles is launching work as fast as it can.
+    const bool host_bound =
+        s.data_share ? *s.data_share < kNoDataWait : s.host_driving_cores.value_or(0) >= kHostBusyCores;
+    add(host_bound ? Bottleneck::host : Bottleneck::input_pipeline,
+        fmt::format("{}, GPU idle {:.0f}% of the time", base, 100 - util) + steps_text(s) + host_text(s),
+        host_bound ? kAdviceHost : kAdviceInput);
   } else {
     std::string why = fmt::format("{}, {}", util_text(s), clock_text(s, gpu));
     if (s.sm_clock_fraction && *s.sm_clock_fraction < kFullClock && s.power_cap_share >= kReasonShare)
@@ -458,12 +535,47 @@ Diagnosis diagnose_window(std::span<const Sample> window, std::span<const StepEv
 
 }  // namespace
 
-Diagnosis diagnose(std::span<const Sample> window, std::span<const StepEvent> steps, const GpuInfo& gpu) {
+Diagnosis diagnose(std::span<const Sample> window, std::span<const StepEvent> steps, const GpuInfo& gpu,
+                   std::span<const HostSample> host) {
   EarlierSteps earlier(steps);
-  return diagnose_window(window, steps, gpu, earlier);
+  return diagnose_window(window, steps, gpu, earlier, host);
+}
+
+std::vector<StepEvent> steps_of_gpu(std::span<const StepEvent> steps, int gpu) {
+  std::vector<StepEvent> out;
+  for (const StepEvent& e : steps)
+    if (!e.device || *e.device == gpu) out.push_back(e);
+  return out;
 }
 
 void VerdictTimeline::add(const Diagnosis& d, int windows) {
+  // The warnings first: a span goes on while each diagnosis of its GPU carries it.
+  auto adds = std::find_if(adds_.begin(), adds_.end(), [&](const auto& p) { return p.first == d.gpu; });
+  if (adds == adds_.end()) adds = adds_.insert(adds_.end(), {d.gpu, 0});
+  const std::int64_t at = ++adds->second;
+  for (std::size_t i = 1; i < d.verdicts.size(); ++i) {
+    const Verdict& w = d.verdicts[i];
+    const double rate = w.kind == Bottleneck::memory_growth && d.stats.memory_growth_bytes && d.stats.seconds > 0
+                            ? *d.stats.memory_growth_bytes / d.stats.seconds
+                            : 0.0;
+    auto open = std::find_if(open_.begin(), open_.end(),
+                             [&](const OpenWarning& o) { return o.gpu == d.gpu && o.kind == w.kind; });
+    if (open != open_.end() && open->at == at - 1) {
+      WarningSpan& span = warnings_[open->span];
+      span.end = d.end;
+      span.windows += windows;
+      span.growth_rate_sum += rate * windows;
+      span.growth_rate_max = std::max(span.growth_rate_max, rate);
+      span.verdict = w;
+      open->at = at;
+      continue;
+    }
+    if (open == open_.end()) open = open_.insert(open_.end(), {d.gpu, w.kind, 0, 0});
+    open->span = warnings_.size();
+    open->at = at;
+    warnings_.push_back({d.gpu, w.kind, d.begin, d.end, windows, rate * windows, rate, w});
+  }
+
   // A handful of GPUs: a linear look-up is as fast as a map and keeps the class simple.
   const auto it = std::find_if(last_.begin(), last_.end(), [&](const auto& p) { return p.first == d.gpu; });
   if (it != last_.end() && spans_[it->second].verdict.kind == d.primary().kind) {
@@ -503,7 +615,19 @@ void for_each_recording_window(const Recording& r, double window_seconds, double
   if (!((last - first) / hop_seconds < 1e15)) return;
   const auto hop_time = [&](std::int64_t k) { return first + static_cast<double>(k) * hop_seconds; };
   std::vector<Diagnosis> per_gpu;
-  EarlierSteps earlier(r.steps);  // follows the windows forward, for every GPU
+  // Each GPU its own steps (a multi-GPU probe tags them with the device), each followed forward.
+  std::vector<std::vector<StepEvent>> gpu_steps;
+  std::vector<EarlierSteps> earlier;
+  const bool tagged = std::any_of(r.steps.begin(), r.steps.end(), [](const StepEvent& e) { return e.device; });
+  const auto judged = [&](const GpuInfo& g) {
+    return r.job_gpus.empty() || std::find(r.job_gpus.begin(), r.job_gpus.end(), g.index) != r.job_gpus.end();
+  };
+  gpu_steps.reserve(r.gpus.size());
+  earlier.reserve(r.gpus.size());
+  for (const GpuInfo& g : r.gpus) {
+    if (tagged) gpu_steps.push_back(steps_of_gpu(r.steps, g.index));
+    earlier.emplace_back(tagged ? std::span<const StepEvent>(gpu_steps.back()) : std::span<const StepEvent>(r.steps));
+  }
   for (std::int64_t k = 0;; ++k) {
     const double t = hop_time(k);
     if (t > last) break;
@@ -532,7 +656,10 @@ void for_each_recording_window(const Recording& r, double window_seconds, double
     }
     const std::span<const Sample> window(&*b, static_cast<std::size_t>(e - b));
     per_gpu.clear();
-    for (const GpuInfo& gpu : r.gpus) per_gpu.push_back(diagnose_window(window, r.steps, gpu, earlier));
+    for (std::size_t i = 0; i < r.gpus.size(); ++i)
+      if (judged(r.gpus[i]))
+        per_gpu.push_back(diagnose_window(window, tagged ? std::span<const StepEvent>(gpu_steps[i]) : r.steps,
+                                          r.gpus[i], earlier[i], r.host));
     f(per_gpu, static_cast<int>(std::min<std::int64_t>(same - k + 1, std::numeric_limits<int>::max())));
     k = same;
   }
@@ -566,6 +693,8 @@ std::string_view to_string(Bottleneck b) {
       return "memory-growing";
     case Bottleneck::unknown:
       return "unknown";
+    case Bottleneck::host:
+      return "host-bound";
   }
   return "unknown";
 }
@@ -573,12 +702,43 @@ std::string_view to_string(Bottleneck b) {
 Bottleneck parse_bottleneck(std::string_view s) {
   for (auto b : {Bottleneck::idle, Bottleneck::compute, Bottleneck::input_pipeline, Bottleneck::communication,
                  Bottleneck::capacity, Bottleneck::host_spill, Bottleneck::throttled, Bottleneck::memory_growth,
-                 Bottleneck::unknown}) {
+                 Bottleneck::unknown, Bottleneck::host}) {
     const std::string_view name = to_string(b);
     if (s == name || (name.size() > 6 && name.ends_with("-bound") && s == name.substr(0, name.size() - 6))) return b;
   }
   if (s == "input") return Bottleneck::input_pipeline;
   throw InputError(fmt::format("unknown verdict '{}'", s));
+}
+
+std::vector<PhaseScore> score_recording(const Recording& r, double window_seconds) {
+  std::vector<PhaseScore> scores;
+  for (std::size_t i = 0; i < r.phases.size(); ++i) {
+    const PhaseMarker& p = r.phases[i];
+    if (p.phase != "steady" || p.expect.empty()) continue;
+    PhaseScore score;
+    score.label = p.label;
+    score.expected = parse_bottleneck(p.expect);
+    score.begin = p.time;
+    score.end = i + 1 < r.phases.size() ? r.phases[i + 1].time : (r.samples.empty() ? p.time : r.samples.back().time);
+    scores.push_back(std::move(score));
+  }
+  if (scores.empty()) return scores;
+  for_each_recording_window(r, window_seconds, 1.0, [&](std::span<const Diagnosis> per_gpu, int windows) {
+    for (const Diagnosis& d : per_gpu)
+      for (PhaseScore& score : scores) {
+        if (d.begin < score.begin || d.end > score.end) continue;
+        score.windows += windows;
+        const bool right = score.expected == Bottleneck::memory_growth
+                               ? std::any_of(d.verdicts.begin(), d.verdicts.end(),
+                                             [&](const Verdict& v) { return v.kind == score.expected; })
+                               : d.primary().kind == score.expected;
+        if (right)
+          score.right += windows;
+        else
+          score.wrong[std::string(to_string(d.primary().kind))] += windows;
+      }
+  });
+  return scores;
 }
 
 }  // namespace trainfit::telemetry

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <climits>
 #include <cmath>
 #include <fstream>
 #include <map>
@@ -149,7 +150,44 @@ json diagnosis_to_json(const Diagnosis& d) {
           {"also", also}};
 }
 
+json host_to_json(const HostSample& h) {
+  json procs = json::array();
+  // Shares of a core to 1/1000: finer than /proc's 10 ms ticks over a second.
+  const auto cores = [](double v) { return std::round(v * 1000) / 1000; };
+  for (const HostProcess& p : h.processes)
+    procs.push_back({{"pid", p.pid},
+                     {"ppid", p.parent},
+                     {"role", to_string(p.role)},
+                     {"gpus", p.gpus},
+                     {"cpu", cores(p.cpu_cores)},
+                     {"main", cores(p.main_thread_cores)},
+                     {"other", cores(p.busiest_other_cores)},
+                     {"state", std::string(1, p.main_thread_state)}});
+  return {{"type", "host"}, {"t", h.time}, {"procs", procs}};
+}
+
 namespace {
+
+HostRole parse_role(const std::string& role) {
+  if (role == "training") return HostRole::training;
+  if (role == "worker") return HostRole::worker;
+  if (role == "other" || role.empty()) return HostRole::other;
+  throw InputError(fmt::format("unknown process role '{}'", role));
+}
+
+// An element of a list of GPU indexes.
+int gpu_index(const json& v) {
+  if (!v.is_number_integer() || v.get<std::int64_t>() < 0 || v.get<std::int64_t>() > 1 << 20)
+    throw InputError("a GPU index must be a whole number from 0");
+  return static_cast<int>(v.get<std::int64_t>());
+}
+
+// A share of a core: finite, not negative, at most a machine's worth.
+double cores(const json& o, const char* key) {
+  const double v = number(o, key).value_or(0);
+  if (v < 0 || v > 1e4) throw InputError(fmt::format("field \"{}\" must be a share of cores (0 to 10000)", key));
+  return v;
+}
 
 // Event lines are flat objects. Deeper nesting is refused before parsing: watch copies each event
 // into its recording with json::dump, which recurses once per level, and a line of 64 KiB of '['
@@ -182,6 +220,14 @@ void parse_event_line(std::string_view line, std::vector<StepEvent>& steps, std:
   e.allocated_bytes = integer(o, "allocated_bytes");
   e.reserved_bytes = integer(o, "reserved_bytes");
   e.limit_bytes = integer(o, "limit_bytes");
+  // GPU indexes and ranks are small; anything else is no device (NVML hosts have a few dozen GPUs).
+  const auto small = [&](const char* key) -> std::optional<int> {
+    const auto v = integer(o, key);
+    if (v && (*v < 0 || *v > 1 << 20)) throw InputError(fmt::format("field \"{}\" is out of range", key));
+    return v ? std::optional<int>(static_cast<int>(*v)) : std::nullopt;
+  };
+  e.rank = small("rank");
+  e.device = small("device");
   if (e.step || e.step_seconds || e.alloc_retries || e.allocated_bytes || e.reserved_bytes) steps.push_back(e);
 }
 
@@ -197,7 +243,7 @@ class RecordingReader {
     line_no_ = line_no;
     if (line.size() > limits_.max_line_bytes)
       throw InputError(trainfit::detail::line_too_long(trainfit::detail::printable(source_), static_cast<int>(line_no),
-                                             limits_.max_line_bytes));
+                                                       limits_.max_line_bytes));
     if (line.find_first_not_of(" \t\r") == std::string_view::npos) return;
     try {
       const json o = json::parse(line);
@@ -236,7 +282,38 @@ class RecordingReader {
           const PhaseMarker& p = r_.phases.back();
           hold(sizeof(PhaseMarker) + p.phase.capacity() + p.expect.capacity() + p.label.capacity());
         }
-      } else if (type != "verdict" && type != "summary") {
+      } else if (type == "host") {
+        HostSample h;
+        h.time = epoch_seconds(o);
+        const json& procs = o.at("procs");
+        if (!procs.is_array()) throw InputError("\"procs\" must be an array");
+        hold(sizeof(HostSample) + procs.size() * sizeof(HostProcess));
+        for (const json& q : procs) {
+          HostProcess p;
+          p.pid = static_cast<std::uint32_t>(std::clamp<std::int64_t>(integer(q, "pid").value_or(0), 0, UINT32_MAX));
+          p.parent =
+              static_cast<std::uint32_t>(std::clamp<std::int64_t>(integer(q, "ppid").value_or(0), 0, UINT32_MAX));
+          p.role = parse_role(text(q, "role"));
+          if (const auto g = q.find("gpus"); g != q.end() && g->is_array()) {
+            if (g->size() > limits_.max_gpus) fail("a process lists more GPUs than a recording may hold");
+            for (const json& i : *g) p.gpus.push_back(gpu_index(i));
+            hold(p.gpus.size() * sizeof(int));
+          }
+          p.cpu_cores = cores(q, "cpu");
+          p.main_thread_cores = cores(q, "main");
+          p.busiest_other_cores = cores(q, "other");
+          const std::string state = text(q, "state");
+          p.main_thread_state = state.size() == 1 ? state[0] : '?';
+          h.processes.push_back(std::move(p));
+        }
+        r_.host.push_back(std::move(h));
+      } else if (type == "summary") {
+        if (const auto g = o.find("gpus"); g != o.end() && g->is_array()) {
+          if (g->size() > limits_.max_gpus) fail("the summary lists more GPUs than a recording may hold");
+          r_.job_gpus.clear();
+          for (const json& i : *g) r_.job_gpus.push_back(gpu_index(i));
+        }
+      } else if (type != "verdict") {
         throw InputError("unknown line type '" + type + "'");
       }
     } catch (const json::exception& e) {
@@ -255,6 +332,7 @@ class RecordingReader {
     std::stable_sort(r_.samples.begin(), r_.samples.end(), by_time);
     std::stable_sort(r_.steps.begin(), r_.steps.end(), by_time);
     std::stable_sort(r_.phases.begin(), r_.phases.end(), by_time);
+    std::stable_sort(r_.host.begin(), r_.host.end(), by_time);
     return std::move(r_);
   }
 
@@ -262,9 +340,9 @@ class RecordingReader {
   // the line may hold anything, and the message goes to a terminal.
   [[noreturn]] void fail(std::string_view why) {
     failed_ = true;
-    throw InputError(fmt::format("{}:{}: {}", trainfit::detail::printable(source_), line_no_, trainfit::detail::printable(why)));
+    throw InputError(
+        fmt::format("{}:{}: {}", trainfit::detail::printable(source_), line_no_, trainfit::detail::printable(why)));
   }
-
 
  private:
   // The GPUs of a header or a sample: an array of at most max_gpus, counted before any is read.
@@ -309,8 +387,9 @@ Recording load_recording(const std::string& path, const RecordingLimits& limits)
   RecordingReader reader(path, limits);
   // Read line by line: a line past max_line_bytes (/dev/zero's one endless line) is refused by the
   // reader before it is held whole, with the same words as any other file of rows.
-  trainfit::detail::for_each_line(path, "recording", {limits.max_line_bytes, limits.max_file_bytes},
-                        [&](int number, std::string_view line) { reader.add(line, static_cast<std::size_t>(number)); });
+  trainfit::detail::for_each_line(
+      path, "recording", {limits.max_line_bytes, limits.max_file_bytes},
+      [&](int number, std::string_view line) { reader.add(line, static_cast<std::size_t>(number)); });
   return reader.finish();
 }
 

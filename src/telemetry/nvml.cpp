@@ -342,49 +342,71 @@ GpuReading Nvml::read(std::size_t position, bool slow) {
     g.memory_util_percent = u->memory;
   }
   g.sm_clock_mhz = mhz(api.clock, d, kClockSm);
-  g.memory_clock_mhz = mhz(api.clock, d, kClockMem);
   g.power_watts = watts(api.power, d);
   g.throttle_reasons = ask<unsigned long long>(api.clock_reasons, d);
   if (!slow) return g;
 
+  // The memory clock only moves with the performance state: read with the slow set.
+  g.memory_clock_mhz = mhz(api.clock, d, kClockMem);
   g.power_limit_watts = watts(api.power_limit, d);
   if (auto t = ask<unsigned int>(api.temperature, d, kTemperatureGpu)) g.temperature_c = *t;
   const double t = now_seconds();
-  // PCIe: cumulative byte counters in one call, else the blocking throughput query.
-  if (dev.pcie_fields_ok && api.field_values) {
-    std::array<nvmlFieldValue_t, 2> f{};
-    f[0].fieldId = kFiPcieRxBytes;
-    f[1].fieldId = kFiPcieTxBytes;
-    if (api.field_values(d, 2, f.data()) == kSuccess && f[0].nvmlReturn == kSuccess && f[1].nvmlReturn == kSuccess) {
-      g.pcie_rx_bytes_per_s = dev.pcie_rx.rate(field_number(f[0]), field_time(f[0], t));
-      g.pcie_tx_bytes_per_s = dev.pcie_tx.rate(field_number(f[1]), field_time(f[1], t));
-    } else {
-      dev.pcie_fields_ok = false;
+  // PCIe and NVLink: their cumulative counters in one driver call (each field answers on its own);
+  // PCIe falls back to the blocking throughput query, NVLink from the KiB throughput counters summed
+  // over links to the NVLink5 byte counters.
+  const bool ask_pcie = dev.pcie_fields_ok && api.field_values;
+  const bool ask_nvlink = dev.nvlink_ok && api.field_values;
+  if (ask_pcie || ask_nvlink) {
+    std::array<nvmlFieldValue_t, 4> f{};
+    int n = 0;
+    const int pcie_at = ask_pcie ? n : -1;
+    if (ask_pcie) {
+      f[static_cast<std::size_t>(n++)].fieldId = kFiPcieRxBytes;
+      f[static_cast<std::size_t>(n++)].fieldId = kFiPcieTxBytes;
+    }
+    const int nvlink_at = ask_nvlink ? n : -1;
+    if (ask_nvlink) {
+      nvmlFieldValue_t& rx = f[static_cast<std::size_t>(n++)];
+      nvmlFieldValue_t& tx = f[static_cast<std::size_t>(n++)];
+      rx.fieldId = dev.nvlink5 ? kFiNvlinkRcvBytes : kFiNvlinkDataRxKiB;
+      tx.fieldId = dev.nvlink5 ? kFiNvlinkXmitBytes : kFiNvlinkDataTxKiB;
+      rx.scopeId = tx.scopeId = kAllLinks;
+    }
+    const bool called = api.field_values(d, n, f.data()) == kSuccess;
+    const auto pair_ok = [&](int at) {
+      return called && f[static_cast<std::size_t>(at)].nvmlReturn == kSuccess &&
+             f[static_cast<std::size_t>(at) + 1].nvmlReturn == kSuccess;
+    };
+    if (pcie_at >= 0) {
+      const nvmlFieldValue_t &rx = f[static_cast<std::size_t>(pcie_at)], &tx = f[static_cast<std::size_t>(pcie_at) + 1];
+      if (pair_ok(pcie_at)) {
+        g.pcie_rx_bytes_per_s = dev.pcie_rx.rate(field_number(rx), field_time(rx, t));
+        g.pcie_tx_bytes_per_s = dev.pcie_tx.rate(field_number(tx), field_time(tx, t));
+      } else {
+        dev.pcie_fields_ok = false;
+      }
+    }
+    if (nvlink_at >= 0) {
+      const nvmlFieldValue_t &rx = f[static_cast<std::size_t>(nvlink_at)],
+                             &tx = f[static_cast<std::size_t>(nvlink_at) + 1];
+      if (pair_ok(nvlink_at)) {
+        const double unit = dev.nvlink5 ? 1.0 : 1024.0;
+        auto rx_v = field_number(rx), tx_v = field_number(tx);
+        g.nvlink_rx_bytes_per_s =
+            dev.nvlink_rx.rate(rx_v ? std::optional(*rx_v * unit) : std::nullopt, field_time(rx, t));
+        g.nvlink_tx_bytes_per_s =
+            dev.nvlink_tx.rate(tx_v ? std::optional(*tx_v * unit) : std::nullopt, field_time(tx, t));
+      } else if (!dev.nvlink5) {
+        dev.nvlink5 = true;  // try the newer counters next time
+      } else {
+        dev.nvlink_ok = false;  // no NVLink here
+      }
     }
   }
   if ((!dev.pcie_fields_ok || !api.field_values) && api.pcie_throughput) {
     // NVML's KB is 1024 bytes; each call samples for ~20 ms.
     if (auto rx = ask<unsigned int>(api.pcie_throughput, d, kPcieUtilRx)) g.pcie_rx_bytes_per_s = *rx * 1024.0;
     if (auto tx = ask<unsigned int>(api.pcie_throughput, d, kPcieUtilTx)) g.pcie_tx_bytes_per_s = *tx * 1024.0;
-  }
-  // NVLink: the KiB throughput counters summed over links, else the NVLink5 byte counters.
-  if (dev.nvlink_ok && api.field_values) {
-    std::array<nvmlFieldValue_t, 2> f{};
-    f[0].fieldId = dev.nvlink5 ? kFiNvlinkRcvBytes : kFiNvlinkDataRxKiB;
-    f[1].fieldId = dev.nvlink5 ? kFiNvlinkXmitBytes : kFiNvlinkDataTxKiB;
-    f[0].scopeId = f[1].scopeId = kAllLinks;
-    const bool ok =
-        api.field_values(d, 2, f.data()) == kSuccess && f[0].nvmlReturn == kSuccess && f[1].nvmlReturn == kSuccess;
-    if (ok) {
-      const double unit = dev.nvlink5 ? 1.0 : 1024.0;
-      auto rx = field_number(f[0]), tx = field_number(f[1]);
-      g.nvlink_rx_bytes_per_s = dev.nvlink_rx.rate(rx ? std::optional(*rx * unit) : std::nullopt, field_time(f[0], t));
-      g.nvlink_tx_bytes_per_s = dev.nvlink_tx.rate(tx ? std::optional(*tx * unit) : std::nullopt, field_time(f[1], t));
-    } else if (!dev.nvlink5) {
-      dev.nvlink5 = true;  // try the newer counters next time
-    } else {
-      dev.nvlink_ok = false;  // no NVLink here
-    }
   }
   if (api.procs_v2)
     g.processes = processes<nvmlProcessInfo_v2_t>(api.procs_v2, d);

@@ -53,12 +53,14 @@ struct Sampler::State {
       if (slow) next_slow += std::chrono::duration_cast<clock::duration>(slow_interval);
       Sample s;
       s.time = wall_now();
+      s.gpus.reserve(n);
       for (std::size_t i = 0; i < n; ++i) {
         GpuReading g = nvml.read(i, slow);
         if (slow) {
           last_slow[i] = g;
         } else {  // carry the slow metrics forward: they are averages over the slow interval anyway
           const GpuReading& l = last_slow[i];
+          g.memory_clock_mhz = l.memory_clock_mhz;
           g.power_limit_watts = l.power_limit_watts;
           g.temperature_c = l.temperature_c;
           g.pcie_rx_bytes_per_s = l.pcie_rx_bytes_per_s;

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <array>
 #include <cerrno>
+#include <charconv>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -22,6 +23,7 @@
 #include <set>
 #include <thread>
 
+#include "common/statistics.hpp"
 #include "common/subprocess.hpp"
 #include "common/text.hpp"
 #include "telemetry/watch_text.hpp"
@@ -130,7 +132,8 @@ class JsonlFile {
     // Non-blocking to open: a FIFO nobody reads would hold watch here for ever (ENXIO instead).
     // Writes block as usual afterwards.
     fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NONBLOCK, 0644);
-    if (fd_ < 0) throw InputError(fmt::format("cannot write '{}': {}", trainfit::detail::printable(path), std::strerror(errno)));
+    if (fd_ < 0)
+      throw InputError(fmt::format("cannot write '{}': {}", trainfit::detail::printable(path), std::strerror(errno)));
     ::fcntl(fd_, F_SETFL, ::fcntl(fd_, F_GETFL) & ~O_NONBLOCK);
   }
   explicit operator bool() const { return fd_ >= 0; }
@@ -221,7 +224,38 @@ struct TempDir {
   }
 };
 
-nlohmann::json summary_to_json(std::span<const VerdictSpan> timeline, const std::optional<int>& exit_code,
+// The GPUs CUDA_VISIBLE_DEVICES names, when it lists NVML indexes (CUDA numbers GPUs fastest first
+// unless CUDA_DEVICE_ORDER=PCI_BUS_ID, NVML in bus order: a hint, which NVML's process list
+// overrides). Empty when unset or when it names GPUs by UUID or MIG instance.
+std::set<int> visible_devices(std::string_view value, std::size_t gpu_count) {
+  std::set<int> out;
+  while (!value.empty()) {
+    const auto comma = value.find(',');
+    const std::string_view item = value.substr(0, comma);
+    int index = -1;
+    const auto [ptr, ec] = std::from_chars(item.data(), item.data() + item.size(), index);
+    if (ec != std::errc() || ptr != item.data() + item.size() || index < 0) return {};
+    // CUDA stops at the first index that is out of range.
+    if (static_cast<std::size_t>(index) >= gpu_count) break;
+    out.insert(index);
+    if (comma == std::string_view::npos) break;
+    value.remove_prefix(comma + 1);
+  }
+  return out;
+}
+
+// CUDA_VISIBLE_DEVICES of process `pid` (its environment at exec time, /proc/PID/environ).
+std::optional<std::string> environment_of(std::uint32_t pid, std::string_view name) {
+  std::ifstream in(fmt::format("/proc/{}/environ", pid), std::ios::binary);
+  std::string entry;
+  while (std::getline(in, entry, '\0'))
+    if (entry.size() > name.size() && entry.compare(0, name.size(), name) == 0 && entry[name.size()] == '=')
+      return entry.substr(name.size() + 1);
+  return std::nullopt;
+}
+
+nlohmann::json summary_to_json(std::span<const VerdictSpan> timeline, std::span<const WarningSpan> warnings,
+                               const std::set<int>& job_gpus, const std::optional<int>& exit_code,
                                const SamplerCost& cost, double process_share) {
   nlohmann::json spans = nlohmann::json::array();
   for (const VerdictSpan& v : timeline)
@@ -231,8 +265,24 @@ nlohmann::json summary_to_json(std::span<const VerdictSpan> timeline, const std:
                      {"windows", v.windows},
                      {"verdict", to_string(v.verdict.kind)},
                      {"evidence", v.verdict.evidence}});
+  nlohmann::json warned = nlohmann::json::array();
+  for (const WarningSpan& w : warnings) {
+    nlohmann::json line = {{"gpu", w.gpu},
+                           {"begin", w.begin},
+                           {"end", w.end},
+                           {"windows", w.windows},
+                           {"warning", to_string(w.kind)},
+                           {"evidence", w.verdict.evidence}};
+    if (w.kind == Bottleneck::memory_growth) {
+      line["growth_bytes_per_second_mean"] = w.growth_rate_mean();
+      line["growth_bytes_per_second_max"] = w.growth_rate_max;
+    }
+    warned.push_back(std::move(line));
+  }
   return {{"type", "summary"},
           {"timeline", spans},
+          {"warnings", warned},
+          {"gpus", job_gpus},
           {"exit_code", exit_code ? nlohmann::json(*exit_code) : nlohmann::json(nullptr)},
           {"sampler",
            {{"cpu_seconds", cost.cpu_seconds},
@@ -329,8 +379,35 @@ WatchResult WatchSession::run(const WatchOutput& output, const std::atomic<int>&
   std::vector<PhaseMarker> phases;
   VerdictTimeline timeline;  // the verdicts over time, merged as they come (a watch may run for days)
   std::map<int, Diagnosis> current;
-  std::set<int> watched;  // GPUs the job was seen on; all of them until then
+  // The job's GPUs: those NVML lists its processes on; until any is seen (or in a container whose
+  // NVML reports host process ids, which never match), the ones CUDA_VISIBLE_DEVICES names; else
+  // those any compute process was seen on; else all.
+  std::set<int> matched, busy;
+  std::set<int> hinted;
+  if (root) {
+    const char* name = "CUDA_VISIBLE_DEVICES";
+    std::optional<std::string> visible;
+    if (job.pid) {
+      if (const char* v = std::getenv(name)) visible = v;
+    } else {
+      visible = environment_of(root, name);
+    }
+    if (visible) hinted = visible_devices(*visible, gpus.size());
+  }
+  const auto watched = [&]() -> const std::set<int>& {
+    if (!matched.empty()) return matched;
+    if (!hinted.empty()) return hinted;
+    return busy;  // empty: every GPU
+  };
   std::vector<std::uint32_t> tree;
+  HostCpuReader host_reader;
+  std::deque<HostSample> host;  // the job's /proc readings of the last window
+  bool host_baseline = true;    // the first reading only starts the counts
+  std::vector<std::pair<std::uint32_t, int>> gpu_of;
+  // --plan: each GPU's window medians of the probe's step time and its highest NVML memory, for the
+  // summary's measurement beside the prediction (a median of medians: warm-up and the end weigh little).
+  std::map<int, std::vector<double>> step_medians;
+  std::map<int, std::int64_t> memory_max;
   double next_verdict = t0 + 1, next_tree = t0;
   int bad_events = 0;
   bool warned_long_events = false;
@@ -387,7 +464,8 @@ WatchResult WatchSession::run(const WatchOutput& output, const std::atomic<int>&
         }
       } catch (const std::exception&) {
         if (bad_events++ == 0 && output.warning)
-          output.warning("trainfit watch: ignoring malformed probe events in " + trainfit::detail::printable(events_path) + "\n");
+          output.warning("trainfit watch: ignoring malformed probe events in " +
+                         trainfit::detail::printable(events_path) + "\n");
       }
     }
     if (tail.dropped() > 0 && !warned_long_events && output.warning) {
@@ -410,19 +488,36 @@ WatchResult WatchSession::run(const WatchOutput& output, const std::atomic<int>&
     if (root && t >= next_tree) {
       tree = process_tree(root);
       next_tree = t + 1;
+      gpu_of.clear();
       if (!history.empty())
         for (const GpuReading& g : history.back().gpus)
           if (g.processes)
-            for (const auto& p : *g.processes)
-              if (std::find(tree.begin(), tree.end(), p.pid) != tree.end()) watched.insert(g.index);
+            for (const auto& p : *g.processes) {
+              if (!job.exit_code) busy.insert(g.index);
+              if (std::find(tree.begin(), tree.end(), p.pid) != tree.end()) {
+                matched.insert(g.index);
+                gpu_of.emplace_back(p.pid, g.index);
+              }
+            }
+      HostSample reading = host_reader.read(t, tree, gpu_of);
+      if (!host_baseline && !reading.processes.empty()) {
+        if (jsonl) jsonl.add(host_to_json(reading));
+        host.push_back(std::move(reading));
+      }
+      host_baseline = false;
+      while (!host.empty() && host.front().time < t - o.window_seconds - 1) host.pop_front();
     }
     if ((t < next_verdict && !finished) || history.size() < 3) continue;
     next_verdict += 1;
     const std::vector<Sample> window(history.begin(), history.end());
+    const std::vector<HostSample> host_window(host.begin(), host.end());
+    const bool tagged = std::any_of(steps.begin(), steps.end(), [](const StepEvent& e) { return e.device; });
     std::vector<Diagnosis> now_verdicts;
     for (const GpuInfo& g : gpus) {
-      if (!watched.empty() && !watched.count(g.index)) continue;
-      Diagnosis d = diagnose(window, steps, g);
+      if (!watched().empty() && !watched().count(g.index)) continue;
+      // A multi-GPU probe tags each step with its GPU: each GPU is judged on its own steps.
+      Diagnosis d = tagged ? diagnose(window, steps_of_gpu(steps, g.index), g, host_window)
+                           : diagnose(window, steps, g, host_window);
       if (d.stats.samples < 3) continue;
       if (jsonl) jsonl.add(diagnosis_to_json(d));
       const auto prev = current.find(g.index);
@@ -431,6 +526,11 @@ WatchResult WatchSession::run(const WatchOutput& output, const std::atomic<int>&
       if (!live && output.verdict_line && (o.command.empty() || changed))
         output.verdict_line(fmt::format("[{:6.1f} s] GPU {}: {}: {}\n", t - t0, g.index, to_string(d.primary().kind),
                                         d.primary().evidence));
+      if (o.plan) {
+        if (d.stats.step_seconds_median && step_medians[g.index].size() < kMaxLiveSteps)
+          step_medians[g.index].push_back(*d.stats.step_seconds_median);
+        if (d.stats.memory_used_max) memory_max[g.index] = std::max(memory_max[g.index], *d.stats.memory_used_max);
+      }
       current[g.index] = d;
       timeline.add(d);
       now_verdicts.push_back(std::move(d));
@@ -441,15 +541,16 @@ WatchResult WatchSession::run(const WatchOutput& output, const std::atomic<int>&
       for (std::size_t i = 0; i < gpus.size(); ++i)
         for (const GpuReading& g : history.back().gpus)
           if (g.index == gpus[i].index) latest[i] = &g;
-      output.live_view(
-          "\x1b[H" + detail::live_view_text(gpus, latest, current, tree, o.interval_seconds, o.window_seconds, t - t0));
+      output.live_view("\x1b[H" + detail::live_view_text(gpus, latest, current, tree, o.interval_seconds,
+                                                         o.window_seconds, t - t0, o.plan ? &*o.plan : nullptr));
     }
   }
   const double wall = now() - t0;
   const SamplerCost cost = sampler.cost();
   const double process_share = (process_cpu_seconds() - cpu0) / std::max(wall, 1e-9);
-  if (watched.empty())
-    for (const GpuInfo& g : gpus) watched.insert(g.index);
+  std::set<int> job_gpus = watched();
+  if (job_gpus.empty())
+    for (const GpuInfo& g : gpus) job_gpus.insert(g.index);
 
   // A recording that failed is the machine failing: a SystemError (exit code 3), once the job has
   // ended, with what became of the job.
@@ -462,16 +563,42 @@ WatchResult WatchSession::run(const WatchOutput& output, const std::atomic<int>&
     throw SystemError(
         fmt::format("{} (sampling and recording stopped at {:.1f} s{})", *recording_failed, failed_at, job_fate()));
 
+  std::string beside_plan;
+  nlohmann::json plan_json = nullptr;
+  if (o.plan) {
+    beside_plan = fmt::format("beside the plan ({}: {:.3f} s a step, {} on the device, {}):\n", o.plan->setup,
+                              o.plan->step_seconds, format_bytes(o.plan->device_used_bytes), o.plan->bottleneck);
+    plan_json = {{"setup", o.plan->setup},
+                 {"step_seconds", o.plan->step_seconds},
+                 {"device_used_bytes", o.plan->device_used_bytes},
+                 {"bottleneck", o.plan->bottleneck},
+                 {"gpus", nlohmann::json::array()}};
+    for (const int g : job_gpus) {
+      const auto medians = step_medians.find(g);
+      const std::optional<double> step =
+          medians == step_medians.end() ? std::nullopt : trainfit::detail::median(medians->second);
+      const auto mem = memory_max.find(g);
+      const std::optional<std::int64_t> used = mem == memory_max.end() ? std::nullopt : std::optional(mem->second);
+      const std::string text = beside_plan_text(step, used, *o.plan);
+      beside_plan += fmt::format("  GPU {}: {}\n", g, text.empty() ? "nothing measured to compare" : text);
+      plan_json["gpus"].push_back({{"gpu", g},
+                                   {"step_seconds_measured", step ? nlohmann::json(*step) : nlohmann::json(nullptr)},
+                                   {"memory_used_bytes_max", used ? nlohmann::json(*used) : nlohmann::json(nullptr)}});
+    }
+  }
   WatchResult result;
   result.exit_code = job.exit_code;
-  result.summary = detail::summary_text({s.command_text, job.exit_code, wall, cost, process_share}, timeline.spans(),
-                                        gpus, t0, watched, o.window_seconds);
+  result.summary = detail::summary_text({s.command_text, job.exit_code, wall, cost, process_share, beside_plan},
+                                        timeline, gpus, t0, job_gpus, o.window_seconds);
   if (tail.dropped() > 0)
     result.summary +=
         fmt::format("probe events: {} line{} longer than {} dropped\n", tail.dropped(), tail.dropped() == 1 ? "" : "s",
                     format_bytes(static_cast<std::int64_t>(kMaxEventLineBytes)));
   if (jsonl) {
-    jsonl.add(summary_to_json(timeline.spans(), job.exit_code, cost, process_share));
+    nlohmann::json summary =
+        summary_to_json(timeline.spans(), timeline.warnings(), job_gpus, job.exit_code, cost, process_share);
+    if (o.plan) summary["plan"] = plan_json;
+    jsonl.add(summary);
     try {
       jsonl.close();
     } catch (const SystemError& e) {

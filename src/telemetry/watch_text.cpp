@@ -1,12 +1,11 @@
 #include "telemetry/watch_text.hpp"
 
-#include "common/text.hpp"
-
-#include <cmath>
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 
+#include "common/text.hpp"
 #include "trainfit/units.hpp"
 
 namespace trainfit::telemetry {
@@ -27,7 +26,8 @@ std::string opt_num(const std::optional<double>& v, const char* unit) {
 
 std::string live_view_text(std::span<const GpuInfo> gpus, std::span<const GpuReading* const> latest,
                            const std::map<int, Diagnosis>& verdicts, std::span<const std::uint32_t> job,
-                           double interval_seconds, double window_seconds, double elapsed_seconds) {
+                           double interval_seconds, double window_seconds, double elapsed_seconds,
+                           const PlanReference* plan) {
   std::string out = fmt::format(
       "trainfit watch: {} GPU{}, a sample every {:.2g} s, verdicts over the last {:.0f} s, "
       "{:.0f} s in (Ctrl-C to stop)\x1b[K\n",
@@ -66,6 +66,11 @@ std::string live_view_text(std::span<const GpuInfo> gpus, std::span<const GpuRea
           fmt::format("  verdict  {}: {}\x1b[K\n", to_string(it->second.primary().kind), it->second.primary().evidence);
       if (!it->second.primary().advice.empty())
         out += fmt::format("  try      {}\x1b[K\n", it->second.primary().advice);
+      if (plan)
+        if (const std::string beside =
+                beside_plan_text(it->second.stats.step_seconds_median, it->second.stats.memory_used_max, *plan);
+            !beside.empty())
+          out += fmt::format("  plan     {}\x1b[K\n", beside);
       for (std::size_t v = 1; v < it->second.verdicts.size(); ++v)
         out += fmt::format("  also     {}: {}\x1b[K\n", to_string(it->second.verdicts[v].kind),
                            it->second.verdicts[v].evidence);
@@ -74,8 +79,9 @@ std::string live_view_text(std::span<const GpuInfo> gpus, std::span<const GpuRea
   return out + "\x1b[J";
 }
 
-std::string timeline_text(std::span<const VerdictSpan> spans, std::span<const GpuInfo> gpus, double t0,
+std::string timeline_text(const VerdictTimeline& timeline, std::span<const GpuInfo> gpus, double t0,
                           const std::set<int>& watched, double window_seconds) {
+  const std::vector<VerdictSpan>& spans = timeline.spans();
   std::string out;
   for (const GpuInfo& g : gpus) {
     if (!watched.count(g.index)) continue;
@@ -91,19 +97,35 @@ std::string timeline_text(std::span<const VerdictSpan> spans, std::span<const Gp
       if (!v.verdict.advice.empty()) out += fmt::format("  {:14} {:<22} try: {}\n", "", "", v.verdict.advice);
     }
     if (!any) out += "  (too short to judge: under one window of samples)\n";
+    bool warned = false;
+    for (const WarningSpan& w : timeline.warnings()) {
+      if (w.gpu != g.index) continue;
+      if (!warned) out += "  warnings over time:\n";
+      warned = true;
+      std::string what = w.verdict.evidence;
+      if (w.kind == Bottleneck::memory_growth)
+        what = fmt::format("used memory rising {:.0f} MiB/s on average (up to {:.0f} MiB/s); last window: {}",
+                           w.growth_rate_mean() / (1024.0 * 1024.0), w.growth_rate_max / (1024.0 * 1024.0),
+                           w.verdict.evidence);
+      out +=
+          fmt::format("  {:>14} {:<22} {:>3} window{}  {}\n", fmt::format("{:.1f}-{:.1f} s", w.begin - t0, w.end - t0),
+                      to_string(w.kind), w.windows, w.windows == 1 ? " " : "s", what);
+      if (!w.verdict.advice.empty()) out += fmt::format("  {:14} {:<22} try: {}\n", "", "", w.verdict.advice);
+    }
   }
   return out;
 }
 
-std::string summary_text(const SummaryFacts& facts, std::span<const VerdictSpan> spans, std::span<const GpuInfo> gpus,
+std::string summary_text(const SummaryFacts& facts, const VerdictTimeline& timeline, std::span<const GpuInfo> gpus,
                          double t0, const std::set<int>& watched, double window_seconds) {
   std::string out;
   if (!facts.command.empty())
-    out += fmt::format("\ntrainfit watch: `{}` exited with code {} after {:.1f} s\n", trainfit::detail::printable(facts.command),
-                       facts.exit_code.value_or(-1), facts.wall_seconds);
+    out += fmt::format("\ntrainfit watch: `{}` exited with code {} after {:.1f} s\n",
+                       trainfit::detail::printable(facts.command), facts.exit_code.value_or(-1), facts.wall_seconds);
   else
     out += fmt::format("\ntrainfit watch: {:.1f} s\n", facts.wall_seconds);
-  out += timeline_text(spans, gpus, t0, watched, window_seconds);
+  out += timeline_text(timeline, gpus, t0, watched, window_seconds);
+  out += facts.beside_plan;
   out += fmt::format(
       "cost: sampler thread {:.3f} s CPU over {:.1f} s ({} samples) = {:.3f}% of a core; "
       "trainfit watch in all {:.3f}% of a core\n",
@@ -113,6 +135,46 @@ std::string summary_text(const SummaryFacts& facts, std::span<const VerdictSpan>
 }
 
 }  // namespace detail
+
+namespace {
+// A measured step this many times the planned one (or its inverse) is a gap worth naming: the
+// planner's step-time bar is 25% at worst on a measured GPU, so 1.5x is well outside its error.
+constexpr double kStepGap = 1.5;
+// Memory off the plan by more than this share: the planner's device-memory bar is 5%.
+constexpr double kMemoryGap = 0.10;
+}  // namespace
+
+std::string beside_plan_text(std::optional<double> step_seconds, std::optional<std::int64_t> memory_used_bytes,
+                             const PlanReference& plan) {
+  std::string out;
+  if (step_seconds && *step_seconds > 0 && plan.step_seconds > 0) {
+    const double ratio = *step_seconds / plan.step_seconds;
+    out += fmt::format("step {:.3f} s measured vs {:.3f} s planned ({:.2f}x", *step_seconds, plan.step_seconds, ratio);
+    if (ratio >= kStepGap)
+      out +=
+          ": time goes to something outside the model's step: data, the host, throttling or another process; "
+          "the verdict says which";
+    else if (ratio <= 1 / kStepGap)
+      out += ": faster than planned: is the plan's setup the job's (--seq, --batch, --grad-accum, --gpus)?";
+    else
+      out += ": as planned";
+    out += ")";
+  }
+  if (memory_used_bytes && plan.device_used_bytes > 0) {
+    const double ratio = static_cast<double>(*memory_used_bytes) / static_cast<double>(plan.device_used_bytes);
+    if (!out.empty()) out += "; ";
+    out += fmt::format("memory {} used vs {} planned ({:.2f}x", format_bytes(*memory_used_bytes),
+                       format_bytes(plan.device_used_bytes), ratio);
+    if (ratio > 1 + kMemoryGap)
+      out +=
+          ": more than the step needs: another process on the GPU, something kept across steps, or a setup that "
+          "is not the job's";
+    else if (ratio < 1 - kMemoryGap)
+      out += ": less than planned: is the plan's setup the job's?";
+    out += ")";
+  }
+  return out;
+}
 
 void check_window(double window_seconds) {
   if (!(window_seconds >= 1 && window_seconds <= 600)) throw InputError("--window must be between 1 and 600 seconds");
@@ -125,12 +187,17 @@ std::string render_replay(const Recording& recording, std::string_view source, d
   for_each_recording_window(recording, window_seconds, 1.0, [&](std::span<const Diagnosis> per_gpu, int windows) {
     for (const Diagnosis& d : per_gpu) timeline.add(d, windows);
   });
-  std::set<int> all;
-  for (const GpuInfo& g : recording.gpus) all.insert(g.index);
-  return fmt::format("{}: {} samples, {} probe steps\n", trainfit::detail::printable(source), recording.samples.size(),
-                     recording.steps.size()) +
-         detail::timeline_text(timeline.spans(), recording.gpus,
-                               recording.samples.empty() ? 0 : recording.samples.front().time, all, window_seconds);
+  // The job's GPUs when the recording's summary names them (for_each_recording_window judges only those).
+  std::set<int> judged(recording.job_gpus.begin(), recording.job_gpus.end());
+  if (judged.empty())
+    for (const GpuInfo& g : recording.gpus) judged.insert(g.index);
+  std::string out = fmt::format("{}: {} samples, {} probe steps", trainfit::detail::printable(source),
+                                recording.samples.size(), recording.steps.size());
+  if (!recording.host.empty()) out += fmt::format(", {} host readings", recording.host.size());
+  out += '\n';
+  return out + detail::timeline_text(timeline, recording.gpus,
+                                     recording.samples.empty() ? 0 : recording.samples.front().time, judged,
+                                     window_seconds);
 }
 
 }  // namespace trainfit::telemetry

@@ -18,10 +18,12 @@ namespace trainfit::telemetry::detail {
 // index; `job` the job's process tree, whose memory is shown beside the GPU's.
 std::string live_view_text(std::span<const GpuInfo> gpus, std::span<const GpuReading* const> latest,
                            const std::map<int, Diagnosis>& verdicts, std::span<const std::uint32_t> job,
-                           double interval_seconds, double window_seconds, double elapsed_seconds);
+                           double interval_seconds, double window_seconds, double elapsed_seconds,
+                           const PlanReference* plan = nullptr);
 
-// The verdicts over time (VerdictTimeline's spans) of each GPU in `watched`, times relative to `t0`.
-std::string timeline_text(std::span<const VerdictSpan> spans, std::span<const GpuInfo> gpus, double t0,
+// The verdicts over time (VerdictTimeline's spans) of each GPU in `watched`, then its warnings over
+// time, times relative to `t0`.
+std::string timeline_text(const VerdictTimeline& timeline, std::span<const GpuInfo> gpus, double t0,
                           const std::set<int>& watched, double window_seconds);
 
 // The end of a watch: how long it ran (and the job's exit), the verdicts over time, the cost.
@@ -31,8 +33,9 @@ struct SummaryFacts {
   double wall_seconds = 0;
   SamplerCost sampler;
   double process_core_fraction = 0;  // all of this process's CPU time over the wall time
+  std::string beside_plan;           // --plan: the run's measurements beside the prediction (lines)
 };
-std::string summary_text(const SummaryFacts& facts, std::span<const VerdictSpan> spans, std::span<const GpuInfo> gpus,
+std::string summary_text(const SummaryFacts& facts, const VerdictTimeline& timeline, std::span<const GpuInfo> gpus,
                          double t0, const std::set<int>& watched, double window_seconds);
 
 }  // namespace trainfit::telemetry::detail

@@ -26,7 +26,9 @@
 namespace {
 
 using Result = trainfit::testing::CliResult;
-Result run(const std::string& env, const std::string& args) { return trainfit::testing::run_cli(args, env); }
+Result run(const std::string& env, const std::string& args) {
+  return trainfit::testing::run_cli(args, env);
+}
 
 // One file per test process: ctest runs the tests of this suite in parallel (and other checkouts
 // may run it at the same time).
@@ -46,7 +48,9 @@ std::string fake_env() {
 }
 
 using trainfit::testing::read_jsonl;
-int count(const std::vector<nlohmann::json>& lines, const char* type) { return trainfit::testing::count_of_type(lines, type); }
+int count(const std::vector<nlohmann::json>& lines, const char* type) {
+  return trainfit::testing::count_of_type(lines, type);
+}
 
 TEST(WatchCli, NoDriverIsOneLineAndExitCodeThree) {
   const auto r = run("TRAINFIT_NVML_LIBRARY=/nonexistent/libnvidia-ml.so.1", "watch --duration 1");
@@ -77,6 +81,35 @@ TEST(WatchCli, SamplesTheFakeDriverIntoJsonLines) {
   EXPECT_GE(count(lines, "sample"), 18);
   EXPECT_GE(count(lines, "verdict"), 1);
   EXPECT_EQ(lines.back()["type"], "summary");
+}
+
+TEST(WatchCli, ThePlanIsSetBesideWhatWasMeasured) {
+  const std::string jsonl = temp_path("plan.jsonl");
+  const auto r = run(fake_env(), "watch --duration 2.5 --jsonl " + jsonl +
+                                     " --plan --model qwen2.5-0.5b --gpu h200 --method lora --seq 128 --batch 1");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("beside the plan (qwen2.5-0.5b lora on "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("  GPU 0: memory "), std::string::npos) << r.out;  // no probe steps: memory only
+  const auto lines = read_jsonl(jsonl);
+  const auto& plan = lines.back()["plan"];
+  EXPECT_GT(plan["step_seconds"].get<double>(), 0);
+  EXPECT_GT(plan["device_used_bytes"].get<double>(), 0);
+  EXPECT_EQ(plan["gpus"][0]["gpu"], 0);
+  // --plan without a setup, and --score without --replay, are bad input.
+  EXPECT_EQ(run(fake_env(), "watch --duration 1 --plan").code, 2);
+  EXPECT_EQ(run(fake_env(), "watch --duration 1 --score").code, 2);
+}
+
+TEST(WatchCli, AReplayIsScoredPerSteadyPhase) {
+  const auto r =
+      run("", "watch --replay " + std::string(TRAINFIT_SOURCE_DIR) + "/data/watch/h200_input_bound.jsonl --score");
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto score = nlohmann::json::parse(r.out);
+  EXPECT_EQ(score["schema"], "trainfit.watch-score/1");
+  ASSERT_EQ(score["phases"].size(), 1U);
+  EXPECT_EQ(score["phases"][0]["expect"], "input-pipeline-bound");
+  EXPECT_GE(score["phases"][0]["windows"].get<int>(), 15);
+  EXPECT_GE(score["phases"][0]["share"].get<double>(), 0.9);
 }
 
 TEST(WatchCli, RunsAJobAndReturnsItsExitCode) {
@@ -110,10 +143,10 @@ TEST(WatchCli, SignalsAndMissingCommands) {
 TEST(WatchCli, BadFlags) {
   // NaN durations are refused at once (they used to sample or replay forever).
   const std::string recording = std::string(TRAINFIT_SOURCE_DIR) + "/data/watch/h200_compute_bound.jsonl";
-  for (const std::string& args : std::vector<std::string>{"watch --interval 0", "watch --prometheus 127.0.0.1:notaport", "watch --pid 999999999",
-                                 "watch --replay /nonexistent.jsonl", "watch --pid 1 -- /bin/true",
-                                 "watch --interval nan --duration 3", "watch --duration nan", "watch --window inf",
-                                 "watch --replay " + recording + " --window nan"}) {
+  for (const std::string& args : std::vector<std::string>{
+           "watch --interval 0", "watch --prometheus 127.0.0.1:notaport", "watch --pid 999999999",
+           "watch --replay /nonexistent.jsonl", "watch --pid 1 -- /bin/true", "watch --interval nan --duration 3",
+           "watch --duration nan", "watch --window inf", "watch --replay " + recording + " --window nan"}) {
     const auto r = run(fake_env(), args);
     EXPECT_EQ(r.code, 2) << args << "\n" << r.out;
     EXPECT_EQ(r.out.rfind("trainfit: ", 0), 0u) << args << "\n" << r.out;
@@ -155,8 +188,7 @@ TEST(WatchCli, AReplayOfADeviceFailsAtOnce) {
   const auto t0 = std::chrono::steady_clock::now();
   const auto r = run("", "watch --replay /dev/zero");
   EXPECT_EQ(r.code, 2) << r.out;
-  EXPECT_EQ(r.out,
-            "trainfit: /dev/zero:1: line 1 is longer than 1.0 MiB\n");
+  EXPECT_EQ(r.out, "trainfit: /dev/zero:1: line 1 is longer than 1.0 MiB\n");
   EXPECT_LT(seconds_since(t0), 10);
   EXPECT_LT(children_max_rss_mib(), 512);
 }

@@ -12,10 +12,14 @@
 // pcie_tx_rate (bytes/s, as cumulative counters 100 ms apart) pcie_fields (code for the counters)
 // pcie_throughput_rx pcie_throughput_tx (KB/s) nvlink_rx_rate nvlink_tx_rate sm_clock mem_clock
 // sm_clock_max mem_clock_max power_mw power_limit_mw power_default_limit_mw temperature throttle
-// procs ("pid:bytes" or "pid:NA" items) procs_many (that many processes).
+// procs ("pid:bytes" or "pid:NA" items; pid "child": the caller's first child process, the job a
+// watch started) procs_many (that many processes).
 // Built twice: fake_nvml (a current driver) and, with FAKE_NVML_OLD, fake_nvml_old: no _v2/_v3
 // process entry points (16-byte struct), no GetMemoryInfo_v2, no field values, the old name of the
 // clock-reasons call.
+#include <dirent.h>
+#include <unistd.h>
+
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -149,6 +153,30 @@ void memory_of(nvmlDevice_st* d, unsigned long long& total, unsigned long long& 
   reserved = script().num(key(d, "memory_reserved"), 0);
 }
 
+// The first child process of the caller (the job `trainfit watch -- CMD` started), from /proc; 0: none.
+unsigned int first_child() {
+  const std::string self = std::to_string(getpid());
+  DIR* dir = opendir("/proc");
+  if (!dir) return 0;
+  unsigned int found = 0;
+  while (const dirent* e = readdir(dir)) {
+    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+    std::ifstream stat(std::string("/proc/") + e->d_name + "/stat");
+    std::string line;
+    std::getline(stat, line);
+    const auto close = line.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(line.substr(close + 1));
+    std::string state, parent;
+    if (rest >> state >> parent && parent == self) {
+      found = static_cast<unsigned int>(std::strtoul(e->d_name, nullptr, 10));
+      break;
+    }
+  }
+  closedir(dir);
+  return found;
+}
+
 template <typename Info>
 nvmlReturn_t processes(nvmlDevice_st* d, unsigned int* count, Info* infos) {
   Script& s = script();
@@ -159,7 +187,9 @@ nvmlReturn_t processes(nvmlDevice_st* d, unsigned int* count, Info* infos) {
     for (const std::string& item : s.values[key(d, "procs")]) {
       const auto colon = item.find(':');
       Info info{};
-      info.pid = static_cast<unsigned int>(std::strtoul(item.substr(0, colon).c_str(), nullptr, 10));
+      const std::string pid = item.substr(0, colon);
+      info.pid = pid == "child" ? first_child() : static_cast<unsigned int>(std::strtoul(pid.c_str(), nullptr, 10));
+      if (info.pid == 0) continue;  // "child" before the caller has one
       const std::string mem = item.substr(colon + 1);
       info.usedGpuMemory = mem == "NA" ? ~0ULL : std::strtoull(mem.c_str(), nullptr, 10);
       list.push_back(info);

@@ -22,32 +22,20 @@ struct Score {
 // Steady phases that are no example of what they expected (data/watch/README.md): in the second
 // capacity run the capped phase never retried nor ran out of memory (0 of 141 steps), so it says
 // nothing about naming a capacity-bound job; its near-full phase did and counts.
-bool excluded(const std::string& file, const PhaseMarker& p) {
-  return file == "h200_capacity_bound_run2.jsonl" && p.label.starts_with("allocator capped");
+bool excluded(const std::string& file, const std::string& label) {
+  return file == "h200_capacity_bound_run2.jsonl" && label.starts_with("allocator capped");
 }
 
 Score score(const std::string& file) {
   const Recording r = load_recording(std::string(TRAINFIT_SOURCE_DIR) + "/data/watch/" + file);
-  const auto diagnoses = diagnose_recording(r, 5, 1);
   Score s;
-  for (std::size_t i = 0; i < r.phases.size(); ++i) {
-    const PhaseMarker& p = r.phases[i];
-    if (p.phase != "steady" || excluded(file, p)) continue;
-    const double begin = p.time;
-    const double end = i + 1 < r.phases.size() ? r.phases[i + 1].time : r.samples.back().time;
-    const Bottleneck expected = parse_bottleneck(p.expect);
-    int windows = 0, correct = 0;
-    for (const Diagnosis& d : diagnoses) {
-      if (d.begin < begin || d.end > end) continue;
-      ++windows;
-      if (d.primary().kind == expected)
-        ++correct;
-      else
-        ++s.wrong[std::string(to_string(d.primary().kind))];
-    }
-    std::cout << fmt::format("  {} phase \"{}\": {}/{} windows {}\n", file, p.label, correct, windows, p.expect);
-    s.windows += windows;
-    s.correct += correct;
+  for (const PhaseScore& p : score_recording(r, 5)) {
+    if (excluded(file, p.label)) continue;
+    std::cout << fmt::format("  {} phase \"{}\": {}/{} windows {}\n", file, p.label, p.right, p.windows,
+                             to_string(p.expected));
+    s.windows += p.windows;
+    s.correct += p.right;
+    for (const auto& [verdict, n] : p.wrong) s.wrong[verdict] += n;
   }
   return s;
 }

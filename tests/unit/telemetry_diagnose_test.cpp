@@ -166,8 +166,116 @@ TEST(Diagnose, InputPipelineWithTheProbeSeeingDataWaits) {
 TEST(Diagnose, HostOverheadWhenTheProbeSeesNoDataWait) {
   const auto d = run(stream([](GpuReading& g, int) { g.gpu_util_percent = 60; }),
                      steps(100, 0.05, [](StepEvent& e, int) { e.data_seconds = 0.0005; }));
-  EXPECT_EQ(d.primary().kind, Bottleneck::input_pipeline);
+  EXPECT_EQ(d.primary().kind, Bottleneck::host);
   EXPECT_NE(d.primary().advice.find("CUDA graphs"), std::string::npos) << d.primary().advice;
+  EXPECT_NE(d.primary().advice.find("DataLoader workers will not help"), std::string::npos) << d.primary().advice;
+}
+
+// One /proc reading a second over the 5 s window: a training process (on GPU 0 unless `gpus` says
+// otherwise) with its main and busiest other thread, and `workers` worker processes under it.
+std::vector<HostSample> host_readings(double main, double other, int workers, double worker_cores,
+                                      std::vector<int> gpus = {0}) {
+  std::vector<HostSample> out;
+  for (int i = 1; i <= 5; ++i) {
+    HostSample h;
+    h.time = kT0 + i - 0.5;
+    HostProcess train;
+    train.pid = 100;
+    train.parent = 1;
+    train.role = HostRole::training;
+    train.gpus = gpus;
+    train.main_thread_cores = main;
+    train.busiest_other_cores = other;
+    train.cpu_cores = main + other + 0.05;
+    h.processes.push_back(train);
+    for (int w = 0; w < workers; ++w) {
+      HostProcess worker;
+      worker.pid = static_cast<std::uint32_t>(200 + w);
+      worker.parent = 100;
+      worker.role = HostRole::worker;
+      worker.cpu_cores = worker_cores;
+      h.processes.push_back(worker);
+    }
+    out.push_back(h);
+  }
+  return out;
+}
+
+TEST(Diagnose, HostBoundWhenTheTrainingThreadRunsFlatOutWhileTheGpuIdles) {
+  // The small LoRA: GPU idle ~88%, no loader, no data waits reported; the main thread and
+  // PyTorch's autograd thread together near a full core.
+  const auto samples = stream([](GpuReading& g, int i) { g.gpu_util_percent = i % 4 == 0 ? 30 : 8; });
+  const auto d = diagnose(samples, steps(100, 0.05), h200(), host_readings(0.55, 0.4, 0, 0));
+  EXPECT_EQ(d.primary().kind, Bottleneck::host);
+  const std::string& e = d.primary().evidence;
+  EXPECT_NE(e.find("main thread 0.55 core, with its busiest other thread 0.95"), std::string::npos) << e;
+  EXPECT_NE(d.primary().advice.find("torch.compile"), std::string::npos);
+  EXPECT_EQ(d.stats.host_samples, 5);
+}
+
+TEST(Diagnose, InputBoundWhenWorkersAreBusyAndTheMainThreadWaits) {
+  const auto samples = stream([](GpuReading& g, int) { g.gpu_util_percent = 25; });
+  const auto d = diagnose(samples, {}, h200(), host_readings(0.1, 0.05, 4, 0.9));
+  EXPECT_EQ(d.primary().kind, Bottleneck::input_pipeline);
+  EXPECT_NE(d.primary().evidence.find("4 worker processes 3.60 cores"), std::string::npos) << d.primary().evidence;
+  EXPECT_NE(d.primary().advice.find("num_workers"), std::string::npos);
+}
+
+TEST(Diagnose, DataWaitsDecideOverTheHostReadings) {
+  // The main thread busy (collating in the loop) but the probe sees the step wait for its batch.
+  const auto samples = stream([](GpuReading& g, int) { g.gpu_util_percent = 30; });
+  const auto d = diagnose(samples, steps(100, 0.05, [](StepEvent& e, int) { e.data_seconds = 0.03; }), h200(),
+                          host_readings(0.95, 0.0, 0, 0));
+  EXPECT_EQ(d.primary().kind, Bottleneck::input_pipeline);
+}
+
+TEST(Diagnose, HostReadingsOfAnotherGpusProcessDoNotCount) {
+  const auto samples = stream([](GpuReading& g, int) { g.gpu_util_percent = 30; });
+  const auto d = diagnose(samples, {}, h200(), host_readings(0.6, 0.4, 0, 0, {1}));
+  EXPECT_EQ(d.primary().kind, Bottleneck::input_pipeline);
+  EXPECT_EQ(d.stats.host_samples, 0);
+}
+
+TEST(Diagnose, ABusyGpuIsComputeBoundWhateverTheHost) {
+  const auto samples = stream([](GpuReading& g, int) { g.gpu_util_percent = 97; });
+  EXPECT_EQ(diagnose(samples, {}, h200(), host_readings(0.6, 0.4, 0, 0)).primary().kind, Bottleneck::compute);
+}
+
+TEST(Diagnose, EachGpuJudgedOnItsOwnSteps) {
+  auto tagged = steps(100, 0.05, [](StepEvent& e, int i) {
+    e.device = i % 2;
+    e.data_seconds = i % 2 == 0 ? 0.04 : 0.0;  // GPU 0's rank waits for data, GPU 1's does not
+  });
+  const auto samples = stream([](GpuReading& g, int) { g.gpu_util_percent = 30; });
+  EXPECT_EQ(steps_of_gpu(tagged, 0).size(), 50U);
+  EXPECT_EQ(diagnose(samples, steps_of_gpu(tagged, 0), h200()).primary().kind, Bottleneck::input_pipeline);
+  EXPECT_EQ(diagnose(samples, steps_of_gpu(tagged, 1), h200()).primary().kind, Bottleneck::host);
+  tagged[0].device.reset();  // a step without a device belongs to every GPU
+  EXPECT_EQ(steps_of_gpu(tagged, 1).size(), 51U);
+}
+
+TEST(Diagnose, WarningsAreKeptOverTimeWithTheirRate) {
+  VerdictTimeline timeline;
+  const auto growing = [](int offset) {
+    return stream([offset](GpuReading& g, int i) {
+      g.gpu_util_percent = 96;
+      g.memory_used_bytes = 20 * kGiB + (offset + i) * (kGiB / 10);  // 1 GiB/s
+      g.memory_free_bytes = 140 * kGiB - *g.memory_used_bytes;
+    });
+  };
+  const auto flat = stream([](GpuReading& g, int) { g.gpu_util_percent = 96; });
+  timeline.add(run(growing(0)));
+  timeline.add(run(growing(10)), 3);
+  timeline.add(run(flat));
+  timeline.add(run(growing(0)));
+  const auto& w = timeline.warnings();
+  ASSERT_EQ(w.size(), 2U);  // two spans: the flat window ended the first
+  EXPECT_EQ(w[0].kind, Bottleneck::memory_growth);
+  EXPECT_EQ(w[0].windows, 4);
+  EXPECT_NEAR(w[0].growth_rate_mean() / kGiB, 1.0, 0.01);
+  EXPECT_NEAR(w[0].growth_rate_max / kGiB, 1.0, 0.01);
+  EXPECT_EQ(w[1].windows, 1);
+  ASSERT_EQ(timeline.spans().size(), 1U);  // compute-bound throughout
 }
 
 TEST(Diagnose, CapacityBoundWhenMemoryIsFullAndUtilisationLow) {
@@ -360,8 +468,9 @@ TEST(Diagnose, TimelineMergesConsecutiveWindowsPerGpu) {
 TEST(Diagnose, VerdictNamesRoundTrip) {
   for (auto b : {Bottleneck::idle, Bottleneck::compute, Bottleneck::input_pipeline, Bottleneck::communication,
                  Bottleneck::capacity, Bottleneck::host_spill, Bottleneck::throttled, Bottleneck::memory_growth,
-                 Bottleneck::unknown})
+                 Bottleneck::unknown, Bottleneck::host})
     EXPECT_EQ(parse_bottleneck(to_string(b)), b);
+  EXPECT_EQ(parse_bottleneck("host"), Bottleneck::host);
   EXPECT_EQ(parse_bottleneck("compute"), Bottleneck::compute);
   EXPECT_EQ(parse_bottleneck("input-pipeline"), Bottleneck::input_pipeline);
   EXPECT_THROW(parse_bottleneck("slow"), trainfit::InputError);
