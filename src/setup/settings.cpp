@@ -502,8 +502,13 @@ SettingValue default_value(const Setting& s, const TrainingSetup& so_far) {
     if (!d.times.empty()) {
       if (const Setting* other = find_setting(d.times)) {
         const SettingValue v = other->get(so_far);
-        if (const auto* i = std::get_if<std::int64_t>(&v)) return d.factor * static_cast<double>(*i);
-        if (const auto* x = std::get_if<double>(&v)) return d.factor * *x;
+        double x = 0;
+        if (const auto* i = std::get_if<std::int64_t>(&v)) x = d.factor * static_cast<double>(*i);
+        else if (const auto* f = std::get_if<double>(&v)) x = d.factor * *f;
+        else return s.get(TrainingSetup{});
+        // A whole-number setting's default is a whole number (microbatches = pp).
+        if (s.type == SettingType::integer) return static_cast<std::int64_t>(std::llround(x));
+        return x;
       }
     } else if (!d.when || holds(*d.when, so_far)) {
       return d.value;
