@@ -569,7 +569,7 @@ def run(cfg, out):
 # What each rank reports to rank 0 (measured.per_rank[i], with its rank and pipeline stage).
 PER_RANK_FIELDS = ("status", "peak_allocated_mib", "peak_phase", "peak_reserved_mib", "device_used_mib",
                    "weights_loaded_mib", "step_seconds_median", "host_rss_mib", "host_rss_peak_mib",
-                   "host_pinned_mib", "host_pinned_peak_mib", "error")
+                   "host_pinned_mib", "host_pinned_peak_mib", "host_pinned_stats", "error")
 
 
 def merge_ranks(res, per_rank):
@@ -604,8 +604,10 @@ def host_memory(torch=None):
         pass
     try:
         st = torch.cuda.host_memory_stats()
-        out["host_pinned_mib"] = mib(st.get("allocated_bytes.current", st.get("allocations.current")))
+        out["host_pinned_mib"] = mib(st.get("allocated_bytes.current"))
         out["host_pinned_peak_mib"] = mib(st.get("allocated_bytes.peak"))
+        # The byte counters as this version names them, in case the two above are named otherwise.
+        out["host_pinned_stats"] = {k: v for k, v in st.items() if "bytes" in k}
     except Exception:
         pass
     return out
