@@ -3,7 +3,8 @@
 # torchrun launch (one clean process group each) on two GPUs, then the summary table.
 # Usage: python/scale_jobs/ddp_busiest_rank.sh OUT_DIR
 # Environment: MODELS (default "qwen2.5-1.5b llama3.2-3b"), NPROC (default 2), STEPS (default 3),
-# SEQ (default 2048), ONLY (a space-separated list of variant names to run; default all).
+# SEQ (default 2048), ONLY (a space-separated list of variant names to run; default all), RAW=1 (the
+# baseline also writes its raw allocator snapshots, tens of MB a rank, for https://pytorch.org/memory_viz).
 # About 20 s a launch: 15 launches, about five minutes on two H200s.
 set -uo pipefail
 out=$(realpath -m "${1:?OUT_DIR}")
@@ -13,7 +14,7 @@ models=${MODELS:-qwen2.5-1.5b llama3.2-3b}
 common=(--steps "${STEPS:-3}" --seq "${SEQ:-2048}" --out "$out")
 # variant name | switches. The baseline is the user's loop; each other variant changes one thing.
 variants=(
-  "baseline|--snapshot --stacks all --raw-snapshot"
+  "baseline|--snapshot${RAW:+ --raw-snapshot}"
   "foreach-adamw|--snapshot --optimizer foreach"
   "built-on-cpu|--snapshot --build cpu"
   "no-set-device|--snapshot --set-device none"
@@ -22,7 +23,11 @@ variants=(
   "bucket-view|--snapshot --bucket-view"
   "reset-after-ddp|--snapshot --reset-after-ddp"
   "no-ddp|--snapshot --no-ddp"
+  "baseline-cpp-stacks|--snapshot --stacks all"
 )
+# C++ frames are symbolised when the snapshot is taken, which can take long: the last variant, and
+# PyTorch's own fast symboliser where this version has it.
+export TORCH_SYMBOLIZE_MODE=${TORCH_SYMBOLIZE_MODE:-fast}
 # The second model runs the baseline and the variants most likely to matter (edit to taste).
 second=(baseline no-set-device no-init-sync bucket-view no-ddp)
 { date -u; nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv

@@ -81,6 +81,15 @@ class Refusals(unittest.TestCase):
         self.assertEqual(row["config"]["parallel"], "zero3")
 
 
+    def test_the_model_is_found_by_name_file_or_folder(self):
+        self.assertEqual(run.config_json_path("llama3.2-3b"), MODELS / "llama3.2-3b.json")
+        with tempfile.TemporaryDirectory() as d:
+            (Path(d) / "config.json").write_text('{"num_hidden_layers": 1}')
+            self.assertEqual(run.model_json(d), {"num_hidden_layers": 1})
+        self.assertIsNone(run.config_json_path("no-such-model"))
+        self.assertIsNone(run.model_json("no-such-model"))
+
+
 class Arithmetic(unittest.TestCase):
     def test_degrees_and_mesh(self):
         lay = layouts.layout_of(config(gpus=8, tp=2, parallel="fsdp"))

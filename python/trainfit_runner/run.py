@@ -127,17 +127,21 @@ def builtin_config_path(name):
     return None
 
 
-def load_hf_config(name):
-    """The transformers config of a built-in name (data/models/NAME.json) or a config.json path."""
-    import transformers
+def config_json_path(name):
+    """The config.json of a model: a path to it or to a folder holding it, or a built-in name; or None."""
     p = Path(name)
     if p.is_dir():
         p = p / "config.json"
-    if not p.is_file():
-        p = builtin_config_path(name)
-        if p is None:
-            raise FileNotFoundError("model %r: no such config.json, and no built-in model of that name in %s"
-                                    % (name, " or ".join(str(d) for d in MODEL_DIRS)))
+    return p if p.is_file() else builtin_config_path(name)
+
+
+def load_hf_config(name):
+    """The transformers config of a built-in name (data/models/NAME.json) or a config.json path."""
+    import transformers
+    p = config_json_path(name)
+    if p is None:
+        raise FileNotFoundError("model %r: no such config.json, and no built-in model of that name in %s"
+                                % (name, " or ".join(str(d) for d in MODEL_DIRS)))
     d = json.loads(p.read_text())
     d.pop("torch_dtype", None)
     d.pop("transformers_version", None)
@@ -654,11 +658,7 @@ def main(argv=None):
 
 def model_json(name):
     """The model's config.json as a dict (for the layout checks), or None when it cannot be read here."""
-    p = Path(name)
-    if p.is_dir():
-        p = p / "config.json"
-    if not p.is_file():
-        p = builtin_config_path(name)
+    p = config_json_path(name)
     try:
         return json.loads(p.read_text()) if p is not None else None
     except (OSError, ValueError):
