@@ -99,6 +99,7 @@ class Arithmetic(unittest.TestCase):
         self.assertEqual(layouts.mesh_shape(lay), ((2, 2), ("replicate", "shard")))
         self.assertIsNone(layouts.mesh_shape(layouts.layout_of(config(parallel="fsdp"))))
         self.assertEqual(layouts.layout_of(config(pp=2)).microbatches, 2)  # the default: pp
+        self.assertIsInstance(config(pp=2)["microbatches"], int)  # an integer setting stays one
 
     def test_pipeline_split_is_contiguous_and_balanced(self):
         self.assertEqual(layouts.pipeline_split(24, 2), [(0, 12), (12, 24)])
