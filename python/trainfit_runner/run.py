@@ -331,23 +331,48 @@ def run_steps(torch, model, cfg, device, vocab, nv, res, dist_info, pipe=None):
     when this rank is a pipeline stage (its step runs every micro-batch, forward and backward)."""
     lay = layouts.layout_of(cfg)
     params = [p for p in model.parameters() if p.requires_grad]
-    # FSDP2's CPUOffloadPolicy keeps shards and gradients on the host: the optimizer steps there.
-    # The same class and arguments as on the GPU (fused AdamW has a CPU kernel, and fused is the
-    # HF Trainer's default); a torch without it falls back to the default implementation.
+    # FSDP2's CPUOffloadPolicy keeps shards and gradients on the host: the optimizer steps there,
+    # with the same class and arguments as on the GPU (fused AdamW has a CPU kernel). A torch
+    # whose fused AdamW refuses these parameters (offloaded DTensor shards), when it is built or
+    # at its first step, gets the default implementation instead, and the row says so.
     opt_device = torch.device("cpu") if dist_info is not None and lay.offload == "optimizer,params" else device
     cls, kwargs = optimizer_spec(torch, cfg["optimizer"], device)
-    if dist_info is not None and lay.parallel == "zero1":
-        from . import parallel
-        opt = parallel.make_zero1(torch, params, cls, kwargs)
-    else:
+
+    def build_optimizer():
+        if dist_info is not None and lay.parallel == "zero1":
+            from . import parallel
+            return parallel.make_zero1(torch, params, cls, kwargs)
+        return cls(params, **kwargs)
+
+    def describe_optimizer():
+        res["optimizer"] = "%s(%s%s) on %s" % (type(opt).__name__, cls.__name__,
+                                                ", fused" if kwargs.get("fused") else "", opt_device.type)
+
+    def unfused_on_cpu(e):
+        if opt_device.type != "cpu" or not kwargs.pop("fused", False):
+            return False
+        res["optimizer_fallback"] = "fused on the CPU failed (%s): default AdamW" % str(e).split("\n")[0][:300]
+        return True
+
+    try:
+        opt = build_optimizer()
+    except (RuntimeError, NotImplementedError) as e:
+        if not unfused_on_cpu(e):
+            raise
+        opt = build_optimizer()
+    describe_optimizer()
+
+    def optimizer_step():
+        nonlocal opt
         try:
-            opt = cls(params, **kwargs)
-        except RuntimeError:
-            if opt_device.type != "cpu" or not kwargs.pop("fused", False):
+            opt.step()
+        except (RuntimeError, NotImplementedError) as e:
+            if not unfused_on_cpu(e):
                 raise
-            opt = cls(params, **kwargs)
-    res["optimizer"] = "%s(%s%s) on %s" % (type(opt).__name__, cls.__name__, ", fused" if kwargs.get("fused") else "",
-                                            opt_device.type)
+            opt = build_optimizer()
+            describe_optimizer()
+            opt.step()
+
     B, S, accum = cfg["batch"], cfg["seq"], cfg["grad_accum"]
     gen = torch.Generator(device="cpu").manual_seed(1234)
     # A pipeline step feeds `microbatches` micro-batches of `batch` sequences at once.
@@ -400,7 +425,7 @@ def run_steps(torch, model, cfg, device, vocab, nv, res, dist_info, pipe=None):
                     loss.backward()
                     del loss
                     peaks.setdefault("backward", []).append(phase_peak())
-            opt.step()
+            optimizer_step()
             opt.zero_grad(set_to_none=True)
             peaks["optimizer"] = [phase_peak()]
             sync()
