@@ -3,7 +3,8 @@
 # runner directly (no trainfit binary needed), one torchrun launch each; then one line per layout
 # (status, busiest GPU's peak, step time, error). About two minutes on two GPUs. Run it first:
 # a layout that fails here fails in plans/scale-out-h200x2.toml too.
-# Usage: python/scale_jobs/smoke.sh OUT_DIR      (from anywhere; NPROC=2 GPUs by default)
+# Usage: python/scale_jobs/smoke.sh OUT_DIR      (from anywhere; NPROC=2 GPUs by default; DRY_RUN=1:
+# print each case's layout, or the runner's reason to refuse it, and run nothing)
 # Run it without trainfit's carried LD_LIBRARY_PATH (torch must load its own libraries).
 set -uo pipefail
 out=$(realpath -m "${1:?OUT_DIR}")
@@ -11,7 +12,7 @@ mkdir -p "$out"
 here=$(cd "$(dirname "$0")" && pwd)
 export PYTHONPATH="$here/..${PYTHONPATH:+:$PYTHONPATH}"
 n=${NPROC:-2}
-base="\"model\": \"qwen2.5-0.5b\", \"gpus\": $n, \"seq\": 256, \"batch\": 1, \"steps\": 2, \"warmup\": 1"
+base="\"model\": \"qwen2.5-0.5b\", \"method\": \"full\", \"gpus\": $n, \"seq\": 256, \"batch\": 1, \"steps\": 2, \"warmup\": 1"
 # name | the layout's settings (JSON members). zero2 must come back refused (DeepSpeed).
 cases=(
   "ddp|\"parallel\": \"ddp\""
@@ -31,6 +32,10 @@ cases=(
 )
 for c in "${cases[@]}"; do
   name=${c%%|*}
+  if [ "${DRY_RUN:-0}" = 1 ]; then  # what would run, or why not; no GPU needed (the unit tests use it)
+    echo "$name $(python3 -m trainfit_runner.layouts "{$base, ${c#*|}}")"
+    continue
+  fi
   echo "== $name" >> "$out/log.txt"
   timeout 180 python3 -m trainfit_runner --config "{$base, ${c#*|}}" --out "$out/$name.json" >> "$out/log.txt" 2>&1 \
     || echo "   exit $?" >> "$out/log.txt"

@@ -5,6 +5,8 @@ allocator-history analysis behind python/scale_jobs/ddp_busiest_rank.py.
 Runs without torch: `python3 -m unittest discover -s python/tests -p 'test_scale*.py'`.
 """
 import json
+import os
+import subprocess
 import sys
 import tempfile
 import unittest
@@ -193,6 +195,23 @@ class AllocatorHistory(unittest.TestCase):
         self.assertEqual(b["peak_mib"], 170.0)
         self.assertEqual(memtrace.site_differences(a, b), [{"site": "broadcast.py:1 fn", "mib": 40.0},
                                                            {"site": "adam.py:1 fn", "mib": -30.0}])
+
+
+class Smoke(unittest.TestCase):
+    def test_every_smoke_case_runs_but_the_deepspeed_one(self):
+        """python/scale_jobs/smoke.sh DRY_RUN=1: each case's layout as the runner sees it."""
+        script = Path(__file__).resolve().parents[1] / "scale_jobs" / "smoke.sh"
+        with tempfile.TemporaryDirectory() as d:
+            out = subprocess.run(["bash", str(script), d], env=dict(os.environ, DRY_RUN="1"), check=True,
+                                 capture_output=True, text=True).stdout
+        cases = dict(line.split(" ", 1) for line in out.splitlines())
+        self.assertEqual(len(cases), 14)
+        refused = {name for name, text in cases.items() if "refused" in json.loads(text)}
+        self.assertEqual(refused, {"zero2-refused"})
+        self.assertIn("MixedPrecisionPolicy", cases["fsdp-mixed-precision"])
+        self.assertIn('"tp": 2', cases["tp2"])
+        self.assertIn("4 micro-batches", cases["pp2-m4-lora"])
+        self.assertEqual(json.loads(cases["ddp"])["method"], "full")
 
 
 class BusiestSummary(unittest.TestCase):

@@ -202,3 +202,22 @@ def describe(cfg, lay):
             parts.append(fsdp)
     d["api"] = "; ".join(parts)
     return d
+
+
+def main(argv):
+    """`python3 -m trainfit_runner.layouts CONFIG_JSON`: what the runner would run for a config
+    (its layout, as measured.layout says it), or why it refuses it; nothing runs (smoke.sh DRY_RUN=1)."""
+    import json
+    from . import run, setup_schema
+    cfg = setup_schema.complete(json.loads(argv[1]))
+    try:
+        lay = check(cfg, run.model_json(cfg["model"]))
+        print(json.dumps({"method": cfg["method"], "layout": describe(cfg, lay)}))
+    except LayoutError as e:
+        print(json.dumps({"refused": str(e)}))
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+    sys.exit(main(sys.argv))
