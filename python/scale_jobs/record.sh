@@ -3,7 +3,7 @@
 # Usage: python/scale_jobs/record.sh OUT_DIR PREBUILT_DIR [JOB...]
 #   PREBUILT_DIR holds bin/trainfit and lib/ (the GPU machine's .devcarry); JOBs, in order, default all:
 #   env      the machine and the stack (nvidia-smi, topology, torch, transformers)       (seconds)
-#   smoke    python/scale_jobs/smoke.sh: every layout once, Qwen2.5-0.5B                  (~2-3 min)
+#   smoke    python/scale_jobs/smoke.sh: every layout once, Qwen2.5-0.5B                  (~3 min)
 #   busiest  python/scale_jobs/ddp_busiest_rank.sh: rank 1's extra peak under DDP         (~5 min)
 #   bench    trainfit bench plans/scale-out-h200x2.toml (the rows for data/bench/)      (~8 min)
 # Each job fits one 10-minute call: run them one call each. Results: OUT_DIR/{env.txt,smoke/,busiest/,bench/}.

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every multi-GPU layout of the runner once, small: Qwen2.5-0.5B, 256 tokens, 2 steps, through the
 # runner directly (no trainfit binary needed), one torchrun launch each; then one line per layout
-# (status, busiest GPU's peak, step time, error). About two minutes on two GPUs. Run it first:
+# (status, busiest GPU's peak, step time, error). About three minutes on two GPUs. Run it first:
 # a layout that fails here fails in plans/scale-out-h200x2.toml too.
 # Usage: python/scale_jobs/smoke.sh OUT_DIR      (from anywhere; NPROC=2 GPUs by default; DRY_RUN=1:
 # print each case's layout, or the runner's reason to refuse it, and run nothing)
