@@ -140,6 +140,9 @@ def apply_tensor_parallel(torch, model, mesh):
     lm = base_model(model)
     decoder = lm.model
     tied = lm.lm_head.weight is decoder.embed_tokens.weight
+    # A padding row is an index into the whole vocabulary, which no rank's shard holds: dropped
+    # (it only zeroes that row's gradient; Qwen2.5 and Llama 3 configs set none).
+    decoder.embed_tokens.padding_idx = None
     parallelize_module(decoder, mesh, {
         "embed_tokens": RowwiseParallel(input_layouts=Replicate(), output_layouts=Replicate()),
         "norm": SequenceParallel(use_local_output=True),
