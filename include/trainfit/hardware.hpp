@@ -18,6 +18,10 @@ inline constexpr std::int64_t kMaxCardMemoryBytes = std::int64_t{1} << 44;  // 1
 
 enum class GpuClass { consumer, workstation, datacenter };
 
+// One 400 Gb/s InfiniBand NDR (or RoCE) adapter per GPU, as DGX/HGX H100 and H200 systems have:
+// 50 GB/s one direction. A cluster with less gives network_gb_per_s in a GPU spec file.
+inline constexpr double kDefaultNetworkBytesPerSecond = 50e9;
+
 struct GpuSpec {
   std::string id;            // catalogue name: "rtx-5070-ti", "h200"
   std::string name;          // marketing name: "NVIDIA GeForce RTX 5070 Ti"
@@ -40,6 +44,9 @@ struct GpuSpec {
   double host_link_bytes_per_s = 0;  // one direction
   std::string gpu_link;              // "nvlink4", "pcie", "infinity-fabric", "none"
   double gpu_link_bytes_per_s = 0;   // one direction, per GPU
+  // Between hosts, one direction, per GPU (its share of the host's network adapters). Catalogue
+  // cards assume kDefaultNetworkBytesPerSecond; a spec file's network_gb_per_s gives a cluster's own.
+  double network_bytes_per_s = kDefaultNetworkBytesPerSecond;
   std::string source;                // where the figures come from
 };
 

@@ -39,6 +39,10 @@ struct MemoryEstimate {
   std::vector<PhasePeak> phases;          // forward, backward, optimizer
   std::int64_t trainable_parameters = 0;
   std::int64_t total_parameters = 0;
+  // Host memory one host needs for offloaded states (every GPU of the host; 0 without offload).
+  std::int64_t host_bytes = 0;
+  // With pipeline parallelism, the stage these figures are for: the busiest (0 = the first).
+  std::int64_t pipeline_stage = 0;
 };
 
 MemoryEstimate estimate_memory(const ModelSpec& model, const TrainingSetup& setup, const GpuSpec& gpu);

@@ -25,7 +25,17 @@ enum class Attention { sdpa, eager, flash };
 //   fsdp: FSDP2 fully_shard on each decoder layer and on the root: parameters, gradients and
 //         optimizer states sharded across the GPUs, each layer gathered for its forward and again
 //         for its backward.
-enum class Parallel { ddp, fsdp };
+//   fsdp_grad_op: FSDP2 with reshard_after_forward=False (FSDP1's SHARD_GRAD_OP): each layer stays
+//         gathered from its forward to its backward, so the backward gathers nothing.
+//   hsdp: FSDP2 on a 2-D mesh: sharded within a node, replicated across nodes.
+//   zero1, zero2, zero3: DeepSpeed's ZeRO stages: optimizer states (1), plus gradients (2), plus
+//         parameters (3) partitioned across the data-parallel GPUs; ZeroRedundancyOptimizer is
+//         PyTorch's stage 1.
+enum class Parallel { ddp, fsdp, fsdp_grad_op, hsdp, zero1, zero2, zero3 };
+// What a sharded layout keeps in host memory instead of on the GPU (DeepSpeed's offload_optimizer
+// and offload_param, FSDP2's CPUOffloadPolicy, which moves both).
+enum class Offload { none, optimizer, params, optimizer_params };
+enum class OffloadDevice { cpu, nvme };
 // What the driver does with an allocation past the card: Linux fails it (CUDA out of memory); the
 // Windows driver's system-memory fallback serves it from host RAM over the PCIe link (very slowly).
 // (Not plain `linux`: GNU C++ modes define it as a macro.)
@@ -74,6 +84,20 @@ struct TrainingSetup {
   Attention attention = Attention::sdpa;
   std::int64_t gpus = 1;              // data-parallel degree; batch and seq are per GPU
   Parallel parallel = Parallel::ddp;  // with gpus > 1
+  Offload offload = Offload::none;
+  OffloadDevice offload_device = OffloadDevice::cpu;
+  // FSDP's mixed-precision policy: the dtype layers are gathered and computed in, and the dtype
+  // gradients are reduced in. Unset: the parameters' own dtype (no policy).
+  std::optional<DType> fsdp_param_dtype;
+  std::optional<DType> fsdp_reduce_dtype;
+  // Model parallelism: tensor (with sequence parallelism), pipeline (1F1B over `microbatches`
+  // micro-batches of `batch` sequences) and context (the sequence split across GPUs). `gpus` is
+  // every GPU of the run; the data-parallel degree is gpus / (tp x pp x cp).
+  std::int64_t tp = 1;
+  std::int64_t pp = 1;
+  std::int64_t microbatches = 1;
+  std::int64_t cp = 1;
+  std::int64_t nodes = 1;  // hosts the GPUs are spread over, gpus / nodes on each
   double headroom = 0.2;              // fraction of capacity to keep free
   Platform platform = Platform::on_linux;
 
@@ -88,6 +112,8 @@ DType parse_dtype(std::string_view s);
 Optimizer parse_optimizer(std::string_view s);
 Attention parse_attention(std::string_view s);
 Parallel parse_parallel(std::string_view s);
+Offload parse_offload(std::string_view s);
+OffloadDevice parse_offload_device(std::string_view s);
 Platform parse_platform(std::string_view s);
 std::vector<std::string> parse_lora_targets(std::string_view s);  // "all-linear" or "q,k,v,o" / "q_proj,v_proj"
 // The short form users write: "all-linear", or "q,v" for {"q_proj", "v_proj"}.
@@ -100,6 +126,8 @@ std::string to_string(DType d);
 std::string to_string(Optimizer o);
 std::string to_string(Attention a);
 std::string to_string(Parallel p);
+std::string to_string(Offload o);
+std::string to_string(OffloadDevice d);
 std::string to_string(Platform p);
 
 double bytes_per_element(DType d);  // 0.5 for 4-bit types
@@ -109,5 +137,15 @@ inline constexpr std::int64_t kMaxMicroBatchTokens = std::int64_t{1} << 24;
 // Throws SettingError naming the setting when a value is out of its range or the setup is
 // inconsistent (qlora with bf16 weights, rank 0, seq 0...).
 void validate(const TrainingSetup& setup);
+
+// The layout's degrees: data-parallel GPUs (gpus / (tp x pp x cp)) and the GPUs one host holds.
+std::int64_t data_parallel_degree(const TrainingSetup& setup);
+// Whether the layout shards parameters at rest (FSDP's family and ZeRO-3), gradients (those and
+// ZeRO-2) or optimizer states (those and ZeRO-1), across the data-parallel GPUs.
+bool shards_parameters(Parallel p);
+bool shards_gradients(Parallel p);
+bool shards_optimizer(Parallel p);
+bool offloads_optimizer(Offload o);
+bool offloads_params(Offload o);
 
 }  // namespace trainfit

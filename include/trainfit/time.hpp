@@ -101,17 +101,36 @@ struct StepWork {
   // Data parallelism, per micro-batch: the bytes each GPU's link carries (NCCL's bus bytes).
   double all_reduce_bytes = 0;      // DDP: 2 (n-1)/n x the trainable gradients
   double all_gather_bytes = 0;      // FSDP: (n-1)/n x (layers gathered twice, root once, gradients scattered)
+  // Per optimizer step (once however many micro-batches accumulate, under no_sync): ZeRO-1/2's
+  // gradient reduction and parameter all-gather; HSDP's all-reduce between hosts (network_bytes).
+  double step_collective_bytes = 0;
+  double network_bytes = 0;
+  // Model parallelism, per micro-batch: tensor parallelism's all-gathers and reduce-scatters,
+  // context parallelism's key/value ring, pipeline parallelism's activations between stages.
+  double model_parallel_bytes = 0;
+  // Offload over the host link: parameters brought in for every gather (per micro-batch), and
+  // gradients out and updated parameters back (per step); the CPU optimizer's memory traffic.
+  double offload_micro_bytes = 0;
+  double offload_step_bytes = 0;
+  double host_optimizer_bytes = 0;
+  // Pipeline parallelism: stages, and micro-batches a step runs through them (1F1B).
+  double pipeline_stages = 1;
+  double pipeline_microbatches = 1;
+  double data_parallel = 1;  // replicas that each run the step's micro-batches (tokens per step)
+  bool dp_crosses_hosts = false;  // the data-parallel group spans hosts: its collectives cross the network
 };
 
 StepWork step_work(const ModelSpec& model, const TrainingSetup& setup);
 
 struct TimeEstimate {
   double step_seconds = 0;       // steady-state wall time of one optimizer step
-  double tokens_per_second = 0;  // batch x seq x grad_accum x gpus / step_seconds (all GPUs together)
+  double tokens_per_second = 0;  // batch x seq x grad_accum x microbatches x data-parallel GPUs / step_seconds
   double gpu_seconds = 0;        // the GPU's own work for the step
   double host_seconds = 0;       // the host's dispatch work for the step
   double spill_seconds = 0;      // system-memory fallback traffic (0 when the step fits)
-  double communication_seconds = 0;  // data-parallel collectives (0 on one GPU)
+  double communication_seconds = 0;  // collectives between GPUs (0 on one GPU)
+  double pipeline_bubble_seconds = 0;  // pipeline stages idle while it fills and drains
+  double offload_seconds = 0;        // host link traffic and the CPU optimizer step of offloading
   double mfu = 0;                // model FLOPs / (step_seconds x dense bf16 peak)
   double spill_slowdown = 1;     // step_seconds / the same step fitting in memory
   Bottleneck bottleneck = Bottleneck::compute;

@@ -24,7 +24,6 @@ import gc
 import importlib
 import json
 import os
-import re
 import statistics
 import subprocess
 import sys
@@ -32,7 +31,7 @@ import time
 import traceback
 from pathlib import Path
 
-from . import setup_schema
+from . import layouts, setup_schema
 
 MIB = 1 << 20
 # The built-in models' config.json files: data/models/ of the repository this package is in
@@ -128,17 +127,21 @@ def builtin_config_path(name):
     return None
 
 
-def load_hf_config(name):
-    """The transformers config of a built-in name (data/models/NAME.json) or a config.json path."""
-    import transformers
+def config_json_path(name):
+    """The config.json of a model: a path to it or to a folder holding it, or a built-in name; or None."""
     p = Path(name)
     if p.is_dir():
         p = p / "config.json"
-    if not p.is_file():
-        p = builtin_config_path(name)
-        if p is None:
-            raise FileNotFoundError("model %r: no such config.json, and no built-in model of that name in %s"
-                                    % (name, " or ".join(str(d) for d in MODEL_DIRS)))
+    return p if p.is_file() else builtin_config_path(name)
+
+
+def load_hf_config(name):
+    """The transformers config of a built-in name (data/models/NAME.json) or a config.json path."""
+    import transformers
+    p = config_json_path(name)
+    if p is None:
+        raise FileNotFoundError("model %r: no such config.json, and no built-in model of that name in %s"
+                                % (name, " or ".join(str(d) for d in MODEL_DIRS)))
     d = json.loads(p.read_text())
     d.pop("torch_dtype", None)
     d.pop("transformers_version", None)
@@ -276,20 +279,27 @@ def quantize(torch, model, weights, compute, cfg):
 # ---------------------------------------------------------------------------------------------
 # Steps
 
-def make_optimizer(torch, name, params, device):
+def optimizer_spec(torch, name, device):
+    """(optimizer class, keyword arguments) of an optimizer setting: what make_optimizer builds, and
+    what ZeroRedundancyOptimizer (zero1) builds on each rank's share of the parameters."""
     if name == "adamw":
-        return torch.optim.AdamW(params, lr=1e-4, **({"fused": True} if device.type == "cuda" else {}))
+        return torch.optim.AdamW, dict(lr=1e-4, **({"fused": True} if device.type == "cuda" else {}))
     if name == "sgd":
-        return torch.optim.SGD(params, lr=1e-4)
+        return torch.optim.SGD, {"lr": 1e-4}
     if name == "sgd-momentum":
-        return torch.optim.SGD(params, lr=1e-4, momentum=0.9)
+        return torch.optim.SGD, {"lr": 1e-4, "momentum": 0.9}
     if name == "adafactor":
         from transformers.optimization import Adafactor
-        return Adafactor(params, lr=1e-4, scale_parameter=False, relative_step=False, warmup_init=False)
+        return Adafactor, {"lr": 1e-4, "scale_parameter": False, "relative_step": False, "warmup_init": False}
     if name == "adamw-8bit":
         import bitsandbytes as bnb
-        return bnb.optim.AdamW8bit(params, lr=1e-4)
+        return bnb.optim.AdamW8bit, {"lr": 1e-4}
     raise ValueError("unknown optimizer %r" % name)
+
+
+def make_optimizer(torch, name, params, device):
+    cls, kwargs = optimizer_spec(torch, name, device)
+    return cls(params, **kwargs)
 
 
 def cap_allocator(torch, device, vram, nv):
@@ -307,21 +317,72 @@ def cap_allocator(torch, device, vram, nv):
     return {"emulated_vram_mib": mib(vram), "allocator_limit_mib": mib(limit), "context_at_cap_mib": mib(context)}
 
 
-def run_steps(torch, model, cfg, device, vocab, nv, res, dist_info):
-    ddp = dist_info is not None
+def autocast_context(torch, cfg, device):
+    """A context manager factory: torch.autocast in the amp dtype, or nothing."""
+    amp = cfg.get("amp")
+    if not amp:
+        return contextlib.nullcontext
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[amp]
+    return lambda: torch.autocast(device.type, dtype=dtype)
+
+
+def run_steps(torch, model, cfg, device, vocab, nv, res, dist_info, pipe=None):
+    """The measured steps. `model` is what wrap_distributed returned; `pipe` a parallel.Pipeline
+    when this rank is a pipeline stage (its step runs every micro-batch, forward and backward)."""
+    lay = layouts.layout_of(cfg)
     params = [p for p in model.parameters() if p.requires_grad]
-    res["params_total"] = sum(p.numel() for p in model.parameters())
-    res["params_trainable"] = sum(p.numel() for p in params)
-    if ddp:
-        model = wrap_distributed(torch, model, cfg, device)
-        params = [p for p in model.parameters() if p.requires_grad]
-    opt = make_optimizer(torch, cfg["optimizer"], params, device)
+    # FSDP2's CPUOffloadPolicy keeps shards and gradients on the host: the optimizer steps there,
+    # with the same class and arguments as on the GPU (fused AdamW has a CPU kernel). A torch
+    # whose fused AdamW refuses these parameters (offloaded DTensor shards), when it is built or
+    # at its first step, gets the default implementation instead, and the row says so.
+    opt_device = torch.device("cpu") if dist_info is not None and lay.offload == "optimizer,params" else device
+    cls, kwargs = optimizer_spec(torch, cfg["optimizer"], device)
+
+    def build_optimizer():
+        if dist_info is not None and lay.parallel == "zero1":
+            from . import parallel
+            return parallel.make_zero1(torch, params, cls, kwargs)
+        return cls(params, **kwargs)
+
+    def describe_optimizer():
+        res["optimizer"] = "%s(%s%s) on %s" % (type(opt).__name__, cls.__name__,
+                                                ", fused" if kwargs.get("fused") else "", opt_device.type)
+
+    def unfused_on_cpu(e):
+        if opt_device.type != "cpu" or not kwargs.pop("fused", False):
+            return False
+        res["optimizer_fallback"] = "fused on the CPU failed (%s): default AdamW" % str(e).split("\n")[0][:300]
+        return True
+
+    try:
+        opt = build_optimizer()
+    except (RuntimeError, NotImplementedError) as e:
+        if not unfused_on_cpu(e):
+            raise
+        opt = build_optimizer()
+    describe_optimizer()
+
+    def optimizer_step():
+        nonlocal opt
+        try:
+            opt.step()
+        except (RuntimeError, NotImplementedError) as e:
+            if not unfused_on_cpu(e):
+                raise
+            opt = build_optimizer()
+            describe_optimizer()
+            opt.step()
+
     B, S, accum = cfg["batch"], cfg["seq"], cfg["grad_accum"]
     gen = torch.Generator(device="cpu").manual_seed(1234)
-    ids = torch.randint(0, vocab, (B, S), generator=gen).to(device)
-    amp = cfg.get("amp")
-    amp_ctx = (lambda: torch.autocast(device.type, dtype={"bf16": torch.bfloat16, "fp16": torch.float16}[amp])) \
-        if amp else contextlib.nullcontext
+    # A pipeline step feeds `microbatches` micro-batches of `batch` sequences at once.
+    ids = torch.randint(0, vocab, (B * lay.microbatches if pipe else B, S), generator=gen).to(device)
+    amp_ctx = autocast_context(torch, cfg, device)
+    # DDP (and zero1, which is DDP underneath) all-reduces once per optimizer step: the first
+    # accum-1 micro-batches run under no_sync, as accelerate does.
+    from torch.nn.parallel import DistributedDataParallel
+    no_sync = model.no_sync if accum > 1 and isinstance(model, DistributedDataParallel) else None
+    res["grad_sync"] = "no_sync on the first %d micro-batches" % (accum - 1) if no_sync else "every micro-batch"
     cuda = device.type == "cuda"
     sync = (lambda: torch.cuda.synchronize(device)) if cuda else (lambda: None)
     vram = cfg.get("vram_bytes")
@@ -351,16 +412,20 @@ def run_steps(torch, model, cfg, device, vocab, nv, res, dist_info):
                 torch.cuda.reset_peak_memory_stats(device)
             t0 = time.perf_counter()
             peaks = {}
-            for micro in range(accum):
-                with amp_ctx():
-                    loss = model(input_ids=ids, labels=ids).loss
-                if accum > 1:
-                    loss = loss / accum
-                peaks.setdefault("forward", []).append(phase_peak())
-                loss.backward()
-                del loss
-                peaks.setdefault("backward", []).append(phase_peak())
-            opt.step()
+            if pipe is not None:
+                pipe.step(ids)  # 1F1B: forwards and backwards interleaved, one phase
+                peaks["pipeline"] = [phase_peak()]
+            for micro in range(accum if pipe is None else 0):
+                with (no_sync() if no_sync and micro < accum - 1 else contextlib.nullcontext()):
+                    with amp_ctx():
+                        loss = model(input_ids=ids, labels=ids).loss
+                    if accum > 1:
+                        loss = loss / accum
+                    peaks.setdefault("forward", []).append(phase_peak())
+                    loss.backward()
+                    del loss
+                    peaks.setdefault("backward", []).append(phase_peak())
+            optimizer_step()
             opt.zero_grad(set_to_none=True)
             peaks["optimizer"] = [phase_peak()]
             sync()
@@ -383,6 +448,7 @@ def run_steps(torch, model, cfg, device, vocab, nv, res, dist_info):
         res["max_allocated_at_oom_mib"] = mib(torch.cuda.max_memory_allocated(device))
         steps.pop()  # the step that failed has no figures
     summarise(res, cfg, cuda, stats, device)
+    res.update(host_memory(torch))
     return model
 
 
@@ -393,7 +459,7 @@ def summarise(res, cfg, cuda, stats, device):
     if steady:
         med = statistics.median(s["seconds"] for s in steady)
         res["step_seconds_median"] = round(med, 5)
-        tokens = cfg["seq"] * cfg["batch"] * cfg["grad_accum"] * int(os.environ.get("WORLD_SIZE", "1"))
+        tokens = layouts.tokens_per_step(cfg, layouts.layout_of(cfg))
         res["tokens_per_second"] = round(tokens / med, 1) if med > 0 else None
     if cuda and steady:
         best = max(steady, key=lambda s: s["peak_allocated_mib"])
@@ -412,22 +478,40 @@ def summarise(res, cfg, cuda, stats, device):
 # ---------------------------------------------------------------------------------------------
 # Several GPUs: torchrun starts one process per GPU; each runs the steps on its shard of the work.
 
-def wrap_distributed(torch, model, cfg, device):
-    """DDP (every rank holds the whole model; gradients all-reduced in buckets) or FSDP2's
-    fully_shard (parameters, gradients and optimizer states sharded; each decoder layer its own
-    unit, gathered for its forward and again for its backward; the root unit holds the
-    embedding, final norm and output layer).  FSDP2 shards each parameter on its own, so a LoRA
-    model's bf16 base and fp32 adapters can share a unit (FSDP1's flat parameters could not)."""
-    if cfg.get("parallel", "ddp") == "fsdp":
-        from torch.distributed.fsdp import fully_shard
-        inner = model.get_base_model() if hasattr(model, "get_base_model") else model
-        layers = [m for n, m in inner.named_modules() if re.fullmatch(r"(.*\.)?layers\.\d+", n)]
-        for layer in layers:
-            fully_shard(layer)
-        fully_shard(inner)
-        return model
-    from torch.nn.parallel import DistributedDataParallel as DDP
-    return DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
+def wrap_distributed(torch, model, cfg, device, res):
+    """Lays the model out over the GPUs as the config says (layouts.py checked it can run; docs/bench.md,
+    "Layouts on several GPUs"). Returns (model to train, pipeline or None, pipeline stage or None):
+
+    - ddp, zero1: DistributedDataParallel (every rank holds the whole model; gradients all-reduced
+      in buckets); zero1 shards the optimizer states (run_steps builds ZeroRedundancyOptimizer).
+    - fsdp, fsdp-grad-op, hsdp: FSDP2's fully_shard per decoder layer and on the root (the
+      embedding, final norm and output layer), with the mixed-precision and offload policies.
+      FSDP2 shards each parameter on its own, so a LoRA model's bf16 base and fp32 adapters can
+      share a unit (FSDP1's flat parameters could not).
+    - tp > 1: tensor parallelism (parallel.apply_tensor_parallel), FSDP2 over the data-parallel
+      replicas when there are several.
+    - pp > 1: this rank's pipeline stage (parallel.build_pipeline)."""
+    from . import parallel
+    lay = layouts.layout_of(cfg)
+    res["layout"] = layouts.describe(cfg, lay)
+    mesh = parallel.make_mesh(torch, lay, device)
+    if lay.pp > 1:
+        module, pipe, stage = parallel.build_pipeline(torch, model, cfg, lay, mesh, device,
+                                                      autocast_context(torch, cfg, device))
+        res["pipeline_layers"] = list(getattr(module, "layer_range", ()) or
+                                      getattr(getattr(module, "module", None), "layer_range", ()))
+        return module, pipe, stage
+    if lay.tp > 1:
+        res["tp_plan"] = parallel.TP_PLAN_TEXT
+        model = parallel.apply_tensor_parallel(torch, model, mesh["tp"])
+        if lay.dp > 1:
+            model = parallel.apply_fsdp(torch, model, cfg, lay, mesh["dp"])
+        return model, None, None
+    if lay.parallel in layouts.FSDP_FAMILY:
+        # The full tensors fully_shard replaced stay in the allocator's cache, as in a user's
+        # script that builds on the GPU and then shards (and as the FSDP rows of data/bench/ ran).
+        return parallel.apply_fsdp(torch, model, cfg, lay, mesh), None, None
+    return parallel.apply_ddp(torch, model, device), None, None
 
 
 def relaunch_under_torchrun(cfg, out):
@@ -447,9 +531,12 @@ def run(cfg, out):
     torch.manual_seed(0)
     dist_info = None
     if "WORLD_SIZE" in os.environ and int(os.environ["WORLD_SIZE"]) > 1:
+        import datetime as dt
         import torch.distributed as dist
         backend = "nccl" if cfg.get("device", "cuda") == "cuda" else "gloo"
-        dist.init_process_group(backend)
+        # A rank that fails while the others wait in a collective: the watchdog ends the wait after
+        # this long, instead of the bench's whole timeout.
+        dist.init_process_group(backend, timeout=dt.timedelta(seconds=int(cfg.get("x_dist_timeout_s", 300))))
         dist_info = (dist.get_rank(), dist.get_world_size())
     local = int(os.environ.get("LOCAL_RANK", "0"))
     if cfg.get("device", "cuda") == "cuda":
@@ -463,13 +550,25 @@ def run(cfg, out):
     row = {"config": cfg, "stack": stack_info(torch, device, nv)}
     res = {"status": "running"}
     row["measured"] = res
+    stage = None
     t0 = time.time()
     try:
         if device.type == "cuda":
             res["residual_before_build_mib"] = mib(torch.cuda.memory_allocated(device))
         model, vocab = build_model(torch, cfg, device, res)
         res["build_seconds"] = round(time.time() - t0, 2)
-        run_steps(torch, model, cfg, device, vocab, nv, res, dist_info)
+        res["params_total"] = sum(p.numel() for p in model.parameters())
+        res["params_trainable"] = sum(p.numel() for p in model.parameters() if p.requires_grad)
+        pipe = None
+        if dist_info is not None:
+            model, pipe, stage = wrap_distributed(torch, model, cfg, device, res)
+            lay = layouts.layout_of(cfg)
+            if lay.tp > 1 or lay.pp > 1:
+                # What tensor parallelism replaced and the layers of other pipeline stages, now
+                # that nothing holds them, go back to the driver: the steps start from the layout.
+                from . import parallel
+                parallel.free_cached(torch, device)
+        run_steps(torch, model, cfg, device, vocab, nv, res, dist_info, pipe)
         if res["status"] == "running":
             res["status"] = "ok"
     except Exception as e:  # the row says what went wrong; the orchestrator keeps going
@@ -481,16 +580,12 @@ def run(cfg, out):
     if dist_info is not None:
         import torch.distributed as dist
         per_rank = [None] * dist_info[1]
-        mine = {k: res.get(k) for k in ("status", "peak_allocated_mib", "peak_reserved_mib", "device_used_mib",
-                                        "step_seconds_median", "error")}
+        mine = {k: res.get(k) for k in PER_RANK_FIELDS}
+        mine.update(rank=dist_info[0], stage=stage)
+        if "host_rss_mib" not in mine or mine["host_rss_mib"] is None:
+            mine.update(host_memory(torch))  # a rank that failed before its steps
         dist.all_gather_object(per_rank, mine)
-        res["per_rank"] = per_rank
-        peaks = [r["peak_allocated_mib"] for r in per_rank if r.get("peak_allocated_mib") is not None]
-        if peaks:
-            res["peak_allocated_mib"] = max(peaks)  # the busiest GPU decides whether the run fits
-        bad = [r["status"] for r in per_rank if r["status"] != "ok"]
-        if bad:
-            res["status"] = "oom" if "oom" in bad else bad[0]
+        merge_ranks(res, per_rank)
         res["world_size"] = dist_info[1]
         if dist_info[0] == 0:
             write_row(out, row)
@@ -498,6 +593,66 @@ def run(cfg, out):
     else:
         write_row(out, row)
     return 0
+
+
+# What each rank reports to rank 0 (measured.per_rank[i], with its rank and pipeline stage).
+PER_RANK_FIELDS = ("status", "peak_allocated_mib", "peak_phase", "peak_reserved_mib", "device_used_mib",
+                   "weights_loaded_mib", "step_seconds_median", "host_rss_mib", "host_rss_peak_mib",
+                   "host_pinned_mib", "host_pinned_peak_mib", "host_pinned_stats", "error")
+
+
+def merge_ranks(res, per_rank):
+    """The row's figures from every rank's: the busiest GPU's peak decides whether the run fits
+    (and its phase goes with it); the slowest rank's step time is the step's; the status is the
+    worst (oom before any other failure)."""
+    res["per_rank"] = per_rank
+    ranked = [r for r in per_rank if r.get("peak_allocated_mib") is not None]
+    if ranked:
+        busiest = max(ranked, key=lambda r: r["peak_allocated_mib"])
+        res["peak_allocated_mib"] = busiest["peak_allocated_mib"]
+        res["peak_phase"] = busiest.get("peak_phase", res.get("peak_phase"))
+        res["busiest_rank"] = busiest.get("rank")
+    for key in ("peak_reserved_mib", "device_used_mib", "step_seconds_median", "host_rss_peak_mib"):
+        values = [r[key] for r in per_rank if r.get(key) is not None]
+        if values:
+            res[key] = max(values)
+    bad = [r["status"] for r in per_rank if r.get("status") != "ok"]
+    if bad:
+        res["status"] = "oom" if "oom" in bad else bad[0]
+
+
+def host_memory(torch=None):
+    """This process's host memory (MiB): resident set now and at its peak (/proc/self/status
+    VmRSS, VmHWM), and the CUDA pinned host memory the caching host allocator holds (offloaded
+    shards and their staging buffers), now and at its peak, where PyTorch reports it."""
+    out = {}
+    try:
+        with open("/proc/self/status") as f:
+            out.update(parse_proc_status(f.read()))
+    except OSError:
+        pass
+    try:
+        st = torch.cuda.host_memory_stats()
+        out["host_pinned_mib"] = mib(st.get("allocated_bytes.current"))
+        out["host_pinned_peak_mib"] = mib(st.get("allocated_bytes.peak"))
+        # The byte counters as this version names them, in case the two above are named otherwise.
+        out["host_pinned_stats"] = {k: v for k, v in st.items() if "bytes" in k}
+    except Exception:
+        pass
+    return out
+
+
+def parse_proc_status(text):
+    """{host_rss_mib, host_rss_peak_mib} from the text of /proc/<pid>/status (values in kB)."""
+    keys = {"VmRSS": "host_rss_mib", "VmHWM": "host_rss_peak_mib"}
+    out = {}
+    for line in text.splitlines():
+        name, _, value = line.partition(":")
+        if name in keys:
+            fields = value.split()
+            if fields and fields[0].isdigit():
+                out[keys[name]] = round(int(fields[0]) / 1024, 1)
+    return out
 
 
 def main(argv=None):
@@ -514,9 +669,32 @@ def main(argv=None):
     else:
         text = args.config
     cfg = setup_schema.complete(json.loads(text))
-    if cfg["gpus"] > 1 and "WORLD_SIZE" not in os.environ:
-        return relaunch_under_torchrun(cfg, args.out)
+    if "WORLD_SIZE" not in os.environ:
+        # A layout this runner cannot run is refused here, before torchrun and the GPUs start.
+        try:
+            layouts.check(cfg, model_json(cfg["model"]))
+        except layouts.LayoutError as e:
+            write_row(args.out, refused_row(cfg, str(e)))
+            return 0
+        if cfg["gpus"] > 1:
+            return relaunch_under_torchrun(cfg, args.out)
     return run(cfg, args.out)
+
+
+def model_json(name):
+    """The model's config.json as a dict (for the layout checks), or None when it cannot be read here."""
+    p = config_json_path(name)
+    try:
+        return json.loads(p.read_text()) if p is not None else None
+    except (OSError, ValueError):
+        return None
+
+
+def refused_row(cfg, reason):
+    """The row of a config whose layout the runner refuses: status error, the reason, nothing run."""
+    return {"config": cfg,
+            "stack": {"date": datetime.date.today().isoformat(), "python": sys.version.split()[0]},
+            "measured": {"status": "error", "error": "LayoutError: " + reason, "refused": True}}
 
 
 if __name__ == "__main__":

@@ -78,6 +78,8 @@ def complete(cfg, runner_fields=True):
         derived = prop.get("x-derived-default")
         if derived and "times" in derived:
             value = derived["factor"] * out[derived["times"]]
+            if prop.get("type") == "integer":  # microbatches = pp, not 2.0
+                value = int(round(value))
         elif derived and ("when" not in derived or _holds(derived["when"], out)):
             value = derived["value"]
         out[key] = value

@@ -72,6 +72,17 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// The layouts advise tries on several GPUs when `parallel` is free: each shards or offloads more
+// than the one before.
+const std::vector<std::pair<Parallel, Offload>>& data_parallel_layouts() {
+  static const std::vector<std::pair<Parallel, Offload>> layouts = {
+      {Parallel::ddp, Offload::none},          {Parallel::zero1, Offload::none},
+      {Parallel::zero2, Offload::none},        {Parallel::fsdp_grad_op, Offload::none},
+      {Parallel::fsdp, Offload::none},         {Parallel::zero3, Offload::none},
+      {Parallel::zero3, Offload::optimizer},   {Parallel::zero3, Offload::optimizer_params}};
+  return layouts;
+}
+
 // Values each free setting takes in the grid. Ranks and sequences are powers of two, as people
 // choose them; the optimizers are the ones that train the same way at different state precision.
 std::vector<std::vector<std::string>> lora_target_choices() {
@@ -204,11 +215,18 @@ class Search {
           out.push_back(t);
           continue;
         }
-        for (const Parallel p :
-             layout_free ? std::vector<Parallel>{Parallel::ddp, Parallel::fsdp} : std::vector<Parallel>{s.parallel}) {
+        if (!layout_free) {
+          out.push_back(t);
+          continue;
+        }
+        // The data-parallel layouts, from the one that stores the most to the one that stores the
+        // least (a layout the setup cannot run, QLoRA under FSDP, is skipped when its group is priced).
+        for (const auto& [p, offload] : data_parallel_layouts()) {
           t.parallel = p;
+          t.offload = offload;
           out.push_back(t);
         }
+        t.offload = s.offload;
       }
       return out;
     });
@@ -349,7 +367,7 @@ class Search {
     const TrainingSetup& b = r_.base;
     return (s.method != b.method) + (s.lora.rank != b.lora.rank) + (s.lora.targets != b.lora.targets) +
            (s.optimizer != b.optimizer) + (j.grad_ckpt != b.grad_ckpt) + (s.attention != b.attention) +
-           (s.gpus != b.gpus) + (s.parallel != b.parallel) + (s.gpu != b.gpu) + (seq_of(fit_index) != b.seq) +
+           (s.gpus != b.gpus) + (s.parallel != b.parallel) + (s.offload != b.offload) + (s.gpu != b.gpu) + (seq_of(fit_index) != b.seq) +
            (j.batch != b.batch) + (j.grad_accum != b.grad_accum);
   }
 

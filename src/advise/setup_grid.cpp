@@ -38,8 +38,14 @@ SetupGroup::SetupGroup(const ModelSpec& model, const TrainingSetup& base, const 
   validate(base_);
   // describe_step reads neither the batch (but for `tokens`), nor the accumulation, nor
   // checkpointing, and neither do memory_basis and work_basis: one description serves the group.
+  check_layout(model, base_);
   const StepShape st = describe_step(model, base_);
   memory_ = memory_basis(model, base_, gpu, st);
+  const Layout layout = layout_of(base_);
+  if (layout.pp > 1) {
+    last_stage_memory_ = stage_basis(memory_, model, base_, st, last_stage(model, layout));
+    memory_ = stage_basis(memory_, model, base_, st, first_stage(model, layout));
+  }
   timed_ = has_rates(gpu);
   if (timed_) work_ = work_basis(model, base_, st);
 
@@ -70,7 +76,11 @@ SetupGroup::Point SetupGroup::at(std::int64_t batch, std::int64_t grad_accum, bo
   if (batch < min_batch_ || batch > max_batch_ || grad_accum < min_grad_accum_ || grad_accum > max_grad_accum_)
     validate_point(batch, grad_accum);
   const double tokens = micro_batch_tokens(base_.seq, batch);
-  const StepMemory memory = step_memory(memory_, tokens, grad_accum, grad_ckpt);
+  StepMemory memory = step_memory(memory_, tokens, grad_accum, grad_ckpt);
+  if (last_stage_memory_) {
+    StepMemory last = step_memory(*last_stage_memory_, tokens, grad_accum, grad_ckpt);
+    if (last.peak_allocated_bytes > memory.peak_allocated_bytes) memory = last;
+  }
   Point p;
   p.peak_allocated_bytes = memory.peak_allocated_bytes;
   p.device_used_bytes = memory.device_used_bytes;

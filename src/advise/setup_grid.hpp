@@ -5,6 +5,7 @@
 // by the same functions estimate_memory and estimate_time run (memory/memory_model.hpp,
 // time/time_model.hpp), from what the group kept: the same numbers, with no allocation.
 #include <cstdint>
+#include <optional>
 
 #include "memory/memory_model.hpp"
 #include "time/time_model.hpp"
@@ -48,6 +49,8 @@ class SetupGroup {
   GpuSpec gpu_;
   TimeProfile profile_;
   MemoryBasis memory_;
+  // With pipeline parallelism memory_ is the first stage's and this the last's: the busier decides.
+  std::optional<MemoryBasis> last_stage_memory_;
   WorkBasis work_;
   bool timed_ = false;  // the card has the rates the time model needs (has_rates)
   // The batches and accumulations validate() accepts with base's other settings: inside them,

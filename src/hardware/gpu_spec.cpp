@@ -28,7 +28,7 @@ constexpr std::size_t kMaxFileBytes = std::size_t{1} << 20;
 constexpr std::string_view kFields =
     "id, name, vendor, architecture, compute_capability, class, memory, memory_bytes, memory_bandwidth, "
     "memory_bandwidth_bytes_per_s, fp32_tflops, tf32_tflops, bf16_tflops, fp16_tflops, fp8_tflops, int8_tops, "
-    "pcie_generation, pcie_lanes, host_link_gb_per_s, gpu_link, gpu_link_gb_per_s, source, base";
+    "pcie_generation, pcie_lanes, host_link_gb_per_s, gpu_link, gpu_link_gb_per_s, network_gb_per_s, source, base";
 
 // What a catalogue card must say for itself: left out, each would silently take a user file's
 // "unknown" default ("custom", a datacenter card of compute capability 0.0...).
@@ -202,6 +202,8 @@ GpuCard read_gpu_card(std::string_view toml_text, std::string_view source_name, 
     } else if (key == "gpu_link_gb_per_s") {
       spec.gpu_link_bytes_per_s = bounded(r, key, node, kMaxLinkGBs, true) * 1e9;
       gpu_link_rate_set = true;
+    } else if (key == "network_gb_per_s") {
+      spec.network_bytes_per_s = bounded(r, key, node, kMaxLinkGBs, false) * 1e9;
     } else {
       r.fail(&node, key, fmt::format("unknown field (known: {}{})", kFields, catalogue ? ", aliases" : ""));
     }

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "memory/memory_model.hpp"
+#include "memory/layout.hpp"
 #include "memory/step_shape.hpp"
 #include "trainfit/memory.hpp"
 
@@ -29,22 +30,128 @@ double cublas_workspace_bytes(const GpuSpec& gpu) {
   return kCublasWorkspacesPerStep * each + kCublasLtWorkspace;
 }
 
-MemoryBasis memory_basis(const ModelSpec& model, const TrainingSetup& setup, const GpuSpec& gpu, const StepShape& st) {
+namespace {
+
+// Mixed-precision storage under a compute-dtype step (`st` describes the step in the compute
+// dtype), and what offloading moves to the host.
+void apply_storage_and_offload(MemoryBasis& b, const TrainingSetup& s, const Layout& lay, const StepShape& st) {
+  MemoryMoment& base = b.base;
+  const double share_o = 1.0 / lay.state_shards;
+  // The step's own dtype (`st`'s) and the storage's: fp32 storage over a bf16 step is a ratio of 2.
+  const double compute_bytes = bytes_per_element(lay.compute_dtype ? *lay.compute_dtype : s.weights);
+  const double storage_bytes = lay.fp32_master ? 4.0 : bytes_per_element(s.weights);
+  const double ratio = s.method == Method::full ? storage_bytes / compute_bytes : 1.0;
+  double grad_partition = 0;  // DeepSpeed's gradient partition in the optimizer's dtype
+  if (lay.zero) {
+    // DeepSpeed: the module in the compute dtype (sharded at stage 3, as `st` has it), and in each
+    // GPU's partition the optimizer's own copy of its parameters (fp32 master weights in bf16/fp16
+    // mode), their states and their gradients: 16 bytes a parameter in bf16 mode, as DeepSpeed's
+    // estimators count (estimate_zero2/3_model_states_mem_needs). Stage 2 also counts every
+    // gradient whole in the compute dtype, as each is made before its bucket reduces it.
+    if (lay.fp32_master) base.master_weights = st.params.weights * ratio * share_o;
+    base.optimizer_states *= ratio;
+    grad_partition = st.gradients * ratio * share_o;
+    b.all_grads = (s.parallel == Parallel::zero2 ? st.gradients : 0.0) + grad_partition;
+    b.layer_grad = s.parallel == Parallel::zero2 ? (b.all_grads - b.root_grads) / b.layers : grad_partition / b.layers;
+  } else if (lay.compute_dtype) {
+    // FSDP's MixedPrecisionPolicy: the sharded parameters stay in their storage dtype, and so do
+    // their gradients (cast back after the reduce-scatter) and the optimizer states; only the
+    // gathered layers (`st`'s) are in the compute dtype.
+    base.weights *= ratio;
+    base.optimizer_states *= ratio;
+    b.all_grads *= ratio;
+    b.layer_grad *= ratio;
+  }
+  double host = 0;
+  if (lay.offload_states) {
+    // The optimizer steps on the CPU: its states, its master weights and the gradients it reads
+    // live in host memory (DeepSpeed's offload_optimizer; FSDP2's CPUOffloadPolicy moves the
+    // sharded gradients there after each reduce-scatter).
+    host += base.optimizer_states + base.master_weights;
+    base.optimizer_states = 0;
+    base.master_weights = 0;
+    b.optimizer_transient = 0;
+    if (lay.zero) {
+      host += grad_partition;
+      b.all_grads = 0;  // reduced bucket by bucket and copied out
+      b.layer_grad = 0;
+    } else {
+      host += b.all_grads;
+      b.all_grads = 0;
+      b.layer_grad = 0;
+    }
+  }
+  if (lay.offload_params) {
+    host += base.weights + base.adapters;
+    base.weights = 0;
+    base.adapters = 0;
+  }
+  b.host_bytes = host * lay.gpus_per_node;
+}
+
+}  // namespace
+
+// A pipeline stage's share of the whole model's basis: its layers' part of every
+// parameter-shaped state plus the embedding (first stage) or the output layer (last stage; a tied
+// output layer is its own copy there), and the micro-batches 1F1B keeps in flight on it.
+MemoryBasis stage_basis(const MemoryBasis& whole, const ModelSpec& model, const TrainingSetup& setup,
+                        const StepShape& st, const PipelineStage& stage) {
+  MemoryBasis b = whole;
+  const ParameterCounts& pc = st.counts;
+  const double total = static_cast<double>(pc.total);
+  const double embed = static_cast<double>(pc.embedding);
+  const double head = static_cast<double>(pc.lm_head > 0 ? pc.lm_head : pc.embedding);
+  const double roots = embed + static_cast<double>(pc.lm_head);
+  const double layer_part = (total - roots) * stage.layers / whole.layers;
+  const double stage_params = layer_part + (stage.embedding ? embed : 0.0) + (stage.head ? head : 0.0);
+  const double f = total > 0 ? stage_params / total : 1.0;                        // parameter-shaped states
+  const double fl = stage.layers / whole.layers;                                  // layer-only states
+  const bool full = setup.method == Method::full;
+  MemoryMoment& base = b.base;
+  for (double* v : {&base.weights, &base.master_weights, &base.optimizer_states, &base.gradient_buckets})
+    *v *= f;
+  base.quant_constants *= fl;
+  base.adapters *= fl;
+  b.all_grads *= full ? f : fl;
+  b.autocast_copies *= f;
+  b.copies_head = stage.head ? whole.copies_head : 0.0;
+  b.head_grad = stage.head ? whole.head_grad : 0.0;
+  b.root_grads = b.head_grad + (stage.embedding && pc.lm_head > 0 && full
+                                    ? whole.root_grads - whole.head_grad : 0.0);
+  b.layers = stage.layers;
+  b.vocab = stage.head ? whole.vocab : 0.0;  // no logits before the last stage
+  b.embedding_backward_transient = stage.embedding ? whole.embedding_backward_transient : 0.0;
+  b.optimizer_transient *= f;
+  b.in_flight = stage.in_flight;
+  b.host_bytes *= f;
+  (void)model;
+  return b;
+}
+
+MemoryBasis memory_basis(const ModelSpec& model, const TrainingSetup& user_setup, const GpuSpec& gpu,
+                         const StepShape& st) {
+  const Layout lay = layout_of(user_setup);
+  // `st` describes the step the GPUs compute: under a mixed-precision layout, in its compute dtype.
+  const TrainingSetup setup = compute_setup(user_setup);
   const auto& p = st.params;
   const double L = static_cast<double>(model.num_layers);
   const bool full = setup.method == Method::full;
   const ParameterCounts& pc = st.counts;
+  const double tp = lay.tp;  // `pc` counts the whole model; each tensor-parallel GPU holds 1/tp of it
   MemoryBasis b;
   b.layers = L;
-  b.vocab = static_cast<double>(model.vocab_size);
+  b.vocab = static_cast<double>(model.vocab_size) / tp;
   b.full = full;
+  b.tokens_divisor = lay.cp;
 
-  // Data parallelism: DDP keeps every tensor whole; FSDP stores 1/shards of each parameter,
-  // gradient and optimizer state (the roundings in `p` are already the shards').
-  const bool ddp = setup.gpus > 1 && setup.parallel == Parallel::ddp;
-  const bool fsdp = setup.gpus > 1 && setup.parallel == Parallel::fsdp;
+  // Data parallelism: DDP keeps every tensor whole; FSDP and ZeRO-3 store 1/shards of each
+  // parameter (the roundings in `p` are already the shards'), ZeRO-2 of each gradient and ZeRO-1
+  // of each optimizer state.
+  const bool fsdp = lay.gathers_units;
   b.fsdp = fsdp;
   const double share = 1.0 / p.shards;
+  const double share_g = 1.0 / lay.grad_shards;
+  const double share_o = 1.0 / lay.state_shards;
 
   // Static: alive through the whole steady-state step.
   MemoryMoment& base = b.base;
@@ -58,30 +165,43 @@ MemoryBasis memory_basis(const ModelSpec& model, const TrainingSetup& setup, con
   // Optimizer states have their parameters' shapes, so they round like them.
   const double states_per_param_copy = setup.optimizer == Optimizer::adamw ? 2.0
                                        : setup.optimizer == Optimizer::sgd_momentum ? 1.0 : 0.0;
-  base.optimizer_states = st.optimizer_states * share + states_per_param_copy * p.trainable_rounding;
+  base.optimizer_states = st.optimizer_states * share_o + states_per_param_copy * p.trainable_rounding * share_o / share;
   // The libraries' workspaces are the one static term that depends on the card.
   base.cublas_workspace = cublas_workspace_bytes(gpu);
   // DDP's reducer allocates flat bucket buffers for every trainable gradient when it wraps the
   // model (gradient_as_bucket_view off: each gradient is copied in, all-reduced, copied back).
-  if (ddp) base.gradient_buckets = st.gradients;
+  if (lay.ddp_buckets) base.gradient_buckets = st.gradients;
+  // DeepSpeed reduces gradients through two buffers of reduce_bucket_size elements (overlap_comm),
+  // which the HF Trainer's "auto" sets to hidden_size^2.
+  if (lay.zero) base.gradient_buckets = 2.0 * static_cast<double>(model.hidden_size * model.hidden_size) * p.trainable_bytes_each;
 
   // Gradients. Under FSDP a layer's gradients are reduce-scattered into shards as soon as its
   // backward ends; the root's (output layer, embedding) only when the whole backward has ended.
-  b.all_grads = st.gradients * share + p.trainable_rounding;
+  b.all_grads = st.gradients * share_g + p.trainable_rounding * share_g / share;
   const double elem = p.trainable_bytes_each;
-  b.head_grad = full ? static_cast<double>(pc.lm_head > 0 ? pc.lm_head : pc.embedding) * elem : 0.0;
-  const double embed_grad = full ? static_cast<double>(pc.embedding) * elem : 0.0;
+  b.head_grad = full ? static_cast<double>(pc.lm_head > 0 ? pc.lm_head : pc.embedding) / tp * elem : 0.0;
+  const double embed_grad = full ? static_cast<double>(pc.embedding) / tp * elem : 0.0;
   b.root_grads = b.head_grad + (pc.lm_head > 0 ? embed_grad : 0.0);
   const double layer_grad_whole = (st.gradients - (full ? b.root_grads : 0.0)) / L;
-  b.layer_grad = fsdp ? layer_grad_whole * share : (b.all_grads - (full ? b.root_grads : 0.0)) / L;
+  b.layer_grad = fsdp ? layer_grad_whole * share_g : (b.all_grads - (full ? b.root_grads : 0.0)) / L;
   // FSDP, gathered: the root unit (not resharded after the forward: its backward follows at once)
   // and the last layer's flat all-gather buffer, which FSDP holds until the next gather's copy;
   // in a layer's backward, that layer, its flat buffer and the previous layer's prefetch.
   b.gathered_fwd = fsdp ? p.root_weights + p.layer_weights : 0.0;
   b.gathered_layer_bwd = fsdp ? p.root_weights + 3.0 * p.layer_weights : 0.0;
   b.gathered_embedding_bwd = fsdp ? p.root_weights : 0.0;
-  // A layer's whole gradients and the flat copy reduce-scatter sends, while it finishes.
-  b.reducing = fsdp ? 2.0 * layer_grad_whole : 0.0;
+  // A layer's whole gradients and the flat copy reduce-scatter sends (in the reduce dtype), while
+  // it finishes.
+  const double reduce_ratio =
+      lay.reduce_dtype && elem > 0 ? bytes_per_element(*lay.reduce_dtype) / elem : 1.0;
+  b.reducing = fsdp ? (1.0 + reduce_ratio) * layer_grad_whole : 0.0;
+  // fsdp-grad-op keeps every layer gathered from its forward until its backward has run: the
+  // backward gathers nothing (the current layer is already held).
+  if (lay.keeps_gathered) {
+    b.kept_gathered_layer = p.layer_weights;
+    b.gathered_fwd = p.root_weights;
+    b.gathered_layer_bwd = p.root_weights;
+  }
 
   b.autocast_copies = p.autocast_copies;
   b.copies_head = full && setup.amp
@@ -114,6 +234,7 @@ MemoryBasis memory_basis(const ModelSpec& model, const TrainingSetup& setup, con
   // a stream's freed blocks for that stream: the root's buffer (gathered once, at the start of the
   // forward) and two layers' beyond the one still held (the forward gathers ahead) stay reserved.
   b.gather_pool = fsdp ? p.root_weights + 2.0 * p.layer_weights : 0.0;
+  apply_storage_and_offload(b, user_setup, lay, st);
   b.cuda_context_bytes = to_bytes(kCudaContextBytes + (setup.gpus > 1 ? kNcclBytes : 0.0));
   b.weights_loaded_bytes =
       to_bytes(base.weights + base.master_weights + base.quant_constants + base.adapters + base.gradient_buckets);
@@ -123,7 +244,7 @@ MemoryBasis memory_basis(const ModelSpec& model, const TrainingSetup& setup, con
 }
 
 StepMemory step_memory(const MemoryBasis& b, double tokens, std::int64_t grad_accum, bool grad_ckpt) {
-  const double T = tokens;
+  const double T = tokens / b.tokens_divisor;
   const double L = b.layers;
   const double TV = T * b.vocab;
   const MemoryMoment& base = b.base;
@@ -137,6 +258,10 @@ StepMemory step_memory(const MemoryBasis& b, double tokens, std::int64_t grad_ac
   // Under checkpointing autograd keeps no layer's autocast copies: they die when the forward
   // leaves autocast and each layer's recompute makes its own again.
   const double copies_kept_per_layer = grad_ckpt ? 0.0 : b.copies_layer;
+  // A pipeline stage keeps the saved tensors of the other micro-batches in flight on it.
+  const double other_in_flight = (b.in_flight - 1.0) * (L * kept_per_layer + outside);
+  // fsdp-grad-op: every layer stays gathered until its backward.
+  const double kept_gathered = L * b.kept_gathered_layer;
   const double lc = b.logits_compute_bytes;
   const double logits_c = allocator_block(TV * lc);   // one logits-sized tensor in the lm_head dtype
   const double logits_f = allocator_block(TV * 4.0);  // one fp32 logits-sized tensor
@@ -155,8 +280,8 @@ StepMemory step_memory(const MemoryBasis& b, double tokens, std::int64_t grad_ac
   {
     MemoryMoment& m = moment(Phase::forward, "cross-entropy forward");
     m.gradients = grads_prev;
-    m.gathered_weights = b.gathered_fwd;
-    m.activations = L * kept_per_layer + outside;
+    m.gathered_weights = b.gathered_fwd + kept_gathered;
+    m.activations = L * kept_per_layer + outside + other_in_flight;
     m.weights += b.autocast_copies;
     m.logits_and_loss = logits_c + (b.logits_upcast ? logits_f : 0.0) + logits_f + softcap;
   }
@@ -165,8 +290,8 @@ StepMemory step_memory(const MemoryBasis& b, double tokens, std::int64_t grad_ac
   {
     MemoryMoment& m = moment(Phase::backward, "cross-entropy backward");
     m.gradients = grads_prev;
-    m.gathered_weights = b.gathered_fwd;
-    m.activations = L * kept_per_layer + outside;
+    m.gathered_weights = b.gathered_fwd + kept_gathered;
+    m.activations = L * kept_per_layer + outside + other_in_flight;
     m.weights += b.copies_head + L * copies_kept_per_layer;
     m.logits_and_loss = 3.0 * logits_f + softcap;
   }
@@ -175,8 +300,8 @@ StepMemory step_memory(const MemoryBasis& b, double tokens, std::int64_t grad_ac
   {
     MemoryMoment& m = moment(Phase::backward, "output layer backward");
     m.gradients = std::max(grads_prev, b.head_grad);
-    m.gathered_weights = b.gathered_fwd;
-    m.activations = L * kept_per_layer + outside;
+    m.gathered_weights = b.gathered_fwd + kept_gathered;
+    m.activations = L * kept_per_layer + outside + other_in_flight;
     m.weights += b.copies_head + L * copies_kept_per_layer;
     m.logits_and_loss = logits_c;
   }
@@ -187,8 +312,8 @@ StepMemory step_memory(const MemoryBasis& b, double tokens, std::int64_t grad_ac
     MemoryMoment& m = moment(Phase::backward, done == 0.0 ? "last layer backward" : "first layer backward");
     m.gradients = b.fsdp ? std::max(grads_prev, b.head_grad + done * b.layer_grad) + b.reducing
                          : std::max(grads_prev, b.head_grad + (done + 1.0) * b.layer_grad);
-    m.gathered_weights = b.gathered_layer_bwd;
-    m.activations = (L - done) * kept_per_layer + (grad_ckpt ? layer_acts : 0.0);
+    m.gathered_weights = b.gathered_layer_bwd + (L - done) * b.kept_gathered_layer;
+    m.activations = (L - done) * kept_per_layer + (grad_ckpt ? layer_acts : 0.0) + other_in_flight;
     m.weights += copies_kept_per_layer * (L - done) + (grad_ckpt ? b.copies_layer : 0.0);
     m.transient = b.layer_backward_transient_per_token * T + b.dequant_transient;
   }
@@ -228,7 +353,26 @@ StepMemory step_memory(const MemoryBasis& b, double tokens, std::int64_t grad_ac
 
 MemoryEstimate estimate_memory(const ModelSpec& model, const TrainingSetup& setup, const GpuSpec& gpu,
                                const StepShape& st) {
-  const MemoryBasis basis = memory_basis(model, setup, gpu, st);
+  check_layout(model, setup);
+  const Layout lay = layout_of(setup);
+  MemoryBasis basis = memory_basis(model, setup, gpu, st);
+  std::int64_t busiest_stage = 0;
+  // A pipeline's busiest GPU is its first stage (the most micro-batches in flight) or its last
+  // (the output layer and the loss); the stages between hold less than the first.
+  if (lay.pp > 1) {
+    const MemoryBasis first = stage_basis(basis, model, setup, st, first_stage(model, lay));
+    const PipelineStage last_st = last_stage(model, lay);
+    const MemoryBasis last = stage_basis(basis, model, setup, st, last_st);
+    const auto peak_of = [&](const MemoryBasis& b) {
+      return step_memory(b, st.tokens, setup.grad_accum, setup.grad_ckpt).peak_allocated_bytes;
+    };
+    if (peak_of(last) > peak_of(first)) {
+      basis = last;
+      busiest_stage = last_st.index;
+    } else {
+      basis = first;
+    }
+  }
   const StepMemory sm = step_memory(basis, st.tokens, setup.grad_accum, setup.grad_ckpt);
   const MemoryMoment& peak = sm.moments[sm.peak];
 
@@ -248,11 +392,8 @@ MemoryEstimate estimate_memory(const ModelSpec& model, const TrainingSetup& setu
       {"transient", to_bytes(peak.transient)},
       {"cublas_workspace", to_bytes(peak.cublas_workspace)},
   };
-  const bool data_parallel = setup.gpus > 1;
-  if (data_parallel && setup.parallel == Parallel::ddp)
-    est.breakdown.push_back({"gradient_buckets", to_bytes(peak.gradient_buckets)});
-  if (data_parallel && setup.parallel == Parallel::fsdp)
-    est.breakdown.push_back({"gathered_weights", to_bytes(peak.gathered_weights)});
+  if (lay.ddp_buckets || lay.zero) est.breakdown.push_back({"gradient_buckets", to_bytes(peak.gradient_buckets)});
+  if (lay.gathers_units) est.breakdown.push_back({"gathered_weights", to_bytes(peak.gathered_weights)});
   for (const Phase ph : {Phase::forward, Phase::backward, Phase::optimizer}) {
     PhasePeak pp{ph, 0, ""};
     for (std::size_t i = 0; i < sm.count; ++i) {
@@ -270,6 +411,8 @@ MemoryEstimate estimate_memory(const ModelSpec& model, const TrainingSetup& setu
   est.weights_loaded_bytes = basis.weights_loaded_bytes;
   est.trainable_parameters = basis.trainable_parameters;
   est.total_parameters = basis.total_parameters;
+  est.host_bytes = to_bytes(basis.host_bytes);
+  est.pipeline_stage = busiest_stage;
   return est;
 }
 

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "memory/layout.hpp"
 #include "memory/step_shape.hpp"
 #include "trainfit/hardware.hpp"
 #include "trainfit/memory.hpp"
@@ -90,6 +91,14 @@ struct MemoryBasis {
   double embedding_backward_transient = 0;
   double optimizer_transient = 0;
   double gather_pool = 0;  // FSDP's all-gather buffers kept reserved in its stream's pool
+  // Layouts (memory/layout.hpp): the tokens a GPU holds are the micro-batch's / tokens_divisor
+  // (context parallelism); fsdp-grad-op keeps each layer gathered (kept_gathered_layer bytes)
+  // from its forward to its backward; a pipeline stage keeps `in_flight` micro-batches' saved
+  // tensors; offloaded states live in host memory (host_bytes, for the whole host).
+  double tokens_divisor = 1;
+  double kept_gathered_layer = 0;
+  double in_flight = 1;
+  double host_bytes = 0;
   std::int64_t cuda_context_bytes = 0;
   std::int64_t weights_loaded_bytes = 0;
   std::int64_t trainable_parameters = 0;
@@ -100,6 +109,9 @@ struct MemoryBasis {
 // The shape's (describe_step's) memory for this card. Ignores the setup's batch, grad_accum and
 // grad_ckpt: `st` is per token.
 MemoryBasis memory_basis(const ModelSpec& model, const TrainingSetup& setup, const GpuSpec& gpu, const StepShape& st);
+// A pipeline stage's part of the whole model's basis (docs/model.md, "Pipeline parallelism").
+MemoryBasis stage_basis(const MemoryBasis& whole, const ModelSpec& model, const TrainingSetup& setup,
+                        const StepShape& st, const PipelineStage& stage);
 
 // The moments where a step's memory can peak: forward at the loss, the loss backward, the output
 // layer's backward, the last and the first layer's backward, the embedding's (full fine-tuning)

@@ -2,6 +2,7 @@
 // docs/model.md explains each term; the comments here say which framework
 // behaviour (PyTorch autograd, HF transformers, PEFT, bitsandbytes) makes it exist.
 #include "memory/step_shape.hpp"
+#include "memory/layout.hpp"
 
 #include <algorithm>
 #include <array>
@@ -166,8 +167,9 @@ ParameterStorage parameter_storage(const StepBasis& b, const LinearTotals& lin) 
   const double other_elems = as_d(b.pc.total) - lin.weight_elems;  // embeddings, lm_head, norms, biases
   const double lm_head_elems = as_d(b.pc.lm_head);
   const double embed_elems = as_d(b.pc.embedding);
-  const bool fsdp = setup.gpus > 1 && setup.parallel == Parallel::fsdp;
-  const double shards = fsdp ? as_d(setup.gpus) : 1.0;
+  // Sharded layouts store 1/shards of each parameter (and its gradient and states) as its own tensor.
+  const Layout layout = layout_of(setup);
+  const double shards = layout.gathers_units ? layout.param_shards : 1.0;
 
   if (b.quantised) {
     // bitsandbytes quantises every decoder nn.Linear weight; transformers keeps the output
@@ -646,7 +648,36 @@ LayerLinears layer_linears(const ModelSpec& model, const TrainingSetup& setup) {
   return ls;
 }
 
-StepShape describe_step(const ModelSpec& model, const TrainingSetup& setup) {
+// Tensor parallelism with sequence parallelism (Megatron's layout, which PyTorch's
+// tensor-parallel plans follow): each GPU holds 1/tp of every decoder matrix and of the
+// vocabulary-parallel embedding and output layer, and 1/tp of every activation (the norms' and
+// residual's along the sequence, the projections' along the heads or features; the logits are the
+// memory model's, over vocabulary / tp). Context parallelism (1/cp of the tokens on each GPU) is
+// the memory and time models' own: `tokens` stays the micro-batch's.
+void split_for_model_parallelism(StepShape& st, const Layout& l) {
+  if (l.tp <= 1) return;
+  const double t = l.tp;
+  ParameterStorage& p = st.params;
+  for (double* v : {&p.weights, &p.quant_constants, &p.adapters, &p.trainable_params, &p.autocast_copies,
+                    &p.largest_trainable, &p.weights_rounding, &p.trainable_rounding, &p.root_weights, &p.layer_weights})
+    *v /= t;
+  st.gradients /= t;
+  st.optimizer_states /= t;
+  st.optimizer_transient /= t;
+  st.dequant_transient /= t;
+  for (auto* list : {&st.layer_activations, &st.outside_activations})
+    for (Sized& s : *list) s.bytes /= t;
+  st.layer_activation_per_token /= t;
+  st.outside_per_token /= t;
+  st.checkpoint_per_token /= t;
+  st.layer_backward_transient_per_token /= t;
+  st.layer_forward_transient_per_token /= t;
+}
+
+StepShape describe_step(const ModelSpec& model, const TrainingSetup& user_setup) {
+  // Under a mixed-precision layout the GPUs compute in the low-precision dtype; the memory model
+  // adds the fp32 storage (memory_basis).
+  const TrainingSetup setup = compute_setup(user_setup);
   StepBasis b(model, setup);
   const LinearTotals lin = sum_linears(b);
   StepShape st;
@@ -676,6 +707,7 @@ StepShape describe_step(const ModelSpec& model, const TrainingSetup& setup) {
   st.softcap_bytes = logits.softcap_bytes;
   st.counts = b.pc;
   st.linears = std::move(b.linears);
+  split_for_model_parallelism(st, layout_of(setup));
   return st;
 }
 

@@ -38,8 +38,8 @@ const std::vector<std::pair<std::string, std::string>>& category_names() {
       {"logits_and_loss", "logits and loss"},
       {"transient", "transient buffers"},
       {"cublas_workspace", "cuBLAS workspaces"},
-      {"gradient_buckets", "DDP gradient buckets"},
-      {"gathered_weights", "FSDP gathered weights"},
+      {"gradient_buckets", "gradient buckets"},
+      {"gathered_weights", "gathered weights"},
   };
   return names;
 }
@@ -142,7 +142,7 @@ json plan_to_json(const Plan& p) {
                            {"device_used_bytes", s.device_used_bytes},
                            {"verdict", to_string(s.verdict)}});
   const json setup = setup_to_json(p.setup);
-  return {{"schema", "trainfit.plan/1"},
+  json out = {{"schema", "trainfit.plan/1"},
           {"model", {{"name", p.model.name},
                      {"model_type", p.model.model_type},
                      {"parameters", p.memory.total_parameters},
@@ -156,13 +156,17 @@ json plan_to_json(const Plan& p) {
                       {"peak_phase", to_string(p.memory.peak_phase)},
                       {"peak_moment", p.memory.peak_moment},
                       {"breakdown", breakdown},
-                      {"phases", phases}}},
+                      {"phases", phases},
+                      {"host_bytes", p.memory.host_bytes}}},
           {"device", {{"name", p.gpu.name}, {"id", p.gpu.id}, {"capacity_bytes", p.gpu.memory_bytes}}},
           {"time", time_to_json(p)},
           {"verdict", to_string(p.verdict)},
           {"headroom_fraction", p.headroom_fraction},
           {"over_capacity_bytes", p.over_capacity_bytes},
           {"suggestions", suggestions}};
+  // With a pipeline, the figures are its busiest stage's.
+  if (p.setup.gpus > 1 && p.setup.pp > 1) out["memory"]["pipeline_stage"] = p.memory.pipeline_stage;
+  return out;
 }
 
 std::string render_plan(const Plan& p, Format format) {
@@ -183,6 +187,9 @@ std::string render_plan(const Plan& p, Format format) {
                        p.gpu.name, mib(p.gpu.memory_bytes), verdict_line(p));
     out += fmt::format("Memory at the peak ({}: {})\n", to_string(m.peak_phase), m.peak_moment);
   }
+  if (p.setup.gpus > 1 && p.setup.pp > 1)
+    out += fmt::format("{}Per GPU of pipeline stage {} of {}, the busiest\n", md ? "" : "  ", m.pipeline_stage + 1,
+                       p.setup.pp);
   auto row = [&](const std::string& name, std::int64_t bytes, const std::string& note) {
     if (md) out += fmt::format("| {} | {} | {:.1f} |\n", name + (note.empty() ? "" : " (" + note + ")"), bytes, to_mib(bytes));
     else out += fmt::format("  {:<24}{:>12}  {}\n", name, fmt::format("{:.1f} MiB", to_mib(bytes)), note);
@@ -197,6 +204,7 @@ std::string render_plan(const Plan& p, Format format) {
   row("peak reserved", m.peak_reserved_bytes, "torch.cuda.max_memory_reserved()");
   row("CUDA context", m.cuda_context_bytes, "");
   row("device used", m.device_used_bytes, "NVML / nvidia-smi");
+  if (m.host_bytes > 0) row("host memory", m.host_bytes, "offloaded states, per host");
   out += md ? "\n" : "\n";
   std::vector<std::string> phases;
   for (const auto& ph : m.phases) phases.push_back(fmt::format("{} {}", to_string(ph.phase), mib(ph.allocated_bytes)));

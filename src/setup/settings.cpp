@@ -51,6 +51,21 @@ SettingCondition condition(std::string setting, std::vector<std::string> one_of,
 // Functions, not globals: the table may be built during another file's static initialisation.
 SettingCondition under_lora() { return condition("method", {}, {"full"}); }  // LoRA and QLoRA
 SettingCondition under_qlora() { return condition("method", {"qlora"}, {}); }
+SettingCondition several_gpus() { return condition("gpus", {}, {}, 2); }
+
+// A nullable dtype choice held in a std::optional<DType>.
+template <typename Member>
+void bind_optional_dtype(Setting& row, Member member) {
+  row.get = [member](const TrainingSetup& s) {
+    const auto& v = member(s);
+    return v ? SettingValue(to_string(*v)) : SettingValue();
+  };
+  row.set = [member](TrainingSetup& s, const SettingValue& v) {
+    if (std::holds_alternative<std::string>(v)) member(s) = parse_dtype(std::get<std::string>(v));
+    else member(s).reset();
+  };
+  row.canonical = [](std::string_view text) { return SettingValue(to_string(parse_dtype(text))); };
+}
 
 DerivedDefault value_when(SettingCondition when, SettingValue value) {
   DerivedDefault d;
@@ -131,12 +146,7 @@ std::vector<Setting> builtin_table() {
     r.choices = {"bf16", "fp16"};
     r.nullable = true;
     r.label = "amp-{}";
-    r.get = [](const TrainingSetup& s) { return s.amp ? SettingValue(to_string(*s.amp)) : SettingValue(); };
-    r.set = [](TrainingSetup& s, const SettingValue& v) {
-      if (std::holds_alternative<std::string>(v)) s.amp = parse_dtype(std::get<std::string>(v));
-      else s.amp.reset();
-    };
-    r.canonical = [](std::string_view text) { return SettingValue(to_string(parse_dtype(text))); };
+    bind_optional_dtype(r, [](auto& s) -> auto& { return s.amp; });
   }
   {
     auto& r = row("rank", "--rank", integer, "LoRA rank");
@@ -247,12 +257,93 @@ std::vector<Setting> builtin_table() {
     bind<std::int64_t>(r, [](auto& s) -> auto& { return s.gpus; });
   }
   {
-    auto& r = row("parallel", "--parallel", choice, "layout on several GPUs: ddp keeps the whole model on each, fsdp (FSDP2) shards it");
-    r.choices = {"ddp", "fsdp"};
-    r.applies_when = condition("gpus", {}, {}, 2);
+    auto& r = row("parallel", "--parallel", choice,
+                  "layout of the data-parallel GPUs: ddp keeps the whole model on each; fsdp (FSDP2) shards parameters, "
+                  "gradients and optimizer states; fsdp-grad-op keeps layers gathered from forward to backward; hsdp "
+                  "shards within a node and replicates across nodes; zero1/zero2/zero3 are DeepSpeed's stages");
+    r.choices = {"ddp", "fsdp", "fsdp-grad-op", "hsdp", "zero1", "zero2", "zero3"};
+    r.applies_when = several_gpus();
     r.label = "{}";
     r.label_always = true;
     bind_enum(r, [](auto& s) -> auto& { return s.parallel; }, parse_parallel, to_string);
+  }
+  {
+    auto& r = row("offload", "--offload", choice,
+                  "states kept in host memory: the optimizer (states and fp32 master weights, stepped on the CPU), "
+                  "the parameters (zero3), or both (FSDP's CPUOffloadPolicy)");
+    r.choices = {"none", "optimizer", "params", "optimizer,params"};
+    r.applies_when = several_gpus();
+    r.label = "offload-{}";
+    bind_enum(r, [](auto& s) -> auto& { return s.offload; }, parse_offload, to_string);
+  }
+  {
+    auto& r = row("offload_device", "--offload-device", choice, "where offloaded states live: CPU memory, or NVMe (zero3)");
+    r.choices = {"cpu", "nvme"};
+    r.applies_when = condition("offload", {}, {"none"});
+    r.label = "{}";
+    bind_enum(r, [](auto& s) -> auto& { return s.offload_device; }, parse_offload_device, to_string);
+  }
+  {
+    auto& r = row("fsdp_param_dtype", "--fsdp-param-dtype", choice,
+                  "FSDP mixed precision: the dtype layers are gathered and computed in (MixedPrecisionPolicy param_dtype); "
+                  "none: the parameters' own");
+    r.choices = {"bf16", "fp16", "fp32"};
+    r.nullable = true;
+    r.applies_when = condition("parallel", {"fsdp", "fsdp-grad-op", "hsdp"}, {});
+    r.label = "param-{}";
+    bind_optional_dtype(r, [](auto& s) -> auto& { return s.fsdp_param_dtype; });
+  }
+  {
+    auto& r = row("fsdp_reduce_dtype", "--fsdp-reduce-dtype", choice,
+                  "FSDP mixed precision: the dtype gradients are reduce-scattered in (reduce_dtype); none: the compute dtype");
+    r.choices = {"bf16", "fp16", "fp32"};
+    r.nullable = true;
+    r.applies_when = condition("parallel", {"fsdp", "fsdp-grad-op", "hsdp"}, {});
+    r.label = "reduce-{}";
+    bind_optional_dtype(r, [](auto& s) -> auto& { return s.fsdp_reduce_dtype; });
+  }
+  {
+    auto& r = row("tp", "--tp", integer, "tensor-parallel GPUs per layer, with sequence parallelism (Megatron-style)");
+    r.minimum = 1;
+    r.maximum = 1024;
+    r.applies_when = several_gpus();
+    r.label = "tp{}";
+    bind<std::int64_t>(r, [](auto& s) -> auto& { return s.tp; });
+  }
+  {
+    auto& r = row("pp", "--pp", integer, "pipeline stages, each a contiguous run of layers on its own GPUs (1F1B schedule)");
+    r.minimum = 1;
+    r.maximum = 1024;
+    r.applies_when = several_gpus();
+    r.label = "pp{}";
+    bind<std::int64_t>(r, [](auto& s) -> auto& { return s.pp; });
+  }
+  {
+    auto& r = row("microbatches", "--microbatches", integer,
+                  "micro-batches of `batch` sequences one pipeline step runs (1F1B); at least `pp`");
+    r.minimum = 1;
+    r.maximum = 65536;
+    r.applies_when = condition("pp", {}, {}, 2);
+    r.derived_default = times("pp", 1);
+    r.default_rule = "pp";
+    r.label = "m{}";
+    bind<std::int64_t>(r, [](auto& s) -> auto& { return s.microbatches; });
+  }
+  {
+    auto& r = row("cp", "--cp", integer, "context-parallel GPUs: each holds 1/cp of every sequence (ring attention)");
+    r.minimum = 1;
+    r.maximum = 1024;
+    r.applies_when = several_gpus();
+    r.label = "cp{}";
+    bind<std::int64_t>(r, [](auto& s) -> auto& { return s.cp; });
+  }
+  {
+    auto& r = row("nodes", "--nodes", integer, "hosts the GPUs are spread over (gpus / nodes each); collectives between hosts cross the network");
+    r.minimum = 1;
+    r.maximum = 65536;
+    r.applies_when = several_gpus();
+    r.label = "{}nodes";
+    bind<std::int64_t>(r, [](auto& s) -> auto& { return s.nodes; });
   }
 
   // How the answer is judged.
@@ -411,8 +502,13 @@ SettingValue default_value(const Setting& s, const TrainingSetup& so_far) {
     if (!d.times.empty()) {
       if (const Setting* other = find_setting(d.times)) {
         const SettingValue v = other->get(so_far);
-        if (const auto* i = std::get_if<std::int64_t>(&v)) return d.factor * static_cast<double>(*i);
-        if (const auto* x = std::get_if<double>(&v)) return d.factor * *x;
+        double x = 0;
+        if (const auto* i = std::get_if<std::int64_t>(&v)) x = d.factor * static_cast<double>(*i);
+        else if (const auto* f = std::get_if<double>(&v)) x = d.factor * *f;
+        else return s.get(TrainingSetup{});
+        // A whole-number setting's default is a whole number (microbatches = pp).
+        if (s.type == SettingType::integer) return static_cast<std::int64_t>(std::llround(x));
+        return x;
       }
     } else if (!d.when || holds(*d.when, so_far)) {
       return d.value;

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "memory/layout.hpp"
 #include "memory/step_shape.hpp"
 #include "time/time_model.hpp"
 #include "trainfit/time.hpp"
@@ -60,7 +61,10 @@ constexpr double kDequantBytesPerWeight = 4.5;
 
 namespace detail {
 
-WorkBasis work_basis(const ModelSpec& model, const TrainingSetup& setup, const StepShape& st) {
+WorkBasis work_basis(const ModelSpec& model, const TrainingSetup& user_setup, const StepShape& st) {
+  // The GPUs compute in the layout's compute dtype (memory/layout.hpp); `st` describes that step.
+  const TrainingSetup setup = compute_setup(user_setup);
+  const Layout lay = layout_of(user_setup);
   WorkBasis b;
   b.seq = as_d(setup.seq);
   const double L = b.layers = as_d(model.num_layers);
@@ -146,21 +150,81 @@ WorkBasis work_basis(const ModelSpec& model, const TrainingSetup& setup, const S
   b.optimizer_ops = kNoGradOpCost * (setup.optimizer == Optimizer::adafactor ? 29.0 * param_tensors
                                                                             : 10.0 + 0.5 * param_tensors);
 
-  // Data parallelism: every micro-batch synchronises the gradients (no no_sync), and FSDP
-  // gathers each layer for its forward and again for its backward (the root only once).
-  if (setup.gpus > 1) {
-    const double n = as_d(setup.gpus);
-    const double moved = (n - 1.0) / n;
+  // Data parallelism. DDP all-reduces the gradients once a step (accumulation runs under
+  // no_sync; without accumulation, every micro-batch is a step); FSDP and ZeRO-3 gather each layer
+  // for its forward and again for its backward (the root only once) and reduce-scatter the
+  // gradients in every micro-batch.
+  if (lay.several) {
+    const double n = lay.dp * lay.cp;  // GPUs holding the same parameters
     const double grads = st.gradients;
-    if (setup.parallel == Parallel::ddp) {
-      b.all_reduce_bytes = 2.0 * moved * grads;
-      b.parallel_ops = kDdpOpsPerGradient * param_tensors;
-    } else {
-      const double root = st.params.root_weights;
-      const double layers = st.params.weights + st.params.adapters - root;
-      b.all_gather_bytes = moved * (2.0 * layers + root + grads);
-      b.parallel_ops = kFsdpOpsPerParameter * (model_tensors + adapter_tensors);
+    const double params = st.params.weights + st.params.adapters;  // compute dtype, this GPU's tp share
+    const double root = st.params.root_weights;
+    switch (user_setup.parallel) {
+      case Parallel::ddp:
+      case Parallel::zero1:
+      case Parallel::zero2: {
+        const double moved = (n - 1.0) / n;
+        if (user_setup.parallel == Parallel::ddp) {
+          b.all_reduce_bytes = 2.0 * moved * grads;
+        } else {
+          // ZeRO-1 all-reduces the gradients as DDP does, ZeRO-2 reduce-scatters them; both then
+          // all-gather the parameters each GPU updated (ZeroRedundancyOptimizer broadcasts them).
+          const double reduce = user_setup.parallel == Parallel::zero1 ? 2.0 * moved * grads : moved * grads;
+          b.step_collective_bytes = reduce + moved * (user_setup.method == Method::full ? params : st.params.adapters);
+        }
+        b.parallel_ops = kDdpOpsPerGradient * param_tensors;
+        break;
+      }
+      case Parallel::fsdp:
+      case Parallel::fsdp_grad_op:
+      case Parallel::hsdp:
+      case Parallel::zero3: {
+        // HSDP shards within a host and all-reduces the shards' gradients between hosts.
+        const double shard = lay.param_shards;
+        const double moved = shard > 0 ? (shard - 1.0) / shard : 0.0;
+        const double layers = params - root;
+        const double gathers = user_setup.parallel == Parallel::fsdp_grad_op ? 1.0 : 2.0;
+        b.all_gather_bytes = moved * (gathers * layers + root + grads);
+        if (user_setup.parallel == Parallel::hsdp && user_setup.nodes > 1) {
+          const double replicas = as_d(user_setup.nodes);
+          b.network_bytes = 2.0 * (replicas - 1.0) / replicas * grads / shard;
+        }
+        b.parallel_ops = kFsdpOpsPerParameter * (model_tensors + adapter_tensors);
+        break;
+      }
     }
+    // Offload: an offloaded parameter shard comes over the host link for each gather; the
+    // gradients go out and the updated parameters come back once a step.
+    const double shards = lay.param_shards;
+    if (lay.offload_params) b.offload_micro_bytes = (user_setup.parallel == Parallel::fsdp_grad_op ? 1.0 : 2.0) * params / shards;
+    if (lay.offload_states) {
+      const double trainable = user_setup.method == Method::full ? params : st.params.adapters;
+      b.offload_step_bytes = (grads + trainable) / lay.state_shards;
+      // The CPU optimizer reads the parameter, gradient and two states and writes three, in fp32.
+      b.host_optimizer_bytes = st.params.trainable_params / lay.state_shards * 7.0 * 4.0;
+    }
+    // Model parallelism. Tensor parallelism with sequence parallelism all-gathers each layer's
+    // input to attention and to the MLP and reduce-scatters their outputs: four collectives of the
+    // layer's activations a pass, each moving (tp-1)/tp of them. Context parallelism passes every
+    // other GPU's keys and values around a ring for each layer's attention (forward, and twice in
+    // the backward). Pipeline stages send each micro-batch's activations forward and their
+    // gradients back.
+    const double c = b.activation_bytes;
+    if (lay.tp > 1) b.model_parallel_bytes_per_token_pass += L * 4.0 * (lay.tp - 1.0) / lay.tp * b.hidden * c / lay.cp;
+    if (lay.cp > 1)
+      b.model_parallel_bytes_per_token_pass +=
+          L * 1.5 * (lay.cp - 1.0) / lay.cp * 2.0 * as_d(model.num_kv_heads) * as_d(model.head_dim) * c / lay.tp;
+    if (lay.pp > 1) b.pipeline_bytes_per_token = 2.0 * b.hidden * c / (lay.tp * lay.cp);
+    b.work_divisor = lay.tp * lay.cp * lay.pp;
+    b.pipeline_stages = lay.pp;
+    b.pipeline_microbatches = lay.microbatches;
+    b.data_parallel = lay.dp;
+    // HSDP keeps its shards within a host; any other data-parallel group over several hosts
+    // spans them.
+    b.dp_crosses_hosts = user_setup.nodes > 1 && user_setup.parallel != Parallel::hsdp;
+    // Each GPU updates its own share of the trainable parameters.
+    b.optimizer_bytes /= lay.state_shards;
+    if (lay.offload_states) b.optimizer_bytes = 0;
   }
 
   // What one layer's pass touches: its weights (and, per token, its activations).
@@ -233,6 +297,29 @@ StepWork step_work(const WorkBasis& b, double tokens, double batch, bool grad_ck
   w.all_reduce_bytes = b.all_reduce_bytes;
   w.all_gather_bytes = b.all_gather_bytes;
   w.ops += b.parallel_ops;
+
+  // Model parallelism: each GPU computes its share of the micro-batch (1/tp of every matrix,
+  // 1/cp of the tokens, 1/pp of the layers) and dispatches its share of the layers' operations.
+  if (b.work_divisor > 1) {
+    const double share = 1.0 / b.work_divisor;
+    for (double* v : {&w.tensor_flops, &w.attention_flops, &w.fp32_flops, &w.adapter_bytes, &w.memory_bytes,
+                      &w.model_flops})
+      *v *= share;
+    w.ops /= b.pipeline_stages;
+    w.kernels /= b.pipeline_stages;
+    w.layer_passes /= b.pipeline_stages;
+  }
+  w.model_parallel_bytes = b.model_parallel_bytes_per_token_pass * T * (passes / b.pipeline_stages) +
+                           b.pipeline_bytes_per_token * T;
+  w.step_collective_bytes = b.step_collective_bytes;
+  w.network_bytes = b.network_bytes;
+  w.offload_micro_bytes = b.offload_micro_bytes;
+  w.offload_step_bytes = b.offload_step_bytes;
+  w.host_optimizer_bytes = b.host_optimizer_bytes;
+  w.pipeline_stages = b.pipeline_stages;
+  w.pipeline_microbatches = b.pipeline_microbatches;
+  w.data_parallel = b.data_parallel;
+  w.dp_crosses_hosts = b.dp_crosses_hosts;
 
   // What one layer's pass touches: its weights and its activations (for the spill model).
   w.layer_working_set_bytes = b.weight_bytes_per_layer + b.layer_activation_per_token * T;

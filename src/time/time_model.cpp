@@ -38,24 +38,41 @@ StepSeconds step_seconds(const StepWork& w, const StepCounts& counts, const GpuS
   t.fp32 = w.fp32_flops / (prof.fp32_efficiency * gpu.fp32_flops) + w.adapter_bytes / bw;
   t.traffic = w.memory_bytes / bw;
   t.floor = w.kernels * prof.kernel_floor_seconds;
-  // Collectives over the GPU-to-GPU link (the host link when the card has none). NCCL's kernels
-  // run beside the backward's but share its SMs and memory bandwidth: counted in series (on two
-  // H200s DDP's 15 GB all-reduce, 0.047 s at the measured rate, lengthened the 7B step by 0.039 s).
+  // Collectives over the GPU-to-GPU link (the host link when the card has none); a data-parallel
+  // group spread over several hosts goes at the network's pace. NCCL's kernels run beside the
+  // backward's but share its SMs and memory bandwidth: counted in series (on two H200s DDP's
+  // 15 GB all-reduce, 0.047 s at the measured rate, lengthened the 7B step by 0.039 s).
+  const double accum = t.accum = static_cast<double>(counts.grad_accum);
   if (counts.gpus > 1) {
     const double link = gpu.gpu_link_bytes_per_s > 0 ? gpu.gpu_link_bytes_per_s : gpu.host_link_bytes_per_s;
-    if (link > 0)
-      t.comm = w.all_reduce_bytes / (prof.all_reduce_efficiency * link) +
-               w.all_gather_bytes / (prof.all_gather_efficiency * link);
+    const double network = gpu.network_bytes_per_s > 0 ? std::min(link, gpu.network_bytes_per_s) : link;
+    const double dp_link = w.dp_crosses_hosts ? network : link;
+    const double reduce_rate = prof.all_reduce_efficiency * dp_link;
+    const double gather_rate = prof.all_gather_efficiency * dp_link;
+    if (link > 0) {
+      // Once-a-step collectives are spread over the step's micro-batches.
+      t.comm = (w.all_reduce_bytes + w.step_collective_bytes) / accum / reduce_rate + w.all_gather_bytes / gather_rate +
+               w.network_bytes / accum / (prof.all_reduce_efficiency * network) +
+               w.model_parallel_bytes / (prof.all_gather_efficiency * link);
+    }
+    // Offloading: pinned copies over the host link, and the optimizer step on the CPU.
+    if (gpu.host_link_bytes_per_s > 0) {
+      const double host_link = kPinnedCopyEfficiency * gpu.host_link_bytes_per_s;
+      t.offload_micro = w.offload_micro_bytes / host_link;
+      t.offload_step = w.offload_step_bytes / host_link + w.host_optimizer_bytes / kHostOptimizerBytesPerSecond;
+    }
   }
-  t.gpu_micro = t.matmul + t.attention + t.fp32 + t.traffic + t.floor + t.comm;
+  t.gpu_micro = t.matmul + t.attention + t.fp32 + t.traffic + t.floor + t.comm + t.offload_micro;
   t.host_micro = w.ops * prof.host_seconds_per_op;
-  t.opt_gpu = w.optimizer_bytes / bw;
+  t.opt_gpu = w.optimizer_bytes / bw + t.offload_step;
   t.opt_host = w.optimizer_ops * prof.host_seconds_per_op;
-  const double accum = t.accum = static_cast<double>(counts.grad_accum);
 
   // Kernels run asynchronously: the GPU and the host work side by side, and the slower of the
-  // two sets the pace of each micro-batch and of the optimizer step.
-  t.fitting = accum * std::max(t.gpu_micro, t.host_micro) + std::max(t.opt_gpu, t.opt_host);
+  // two sets the pace of each micro-batch and of the optimizer step. A pipeline of p stages runs
+  // m micro-batches in m + p - 1 slots of one stage's micro-batch (1F1B): p - 1 are its bubble.
+  const double slot = std::max(t.gpu_micro, t.host_micro);
+  t.bubble = accum * (w.pipeline_stages - 1.0) * slot;
+  t.fitting = accum * w.pipeline_microbatches * slot + t.bubble + std::max(t.opt_gpu, t.opt_host);
 
   // Over capacity with a system-memory fallback, layers are visited in a cycle larger than the
   // card, so a least-recently-used pager evicts exactly what the next pass needs: every layer
@@ -65,8 +82,7 @@ StepSeconds step_seconds(const StepWork& w, const StepCounts& counts, const GpuS
               (prof.spill_efficiency * gpu.host_link_bytes_per_s);
   }
   t.step = t.fitting + t.spill;
-  const double tokens =
-      static_cast<double>(counts.seq * counts.batch) * accum * static_cast<double>(counts.gpus);
+  const double tokens = static_cast<double>(counts.seq * counts.batch) * accum * w.pipeline_microbatches * w.data_parallel;
   t.tokens_per_second = tokens / t.step;
   return t;
 }
@@ -96,18 +112,23 @@ TimeEstimate estimate_time(const StepWork& w, const TrainingSetup& setup, const 
   t.step_seconds = s.step;
   t.spill_seconds = s.spill;
   t.spill_slowdown = t.step_seconds / s.fitting;
-  t.gpu_seconds = accum * s.gpu_micro + s.opt_gpu;
-  t.host_seconds = accum * s.host_micro + s.opt_host;
-  t.communication_seconds = accum * s.comm;
+  const double micro = accum * w.pipeline_microbatches;
+  t.gpu_seconds = micro * s.gpu_micro + s.opt_gpu;
+  t.host_seconds = micro * s.host_micro + s.opt_host;
+  t.communication_seconds = accum * w.pipeline_microbatches * s.comm;
+  t.pipeline_bubble_seconds = s.bubble;
+  t.offload_seconds = accum * w.pipeline_microbatches * s.offload_micro + s.offload_step;
   t.tokens_per_second = s.tokens_per_second;
-  t.mfu = w.model_flops * accum / (t.step_seconds * s.tensor_peak);  // per GPU: model_flops is one GPU's
+  t.mfu = w.model_flops * micro / (t.step_seconds * s.tensor_peak);  // per GPU: model_flops is one GPU's
   // GPU terms add up to gpu_seconds, host_dispatch is host_seconds; the step is the larger of the
   // two in each micro-batch and in the optimizer step, plus any spill.
-  t.breakdown = {{"matmul", accum * s.matmul},          {"attention", accum * s.attention},
-                 {"adapters_fp32", accum * s.fp32},     {"memory_traffic", accum * s.traffic},
-                 {"kernel_floor", accum * s.floor},     {"optimizer", s.opt_gpu},
+  t.breakdown = {{"matmul", micro * s.matmul},          {"attention", micro * s.attention},
+                 {"adapters_fp32", micro * s.fp32},     {"memory_traffic", micro * s.traffic},
+                 {"kernel_floor", micro * s.floor},     {"optimizer", s.opt_gpu - s.offload_step},
                  {"host_dispatch", t.host_seconds},     {"spill", s.spill}};
-  if (setup.gpus > 1) t.breakdown.push_back({"communication", accum * s.comm});
+  if (setup.gpus > 1) t.breakdown.push_back({"communication", t.communication_seconds});
+  if (w.pipeline_stages > 1) t.breakdown.push_back({"pipeline_bubble", s.bubble});
+  if (t.offload_seconds > 0) t.breakdown.push_back({"offload", t.offload_seconds});
 
   // Named as a profile shows it: the host when the GPU waits on it; else the larger of the GPU
   // time in matrix kernels (GEMMs, attention, adapter GEMMs) and in elementwise kernels.
@@ -116,6 +137,8 @@ TimeEstimate estimate_time(const StepWork& w, const TrainingSetup& setup, const 
     t.bottleneck = Bottleneck::host_link_spill;
   } else if (s.host_micro > s.gpu_micro || s.floor > std::max({matrix, s.traffic, s.comm})) {
     t.bottleneck = Bottleneck::launch_overhead;
+  } else if (s.offload_micro * micro + s.offload_step > 0.5 * t.step_seconds) {
+    t.bottleneck = Bottleneck::offload;
   } else if (s.comm > std::max(matrix, s.traffic)) {
     t.bottleneck = Bottleneck::communication;
   } else if (s.traffic > matrix) {

@@ -37,6 +37,13 @@ struct WorkBasis {
   double layer_ops = 0, forward_ops = 0;  // host operations: one layer's forward, the whole forward
   double parallel_ops = 0;                // DDP's bucket copies or FSDP2's per-parameter work
   double all_reduce_bytes = 0, all_gather_bytes = 0;
+  double step_collective_bytes = 0, network_bytes = 0;
+  double model_parallel_bytes_per_token_pass = 0;  // TP/CP collectives, per token and per pass
+  double pipeline_bytes_per_token = 0;             // activations and their gradients between stages
+  double offload_micro_bytes = 0, offload_step_bytes = 0, host_optimizer_bytes = 0;
+  double work_divisor = 1;  // tp x cp x pp: each GPU's share of a micro-batch's compute
+  double pipeline_stages = 1, pipeline_microbatches = 1, data_parallel = 1;
+  bool dp_crosses_hosts = false;
   double weight_bytes_per_layer = 0;
   bool operator==(const WorkBasis&) const = default;
 };
@@ -53,6 +60,14 @@ StepWork step_work(const ModelSpec& model, const TrainingSetup& setup, const Ste
 // memory does not).
 bool has_rates(const GpuSpec& gpu);
 
+// A pinned copy over PCIe carries about 80% of the link's one-direction rate as payload (packet
+// headers and flow control take the rest).
+inline constexpr double kPinnedCopyEfficiency = 0.8;
+// The CPU optimizer of an offloaded step (PyTorch's or DeepSpeed's Adam over fp32 states) is bound
+// by host memory bandwidth: bytes read and written a second. Unmeasured: a server socket's DRAM
+// streams some 100-200 GB/s, and a multi-threaded Adam reaches a fraction of it.
+inline constexpr double kHostOptimizerBytesPerSecond = 20e9;
+
 // The counts a step's time multiplies by.
 struct StepCounts {
   std::int64_t seq = 0, batch = 0, grad_accum = 0, gpus = 0;
@@ -64,6 +79,8 @@ struct StepSeconds {
   double matmul = 0, attention = 0, fp32 = 0, traffic = 0, floor = 0, comm = 0;  // one micro-batch's GPU terms
   double gpu_micro = 0, host_micro = 0;                                          // one micro-batch, GPU and host
   double opt_gpu = 0, opt_host = 0;                                              // the optimizer step, GPU and host
+  double offload_micro = 0, offload_step = 0;  // host-link copies a micro-batch, and copies + CPU optimizer a step
+  double bubble = 0;                           // pipeline fill and drain
   double accum = 0;
   double fitting = 0;  // the step when it fits in memory
   double spill = 0;
