@@ -39,6 +39,12 @@ struct MemoryEstimate {
   std::vector<PhasePeak> phases;          // forward, backward, optimizer
   std::int64_t trainable_parameters = 0;
   std::int64_t total_parameters = 0;
+  // The busiest GPU over the whole run, which decides whether it runs out: under DDP (and zero1,
+  // which runs DDP) the second step holds the reducer's first gradient buckets beside the ones it
+  // rebuilds, on one rank at least, through that step's backward: peak_allocated_bytes plus one
+  // copy of the buckets (measured on two H200s: +2,944 MiB for Qwen2.5-1.5B, +6,128 MiB for
+  // Llama-3.2-3B). Otherwise peak_allocated_bytes.
+  std::int64_t busiest_peak_allocated_bytes = 0;
   // Host memory one host needs for offloaded states (every GPU of the host; 0 without offload).
   std::int64_t host_bytes = 0;
   // With pipeline parallelism, the stage these figures are for: the busiest (0 = the first).

@@ -55,7 +55,7 @@ Estimates estimate(const ModelSpec& model, const TrainingSetup& setup, const Gpu
   const detail::StepShape st = detail::describe_step(model, setup);
   Estimates e;
   e.memory = detail::estimate_memory(model, setup, gpu, st);
-  e.verdict = judge(e.memory.peak_allocated_bytes, e.memory.device_used_bytes, gpu.memory_bytes, setup.headroom,
+  e.verdict = judge(e.memory.busiest_peak_allocated_bytes, e.memory.device_used_bytes, gpu.memory_bytes, setup.headroom,
                     setup.platform);
   // A card without rates gets no time (estimate_time says so without counting the work).
   if (detail::has_rates(gpu))
@@ -229,10 +229,10 @@ Plan make_plan(const ModelSpec& model, const TrainingSetup& setup, const GpuSpec
   Estimates e = estimate(model, setup, gpu, plan.profile);
   plan.memory = std::move(e.memory);
   const double cap = static_cast<double>(gpu.memory_bytes);
-  plan.headroom_fraction = 1.0 - static_cast<double>(plan.memory.peak_allocated_bytes) / cap;
+  plan.headroom_fraction = 1.0 - static_cast<double>(plan.memory.busiest_peak_allocated_bytes) / cap;
   plan.verdict = e.verdict;
   plan.over_capacity_bytes = std::max<std::int64_t>(
-      0, std::max(plan.memory.peak_allocated_bytes, plan.memory.device_used_bytes) - gpu.memory_bytes);
+      0, std::max(plan.memory.busiest_peak_allocated_bytes, plan.memory.device_used_bytes) - gpu.memory_bytes);
   plan.time = std::move(e.time);
   if (options.suggest && plan.verdict != Verdict::fits) plan.suggestions = alternatives(model, setup, gpu, plan.profile);
   return plan;

@@ -76,15 +76,19 @@ SetupGroup::Point SetupGroup::at(std::int64_t batch, std::int64_t grad_accum, bo
   if (batch < min_batch_ || batch > max_batch_ || grad_accum < min_grad_accum_ || grad_accum > max_grad_accum_)
     validate_point(batch, grad_accum);
   const double tokens = micro_batch_tokens(base_.seq, batch);
-  StepMemory memory = step_memory(memory_, tokens, grad_accum, grad_ckpt);
+  // A pipeline stage accumulates its gradients over the step's micro-batches (estimate_memory).
+  const std::int64_t accumulated = grad_accum * (last_stage_memory_ ? base_.microbatches : 1);
+  StepMemory memory = step_memory(memory_, tokens, accumulated, grad_ckpt);
   if (last_stage_memory_) {
-    StepMemory last = step_memory(*last_stage_memory_, tokens, grad_accum, grad_ckpt);
+    StepMemory last = step_memory(*last_stage_memory_, tokens, accumulated, grad_ckpt);
     if (last.peak_allocated_bytes > memory.peak_allocated_bytes) memory = last;
   }
   Point p;
   p.peak_allocated_bytes = memory.peak_allocated_bytes;
   p.device_used_bytes = memory.device_used_bytes;
-  p.verdict = judge(p.peak_allocated_bytes, p.device_used_bytes, gpu_.memory_bytes, base_.headroom, base_.platform);
+  // The busiest GPU over the run decides (MemoryEstimate::busiest_peak_allocated_bytes).
+  p.verdict = judge(memory.busiest_peak_allocated_bytes, p.device_used_bytes, gpu_.memory_bytes, base_.headroom,
+                    base_.platform);
   if (timed_) {
     const StepWork work = step_work(work_, tokens, static_cast<double>(batch), grad_ckpt);
     const StepSeconds time =

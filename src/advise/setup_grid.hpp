@@ -40,6 +40,9 @@ class SetupGroup {
   Point at(std::int64_t batch, std::int64_t grad_accum) const;
   // The same with gradient checkpointing on or off: nothing the group keeps depends on it.
   Point at(std::int64_t batch, std::int64_t grad_accum, bool grad_ckpt) const;
+  // Host memory one host needs for offloaded states (MemoryEstimate::host_bytes): the same at
+  // every point of the group.
+  double host_bytes() const { return memory_.host_bytes; }
 
  private:
   // validate() on base with this batch and accumulation: throws what estimate_memory would.

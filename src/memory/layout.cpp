@@ -1,16 +1,18 @@
 // The layout settings reduced to what the memory and time models need (memory/layout.hpp).
 #include "memory/layout.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
-
-#include <fmt/format.h>
 
 #include "trainfit/error.hpp"
 
 namespace trainfit::detail {
 namespace {
-double as_d(std::int64_t v) { return static_cast<double>(v); }
+double as_d(std::int64_t v) {
+  return static_cast<double>(v);
+}
 }  // namespace
 
 Layout layout_of(const TrainingSetup& s) {
@@ -68,8 +70,8 @@ void check_layout(const ModelSpec& model, const TrainingSetup& s) {
                                            model.num_kv_heads, s.tp));
   }
   if (s.pp > model.num_layers)
-    throw SettingError("pp", fmt::format("{} pipeline stages for {} layers: each stage needs at least one", s.pp,
-                                         model.num_layers));
+    throw SettingError(
+        "pp", fmt::format("{} pipeline stages for {} layers: each stage needs at least one", s.pp, model.num_layers));
 }
 
 PipelineStage first_stage(const ModelSpec& model, const Layout& l) {

@@ -12,9 +12,9 @@
 namespace trainfit::detail {
 
 struct Layout {
-  bool several = false;   // more than one GPU
+  bool several = false;  // more than one GPU
   Parallel parallel = Parallel::ddp;
-  double dp = 1;          // data-parallel degree: gpus / (tp x pp x cp)
+  double dp = 1;  // data-parallel degree: gpus / (tp x pp x cp)
   double tp = 1, pp = 1, cp = 1;
   double microbatches = 1;  // with pp > 1
   double gpus_per_node = 1;

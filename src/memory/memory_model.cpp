@@ -171,6 +171,11 @@ MemoryBasis memory_basis(const ModelSpec& model, const TrainingSetup& user_setup
   // DDP's reducer allocates flat bucket buffers for every trainable gradient when it wraps the
   // model (gradient_as_bucket_view off: each gradient is copied in, all-reduced, copied back).
   if (lay.ddp_buckets) base.gradient_buckets = st.gradients;
+  // After the first backward the reducer rebuilds its buckets in the order gradients arrived; on
+  // one rank at least (which one varies from run to run) the first buckets stay allocated through
+  // the second step's backward (python/scale_jobs/ddp_busiest_rank.py: the blocks alive at that
+  // rank's peak were allocated in DistributedDataParallel's _ddp_init_helper).
+  if (lay.ddp_buckets) b.rebuilt_buckets = st.gradients;
   // DeepSpeed reduces gradients through two buffers of reduce_bucket_size elements (overlap_comm),
   // which the HF Trainer's "auto" sets to hidden_size^2.
   if (lay.zero) base.gradient_buckets = 2.0 * static_cast<double>(model.hidden_size * model.hidden_size) * p.trainable_bytes_each;
@@ -341,6 +346,7 @@ StepMemory step_memory(const MemoryBasis& b, double tokens, std::int64_t grad_ac
     }
   }
   out.peak_allocated_bytes = to_bytes(peak_total);
+  out.busiest_peak_allocated_bytes = to_bytes(peak_total + b.rebuilt_buckets);
   // Blocks freed before the peak that the allocator cannot reuse for it stay reserved: the
   // lm_head-dtype logits (too small for the loss backward's fp32 blocks) and the blocks of a
   // layer's forward temporaries; under FSDP, its gather pool (memory_basis).
@@ -357,6 +363,9 @@ MemoryEstimate estimate_memory(const ModelSpec& model, const TrainingSetup& setu
   const Layout lay = layout_of(setup);
   MemoryBasis basis = memory_basis(model, setup, gpu, st);
   std::int64_t busiest_stage = 0;
+  // A pipeline stage accumulates its gradients over the step's micro-batches: from the second on,
+  // each runs with the gradients alive, as accumulation does.
+  const std::int64_t accumulated = setup.grad_accum * (lay.pp > 1 ? setup.microbatches : 1);
   // A pipeline's busiest GPU is its first stage (the most micro-batches in flight) or its last
   // (the output layer and the loss); the stages between hold less than the first.
   if (lay.pp > 1) {
@@ -364,7 +373,7 @@ MemoryEstimate estimate_memory(const ModelSpec& model, const TrainingSetup& setu
     const PipelineStage last_st = last_stage(model, lay);
     const MemoryBasis last = stage_basis(basis, model, setup, st, last_st);
     const auto peak_of = [&](const MemoryBasis& b) {
-      return step_memory(b, st.tokens, setup.grad_accum, setup.grad_ckpt).peak_allocated_bytes;
+      return step_memory(b, st.tokens, accumulated, setup.grad_ckpt).peak_allocated_bytes;
     };
     if (peak_of(last) > peak_of(first)) {
       basis = last;
@@ -373,11 +382,12 @@ MemoryEstimate estimate_memory(const ModelSpec& model, const TrainingSetup& setu
       basis = first;
     }
   }
-  const StepMemory sm = step_memory(basis, st.tokens, setup.grad_accum, setup.grad_ckpt);
+  const StepMemory sm = step_memory(basis, st.tokens, accumulated, setup.grad_ckpt);
   const MemoryMoment& peak = sm.moments[sm.peak];
 
   MemoryEstimate est;
   est.peak_allocated_bytes = sm.peak_allocated_bytes;
+  est.busiest_peak_allocated_bytes = sm.busiest_peak_allocated_bytes;
   est.peak_phase = peak.phase;
   est.peak_moment = peak.what;
   est.breakdown = {

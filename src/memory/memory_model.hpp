@@ -99,6 +99,7 @@ struct MemoryBasis {
   double kept_gathered_layer = 0;
   double in_flight = 1;
   double host_bytes = 0;
+  double rebuilt_buckets = 0;  // DDP's first buckets, alive beside the rebuilt ones in the second step
   std::int64_t cuda_context_bytes = 0;
   std::int64_t weights_loaded_bytes = 0;
   std::int64_t trainable_parameters = 0;
@@ -124,6 +125,7 @@ struct StepMemory {
   std::size_t count = 0;  // moments[0, count) are the step's, in the step's order
   std::size_t peak = 0;   // the first moment of the highest total
   std::int64_t peak_allocated_bytes = 0;
+  std::int64_t busiest_peak_allocated_bytes = 0;  // over the run (MemoryEstimate's)
   std::int64_t peak_reserved_bytes = 0;
   std::int64_t device_used_bytes = 0;
 };

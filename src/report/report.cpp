@@ -48,17 +48,17 @@ std::string verdict_line(const Plan& p) {
   const auto cap = p.gpu.memory_bytes;
   switch (p.verdict) {
     case Verdict::fits:
-      return fmt::format("FITS: peak {} of {} ({} free, policy keeps {})", gib(p.memory.peak_allocated_bytes), gib(cap),
+      return fmt::format("FITS: peak {} of {} ({} free, policy keeps {})", gib(p.memory.busiest_peak_allocated_bytes), gib(cap),
                          pct(p.headroom_fraction), pct(p.setup.headroom));
     case Verdict::tight:
       return fmt::format("TIGHT: fits in {} but leaves only {} free, under the {} headroom policy", gib(cap),
                          pct(p.headroom_fraction), pct(p.setup.headroom));
     case Verdict::spills:
       return fmt::format("SPILLS: needs {} on a {} card, {} over; the driver's system-memory fallback will run it, very slowly",
-                         gib(std::max(p.memory.peak_allocated_bytes, p.memory.device_used_bytes)), gib(cap), gib(p.over_capacity_bytes));
+                         gib(std::max(p.memory.busiest_peak_allocated_bytes, p.memory.device_used_bytes)), gib(cap), gib(p.over_capacity_bytes));
     case Verdict::oom:
       return fmt::format("OOM: needs {} on a {} card, {} over: CUDA out of memory",
-                         gib(std::max(p.memory.peak_allocated_bytes, p.memory.device_used_bytes)), gib(cap), gib(p.over_capacity_bytes));
+                         gib(std::max(p.memory.busiest_peak_allocated_bytes, p.memory.device_used_bytes)), gib(cap), gib(p.over_capacity_bytes));
   }
   return "";
 }
@@ -157,7 +157,8 @@ json plan_to_json(const Plan& p) {
                       {"peak_moment", p.memory.peak_moment},
                       {"breakdown", breakdown},
                       {"phases", phases},
-                      {"host_bytes", p.memory.host_bytes}}},
+                      {"host_bytes", p.memory.host_bytes},
+                      {"busiest_peak_allocated_bytes", p.memory.busiest_peak_allocated_bytes}}},
           {"device", {{"name", p.gpu.name}, {"id", p.gpu.id}, {"capacity_bytes", p.gpu.memory_bytes}}},
           {"time", time_to_json(p)},
           {"verdict", to_string(p.verdict)},
@@ -204,6 +205,8 @@ std::string render_plan(const Plan& p, Format format) {
   row("peak reserved", m.peak_reserved_bytes, "torch.cuda.max_memory_reserved()");
   row("CUDA context", m.cuda_context_bytes, "");
   row("device used", m.device_used_bytes, "NVML / nvidia-smi");
+  if (m.busiest_peak_allocated_bytes > m.peak_allocated_bytes)
+    row("busiest GPU, whole run", m.busiest_peak_allocated_bytes, "DDP's second step: its first buckets too");
   if (m.host_bytes > 0) row("host memory", m.host_bytes, "offloaded states, per host");
   out += md ? "\n" : "\n";
   std::vector<std::string> phases;

@@ -5,6 +5,8 @@
 
 #include <map>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "trainfit/trainfit.hpp"
 
@@ -31,10 +33,15 @@ TrainingSetup full_on(std::int64_t gpus, Parallel parallel) {
   return s;
 }
 
-double params(const std::string& model) { return static_cast<double>(count_parameters(load_model(model)).total); }
+double params(const std::string& model) {
+  return static_cast<double>(count_parameters(load_model(model)).total);
+}
 
+// From eight GPUs on: on two, DeepSpeed's bf16 mode (zero2, zero3: fp32 master weights, states
+// and gradient partition, 16 bytes a parameter over the partition) holds more than zero1's pure
+// bf16 AdamW (4 bytes a parameter of states over the partition, 6 whole).
 TEST(Layout, EachZeroStageStoresLessThanTheOneBefore) {
-  for (const std::int64_t n : {2, 4, 8, 64}) {
+  for (const std::int64_t n : {8, 16, 64}) {
     const double ddp = static_cast<double>(estimate("llama3.1-8b", full_on(n, Parallel::ddp)).peak_allocated_bytes);
     const double z1 = static_cast<double>(estimate("llama3.1-8b", full_on(n, Parallel::zero1)).peak_allocated_bytes);
     const double z2 = static_cast<double>(estimate("llama3.1-8b", full_on(n, Parallel::zero2)).peak_allocated_bytes);
@@ -121,8 +128,11 @@ TEST(Layout, FsdpMixedPrecisionKeepsFp32ShardsAndComputesInBf16) {
   const double p = params("qwen2.5-1.5b");
   auto b = breakdown(mixed);
   // fp32 shards and fp32 AdamW states, half of them on each of the two GPUs.
-  EXPECT_NEAR(b["weights"], 4.0 * p / 2.0, 0.01 * 2.0 * p);
-  EXPECT_NEAR(b["optimizer_states"], 8.0 * p / 2.0, 0.01 * 4.0 * p);
+  // (Plus each shard's allocator block rounding: up to 6% on this model's small shards.)
+  EXPECT_GE(b["weights"], 4.0 * p / 2.0);
+  EXPECT_LE(b["weights"], 1.06 * 4.0 * p / 2.0);
+  EXPECT_GE(b["optimizer_states"], 8.0 * p / 2.0);
+  EXPECT_LE(b["optimizer_states"], 1.06 * 8.0 * p / 2.0);
   // bf16 activations and gathered layers: less than the pure fp32 step.
   EXPECT_LT(mixed.peak_allocated_bytes, fp32.peak_allocated_bytes);
   EXPECT_LT(breakdown(mixed)["gathered_weights"], breakdown(fp32)["gathered_weights"]);
@@ -141,11 +151,11 @@ TEST(Layout, GradOpKeepsEveryLayerGatheredUntilItsBackward) {
 
 TEST(Layout, TensorParallelismDividesWeightsAndActivations) {
   TrainingSetup s = full_on(1, Parallel::ddp);
-  const auto one = breakdown(estimate("llama3.1-8b", s));
+  auto one = breakdown(estimate("llama3.1-8b", s));
   for (const std::int64_t t : {2, 4, 8}) {
     s.gpus = t;
     s.tp = t;
-    const auto split = breakdown(estimate("llama3.1-8b", s));
+    auto split = breakdown(estimate("llama3.1-8b", s));
     const double td = static_cast<double>(t);
     EXPECT_NEAR(split["weights"], one["weights"] / td, 0.01 * one["weights"] / td) << t;
     EXPECT_NEAR(split["activations"], one["activations"] / td, 0.05 * one["activations"] / td) << t;
@@ -165,7 +175,7 @@ TEST(Layout, PipelineFirstStageKeepsAMicroBatchPerStageInFlight) {
   one.gpus = 1;
   one.pp = 1;
   const auto whole = estimate("llama3.1-8b", one, "h200");
-  const auto b = breakdown(e);
+  auto b = breakdown(e);
   // A quarter of the layers' weights (plus the embedding or the output layer).
   EXPECT_LT(b.at("weights"), 0.45 * breakdown(whole).at("weights"));
   // The first stage: 4 micro-batches x 8 layers = the whole model's saved tensors for one.
@@ -178,15 +188,36 @@ TEST(Layout, PipelineFirstStageKeepsAMicroBatchPerStageInFlight) {
 TEST(Layout, ContextParallelismDividesTheTokens) {
   TrainingSetup s = full_on(1, Parallel::ddp);
   s.seq = 32768;
-  const auto one = breakdown(estimate("llama3.1-8b", s, "h200"));
+  auto one = breakdown(estimate("llama3.1-8b", s, "h200"));
   s.gpus = 4;
   s.cp = 4;
   s.parallel = Parallel::fsdp;
-  const auto split = breakdown(estimate("llama3.1-8b", s, "h200"));
+  auto split = breakdown(estimate("llama3.1-8b", s, "h200"));
   EXPECT_NEAR(split.at("activations"), one.at("activations") / 4.0, 0.05 * one.at("activations") / 4.0);
 }
 
-void expect_refused(const std::string& model, const TrainingSetup& s, const std::string& setting, const std::string& words) {
+// data/measurements/h200x2-ddp-busiest-rank-2026-11-30.json: a plain DDP loop on two H200s, its
+// busiest rank's max_memory_allocated over the whole run (the second step holds DDP's first
+// buckets beside the rebuilt ones).
+TEST(Layout, DdpBusiestRankHoldsTheFirstBucketsToo) {
+  const std::vector<std::pair<std::string, double>> measured = {{"qwen2.5-1.5b", 24190.7}, {"llama3.2-3b", 40934.2}};
+  for (const auto& [model, mib] : measured) {
+    TrainingSetup s = full_on(2, Parallel::ddp);
+    s.grad_ckpt = false;
+    const auto e = estimate(model, s, "h200");
+    EXPECT_EQ(e.busiest_peak_allocated_bytes - e.peak_allocated_bytes,
+              static_cast<std::int64_t>(breakdown(e).at("gradient_buckets")))
+        << model;
+    EXPECT_NEAR(static_cast<double>(e.busiest_peak_allocated_bytes) / static_cast<double>(kMiB), mib, 0.01 * mib)
+        << model;
+    s.parallel = Parallel::fsdp;  // no reducer, no rebuilt buckets
+    const auto f = estimate(model, s, "h200");
+    EXPECT_EQ(f.busiest_peak_allocated_bytes, f.peak_allocated_bytes) << model;
+  }
+}
+
+void expect_refused(const std::string& model, const TrainingSetup& s, const std::string& setting,
+                    const std::string& words) {
   try {
     (void)estimate(model, s);
     FAIL() << "accepted; expected a refusal naming " << setting;

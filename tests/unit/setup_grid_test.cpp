@@ -115,7 +115,7 @@ void expect_point_is_the_estimate(const Case& c, const TrainingSetup& s, const S
   EXPECT_EQ(p.peak_allocated_bytes, memory.peak_allocated_bytes);
   EXPECT_EQ(p.device_used_bytes, memory.device_used_bytes);
   const Verdict verdict =
-      judge(memory.peak_allocated_bytes, memory.device_used_bytes, c.gpu->memory_bytes, s.headroom, s.platform);
+      judge(memory.busiest_peak_allocated_bytes, memory.device_used_bytes, c.gpu->memory_bytes, s.headroom, s.platform);
   EXPECT_EQ(p.verdict, verdict);
   const TimeEstimate time = estimate_time(*c.model, s, *c.gpu, c.profile, verdict == Verdict::spills);
   if (time.predicted) {

@@ -67,7 +67,7 @@ TEST(Setup, BytesPerElement) {
 TEST(SetupDataParallel, NamesAndLimits) {
   EXPECT_EQ(parse_parallel("FSDP"), Parallel::fsdp);
   EXPECT_EQ(parse_parallel("ddp"), Parallel::ddp);
-  EXPECT_THROW(parse_parallel("zero3"), InputError);
+  EXPECT_THROW(parse_parallel("zero4"), InputError);
   TrainingSetup s;
   s.gpus = 0;
   EXPECT_THROW(validate(s), InputError);
