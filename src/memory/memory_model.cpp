@@ -140,7 +140,10 @@ MemoryBasis memory_basis(const ModelSpec& model, const TrainingSetup& user_setup
   const double tp = lay.tp;  // `pc` counts the whole model; each tensor-parallel GPU holds 1/tp of it
   MemoryBasis b;
   b.layers = L;
-  b.vocab = static_cast<double>(model.vocab_size) / tp;
+  // Under tensor parallelism the output layer is column-parallel but its output is gathered: the
+  // Hugging Face plans (tp_plan "colwise_rep" for lm_head) give every GPU the whole logits, and
+  // the loss runs over the whole vocabulary on each (no vocabulary-parallel loss).
+  b.vocab = static_cast<double>(model.vocab_size);
   b.full = full;
   b.tokens_divisor = lay.cp;
 

@@ -650,10 +650,10 @@ LayerLinears layer_linears(const ModelSpec& model, const TrainingSetup& setup) {
 
 // Tensor parallelism with sequence parallelism (Megatron's layout, which PyTorch's
 // tensor-parallel plans follow): each GPU holds 1/tp of every decoder matrix and of the
-// vocabulary-parallel embedding and output layer, and 1/tp of every activation (the norms' and
-// residual's along the sequence, the projections' along the heads or features; the logits are the
-// memory model's, over vocabulary / tp). Context parallelism (1/cp of the tokens on each GPU) is
-// the memory and time models' own: `tokens` stays the micro-batch's.
+// embedding and output layer, and 1/tp of every activation (the norms' and residual's along the
+// sequence, the projections' along the heads or features). The logits are the memory model's:
+// whole on every GPU, as the Hugging Face plans gather them. Context parallelism (1/cp of the
+// tokens on each GPU) is the memory and time models' own: `tokens` stays the micro-batch's.
 void split_for_model_parallelism(StepShape& st, const Layout& l) {
   if (l.tp <= 1) return;
   const double t = l.tp;
