@@ -23,6 +23,32 @@ std::string params_text(std::int64_t n) {
   return fmt::format("{}", n);
 }
 
+namespace {
+// The layout of several GPUs as people name it: "DDP", "ZeRO-3, optimizer offloaded", "FSDP, tp 2, pp 2".
+std::string layout_text(const TrainingSetup& s) {
+  std::string out;
+  switch (s.parallel) {
+    case Parallel::ddp: out = "DDP"; break;
+    case Parallel::fsdp: out = "FSDP"; break;
+    case Parallel::fsdp_grad_op: out = "FSDP (grad-op)"; break;
+    case Parallel::hsdp: out = "HSDP"; break;
+    case Parallel::zero1: out = "ZeRO-1"; break;
+    case Parallel::zero2: out = "ZeRO-2"; break;
+    case Parallel::zero3: out = "ZeRO-3"; break;
+  }
+  if (s.offload != Offload::none) {
+    out += ", ";
+    out += to_string(s.offload);
+    out += " offloaded";
+  }
+  if (s.tp > 1) out += fmt::format(", tp {}", s.tp);
+  if (s.pp > 1) out += fmt::format(", pp {} x {} micro-batches", s.pp, s.microbatches);
+  if (s.cp > 1) out += fmt::format(", cp {}", s.cp);
+  if (s.nodes > 1) out += fmt::format(", {} nodes", s.nodes);
+  return out;
+}
+}  // namespace
+
 std::string setup_text(const TrainingSetup& s) {
   std::string method;
   switch (s.method) {
@@ -42,9 +68,7 @@ std::string setup_text(const TrainingSetup& s) {
   return fmt::format("{}, {}, seq {} x batch {}{}, {}, {} attention{}", method, to_string(s.optimizer), s.seq, s.batch,
                      s.grad_accum > 1 ? fmt::format(" x accum {}", s.grad_accum) : "",
                      s.grad_ckpt ? "gradient checkpointing" : "no checkpointing", to_string(s.attention),
-                     s.gpus > 1 ? fmt::format(", {} GPUs with {} (memory per GPU)", s.gpus,
-                                              s.parallel == Parallel::fsdp ? "FSDP" : "DDP")
-                                : "");
+                     s.gpus > 1 ? fmt::format(", {} GPUs with {} (memory per GPU)", s.gpus, layout_text(s)) : "");
 }
 
 std::string model_text(const Plan& p) {
