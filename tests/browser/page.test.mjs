@@ -89,6 +89,22 @@ function expectSame(got, expected, what) {
   assert.equal(got.peak, (expected.memory.peak_allocated_bytes / MiB).toFixed(1) + " MiB", `${what}: peak allocated`);
   assert.equal(got.verdict, expected.verdict, `${what}: verdict`);
 }
+// Waits until the page shows what `trainfit plan` prints for these arguments, then compares. A
+// render can follow a change and still be an earlier request's answer arriving late, so the wait is
+// for the figures themselves, not for the next render; on a timeout the comparison says what shows.
+async function showsPlan(page, args, what) {
+  const expected = plan(args);
+  const want = expected.error ? null : (expected.memory.peak_allocated_bytes / MiB).toFixed(1) + " MiB";
+  try {
+    await page.waitForFunction((w) => (w === null ? document.getElementById("error").textContent.length > 0
+                                                  : document.getElementById("peak-allocated")?.textContent === w),
+                               {timeout: 15000}, want);
+  } catch {
+    // expectSame reports the difference
+  }
+  expectSame(await shown(page), expected, what);
+  return expected;
+}
 // Sets controls as a user does (a value, then an input event), all at once; "" clears one.
 async function setControls(page, values) {
   await page.evaluate((v) => {
@@ -127,12 +143,9 @@ await check("twenty random setups: the page shows the peak and verdict of `train
                    grad_ckpt: pick(["on", "off"]), attn: pick(["sdpa", "eager", "flash"])};
     const args = ["--model", setup.model, "--gpu", setup.gpu, "--method", setup.method, "--seq", setup.seq,
                   "--batch", setup.batch, setup.grad_ckpt === "on" ? "--grad-ckpt" : "--no-grad-ckpt", "--attn", setup.attn];
-    const before = await renders(page);
     await setControls(page, setup);
-    await settled(page, before);
-    const expected = plan(args);
+    const expected = await showsPlan(page, args, `setup ${i + 1}: trainfit plan ${args.join(" ")}`);
     if (expected.error) refused++;
-    expectSame(await shown(page), expected, `setup ${i + 1}: trainfit plan ${args.join(" ")}`);
   }
   assert.ok(refused <= 5, `${refused} of the 20 setups are refused: the draw should give mostly valid setups`);
 });
@@ -147,20 +160,15 @@ await check("the share link reopens the same setup", async () => {
 });
 
 await check("moving one control recomputes (seq up: memory up)", async () => {
+  const at = (seq) => ["--model", "qwen2.5-1.5b", "--gpu", "h100-sxm", "--method", "lora", "--seq", seq, "--batch", "1"];
   await setControls(page, {model: "qwen2.5-1.5b", gpu: "h100-sxm", method: "lora", seq: "1024", batch: "1", grad_ckpt: "",
                            attn: ""});
-  await settled(page, (await renders(page)) - 1);
-  let before = await renders(page);
-  await setControls(page, {seq: "1024"});
-  await settled(page, before);
+  await showsPlan(page, at("1024"), "seq 1024");
   const small = await shown(page);
-  before = await renders(page);
   await setControls(page, {seq: "8192"});
-  await settled(page, before);
+  await showsPlan(page, at("8192"), "seq 8192");
   const large = await shown(page);
   assert.ok(parseFloat(large.peak) > parseFloat(small.peak), `${large.peak} at 8192 > ${small.peak} at 1024`);
-  expectSame(large, plan(["--model", "qwen2.5-1.5b", "--gpu", "h100-sxm", "--method", "lora", "--seq", "8192", "--batch", "1"]),
-             "seq 8192");
 });
 
 await check("a pasted config.json is planned as `trainfit plan --model FILE`", async () => {
@@ -172,15 +180,15 @@ await check("a pasted config.json is planned as `trainfit plan --model FILE`", a
     area.dispatchEvent(new Event("input", {bubbles: true}));
   }, readFileSync(file, "utf8"));
   await settled(page, before);
-  expectSame(await shown(page), plan(["--model", file, "--gpu", "h100-sxm", "--method", "lora", "--seq", "8192", "--batch", "1"]),
-             "pasted qwen2.5-0.5b");
-  const cleared = await renders(page);
+  await showsPlan(page, ["--model", file, "--gpu", "h100-sxm", "--method", "lora", "--seq", "8192", "--batch", "1"],
+                  "pasted qwen2.5-0.5b");
   await page.evaluate(() => {
     const area = document.getElementById("config-json");
     area.value = "";
     area.dispatchEvent(new Event("input", {bubbles: true}));
   });
-  await settled(page, cleared);
+  await showsPlan(page, ["--model", "qwen2.5-1.5b", "--gpu", "h100-sxm", "--method", "lora", "--seq", "8192", "--batch", "1"],
+                  "the pasted config cleared");
 });
 
 await check("the advisor lists setups that fit, as commands", async () => {
