@@ -93,6 +93,7 @@ struct TraceReport {
   std::vector<RankTrace> ranks;
   int straggler = -1;  // index into ranks: the rank the others waited for (multi-rank only)
   std::string straggler_evidence;
+  std::vector<std::string> skipped;  // files of a folder that are not traces, each with the reason
 };
 
 struct TraceOptions {

@@ -2,6 +2,7 @@
 # Records the traces of docs/trace.md ("Data") on a GPU machine (2 GPUs for the DDP job), and, when a
 # trainfit binary is given, runs `trainfit trace` on each so both readings sit side by side.
 # Usage: python/trace_jobs/record.sh OUT_DIR [TRAINFIT_BINARY]
+# Environment: JOBS, a comma-separated subset of record_traces.py's jobs (default all; ddp needs 2 GPUs).
 set -uo pipefail
 mkdir -p "${1:?OUT_DIR}"
 out=$(realpath "$1")
@@ -9,7 +10,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 { date -u; uname -a; nproc; nvidia-smi
   python3 -c 'import sys, torch, transformers, peft; print("python", sys.version.split()[0]); print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.get_device_name(), torch.cuda.device_count(), "GPUs"); print("transformers", transformers.__version__, "peft", peft.__version__)'
 } > "$out/env.txt" 2>&1
-PYTHONUNBUFFERED=1 python3 "$here/record_traces.py" "$out" 2>&1 | tee "$out/record_log.txt"
+PYTHONUNBUFFERED=1 python3 "$here/record_traces.py" "$out" ${JOBS:+--jobs "$JOBS"} 2>&1 | tee "$out/record_log.txt"
 if [ -n "${2:-}" ]; then
   for d in "$out"/*/; do
     job=$(basename "$d")

@@ -13,7 +13,10 @@ The pickle is read here, in Python, so that trainfit never unpickles anything. T
      "history": [["alloc", address, size, stack, time_us], ...]}   # oldest first
 
 A stack is the allocation's frames, innermost first: the Python frames, and of the C++ frames only
-those that name what allocated (autograd's AccumulateGrad, cuBLAS workspaces); -1 when none.
+those that name what allocated (autograd's AccumulateGrad, cuBLAS workspaces); -1 when none. The
+backward pass runs on autograd's own threads, which have no Python frames: for an allocation made
+there the stack is its C++ frames that name an operator (an autograd node such as
+`LogSoftmaxBackward0`, an `at::native::` kernel), so that it can still be told apart.
 """
 import argparse
 import json
@@ -21,7 +24,11 @@ import pickle
 import sys
 
 KEEP_NATIVE = ("AccumulateGrad", "cublas", "Workspace", "workspace")
+# C++ frames that name the operator that allocated, for allocations without Python frames.
+OPERATOR_NATIVE = ("Backward", "autograd::generated", "at::native::", "at::_ops::", "AccumulateGrad",
+                   "autograd::Engine")
 MAX_FRAMES = 12
+MAX_NATIVE_FRAMES = 4
 
 
 def _frame_text(f):
@@ -38,6 +45,9 @@ class _Stacks:
     def of(self, frames):
         kept = [f for f in frames or []
                 if str(f.get("filename", "")).endswith(".py") or any(k in str(f.get("name", "")) for k in KEEP_NATIVE)]
+        if not any(str(f.get("filename", "")).endswith(".py") for f in kept):
+            native = [f for f in frames or [] if any(k in str(f.get("name", "")) for k in OPERATOR_NATIVE)]
+            kept = kept + [f for f in native if f not in kept][:MAX_NATIVE_FRAMES]
         if not kept:
             return -1
         text = " < ".join(_frame_text(f) for f in kept[:MAX_FRAMES])

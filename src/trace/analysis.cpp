@@ -279,7 +279,11 @@ bool looks_like_trace_file(const std::filesystem::path& p) {
 
 // The straggler of a multi-rank run: the rank with the most GPU work outside collectives a step.
 // In data parallelism the others wait for it inside the collective, so its communication time is
-// the shortest and its compute the longest.
+// the shortest and its compute the longest. Ranks of the same work differ by a few percent under
+// the profiler (its host cost, clocks): a rank is named only when its work exceeds the median of
+// the others by kStragglerExcess.
+constexpr double kStragglerExcess = 0.10;
+
 void name_straggler(TraceReport& report) {
   if (report.ranks.size() < 2) return;
   std::vector<double> work;
@@ -288,15 +292,25 @@ void name_straggler(TraceReport& report) {
     work.push_back((r.total.gpu_busy_s - r.total.communication_s) / steps);
   }
   const auto slowest = std::max_element(work.begin(), work.end());
-  report.straggler = static_cast<int>(slowest - work.begin());
-  std::vector<double> sorted = work;
-  const double median = detail::median_of(sorted);
-  const RankTrace& r = report.ranks[static_cast<std::size_t>(report.straggler)];
-  report.straggler_evidence = fmt::format(
-      "rank {} ({}): {:.4g} s of GPU work outside collectives a step against a median of {:.4g} s over {} "
-      "ranks ({:+.1f}%)",
-      r.rank >= 0 ? r.rank : report.straggler, std::filesystem::path(r.source).filename().string(), *slowest, median,
-      report.ranks.size(), median > 0 ? 100.0 * (*slowest - median) / median : 0.0);
+  const auto index = static_cast<std::size_t>(slowest - work.begin());
+  std::vector<double> others;
+  for (std::size_t k = 0; k < work.size(); ++k)
+    if (k != index) others.push_back(work[k]);
+  const double median = detail::median_of(others);
+  const double excess = median > 0 ? (*slowest - median) / median : 0.0;
+  const RankTrace& r = report.ranks[index];
+  const std::string figures = fmt::format(
+      "rank {} ({}): {:.4g} s of GPU work outside collectives a step against a median of {:.4g} s for the other {} "
+      "rank{} ({:+.1f}%)",
+      r.rank >= 0 ? r.rank : static_cast<int>(index), std::filesystem::path(r.source).filename().string(), *slowest,
+      median, others.size(), others.size() == 1 ? "" : "s", 100.0 * excess);
+  if (excess >= kStragglerExcess) {
+    report.straggler = static_cast<int>(index);
+    report.straggler_evidence = figures;
+  } else {
+    report.straggler_evidence =
+        fmt::format("none: the ranks' work is within {:.0f}% ({})", 100 * kStragglerExcess, figures);
+  }
 }
 
 }  // namespace
@@ -312,8 +326,16 @@ TraceReport analyse_trace(const std::string& path, const TraceOptions& options) 
     if (ec) throw SystemError(fmt::format("cannot list '{}': {}", path, ec.message()));
     if (files.empty()) throw InputError(fmt::format("no trace files (*.json, *.json.gz) in '{}'", path));
     std::sort(files.begin(), files.end());
-    for (const fs::path& f : files)
-      report.ranks.push_back(detail::analyse(detail::read_trace_file(f.string()), f.string(), options));
+    // A folder may hold other JSON beside the traces (a run's config, a reading of it): a file
+    // that is not a trace is skipped and named, unless no file is one.
+    for (const fs::path& f : files) {
+      try {
+        report.ranks.push_back(detail::analyse(detail::read_trace_file(f.string()), f.string(), options));
+      } catch (const InputError& e) {
+        report.skipped.push_back(e.what());
+      }
+    }
+    if (report.ranks.empty()) throw InputError(fmt::format("no trace among the files of '{}': {}", path, report.skipped.front()));
     std::stable_sort(report.ranks.begin(), report.ranks.end(),
                      [](const RankTrace& a, const RankTrace& b) { return a.rank < b.rank; });
     name_straggler(report);

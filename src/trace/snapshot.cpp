@@ -148,8 +148,14 @@ std::string snapshot_category(std::string_view frames) {
                  [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
   if (has(lower, {"optim", "zero_grad"})) return "optimizer_states";
   if (has(lower, {"cublas", "workspace"})) return "cublas_workspace";
-  if (has(lower, {"backward", "accumulategrad", "autograd"})) return "gradients";
-  if (has(lower, {"cross_entropy", "lm_head", "logits", "loss"})) return "logits_and_loss";
+  if (has(lower, {"accumulategrad"})) return "gradients";
+  // The loss's backward (autograd's threads have no Python frames; the operator's C++ frames say
+  // what it is): the gradient of the logits, which the planner counts with the logits.
+  if (has(lower, {"cross_entropy", "lm_head", "logits", "loss", "softmaxbackward", "softmax_backward"}))
+    return "logits_and_loss";
+  // Any other allocation of the backward pass: activation gradients on their way back, and the
+  // weight gradients that AccumulateGrad adopts without a copy (the frames cannot tell them apart).
+  if (has(lower, {"backward", "autograd"})) return "backward_buffers";
   if (has(lower, {"forward"})) return "activations";
   if (has(lower, {"lora", "get_peft_model"})) return "adapters";
   if (has(lower, {"__init__", "from_config", "from_pretrained", "load_state_dict", "_apply", "reset_parameters",
@@ -218,7 +224,15 @@ SnapshotReport analyse(Snapshot s, const std::string& source, std::size_t top_st
   if (peak_after > 0 && peak_after <= s.history.size()) {
     const HistoryEvent& h = s.history[peak_after - 1];
     r.peak_time_s = (h.time_us - s.history.front().time_us) * 1e-6;
-    if (h.stack >= 0) r.peak_moment = s.stacks[static_cast<std::size_t>(h.stack)];
+    // The event that reached the peak may carry no frames (a segment's allocation): the moment is
+    // that of the nearest allocation before it that has them.
+    for (std::size_t k = peak_after; k-- > 0;) {
+      if (s.history[k].stack >= 0) {
+        r.peak_moment = s.stacks[static_cast<std::size_t>(s.history[k].stack)];
+        break;
+      }
+    }
+    if (r.peak_moment.empty()) r.peak_moment = "an allocation without frames";
   } else {
     r.peak_moment = s.history.empty() ? "the dump" : "before the history began";
   }

@@ -287,6 +287,8 @@ std::string render_trace(const TraceReport& report, const SnapshotReport* snapsh
                                 {"rank", report.ranks[static_cast<std::size_t>(report.straggler)].rank},
                                 {"evidence", report.straggler_evidence}}
                          : json(nullptr);
+    if (report.ranks.size() > 1) j["straggler_check"] = report.straggler_evidence;
+    j["skipped"] = report.skipped;
     if (snapshot) j["snapshot"] = snapshot_json(*snapshot);
     if (comparison) j["plan"] = comparison_json(*comparison);
     return j.dump(2) + "\n";
@@ -297,7 +299,8 @@ std::string render_trace(const TraceReport& report, const SnapshotReport* snapsh
     if (k > 0) out += '\n';
     out += rank_text(report.ranks[k], markdown);
   }
-  if (report.straggler >= 0) out += fmt::format("\nstraggler: {}\n", report.straggler_evidence);
+  if (report.ranks.size() > 1) out += fmt::format("\nstraggler: {}\n", report.straggler_evidence);
+  for (const std::string& note : report.skipped) out += fmt::format("{}skipped: {}\n", markdown ? "\n" : "", note);
   if (snapshot) out += '\n' + render_snapshot(*snapshot, nullptr, format);
   if (comparison) out += comparison_text(*comparison, markdown);
   return out;

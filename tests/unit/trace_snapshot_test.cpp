@@ -19,7 +19,7 @@ const std::string kSnapshot = R"json({"schema": "trainfit.snapshot/1", "device":
   "stacks": ["forward (models/qwen2.py:10) < train (job.py:5)",
              "_init_group (optim/adamw.py:100) < step (optim/adamw.py:200)",
              "__init__ (modules/linear.py:9) < build_model (trainfit_runner/run.py:3)",
-             "backward (torch/_tensor.py:5) < train (job.py:7)"],
+             "torch::autograd::AccumulateGrad::apply < backward (torch/_tensor.py:5) < train (job.py:7)"],
   "segments": [
     {"address": 1000, "total_size": 1200, "blocks": [{"address": 1000, "size": 400, "state": "active_allocated", "stack": 2},
                                                      {"address": 1400, "size": 800, "state": "inactive", "stack": -1}]},
@@ -44,7 +44,7 @@ TEST(TraceSnapshot, ThePeakIsReconstructedFromTheHistory) {
   EXPECT_EQ(*r.allocator_peak_allocated_bytes, 1000);
   EXPECT_EQ(r.reserved_at_peak_bytes, 2736);
   EXPECT_NEAR(r.peak_time_s, 30e-6, 1e-12);
-  EXPECT_EQ(r.peak_moment, "backward (torch/_tensor.py:5) < train (job.py:7)");
+  EXPECT_EQ(r.peak_moment, "torch::autograd::AccumulateGrad::apply < backward (torch/_tensor.py:5) < train (job.py:7)");
   EXPECT_EQ(r.history_events, 8u);
   EXPECT_TRUE(r.warnings.empty());
 }
@@ -80,6 +80,24 @@ TEST(TraceSnapshot, CategoriesComeFromTheStacks) {
   EXPECT_EQ(snapshot_category("getCurrentCUDABlasHandle < cublasLtMatmul"), "cublas_workspace");
   EXPECT_EQ(snapshot_category("update_layer (peft/tuners/lora/layer.py:1)"), "adapters");
   EXPECT_EQ(snapshot_category("somewhere (job.py:1)"), "transient");
+  // The backward pass's C++ frames (autograd's threads have no Python ones).
+  EXPECT_EQ(snapshot_category("torch::autograd::generated::LogSoftmaxBackward0::apply (??:0)"), "logits_and_loss");
+  EXPECT_EQ(snapshot_category("at::native::mm (??:0) < torch::autograd::generated::MmBackward0::apply (??:0)"),
+            "backward_buffers");
+  EXPECT_EQ(snapshot_category("torch::autograd::AccumulateGrad::apply (??:0)"), "gradients");
+}
+
+// The event that reached the peak has no frames (the allocator's segment for it, say): the moment
+// is the nearest allocation before it that has them, not an empty line.
+TEST(TraceSnapshot, APeakReachedByAnEventWithoutFramesTakesTheMomentBeforeIt) {
+  const SnapshotReport r = analyse_snapshot_text(
+      R"json({"schema": "trainfit.snapshot/1", "stacks": ["forward (qwen2.py:9)"],
+          "segments": [{"address": 0, "total_size": 64, "blocks": [{"address": 0, "size": 64, "state": "inactive", "stack": -1}]}],
+          "history": [["alloc", 0, 16, 0, 10], ["alloc", 16, 48, -1, 20], ["free_completed", 0, 16, -1, 30],
+                      ["free_completed", 16, 48, -1, 40]]})json",
+      "snap");
+  EXPECT_EQ(r.peak_allocated_bytes, 64);
+  EXPECT_EQ(r.peak_moment, "forward (qwen2.py:9)");
 }
 
 TEST(TraceSnapshot, BadSnapshotsAreInputErrors) {

@@ -302,12 +302,45 @@ TEST(TraceFiles, AFolderOfRanksNamesTheStraggler) {
     write_file(dir / ("worker" + std::to_string(2 - rank) + ".pt.trace.json"), synthetic_trace_text(t));
   }
   write_file(dir / "notes.txt", "not a trace");
+  // Other JSON beside the traces (a reading of them, a config) is skipped and named.
+  write_file(dir / "expected.json", R"({"steps": []})");
   const TraceReport report = analyse_trace(dir.string());
   ASSERT_EQ(report.ranks.size(), 3u);
+  ASSERT_EQ(report.skipped.size(), 1u);
+  EXPECT_NE(report.skipped[0].find("expected.json"), std::string::npos) << report.skipped[0];
   EXPECT_EQ(report.ranks[0].rank, 0);  // in rank order, whatever the file names
   EXPECT_EQ(report.ranks[2].rank, 2);
   EXPECT_EQ(report.straggler, 2);
   EXPECT_NE(report.straggler_evidence.find("rank 2"), std::string::npos) << report.straggler_evidence;
+}
+
+// Ranks that do the same work within a few percent: no straggler is named, and the check says why.
+TEST(TraceFiles, RanksOfTheSameWorkHaveNoStraggler) {
+  const auto dir = scratch("balanced");
+  std::filesystem::create_directories(dir);
+  for (int rank = 0; rank < 2; ++rank) {
+    SyntheticTrace t;
+    t.rank = rank;
+    t.kernels = {{"sm90_xmma_gemm", "kernel", rank == 1 ? 104.0 : 100.0}};
+    t.collective_us = 300;
+    write_file(dir / ("rank" + std::to_string(rank) + ".json"), synthetic_trace_text(t));
+  }
+  const TraceReport report = analyse_trace(dir.string());
+  ASSERT_EQ(report.ranks.size(), 2u);
+  EXPECT_EQ(report.straggler, -1);
+  EXPECT_EQ(report.straggler_evidence.rfind("none", 0), 0u) << report.straggler_evidence;
+}
+
+TEST(TraceFiles, AFolderWithoutAnyTraceIsAnInputError) {
+  const auto dir = scratch("no_traces");
+  std::filesystem::create_directories(dir);
+  write_file(dir / "config.json", R"({"model": "qwen"})");
+  try {
+    analyse_trace(dir.string());
+    ADD_FAILURE() << "a folder of no traces was read";
+  } catch (const trainfit::InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("config.json"), std::string::npos) << e.what();
+  }
 }
 
 // A trace far larger than a chunk or a batch streams through with the answer of one in memory.
