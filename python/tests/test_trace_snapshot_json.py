@@ -49,6 +49,23 @@ class SnapshotJson(unittest.TestCase):
         self.assertEqual(out["history"][0][3], blocks[0]["stack"])  # the same stack, once
         self.assertEqual(out["allocator"], {"max_memory_allocated": 12288})
 
+    def test_an_allocation_of_the_backward_keeps_the_frames_that_name_its_operator(self):
+        # Autograd's threads have no Python frames: what allocated is in the C++ frames, short.
+        frames = [frame("torch::unwind::unwind()", "??"),
+                  frame("c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::malloc(unsigned long, CUstream_st*)", "??"),
+                  frame("at::_ops::_log_softmax_backward_data::redispatch(c10::DispatchKeySet, at::Tensor const&, long)", "??"),
+                  frame("torch::autograd::generated::LogSoftmaxBackward0::apply(std::vector<at::Tensor>&&)", "??"),
+                  frame("torch::autograd::Engine::thread_main(std::shared_ptr<torch::autograd::GraphTask> const&)", "??"),
+                  frame("torch::autograd::Engine::thread_init(int, bool)", "??"),
+                  frame("std::error_code::default_error_condition() const", "??")]
+        snap = {"segments": [{"device": 0, "address": 0, "total_size": 64, "blocks": [
+            {"size": 64, "state": "active_allocated", "frames": frames}]}], "device_traces": [[]]}
+        out = snapshot_json.convert(snap)
+        self.assertEqual(out["stacks"][out["segments"][0]["blocks"][0]["stack"]],
+                         "at::_ops::_log_softmax_backward_data::redispatch (??:1) < "
+                         "torch::autograd::generated::LogSoftmaxBackward0::apply (??:1) < "
+                         "torch::autograd::Engine::thread_main (??:1) < torch::autograd::Engine::thread_init (??:1)")
+
     def test_trainfit_reads_the_rendering(self):
         cli = os.environ.get("TRAINFIT_CLI")
         if not cli:

@@ -31,10 +31,27 @@ MAX_FRAMES = 12
 MAX_NATIVE_FRAMES = 4
 
 
+def short_native_name(name):
+    """A C++ frame's function without its parameter list (and `const`): what it is, in a line."""
+    name = name.strip()
+    if name.endswith(" const"):
+        name = name[: -len(" const")]
+    if name.endswith(")"):
+        depth = 0
+        for k in range(len(name) - 1, -1, -1):
+            depth += {")": 1, "(": -1}.get(name[k], 0)
+            if depth == 0:
+                return name[:k] if k > 0 else name
+    return name
+
+
 def _frame_text(f):
     path = str(f.get("filename", "?")).replace("\\", "/")
     short = "/".join(path.split("/")[-2:])
-    return "%s (%s:%s)" % (f.get("name", "?"), short, f.get("line", "?"))
+    name = str(f.get("name", "?"))
+    if not path.endswith(".py"):
+        name = short_native_name(name)
+    return "%s (%s:%s)" % (name, short, f.get("line", "?"))
 
 
 class _Stacks:

@@ -70,7 +70,9 @@ KernelCategory classify_activity(std::string_view name, std::string_view cat) {
   // Order matters: NCCL's kernels carry "reduce" and flash attention's carry "gemm"-like names.
   if (contains_any(name, {"nccl"})) return KernelCategory::communication;
   if (contains_any(name, {"flash", "fmha", "attention", "attn", "sdpa"})) return KernelCategory::attention;
-  if (contains_any(name, {"multi_tensor_apply", "adam", "optimizer", "sgd_", "lamb"})) return KernelCategory::optimizer;
+  // Not "lamb" alone: every kernel of a C++ lambda ("{lambda(float)#1}", PyTorch's copies and casts) has it.
+  if (contains_any(name, {"multi_tensor_apply", "adam", "optimizer", "sgd_", "lamb_", "lambstage"}))
+    return KernelCategory::optimizer;
   if (contains_any(name, {"gemm", "xmma", "cutlass", "cublas", "nvjet", "matmul", "gemv", "wgmma", "splitk"}))
     return KernelCategory::matmul;
   return KernelCategory::elementwise;

@@ -69,6 +69,13 @@ TEST(TraceCategories, KernelNamesMapToTheTimeModelsTerms) {
             KernelCategory::attention);
   EXPECT_EQ(classify_activity("cudnn_generated_fort_native_sdpa_sm90_knob_7", "kernel"), KernelCategory::attention);
   EXPECT_EQ(classify_activity("ncclDevKernel_AllReduce_Sum_bf16_RING_LL", "kernel"), KernelCategory::communication);
+  // A copy's kernel names its C++ lambda: not the LAMB optimizer (a LoRA step's casts were called optimizer).
+  EXPECT_EQ(classify_activity("void at::native::unrolled_elementwise_kernel<at::native::direct_copy_kernel_cuda("
+                              "at::TensorIteratorBase&)::{lambda()#3}::operator()() const::{lambda(float)#1}>",
+                              "kernel"),
+            KernelCategory::elementwise);
+  EXPECT_EQ(classify_activity("void multi_tensor_apply_kernel<LAMBStage1Functor<float>>", "kernel"),
+            KernelCategory::optimizer);
   EXPECT_EQ(classify_activity("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<FusedAdamMathFunctor>",
                               "kernel"),
             KernelCategory::optimizer);
