@@ -55,7 +55,11 @@ TEST_P(Recordings, NamedCorrectlyInNinetyPercentOfSteadyWindows) {
 
 INSTANTIATE_TEST_SUITE_P(H200, Recordings,
                          testing::Values("h200_compute_bound.jsonl", "h200_input_bound.jsonl",
-                                         "h200_capacity_bound.jsonl", "h200_capacity_bound_run2.jsonl"));
+                                         "h200_capacity_bound.jsonl", "h200_capacity_bound_run2.jsonl",
+                                         // The second day: the host-bound and leaking jobs, and the
+                                         // compute and input jobs again with the one probe and /proc.
+                                         "h200_2026-12-01_compute.jsonl", "h200_2026-12-01_input.jsonl",
+                                         "h200_2026-12-01_host.jsonl", "h200_2026-12-01_leak.jsonl"));
 
 // Without the probe's events the NVML readings alone still name the compute and input jobs.
 TEST(Recordings, NvmlAloneNamesComputeAndInputJobs) {
