@@ -32,7 +32,7 @@ void add_trace_command(CLI::App& app, int& exit_code) {
                   "a memory snapshot as JSON (python -m trainfit_runner.snapshot_json SNAPSHOT.pickle OUT.json)");
   cmd->add_flag("--plan", flags->plan,
                 "put the trace's measured terms beside the planner's prediction for the setup the other flags give");
-  cmd->add_option("--format", flags->format, "table | json | markdown")->capture_default_str();
+  cmd->add_option("--format", flags->format, "table | json | markdown | html (one self-contained page: the steps as timelines, the kernels, the snapshot)")->capture_default_str();
   cmd->add_option("--top", flags->top, "kernels and allocation stacks to list")
       ->capture_default_str()
       ->check(CLI::Range(1, 1000));
@@ -44,7 +44,7 @@ void add_trace_command(CLI::App& app, int& exit_code) {
   cmd->callback([flags, setup_flags, &exit_code] {
     if (flags->path.empty() && flags->snapshot.empty())
       throw InputError("trace: give a trace file or folder, or --snapshot FILE");
-    const Format format = parse_format(flags->format);
+    const Format format = parse_report_format(flags->format);
     std::optional<trace::SnapshotReport> snapshot;
     if (!flags->snapshot.empty()) snapshot = trace::analyse_snapshot(flags->snapshot, flags->top);
     std::optional<Plan> plan;

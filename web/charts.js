@@ -403,7 +403,104 @@ const TrainfitCharts = (() => {
     }
   }
 
-  const reports = {plan: renderPlan, advise: renderAdvise, bench: renderBench, validate: renderValidate, watch: renderWatch};
+  // The letters of a step's timeline (docs/trace.md, StepTrace::timeline) and their colours.
+  const timelineStates = {M: ["matmul", "#0969da"], A: ["attention", "#1a7f37"], E: ["elementwise", "#bf8700"],
+                          O: ["optimizer", "#8250df"], C: ["communication", "#cf222e"], H: ["host-device copies", "#953800"],
+                          D: ["device copies", "#6e7781"], i: ["idle: input wait", "#e16f24"], s: ["idle: synchronisation", "#a475f9"],
+                          h: ["idle: host launching", "#d0d7de"]};
+  function stepTimeline(parent, step, longest) {
+    const W = 900, H = 30, left = 170, right = 8, barH = 18;
+    const s = svg("svg", {viewBox: `0 0 ${W} ${H}`, width: W, height: H, role: "img"}, parent);
+    text(s, 0, 18, `${step.name} ${seconds(step.wall_s)}`, {"font-size": 12});
+    const width = (W - left - right) * step.wall_s / longest, n = step.timeline.length;
+    // Runs of one state are one rectangle: a few dozen per step instead of one per slice.
+    for (let k = 0; k < n;) {
+      let end = k;
+      while (end < n && step.timeline[end] === step.timeline[k]) ++end;
+      const [name, colour] = timelineStates[step.timeline[k]] || ["?", "#8c959f"];
+      const r = svg("rect", {x: left + width * k / n, y: 4, width: Math.max(0.5, width * (end - k) / n), height: barH, fill: colour}, s);
+      svg("title", {}, r).textContent = `${name}: ${seconds(step.wall_s * (end - k) / n)} from ${seconds(step.wall_s * k / n) === "-" ? "0" : seconds(step.wall_s * k / n)}`;
+      k = end;
+    }
+  }
+  function renderTrace(root, data) {
+    const ranks = data.ranks || [];
+    for (const r of ranks) {
+      const title = `${ranks.length > 1 ? `rank ${r.rank}: ` : ""}${r.source.split("/").pop()}: ${r.device_name || "GPU"} ${r.device}, ` +
+                    `${r.steps.length} step${r.steps.length === 1 ? "" : "s"}: ${r.verdict}`;
+      const box = section(root, title);
+      html("p", {class: "words"}, r.evidence, box);
+      const timed = r.steps.filter((st) => st.timeline);
+      if (timed.length) {
+        html("h3", {}, "Each step in time order (what filled each slice of it)", box);
+        const longest = Math.max(...timed.map((st) => st.wall_s));
+        for (const st of timed) stepTimeline(box, st, longest);
+        const seen = new Set(timed.flatMap((st) => [...st.timeline]));
+        legend(box, Object.entries(timelineStates).filter(([k]) => seen.has(k)).map(([, v]) => v));
+        html("h3", {}, "Where each step's time went", box);
+        const steps = r.steps.map((_, i) => i + 1);
+        plot(box, {xLabel: "step", xFormat: String, yFormat: seconds, width: 900,
+                   series: [{name: "wall", colour: "#57606a", x: steps, y: r.steps.map((st) => st.wall_s), points: true},
+                            {name: "GPU busy", colour: "#0969da", x: steps, y: r.steps.map((st) => st.gpu_busy_s), points: true},
+                            {name: "input wait", colour: "#e16f24", x: steps, y: r.steps.map((st) => st.input_wait_s), points: true},
+                            {name: "host", colour: "#8c959f", x: steps, y: r.steps.map((st) => st.host_wait_s), points: true},
+                            {name: "communication", colour: "#cf222e", x: steps, y: r.steps.map((st) => st.communication_s), points: true}]});
+      }
+      if (r.kernels_top && r.kernels_top.length) {
+        const t = html("table", {}, null, section(box, "Top kernels"));
+        const head = html("tr", {}, null, html("thead", {}, null, t));
+        for (const h of ["total", "count", "category", "name"]) html("th", {}, h, head);
+        const body = html("tbody", {}, null, t);
+        for (const k of r.kernels_top) {
+          const tr = html("tr", {}, null, body);
+          [seconds(k.total_s), k.count, k.category, k.name.length > 140 ? k.name.slice(0, 140) + "..." : k.name].forEach((c) => html("td", {}, String(c), tr));
+        }
+      }
+      for (const w of r.warnings || []) html("p", {class: "note"}, "note: " + w, box);
+    }
+    if (data.straggler_check) html("p", {class: "words"}, "straggler: " + data.straggler_check, root);
+    for (const w of data.skipped || []) html("p", {class: "note"}, "skipped: " + w, root);
+    if (data.snapshot) {
+      const snap = data.snapshot;
+      const box = section(root, `Memory snapshot: peak allocated ${mib(snap.peak_allocated_bytes)}` +
+                                (snap.allocator_peak_allocated_bytes ? ` (the allocator's own peak ${mib(snap.allocator_peak_allocated_bytes)})` : ""));
+      html("p", {class: "words"}, "peak moment: " + (snap.peak_moment || "-"), box);
+      // Categories under 0.1 MiB at the peak (a few stray bytes) would only crowd the legend.
+      const parts = Object.entries(snap.breakdown).filter(([, b]) => b >= 0.1 * MiB).map(([k, b], i) => [k, b, k === "cached_free" ? "#afb8c1" : palette[i % palette.length]]);
+      const total = parts.reduce((a, [, b]) => a + b, 0) * 1.02 || 1;
+      stackedBar(box, parts, [], total, mib);
+      legend(box, parts.map(([k, b, c]) => [`${k} ${mib(b)}`, c]));
+      if (snap.top_stacks && snap.top_stacks.length) {
+        const t = html("table", {}, null, section(box, "Largest allocation stacks at the peak"));
+        const head = html("tr", {}, null, html("thead", {}, null, t));
+        for (const h of ["MiB", "blocks", "category", "frames"]) html("th", {}, h, head);
+        const body = html("tbody", {}, null, t);
+        for (const a of snap.top_stacks) {
+          const tr = html("tr", {}, null, body);
+          [(a.bytes / MiB).toFixed(1), a.blocks, a.category, a.frames].forEach((c) => html("td", {}, String(c), tr));
+        }
+      }
+    }
+    if (data.plan) {
+      const box = section(root, "Beside the plan");
+      if (data.plan.largest_disagreement) html("p", {class: "words"}, "largest disagreement: " + data.plan.largest_disagreement, box);
+      for (const [what, format] of [["time", seconds], ["memory", mib]]) {
+        const rows = data.plan[what] || [];
+        if (!rows.length) continue;
+        const t = html("table", {}, null, box);
+        const head = html("tr", {}, null, html("thead", {}, null, t));
+        for (const h of [what + " term", "measured", "predicted"]) html("th", {}, h, head);
+        const body = html("tbody", {}, null, t);
+        for (const row of rows) {
+          const tr = html("tr", {}, null, body);
+          [row.term, format(row.measured), format(row.predicted)].forEach((c) => html("td", {}, String(c), tr));
+        }
+      }
+    }
+  }
+
+  const reports = {plan: renderPlan, advise: renderAdvise, bench: renderBench, validate: renderValidate, watch: renderWatch,
+                   trace: renderTrace};
   function renderReport(kind, data, root) {
     root.textContent = "";
     if (!reports[kind]) { html("p", {class: "error"}, "no renderer for a report of kind " + kind, root); return; }

@@ -57,7 +57,13 @@ struct StepTrace {
   double launch_gap_median_s = 0;  // and the median gap between consecutive launch calls
   Bottleneck verdict = Bottleneck::compute;
   std::string evidence;
+  // The step in time order, for the HTML timeline: kTimelineBins equal slices of the window, each a
+  // letter for what filled most of it: a kernel category (M matmul, A attention, E elementwise,
+  // O optimizer, C communication, H host-device copies, D device copies) when the GPU was busy at
+  // least half of the slice, else the idle's cause (i input, s sync, h host). Empty for the total.
+  std::string timeline;
 };
+inline constexpr std::size_t kTimelineBins = 240;
 
 struct KernelStat {
   std::string name;

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <filesystem>
 #include <map>
 
@@ -118,6 +119,45 @@ void judge_step(StepTrace& s) {
   s.evidence = std::move(why);
 }
 
+// The step [a, b) in kTimelineBins slices (StepTrace::timeline): the GPU activities from `first`
+// on (sorted by start) spread their clipped time over the slices by category; a slice the GPU
+// filled at least half of takes its largest category, any other the cause of its idle time, by the
+// rules of the step's figures (the loader's fetch, a synchronisation running, else the host).
+std::string step_timeline(std::int64_t a, std::int64_t b, std::vector<GpuSpan>::const_iterator first,
+                          std::vector<GpuSpan>::const_iterator last, const std::vector<Interval>& busy,
+                          const std::vector<Interval>& loader, const std::vector<Interval>& sync) {
+  static constexpr std::array<char, kKernelCategories> kLetter{'M', 'A', 'E', 'O', 'C', 'H', 'H', 'D'};
+  if (b <= a) return {};
+  const auto bins = static_cast<std::int64_t>(kTimelineBins);
+  const auto slice_begin = [&](std::int64_t k) { return a + (b - a) * k / bins; };
+  std::vector<CategorySeconds> by_category(kTimelineBins, CategorySeconds{});
+  for (auto it = first; it != last && it->begin < b; ++it) {
+    const std::int64_t lo = std::max(it->begin, a), hi = std::min(it->end, b);
+    if (hi <= lo) continue;
+    // The slices it touches: from the one holding lo to the one holding hi - 1.
+    for (std::int64_t k = (lo - a) * bins / (b - a); k < bins && slice_begin(k) < hi; ++k) {
+      const std::int64_t overlap = std::min(hi, slice_begin(k + 1)) - std::max(lo, slice_begin(k));
+      if (overlap > 0)
+        by_category[static_cast<std::size_t>(k)][static_cast<std::size_t>(it->category)] += static_cast<double>(overlap);
+    }
+  }
+  std::string out(kTimelineBins, 'h');
+  for (std::int64_t k = 0; k < bins; ++k) {
+    const std::int64_t lo = slice_begin(k), hi = slice_begin(k + 1);
+    const std::int64_t busy_ns = covered(busy, lo, hi);
+    char& c = out[static_cast<std::size_t>(k)];
+    if (hi > lo && 2 * busy_ns >= hi - lo) {
+      const CategorySeconds& cat = by_category[static_cast<std::size_t>(k)];
+      c = kLetter[static_cast<std::size_t>(std::max_element(cat.begin(), cat.end()) - cat.begin())];
+    } else if (2 * covered(loader, lo, hi) >= hi - lo - busy_ns) {
+      c = 'i';
+    } else if (inside(sync, lo)) {
+      c = 's';
+    }
+  }
+  return out;
+}
+
 RankTrace analyse(TraceData data, const std::string& source, const TraceOptions& options) {
   RankTrace r;
   r.source = source;
@@ -215,6 +255,7 @@ RankTrace analyse(TraceData data, const std::string& source, const TraceOptions&
         kernel_durations.push_back(static_cast<double>(it->end - it->begin) * kNs);
       }
     }
+    s.timeline = step_timeline(a, b, first, data.gpu.end(), busy, loader, sync);
     s.communication_s = static_cast<double>(covered(comm_union, a, b)) * kNs;
     s.communication_overlapped_s = static_cast<double>(covered_by_both(comm_union, compute_union, a, b)) * kNs;
     std::vector<double> gaps;

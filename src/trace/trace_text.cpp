@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "trace/trace_data.hpp"
+#include "trainfit/report.hpp"
 #include "trainfit/trace.hpp"
 
 namespace trainfit::trace {
@@ -24,7 +25,7 @@ json step_json(const StepTrace& s) {
   json categories = json::object();
   for (std::size_t k = 0; k < kKernelCategories; ++k)
     categories[std::string(to_string(static_cast<KernelCategory>(k)))] = s.categories[k];
-  return {{"name", s.name},
+  json j = {{"name", s.name},
           {"begin_s", s.begin_s},
           {"wall_s", s.wall_s},
           {"gpu_busy_s", s.gpu_busy_s},
@@ -40,6 +41,8 @@ json step_json(const StepTrace& s) {
           {"launch_gap_median_s", s.launch_gap_median_s},
           {"verdict", to_string(s.verdict)},
           {"evidence", s.evidence}};
+  if (!s.timeline.empty()) j["timeline"] = s.timeline;
+  return j;
 }
 
 json rank_json(const RankTrace& r) {
@@ -235,9 +238,11 @@ std::string comparison_text(const PlanComparison& c, bool markdown) {
 }  // namespace
 
 std::string render_snapshot(const SnapshotReport& s, const PlanComparison* comparison, Format format) {
-  if (format == Format::json) {
+  if (format == Format::json || format == Format::html) {
     json j = {{"schema", "trainfit.trace/1"}, {"snapshot", snapshot_json(s)}};
     if (comparison) j["plan"] = comparison_json(*comparison);
+    if (format == Format::html)
+      return render_html_report("trace", fmt::format("trainfit trace --snapshot {}", s.source), j);
     return j.dump(2) + "\n";
   }
   const bool markdown = format == Format::markdown;
@@ -275,7 +280,7 @@ std::string render_snapshot(const SnapshotReport& s, const PlanComparison* compa
 
 std::string render_trace(const TraceReport& report, const SnapshotReport* snapshot, const PlanComparison* comparison,
                          Format format) {
-  if (format == Format::json) {
+  if (format == Format::json || format == Format::html) {
     json ranks = json::array();
     for (const RankTrace& r : report.ranks) ranks.push_back(rank_json(r));
     // The first rank's figures at the top level (the only one, for a single file), every rank under "ranks".
@@ -291,6 +296,11 @@ std::string render_trace(const TraceReport& report, const SnapshotReport* snapsh
     j["skipped"] = report.skipped;
     if (snapshot) j["snapshot"] = snapshot_json(*snapshot);
     if (comparison) j["plan"] = comparison_json(*comparison);
+    // The HTML report is the same document drawn by the page's charts (web/charts.js, renderTrace).
+    if (format == Format::html)
+      return render_html_report(
+          "trace", fmt::format("trainfit trace {}", report.ranks.empty() ? std::string() : report.ranks.front().source),
+          j);
     return j.dump(2) + "\n";
   }
   const bool markdown = format == Format::markdown;

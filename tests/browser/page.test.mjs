@@ -233,6 +233,8 @@ const reports = {
                           "--format", "html"]),
   validate: report("validate", ["validate", path.join(source, "data/reference/h200-hf-peft-calibration.jsonl"), "--format", "html"]),
   watch: report("watch", ["watch", "--replay", path.join(source, "data/watch/h200_capacity_bound.jsonl"), "--format", "html"]),
+  trace: report("trace", ["trace", path.join(source, "data/trace/loader/trace.json.gz"), "--snapshot",
+                          path.join(source, "data/trace/snapshot/peak.pickle.json"), "--format", "html"]),
 };
 for (const [kind, file] of Object.entries(reports)) {
   await check(`the ${kind} report opens from a file with its charts`, async () => {
