@@ -338,6 +338,26 @@ TEST(TraceFiles, RanksOfTheSameWorkHaveNoStraggler) {
   EXPECT_EQ(report.straggler_evidence.rfind("none", 0), 0u) << report.straggler_evidence;
 }
 
+// The timeline is the step in time order: a loader's wait at its start, then the matmuls, in
+// proportion to their time.
+TEST(TraceAnalysis, TheTimelineShowsTheStepInTimeOrder) {
+  SyntheticTrace t;
+  t.loader_us = 3000;
+  t.kernels = {{"sm90_xmma_gemm", "kernel", 100}};
+  t.repeats = 30;
+  const RankTrace r = analyse_trace_text(trainfit::testing::synthetic_trace_text(t), "timeline");
+  ASSERT_FALSE(r.steps.empty());
+  const StepTrace& s = r.steps[0];
+  ASSERT_EQ(s.timeline.size(), kTimelineBins);
+  EXPECT_EQ(s.timeline.front(), 'i');
+  const auto slices = [&](char c) { return static_cast<double>(std::count(s.timeline.begin(), s.timeline.end(), c)); };
+  // Each letter's share of the slices is its share of the wall time, to a slice or two at each change.
+  EXPECT_NEAR(slices('i') / kTimelineBins, s.input_wait_s / s.wall_s, 0.03);
+  EXPECT_NEAR(slices('M') / kTimelineBins, s.gpu_busy_s / s.wall_s, 0.05);
+  EXPECT_GT(s.timeline.find('M'), s.timeline.rfind('i'));  // no matmul before the loader's wait ends
+  EXPECT_TRUE(r.total.timeline.empty());
+}
+
 TEST(TraceFiles, AFolderWithoutAnyTraceIsAnInputError) {
   const auto dir = scratch("no_traces");
   std::filesystem::create_directories(dir);
