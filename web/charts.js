@@ -372,7 +372,8 @@ const TrainfitCharts = (() => {
   }
 
   const watchColours = {"compute-bound": "#1a7f37", "input-pipeline-bound": "#bf8700", "communication-bound": "#8250df",
-                        "capacity-bound": "#cf222e", "host-spill": "#bc4c00", throttled: "#953800", "memory-growth": "#a475f9"};
+                        "capacity-bound": "#cf222e", "host-spill-suspected": "#bc4c00", throttled: "#953800",
+                        "host-bound": "#0969da", idle: "#d0d7de", "memory-growing": "#a475f9", straggler: "#e16f24"};
   function renderWatch(root, data) {
     html("p", {class: "words"}, `${data.source}: ${data.samples} samples, ${data.probe_steps} probe steps; verdicts over windows of ` +
          `${data.window_seconds} s.`, root);

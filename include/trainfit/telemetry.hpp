@@ -205,8 +205,9 @@ enum class Bottleneck {
   host_spill,
   throttled,
   memory_growth,
-  unknown,  // the driver gave no utilisation reading
-  host      // the GPU waits for the host to launch work (Python, kernel launches, synchronisations)
+  unknown,   // the driver gave no utilisation reading
+  host,      // the GPU waits for the host to launch work (Python, kernel launches, synchronisations)
+  straggler  // a warning on every GPU of a multi-GPU job: one rank is slower and the others wait for it
 };
 std::string_view to_string(Bottleneck b);         // "compute-bound", "input-pipeline-bound", ...
 Bottleneck parse_bottleneck(std::string_view s);  // the inverse, also "compute"; throws InputError
@@ -260,6 +261,10 @@ struct Diagnosis {
 // `host`: the job's /proc readings (in time order; those inside the window count), empty without.
 Diagnosis diagnose(std::span<const Sample> window, std::span<const StepEvent> steps, const GpuInfo& gpu,
                    std::span<const HostSample> host = {});
+// The GPUs of one job over the same window, judged together: when one rank waits for its data far
+// longer than the others (which then wait for it inside the collectives), each diagnosis gets the
+// `straggler` warning naming that GPU. Needs the probe's data waits on at least two GPUs.
+void judge_ranks(std::span<Diagnosis> same_window);
 
 // Consecutive windows with the same primary verdict, merged: the "verdicts over time" of a run.
 struct VerdictSpan {

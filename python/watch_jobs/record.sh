@@ -7,12 +7,12 @@
 #   OUT/sampler_cost.txt    trainfit_bench's sampler benchmark against the real driver (% of a core at 10 Hz)
 #   OUT/metrics.txt, OUT/env.txt   a /metrics scrape during the compute job; the machine and stack
 # Usage: python/watch_jobs/record.sh OUT_DIR [DIR_WITH_bin/_AND_lib/]   (prebuilt trainfit, else build/gpu)
-# Environment: JOBS (default "compute input host leak ddp"; also "capacity"), SECONDS_PER_JOB (40),
-# GPU_TESTS=0 to skip the tests and the benchmark, CAPACITY_ARGS for capacity_bound.py. The ddp job
-# needs two GPUs (torchrun, NCCL_P2P_DISABLE=1); the others run on GPU 0 (CUDA_VISIBLE_DEVICES=0) so
+# Environment: JOBS (default "compute input host leak ddp straggler"; also "capacity"), SECONDS_PER_JOB (40),
+# GPU_TESTS=0 to skip the tests and the benchmark, CAPACITY_ARGS for capacity_bound.py. The ddp and
+# straggler jobs need two GPUs (torchrun; ddp with NCCL_P2P_DISABLE=1); the others run on GPU 0 (CUDA_VISIBLE_DEVICES=0) so
 # that watch's "only the job's GPUs" shows too.
 set -uo pipefail
-jobs=${JOBS:-compute input host leak ddp}
+jobs=${JOBS:-compute input host leak ddp straggler}
 seconds=${SECONDS_PER_JOB:-40}
 mkdir -p "${1:?OUT_DIR}"
 out=$(realpath "$1")
@@ -62,6 +62,7 @@ for j in $jobs; do
     host) watch_job host 0 python3 host_bound.py --seconds "$seconds" ;;
     leak) watch_job leak 0 python3 leak.py --seconds "$seconds" ;;
     ddp) NCCL_P2P_DISABLE=1 watch_job ddp 0,1 torchrun --standalone --nproc-per-node 2 ddp_comm.py --seconds "$seconds" ;;
+    straggler) watch_job straggler 0,1 torchrun --standalone --nproc-per-node 2 straggler.py --seconds "$seconds" ;;
     capacity) watch_job capacity 0 python3 capacity_bound.py ${CAPACITY_ARGS:---capped 15 --near-full 15} ;;
     *) echo "unknown job '$j'" >> "$out/log.txt" ;;
   esac

@@ -3,7 +3,7 @@
 (record.sh's), the share of the job's steady windows (between its "steady" marker, which says what
 it expects, and the next marker) whose verdict was the expected one, live (the verdict lines watch
 wrote while the job ran) and on replay (`trainfit watch --replay FILE --score`: the same recording
-through the diagnoser again). A memory-growing job is right when the window carries that warning.
+through the diagnoser again). A memory-growing or straggling job is right when the window carries that warning.
 
     python/watch_jobs/score.py OUT_DIR_OR_RECORDING... [--trainfit PATH] [--min 0.9]
 
@@ -51,7 +51,8 @@ def live_scores(path):
                 continue
             windows += 1
             named = [v["verdict"]] + [a["verdict"] for a in v.get("also", [])]
-            ok = expected in named if expected == "memory-growing" else v["verdict"] == expected
+            # The warnings (memory-growing, straggler) count when carried; the bottlenecks when first.
+            ok = expected in named if expected in ("memory-growing", "straggler") else v["verdict"] == expected
             right += ok
             if not ok:
                 wrong[v["verdict"]] = wrong.get(v["verdict"], 0) + 1

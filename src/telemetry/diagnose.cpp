@@ -67,6 +67,12 @@ constexpr double kGrowthMaxJump = 0.5;
 constexpr double kHostBusyCores = 0.8;
 // The probe's data waits under this share of step time: the loader keeps up, the host does not.
 constexpr double kNoDataWait = kDataShare / 3;
+// A straggler (judge_ranks): in synchronous data parallelism every rank's step lasts as long as the
+// slowest one's, the others waiting inside the collective. A rank whose data waits take this much
+// more of the step than the other ranks' median is the slow one: its loader decides the step time.
+// At least kDataShare itself (an input-bound rank); the gap keeps ranks whose loaders are all
+// equally slow (an input-bound job, not a straggler) out.
+constexpr double kStragglerDataGap = 0.15;
 
 struct Series {
   std::vector<double> v;
@@ -541,6 +547,40 @@ Diagnosis diagnose(std::span<const Sample> window, std::span<const StepEvent> st
   return diagnose_window(window, steps, gpu, earlier, host);
 }
 
+const char* const kAdviceStraggler =
+    "one rank is slower and every other rank waits for it in the collectives: give that rank's DataLoader more "
+    "workers or a faster shard (its disk, its decoding, its CPU cores: taskset/numactl may pin it to busy cores), "
+    "or balance the samples' lengths across ranks";
+
+void judge_ranks(std::span<Diagnosis> same_window) {
+  std::vector<const Diagnosis*> probed;
+  for (const Diagnosis& d : same_window)
+    if (d.stats.data_share) probed.push_back(&d);
+  if (probed.size() < 2) return;
+  const auto slowest = *std::max_element(probed.begin(), probed.end(), [](const Diagnosis* a, const Diagnosis* b) {
+    return *a->stats.data_share < *b->stats.data_share;
+  });
+  std::vector<double> others;
+  for (const Diagnosis* d : probed)
+    if (d != slowest) others.push_back(*d->stats.data_share);
+  std::sort(others.begin(), others.end());
+  const std::size_t n = others.size();
+  const double median = n % 2 ? others[n / 2] : (others[n / 2 - 1] + others[n / 2]) / 2;
+  const double share = *slowest->stats.data_share;
+  if (share < kDataShare || share - median < kStragglerDataGap) return;
+  const int gpu = slowest->gpu;
+  for (Diagnosis& d : same_window) {
+    const std::string evidence =
+        d.gpu == gpu ? fmt::format("this GPU's rank waits for its data {:.0f}% of each step against {:.0f}% (median) on "
+                                   "the other {} GPU{}, which wait for it in the collectives",
+                                   100 * share, 100 * median, n, n == 1 ? "" : "s")
+                     : fmt::format("GPU {}'s rank waits for its data {:.0f}% of each step against {:.0f}% (median) "
+                                   "on the others: this GPU waits for it in the collectives",
+                                   gpu, 100 * share, 100 * median);
+    d.verdicts.push_back({Bottleneck::straggler, evidence, kAdviceStraggler});
+  }
+}
+
 std::vector<StepEvent> steps_of_gpu(std::span<const StepEvent> steps, int gpu) {
   std::vector<StepEvent> out;
   for (const StepEvent& e : steps)
@@ -660,6 +700,7 @@ void for_each_recording_window(const Recording& r, double window_seconds, double
       if (judged(r.gpus[i]))
         per_gpu.push_back(diagnose_window(window, tagged ? std::span<const StepEvent>(gpu_steps[i]) : r.steps,
                                           r.gpus[i], earlier[i], r.host));
+    if (tagged) judge_ranks(per_gpu);
     f(per_gpu, static_cast<int>(std::min<std::int64_t>(same - k + 1, std::numeric_limits<int>::max())));
     k = same;
   }
@@ -695,6 +736,8 @@ std::string_view to_string(Bottleneck b) {
       return "unknown";
     case Bottleneck::host:
       return "host-bound";
+    case Bottleneck::straggler:
+      return "straggler";
   }
   return "unknown";
 }
@@ -702,7 +745,7 @@ std::string_view to_string(Bottleneck b) {
 Bottleneck parse_bottleneck(std::string_view s) {
   for (auto b : {Bottleneck::idle, Bottleneck::compute, Bottleneck::input_pipeline, Bottleneck::communication,
                  Bottleneck::capacity, Bottleneck::host_spill, Bottleneck::throttled, Bottleneck::memory_growth,
-                 Bottleneck::unknown, Bottleneck::host}) {
+                 Bottleneck::unknown, Bottleneck::host, Bottleneck::straggler}) {
     const std::string_view name = to_string(b);
     if (s == name || (name.size() > 6 && name.ends_with("-bound") && s == name.substr(0, name.size() - 6))) return b;
   }
@@ -728,7 +771,8 @@ std::vector<PhaseScore> score_recording(const Recording& r, double window_second
       for (PhaseScore& score : scores) {
         if (d.begin < score.begin || d.end > score.end) continue;
         score.windows += windows;
-        const bool right = score.expected == Bottleneck::memory_growth
+        // The warnings count when carried; the bottlenecks when first.
+        const bool right = score.expected == Bottleneck::memory_growth || score.expected == Bottleneck::straggler
                                ? std::any_of(d.verdicts.begin(), d.verdicts.end(),
                                              [&](const Verdict& v) { return v.kind == score.expected; })
                                : d.primary().kind == score.expected;

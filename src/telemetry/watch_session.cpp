@@ -513,25 +513,29 @@ WatchResult WatchSession::run(const WatchOutput& output, const std::atomic<int>&
     const std::vector<HostSample> host_window(host.begin(), host.end());
     const bool tagged = std::any_of(steps.begin(), steps.end(), [](const StepEvent& e) { return e.device; });
     std::vector<Diagnosis> now_verdicts;
+    std::vector<Diagnosis> judged;
     for (const GpuInfo& g : gpus) {
       if (!watched().empty() && !watched().count(g.index)) continue;
       // A multi-GPU probe tags each step with its GPU: each GPU is judged on its own steps.
       Diagnosis d = tagged ? diagnose(window, steps_of_gpu(steps, g.index), g, host_window)
                            : diagnose(window, steps, g, host_window);
-      if (d.stats.samples < 3) continue;
+      if (d.stats.samples >= 3) judged.push_back(std::move(d));
+    }
+    if (tagged) judge_ranks(judged);  // then the GPUs together: a straggler is a relation between ranks
+    for (Diagnosis& d : judged) {
       if (jsonl) jsonl.add(diagnosis_to_json(d));
-      const auto prev = current.find(g.index);
+      const auto prev = current.find(d.gpu);
       // A job's own output shares the terminal: only changes of verdict are worth a line there.
       const bool changed = prev == current.end() || prev->second.primary().kind != d.primary().kind;
       if (!live && output.verdict_line && (o.command.empty() || changed))
-        output.verdict_line(fmt::format("[{:6.1f} s] GPU {}: {}: {}\n", t - t0, g.index, to_string(d.primary().kind),
+        output.verdict_line(fmt::format("[{:6.1f} s] GPU {}: {}: {}\n", t - t0, d.gpu, to_string(d.primary().kind),
                                         d.primary().evidence));
       if (o.plan) {
-        if (d.stats.step_seconds_median && step_medians[g.index].size() < kMaxLiveSteps)
-          step_medians[g.index].push_back(*d.stats.step_seconds_median);
-        if (d.stats.memory_used_max) memory_max[g.index] = std::max(memory_max[g.index], *d.stats.memory_used_max);
+        if (d.stats.step_seconds_median && step_medians[d.gpu].size() < kMaxLiveSteps)
+          step_medians[d.gpu].push_back(*d.stats.step_seconds_median);
+        if (d.stats.memory_used_max) memory_max[d.gpu] = std::max(memory_max[d.gpu], *d.stats.memory_used_max);
       }
-      current[g.index] = d;
+      current[d.gpu] = d;
       timeline.add(d);
       now_verdicts.push_back(std::move(d));
     }

@@ -254,6 +254,37 @@ TEST(Diagnose, EachGpuJudgedOnItsOwnSteps) {
   EXPECT_EQ(steps_of_gpu(tagged, 1).size(), 51U);
 }
 
+// Data parallelism on three GPUs where GPU 0's rank waits for its data 60% of each step: every
+// GPU's diagnosis carries the straggler warning naming GPU 0. Ranks that all wait alike are an
+// input-bound job, not a straggler.
+TEST(Diagnose, ARankThatWaitsForItsDataFarLongerIsTheStraggler) {
+  const auto samples = stream([](GpuReading& g, int) { g.gpu_util_percent = 45; });
+  const auto judge = [&](double data0, double data_others) {
+    auto tagged = steps(150, 0.1, [&](StepEvent& e, int i) {
+      e.device = i % 3;
+      e.data_seconds = (i % 3 == 0 ? data0 : data_others) * 0.1;
+    });
+    std::vector<Diagnosis> same_window;
+    for (int gpu = 0; gpu < 3; ++gpu) {
+      GpuInfo g = h200();
+      g.index = gpu;
+      same_window.push_back(diagnose(samples, steps_of_gpu(tagged, gpu), g));
+    }
+    judge_ranks(same_window);
+    return same_window;
+  };
+  const auto straggling = judge(0.6, 0.05);
+  for (const Diagnosis& d : straggling) {
+    ASSERT_TRUE(has(d, Bottleneck::straggler)) << d.gpu;
+    const auto& w = *std::find_if(d.verdicts.begin(), d.verdicts.end(),
+                                  [](const Verdict& v) { return v.kind == Bottleneck::straggler; });
+    EXPECT_NE(w.evidence.find(d.gpu == 0 ? "this GPU's rank waits for its data 60%" : "GPU 0's rank"), std::string::npos)
+        << w.evidence;
+  }
+  for (const Diagnosis& d : judge(0.6, 0.55)) EXPECT_FALSE(has(d, Bottleneck::straggler)) << d.gpu;  // all alike
+  for (const Diagnosis& d : judge(0.25, 0.02)) EXPECT_FALSE(has(d, Bottleneck::straggler)) << d.gpu;  // not input-bound
+}
+
 TEST(Diagnose, WarningsAreKeptOverTimeWithTheirRate) {
   VerdictTimeline timeline;
   const auto growing = [](int offset) {
