@@ -53,11 +53,11 @@ int run_seed_scenario(const SetupFlags& setup_flags, const PlanFlags& f) {
       plans.push_back(make_plan(load_model(name), s, gpu, options));
     }
   }
-  const Format format = parse_format(f.format);
+  const Format format = parse_report_format(f.format);
   std::cout << render_plan_comparison(plans, format,
                                       "Which Qwen2.5 sizes can be fine-tuned on this card? (trainfit plan with no --model; "
                                       "pass --model for one plan)");
-  if (format != Format::json)
+  if (format == Format::table || format == Format::markdown)
     std::cout << "\nThe seed is a published 16 GB fine-tuning experiment that does not state its stack; assumed\n"
                  "(docs/model.md, \"The seed scenario\"): its 4-bit base measured 1.0 byte a weight, so it is planned\n"
                  "as int8 (--weights nf4 plans a true NF4 base); PEFT's default Qwen2 targets q,v; Windows, where\n"

@@ -81,13 +81,15 @@ const TrainfitCharts = (() => {
 
   // The memory of the step's peak against the card: every category, the allocator's reserve and the
   // CUDA context stacked to the device use, with the capacity and the headroom line.
-  function memoryBar(parent, plan) {
+  // `scale`: the bytes the bar's full width stands for, shared when plans are compared; by default
+  // the larger of the card and the plan's device use.
+  function memoryBar(parent, plan, scale) {
     const m = plan.memory, cap = plan.device.capacity_bytes;
     const headroom = plan.setup.headroom !== undefined ? plan.setup.headroom : 0.2;
     const parts = Object.entries(m.breakdown).filter(([, b]) => b > 0).map(([k, b], i) => [k, b, palette[i % palette.length]]);
     parts.push(["allocator reserve", m.peak_reserved_bytes - m.peak_allocated_bytes, "#afb8c1"]);
     parts.push(["CUDA context", m.device_used_bytes - m.peak_reserved_bytes, "#57606a"]);
-    const total = Math.max(cap, m.device_used_bytes) * 1.06;
+    const total = scale || Math.max(cap, m.device_used_bytes) * 1.06;
     stackedBar(parent, parts, [
       {value: cap, label: "capacity " + gib(cap), colour: "#cf222e", top: true},
       {value: cap * (1 - headroom), label: `headroom line (${percent(headroom)} free)`, colour: "#9a6700", dash: true},
@@ -500,7 +502,30 @@ const TrainfitCharts = (() => {
     }
   }
 
-  const reports = {plan: renderPlan, advise: renderAdvise, bench: renderBench, validate: renderValidate, watch: renderWatch,
+  // Several plans side by side (`plan` without --model: the seed's question): each one's memory
+  // against the card, then the table the CLI prints.
+  function renderPlans(root, doc) {
+    html("p", {class: "words"}, doc.title, root);
+    const table = html("table", {}, null, section(root, "Plans"));
+    const head = html("tr", {}, null, html("thead", {}, null, table));
+    for (const h of ["model", "checkpointing", "peak allocated", "of card", "device used", "verdict", "step", "bottleneck"]) html("th", {}, h, head);
+    const body = html("tbody", {}, null, table);
+    for (const p of doc.plans) {
+      const tr = html("tr", {}, null, body);
+      const cells = [p.model.name, p.setup.grad_ckpt ? "on" : "off", mib(p.memory.peak_allocated_bytes),
+                     percent(p.memory.peak_allocated_bytes / p.device.capacity_bytes), mib(p.memory.device_used_bytes), p.verdict,
+                     p.time ? seconds(p.time.step_seconds) : "-", p.time ? p.time.bottleneck : "-"];
+      cells.forEach((c, i) => html("td", i === 5 ? {class: "verdict-" + p.verdict} : {}, String(c), tr));
+    }
+    // One scale for every bar, so that the bars compare.
+    const scale = Math.max(...doc.plans.map((p) => Math.max(p.device.capacity_bytes, p.memory.device_used_bytes))) * 1.06;
+    for (const p of doc.plans) {
+      const box = section(root, `${p.model.name}, checkpointing ${p.setup.grad_ckpt ? "on" : "off"}: ${p.verdict}`);
+      memoryBar(box, p, scale);
+    }
+  }
+
+  const reports = {plans: renderPlans, plan: renderPlan, advise: renderAdvise, bench: renderBench, validate: renderValidate, watch: renderWatch,
                    trace: renderTrace};
   function renderReport(kind, data, root) {
     root.textContent = "";

@@ -237,10 +237,13 @@ std::string render_plan(const Plan& p, Format format) {
 }
 
 std::string render_plan_comparison(const std::vector<Plan>& plans, Format format, const std::string& title) {
-  if (format == Format::json) {
+  if (format == Format::json || format == Format::html) {
     json arr = json::array();
     for (const auto& p : plans) arr.push_back(plan_to_json(p));
-    return json{{"schema", "trainfit.plans/1"}, {"title", title}, {"plans", arr}}.dump(2) + "\n";
+    const json doc{{"schema", "trainfit.plans/1"}, {"title", title}, {"plans", arr}};
+    // The report draws the same document: each plan's memory against the card, and the table.
+    if (format == Format::html) return render_html_report("plans", title, doc);
+    return doc.dump(2) + "\n";
   }
   const bool md = format == Format::markdown;
   std::string out = md ? fmt::format("## {}\n\n", title) : title + "\n\n";

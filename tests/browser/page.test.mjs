@@ -228,6 +228,7 @@ mkdirSync(benchDir);
 copyFileSync(path.join(source, "data/bench/h200-seed-16gb-2026-11-30.jsonl"), path.join(benchDir, "results.jsonl"));
 const reports = {
   plan: report("plan", ["plan", "--model", "qwen2.5-14b", "--gpu", "rtx-5070-ti", "--method", "qlora", "--format", "html"]),
+  plans: report("plans", ["plan", "--format", "html"]),
   advise: report("advise", ["advise", "--model", "llama3.1-8b", "--gpu", "a100-40gb", "--seq", "2048", "--format", "html"]),
   bench: report("bench", ["bench", path.join(source, "plans/seed-16gb.toml"), "--results", benchDir, "--judge-only",
                           "--format", "html"]),
