@@ -43,8 +43,8 @@ SetupGroup::SetupGroup(const ModelSpec& model, const TrainingSetup& base, const 
   memory_ = memory_basis(model, base_, gpu, st);
   const Layout layout = layout_of(base_);
   if (layout.pp > 1) {
-    last_stage_memory_ = stage_basis(memory_, model, base_, st, last_stage(model, layout));
-    memory_ = stage_basis(memory_, model, base_, st, first_stage(model, layout));
+    last_stage_memory_ = stage_basis(memory_, base_, st, last_stage(model, layout));
+    memory_ = stage_basis(memory_, base_, st, first_stage(model, layout));
   }
   timed_ = has_rates(gpu);
   if (timed_) work_ = work_basis(model, base_, st);

@@ -94,7 +94,7 @@ void apply_storage_and_offload(MemoryBasis& b, const TrainingSetup& s, const Lay
 // A pipeline stage's share of the whole model's basis: its layers' part of every
 // parameter-shaped state plus the embedding (first stage) or the output layer (last stage; a tied
 // output layer is its own copy there), and the micro-batches 1F1B keeps in flight on it.
-MemoryBasis stage_basis(const MemoryBasis& whole, const ModelSpec& model, const TrainingSetup& setup,
+MemoryBasis stage_basis(const MemoryBasis& whole, const TrainingSetup& setup,
                         const StepShape& st, const PipelineStage& stage) {
   MemoryBasis b = whole;
   const ParameterCounts& pc = st.counts;
@@ -124,7 +124,6 @@ MemoryBasis stage_basis(const MemoryBasis& whole, const ModelSpec& model, const 
   b.optimizer_transient *= f;
   b.in_flight = stage.in_flight;
   b.host_bytes *= f;
-  (void)model;
   return b;
 }
 
@@ -372,9 +371,9 @@ MemoryEstimate estimate_memory(const ModelSpec& model, const TrainingSetup& setu
   // A pipeline's busiest GPU is its first stage (the most micro-batches in flight) or its last
   // (the output layer and the loss); the stages between hold less than the first.
   if (lay.pp > 1) {
-    const MemoryBasis first = stage_basis(basis, model, setup, st, first_stage(model, lay));
+    const MemoryBasis first = stage_basis(basis, setup, st, first_stage(model, lay));
     const PipelineStage last_st = last_stage(model, lay);
-    const MemoryBasis last = stage_basis(basis, model, setup, st, last_st);
+    const MemoryBasis last = stage_basis(basis, setup, st, last_st);
     const auto peak_of = [&](const MemoryBasis& b) {
       return step_memory(b, st.tokens, accumulated, setup.grad_ckpt).peak_allocated_bytes;
     };

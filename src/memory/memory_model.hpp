@@ -111,8 +111,8 @@ struct MemoryBasis {
 // grad_ckpt: `st` is per token.
 MemoryBasis memory_basis(const ModelSpec& model, const TrainingSetup& setup, const GpuSpec& gpu, const StepShape& st);
 // A pipeline stage's part of the whole model's basis (docs/model.md, "Pipeline parallelism").
-MemoryBasis stage_basis(const MemoryBasis& whole, const ModelSpec& model, const TrainingSetup& setup,
-                        const StepShape& st, const PipelineStage& stage);
+MemoryBasis stage_basis(const MemoryBasis& whole, const TrainingSetup& setup, const StepShape& st,
+                        const PipelineStage& stage);
 
 // The moments where a step's memory can peak: forward at the loss, the loss backward, the output
 // layer's backward, the last and the first layer's backward, the embedding's (full fine-tuning)

@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "memory/layout.hpp"
 #include "trainfit/trainfit.hpp"
 
 namespace trainfit {
@@ -179,10 +180,23 @@ TEST(Layout, PipelineFirstStageKeepsAMicroBatchPerStageInFlight) {
   auto b = breakdown(e);
   // A quarter of the layers' weights (plus the embedding or the output layer).
   EXPECT_LT(b.at("weights"), 0.45 * breakdown(whole).at("weights"));
-  // The first stage: 4 micro-batches x 8 layers = the whole model's saved tensors for one.
+  // 1F1B keeps pp - stage micro-batches in flight on a stage: the first stage, 4 micro-batches x 8
+  // layers, holds as many layers' saved tensors as the whole model does for one micro-batch; the
+  // last, one micro-batch, with the output layer and the loss.
   s.microbatches = 4;
-  const auto first = estimate("llama3.1-8b", s, "h200");
-  EXPECT_GT(first.peak_allocated_bytes, 0);
+  const ModelSpec llama = load_model("llama3.1-8b");
+  const detail::PipelineStage first = detail::first_stage(llama, detail::layout_of(s));
+  EXPECT_EQ(first.in_flight * first.layers, 32.0);
+  EXPECT_EQ(first.in_flight, 4.0);
+  EXPECT_TRUE(first.embedding);
+  EXPECT_FALSE(first.head);
+  const detail::PipelineStage last = detail::last_stage(llama, detail::layout_of(s));
+  EXPECT_EQ(last.in_flight, 1.0);
+  EXPECT_EQ(last.layers, 8.0);
+  EXPECT_TRUE(last.head);
+  // Fewer micro-batches than stages: no more in flight than there are.
+  s.microbatches = 2;
+  EXPECT_EQ(detail::first_stage(llama, detail::layout_of(s)).in_flight, 2.0);
 }
 
 TEST(Layout, ContextParallelismDividesTheTokens) {
