@@ -34,7 +34,10 @@ Response json_response(std::string body) {
 }
 
 Response error_response(int status, std::string_view message) {
-  return {status, "application/json", json{{"error", std::string(message)}}.dump() + "\n"};
+  // The message may quote the request, cut short in the middle of a UTF-8 sequence: replaced, not
+  // thrown (a throw here took the server down; found by fuzz_serve_api).
+  return {status, "application/json",
+          json{{"error", std::string(message)}}.dump(-1, ' ', false, json::error_handler_t::replace) + "\n"};
 }
 
 // The settings a network client may not give: they name files on the server's machine.

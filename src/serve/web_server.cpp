@@ -75,7 +75,9 @@ WebServer::WebServer(const std::string& host, int port, const Limits& limits)
     const char* what = res.status == 413   ? "the request's body is too large (docs/serve.md, \"Limits\")"
                        : res.status == 414 ? "the request's URI is too long (at most 8 KiB)"
                                            : "the request cannot be read";
-    res.set_content(nlohmann::json{{"error", what}}.dump() + "\n", "application/json");
+    res.set_content(
+        nlohmann::json{{"error", what}}.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n",
+        "application/json");
   });
   s.port = s.server.start(host, port);
 }

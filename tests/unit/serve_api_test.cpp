@@ -237,6 +237,17 @@ TEST(ServeApi, BadRequestsGetAMessage) {
   EXPECT_NE(error_of(r).find("at most 64"), std::string::npos) << r.body;
 }
 
+// A body that is not UTF-8: the parser's message quotes the bad bytes, and the answer must still
+// be a 400 with a JSON body (the error's dump threw, and the server went down; fuzz_serve_api).
+TEST(ServeApi, ABodyThatIsNotUtf8GetsAJsonError) {
+  const Response r = post("/api/plan", std::string("{\"model\": \"qwen2.5-0.5b\", \"seq\": \xf1.02}"));
+  EXPECT_EQ(r.status, 400);
+  EXPECT_TRUE(nlohmann::json::accept(r.body)) << r.body;
+  const Response q = get("/api/plan", {{"model", "qwen\xf1"}, {"gpu", "h200"}});
+  EXPECT_EQ(q.status, 400);
+  EXPECT_TRUE(nlohmann::json::accept(q.body)) << q.body;
+}
+
 TEST(HtmlReport, IsOnePageWithItsDataAndCharts) {
   const TrainingSetup s = resolve_setup({text("model", "qwen2.5-7b"), text("gpu", "rtx-5070-ti")});
   const Plan p = make_plan(load_model(s.model), s, resolve_card(s));
