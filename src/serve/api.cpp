@@ -130,7 +130,7 @@ Inputs read_inputs(const Request& r, const Limits& limits) {
   json body;
   try {
     body = json::parse(r.body);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // a parse error, or a number too large for a double (out_of_range)
     throw RequestError(400, fmt::format("the body is not JSON: {}", e.what()));
   }
   if (!body.is_object()) throw RequestError(400, "the body must be a JSON object: {\"model\": ..., \"seq\": ...}");

@@ -248,6 +248,14 @@ TEST(ServeApi, ABodyThatIsNotUtf8GetsAJsonError) {
   EXPECT_TRUE(nlohmann::json::accept(q.body)) << q.body;
 }
 
+// A number past a double's range is not a parse error to nlohmann but out_of_range: still the
+// client's mistake, a 400 (it was a 500; fuzz_serve_api).
+TEST(ServeApi, ANumberPastADoublesRangeIsABadRequest) {
+  const Response r = post("/api/plan", R"({"model": "qwen2.5-0.5b", "gpu": "h200", "seq": 1e643})");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_NE(error_of(r).find("not JSON"), std::string::npos) << r.body;
+}
+
 TEST(HtmlReport, IsOnePageWithItsDataAndCharts) {
   const TrainingSetup s = resolve_setup({text("model", "qwen2.5-7b"), text("gpu", "rtx-5070-ti")});
   const Plan p = make_plan(load_model(s.model), s, resolve_card(s));
