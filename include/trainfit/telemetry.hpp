@@ -261,9 +261,11 @@ struct Diagnosis {
 // `host`: the job's /proc readings (in time order; those inside the window count), empty without.
 Diagnosis diagnose(std::span<const Sample> window, std::span<const StepEvent> steps, const GpuInfo& gpu,
                    std::span<const HostSample> host = {});
-// The GPUs of one job over the same window, judged together: when one rank waits for its data far
-// longer than the others (which then wait for it inside the collectives), each diagnosis gets the
-// `straggler` warning naming that GPU. Needs the probe's data waits on at least two GPUs.
+// The GPUs of one job over the same window, judged together. A GPU named compute-bound that draws
+// under half its power limit while at least two of the job's GPUs are busy is waiting in NCCL's
+// collectives: communication-bound. When one rank waits for its data far longer than the others
+// (which then wait for it inside the collectives), each diagnosis gets the `straggler` warning
+// naming that GPU (needs the probe's data waits on at least two GPUs).
 void judge_ranks(std::span<Diagnosis> same_window);
 
 // Consecutive windows with the same primary verdict, merged: the "verdicts over time" of a run.

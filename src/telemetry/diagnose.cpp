@@ -552,7 +552,31 @@ const char* const kAdviceStraggler =
     "workers or a faster shard (its disk, its decoding, its CPU cores: taskset/numactl may pin it to busy cores), "
     "or balance the samples' lengths across ranks";
 
+// The job's GPUs busy at low power: in a job of several GPUs, a GPU whose utilisation reads busy
+// while it draws under kCommPowerFraction of its limit is running NCCL's kernels, which spin while
+// they wait for the link or for the other ranks (real compute at that utilisation draws well over
+// half the limit). The link counters alone miss it when they under-read (NVML's PCIe counters saw
+// 3-4 GB/s of an all-reduce through host memory that moves far more).
+void waiting_in_collectives(std::span<Diagnosis> same_window) {
+  const auto busy = [](const Diagnosis& d) { return d.stats.util_mean.value_or(0) >= kBusyUtil; };
+  const auto busy_gpus = std::count_if(same_window.begin(), same_window.end(), busy);
+  if (busy_gpus < 2) return;
+  for (Diagnosis& d : same_window) {
+    const WindowStats& s = d.stats;
+    if (!busy(d) || d.primary().kind != Bottleneck::compute || !s.power_fraction ||
+        *s.power_fraction >= kCommPowerFraction)
+      continue;
+    d.verdicts.front() = {Bottleneck::communication,
+                          fmt::format("{}, power {:.0f}% of limit while {} of the job's GPUs are busy: NCCL's kernels "
+                                      "spin at low power while they wait for the link or the other ranks",
+                                      util_text(s), 100 * *s.power_fraction, busy_gpus) +
+                              steps_text(s),
+                          kAdviceComm};
+  }
+}
+
 void judge_ranks(std::span<Diagnosis> same_window) {
+  waiting_in_collectives(same_window);
   std::vector<const Diagnosis*> probed;
   for (const Diagnosis& d : same_window)
     if (d.stats.data_share) probed.push_back(&d);
@@ -700,7 +724,7 @@ void for_each_recording_window(const Recording& r, double window_seconds, double
       if (judged(r.gpus[i]))
         per_gpu.push_back(diagnose_window(window, tagged ? std::span<const StepEvent>(gpu_steps[i]) : r.steps,
                                           r.gpus[i], earlier[i], r.host));
-    if (tagged) judge_ranks(per_gpu);
+    if (tagged || !r.job_gpus.empty()) judge_ranks(per_gpu);  // the GPUs of one job
     f(per_gpu, static_cast<int>(std::min<std::int64_t>(same - k + 1, std::numeric_limits<int>::max())));
     k = same;
   }

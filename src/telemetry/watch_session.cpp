@@ -521,7 +521,9 @@ WatchResult WatchSession::run(const WatchOutput& output, const std::atomic<int>&
                            : diagnose(window, steps, g, host_window);
       if (d.stats.samples >= 3) judged.push_back(std::move(d));
     }
-    if (tagged) judge_ranks(judged);  // then the GPUs together: a straggler is a relation between ranks
+    // Then the job's GPUs together: a straggler, or ranks waiting in the collectives, is a relation
+    // between them (known to be one job's when the probe tags its steps or the job's GPUs are known).
+    if (tagged || !watched().empty()) judge_ranks(judged);
     for (Diagnosis& d : judged) {
       if (jsonl) jsonl.add(diagnosis_to_json(d));
       const auto prev = current.find(d.gpu);

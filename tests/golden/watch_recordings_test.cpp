@@ -59,7 +59,9 @@ INSTANTIATE_TEST_SUITE_P(H200, Recordings,
                                          // The second day: the host-bound and leaking jobs, and the
                                          // compute and input jobs again with the one probe and /proc.
                                          "h200_2026-12-01_compute.jsonl", "h200_2026-12-01_input.jsonl",
-                                         "h200_2026-12-01_host.jsonl", "h200_2026-12-01_leak.jsonl"));
+                                         "h200_2026-12-01_host.jsonl", "h200_2026-12-01_leak.jsonl",
+                                         // Two H200s: DDP through host memory, and a straggling rank.
+                                         "h200x2_2026-12-01_ddp.jsonl", "h200x2_2026-12-01_straggler.jsonl"));
 
 // Without the probe's events the NVML readings alone still name the compute and input jobs.
 TEST(Recordings, NvmlAloneNamesComputeAndInputJobs) {

@@ -285,6 +285,44 @@ TEST(Diagnose, ARankThatWaitsForItsDataFarLongerIsTheStraggler) {
   for (const Diagnosis& d : judge(0.25, 0.02)) EXPECT_FALSE(has(d, Bottleneck::straggler)) << d.gpu;  // not input-bound
 }
 
+// Two GPUs of one job at 94% utilisation and a quarter of their power limit, with link counters
+// that under-read: NCCL's kernels spinning in the collectives, not compute. One such GPU alone, or
+// two at full power, stay compute-bound.
+TEST(Diagnose, TheJobsGpusBusyAtLowPowerAreWaitingInTheCollectives) {
+  // Each sample holds every GPU's reading, as the sampler's do.
+  const auto busy_at = [](double watts, int gpus) {
+    auto samples = stream([watts](GpuReading& g, int) {
+      g.gpu_util_percent = 94;
+      g.power_watts = watts;
+    });
+    for (Sample& sample : samples)
+      for (int gpu = 1; gpu < gpus; ++gpu) {
+        GpuReading other = sample.gpus.front();
+        other.index = gpu;
+        sample.gpus.push_back(other);
+      }
+    return samples;
+  };
+  const auto judged = [&](double watts, int gpus) {
+    std::vector<Diagnosis> same_window;
+    const auto samples = busy_at(watts, gpus);
+    for (int gpu = 0; gpu < gpus; ++gpu) {
+      GpuInfo g = h200();
+      g.index = gpu;
+      same_window.push_back(diagnose(samples, {}, g));
+      EXPECT_EQ(same_window.back().primary().kind, Bottleneck::compute);  // each alone
+    }
+    judge_ranks(same_window);
+    return same_window;
+  };
+  for (const Diagnosis& d : judged(177, 2)) {
+    EXPECT_EQ(d.primary().kind, Bottleneck::communication) << d.gpu;
+    EXPECT_NE(d.primary().evidence.find("power 25% of limit"), std::string::npos) << d.primary().evidence;
+  }
+  EXPECT_EQ(judged(177, 1).front().primary().kind, Bottleneck::compute);
+  for (const Diagnosis& d : judged(650, 2)) EXPECT_EQ(d.primary().kind, Bottleneck::compute) << d.gpu;
+}
+
 TEST(Diagnose, WarningsAreKeptOverTimeWithTheirRate) {
   VerdictTimeline timeline;
   const auto growing = [](int offset) {
