@@ -85,7 +85,8 @@ def build(torch, job, device):
     cfg = setup_schema.complete(dict(job["config"]))
     model, vocab = run.build_model(torch, cfg, device, {})
     if job.get("gpus", 1) > 1:
-        model = run.wrap_distributed(torch, model, cfg, device)
+        # DDP: the wrapped model; the runner's record of the layout goes nowhere here.
+        model, _pipe, _stage = run.wrap_distributed(torch, model, cfg, device, {})
     params = [p for p in model.parameters() if p.requires_grad]
     opt = run.make_optimizer(torch, cfg["optimizer"], params, device)
     gen = torch.Generator(device="cpu").manual_seed(1234)
