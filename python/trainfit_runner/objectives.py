@@ -178,7 +178,6 @@ class ObjectiveStep:
         self.reference = extras.get("reference")   # a frozen copy, or None
         self.value = extras.get("value")
         self.reward = extras.get("reward")
-        self.peft = hasattr(model, "disable_adapter")
         self.accum = int(cfg["grad_accum"])
         B, S = int(cfg["batch"]), int(cfg["seq"])
         p = self.plan
@@ -314,7 +313,7 @@ class ObjectiveStep:
         return per_token.sum(-1)
 
     def _kto(self):
-        torch, F = self.torch, self.torch.nn.functional
+        torch = self.torch
         input_ids = self.ids
         kl_logps = self._kl_logps(self.model)
         outputs = self.model(input_ids=input_ids)
@@ -339,8 +338,8 @@ class ObjectiveStep:
             ref_chosen_logps = ref_completion_logps.index_select(0, chosen_idx)
             ref_rejected_logps = ref_completion_logps.index_select(0, rejected_idx)
         kl = (kl_logps - ref_kl_logps).mean().detach().clamp(min=0)
-        chosen_losses = 1 - F.sigmoid(KTO_BETA * (chosen_logps - ref_chosen_logps - kl))
-        rejected_losses = 1 - F.sigmoid(KTO_BETA * (kl - (rejected_logps - ref_rejected_logps)))
+        chosen_losses = 1 - torch.sigmoid(KTO_BETA * (chosen_logps - ref_chosen_logps - kl))
+        rejected_losses = 1 - torch.sigmoid(KTO_BETA * (kl - (rejected_logps - ref_rejected_logps)))
         loss = torch.cat((chosen_losses, rejected_losses), 0).nanmean()
         # TRL's metrics: the entropy, then the chosen and rejected logits (index_select copies,
         # both alive until the loss returns) and their masked means.
