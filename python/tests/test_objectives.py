@@ -51,6 +51,11 @@ class Plans(unittest.TestCase):
         p = objectives.plan_of(config(objective="grpo", generations=2, completion_len=300))
         self.assertEqual((p.prompt_len, p.completion_len, p.generations), (724, 300, 2))
 
+    def test_preference_data_is_all_completion_but_the_first_token(self):
+        # The planner takes the metrics' masked copies at their largest: the runner's masks match.
+        p = objectives.plan_of(config(objective="kto", method="full"))
+        self.assertEqual((p.prompt_len, p.completion_len), (1, 1023))
+
     def test_a_half_sequence_rounds_as_trainfit_rounds_it(self):
         self.assertEqual(config(objective="ppo", seq=1025)["completion_len"], 513)
 

@@ -81,9 +81,10 @@ def plan_of(cfg):
     if objective in ("ppo", "grpo"):
         completion = int(cfg.get("completion_len") or seq // 2)
     else:
-        # Preference data: the runner's prompt is the first half of each sequence (it decides the
-        # completion masks only: no memory or time term depends on it).
-        completion = seq - seq // 2
+        # Preference data: a one-token prompt, every other position a completion token. The masks
+        # decide only the size of TRL's masked copies of the logits in its metrics (KTO's can be at
+        # the peak), which the planner takes at their largest: every position a completion token.
+        completion = seq - 1
     return ObjectivePlan(objective=objective, trained_sequences=trained, kl_sequences=kl, reference=reference,
                          reference_sequences=ref_seqs, prompt_len=seq - completion, completion_len=completion,
                          generations=int(cfg.get("generations") or 0) if objective == "grpo" else 0,

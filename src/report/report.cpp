@@ -115,8 +115,10 @@ std::string objective_line(const Plan& p, bool md) {
   if (s.objective == Objective::grpo) extra = fmt::format("; {} completions per prompt", s.generations);
   if (s.objective == Objective::ppo || s.objective == Objective::grpo)
     extra += fmt::format("; completion {} of {} tokens; generation not planned", s.completion_len, s.seq);
-  return fmt::format("{}{}: {} sequences a micro-batch with gradients, {} without{}{}{}\n",
-                     md ? "- **Objective:** " : "Objective ", to_string(s.objective), o.trained_sequences,
+  const std::string per_step =
+      s.grad_accum > 1 ? fmt::format(" ({} a step)", o.trained_sequences * s.grad_accum) : std::string();
+  return fmt::format("{}{}: {} sequences a micro-batch with gradients{}, {} without{}{}{}\n",
+                     md ? "- **Objective:** " : "Objective ", to_string(s.objective), o.trained_sequences, per_step,
                      o.no_grad_sequences, reference, models, extra);
 }
 
