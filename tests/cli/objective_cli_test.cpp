@@ -2,16 +2,17 @@
 // flag and the reason on one line).
 #include <gtest/gtest.h>
 
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "run_cli.hpp"
 
 namespace {
 
 using Result = trainfit::testing::CliResult;
-Result run(const std::string& args) { return trainfit::testing::run_cli(args); }
+Result run(const std::string& args) {
+  return trainfit::testing::run_cli(args);
+}
 
 const std::string kBase = "plan --model qwen2.5-1.5b --gpu h200 --seq 1024 --batch 2 ";
 
@@ -32,8 +33,9 @@ TEST(ObjectiveCli, DpoPlanSaysItsSequencesAndWhatTheReferenceCosts) {
 
   const auto text = run(kBase + "--method full --objective dpo");
   ASSERT_EQ(text.code, 0) << text.out;
-  EXPECT_NE(text.out.find("Objective dpo: 4 sequences a micro-batch with gradients, 4 without, reference: a frozen copy"),
-            std::string::npos)
+  EXPECT_NE(
+      text.out.find("Objective dpo: 4 sequences a micro-batch with gradients, 4 without, reference: a frozen copy"),
+      std::string::npos)
       << text.out;
   EXPECT_NE(text.out.find("reference model weights"), std::string::npos) << text.out;
 }

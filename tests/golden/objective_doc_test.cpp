@@ -1,5 +1,6 @@
 // The objectives' example table of docs/model.md ("Objectives") is what `trainfit plan` gives:
 // every row is planned again and compared, so the page cannot drift from the planner.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -7,8 +8,6 @@
 #include <sstream>
 #include <string>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "trainfit/trainfit.hpp"
 

@@ -147,7 +147,7 @@ TEST(Objective, TheRewardModelHasAScoreHeadAndNoVocabularyLogits) {
   const auto rb = breakdown(r), sb = breakdown(s);
   EXPECT_NEAR(static_cast<double>(sb.at("weights") - rb.at("weights")), 2.0 * static_cast<double>(pc.lm_head),
               2.0 * static_cast<double>(kMiB));  // the output layer's bf16 bytes, up to its block's rounding
-  EXPECT_LT(rb.at("logits_and_loss"), kMiB);  // one score per position: 8 sequences x 1024 x 2 bytes
+  EXPECT_LT(rb.at("logits_and_loss"), kMiB);     // one score per position: 8 sequences x 1024 x 2 bytes
   EXPECT_EQ(r.objective.trained_sequences, 4);
   EXPECT_FALSE(rb.contains("reference_weights"));  // a reward model has no reference
 }
@@ -226,7 +226,8 @@ TEST(Objective, StepTimeAddsTheReferenceForwardAndCountsTrainedTokens) {
   EXPECT_GT(with_ref.step_seconds, without.step_seconds);
   // 2 examples, chosen and rejected: 4 x 1024 trained tokens a step.
   EXPECT_NEAR(with_ref.tokens_per_second * with_ref.step_seconds, 4.0 * 1024, 1e-6);
-  const StepWork w_dpo = step_work(m, dpo), w_pre = step_work(m, pre), w_sft = step_work(m, setup(Objective::sft, Method::full, 4));
+  const StepWork w_dpo = step_work(m, dpo), w_pre = step_work(m, pre),
+                 w_sft = step_work(m, setup(Objective::sft, Method::full, 4));
   // The reference forward is forward FLOPs only: a third of the policy's matmuls (forward, input and
   // weight gradients) over the same tokens.
   EXPECT_NEAR(w_dpo.tensor_flops - w_pre.tensor_flops, w_sft.tensor_flops / 3.0, 1e-9 * w_sft.tensor_flops);
