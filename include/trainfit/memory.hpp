@@ -27,6 +27,20 @@ struct PhasePeak {
   std::string moment;                // where in the phase it happens ("cross-entropy backward")
 };
 
+// What the training objective adds to a step (docs/model.md, "Objectives"), per GPU.
+struct ObjectiveMemory {
+  std::int64_t trained_sequences = 0;  // sequences a micro-batch runs through the policy with autograd
+  // Sequences a micro-batch (or, for grpo, its scoring) runs through a model without autograd:
+  // the reference's, and KTO's KL batch through the policy.
+  std::int64_t no_grad_sequences = 0;
+  std::int64_t reference_weights_bytes = 0;  // a frozen copy (reference copy)
+  std::int64_t reward_weights_bytes = 0;     // PPO's reward model
+  // PPO's value model, trained beside the policy: its weights, gradients (at the optimizer step)
+  // and optimizer states, and its parameters (counted in trainable_parameters).
+  std::int64_t value_weights_bytes = 0, value_gradients_bytes = 0, value_optimizer_states_bytes = 0;
+  std::int64_t value_parameters = 0;
+};
+
 struct MemoryEstimate {
   std::int64_t peak_allocated_bytes = 0;  // torch.cuda.max_memory_allocated() of a steady-state step
   std::int64_t peak_reserved_bytes = 0;   // torch.cuda.max_memory_reserved()
@@ -49,6 +63,7 @@ struct MemoryEstimate {
   std::int64_t host_bytes = 0;
   // With pipeline parallelism, the stage these figures are for: the busiest (0 = the first).
   std::int64_t pipeline_stage = 0;
+  ObjectiveMemory objective;
 };
 
 MemoryEstimate estimate_memory(const ModelSpec& model, const TrainingSetup& setup, const GpuSpec& gpu);

@@ -39,12 +39,19 @@ struct SettingCondition {
 };
 
 // A default that depends on another setting: `value` when `when` holds, or `factor` times the
-// number of the setting `times`.
+// number of the setting `times`, or the value of the first of `cases` whose condition holds (a
+// default that depends on several settings: the reference on the objective, then on the method).
+// When nothing holds, the row's own default.
 struct DerivedDefault {
   std::optional<SettingCondition> when;
   SettingValue value;
   std::string times;
   double factor = 1;
+  struct Case {
+    SettingCondition when;
+    SettingValue value;
+  };
+  std::vector<Case> cases;
 };
 
 struct Setting {

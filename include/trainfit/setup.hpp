@@ -36,6 +36,28 @@ enum class Parallel { ddp, fsdp, fsdp_grad_op, hsdp, zero1, zero2, zero3 };
 // and offload_param, FSDP2's CPUOffloadPolicy, which moves both).
 enum class Offload { none, optimizer, params, optimizer_params };
 enum class OffloadDevice { cpu, nvme };
+// What one optimizer step trains the policy for, as Hugging Face TRL's trainers compute it
+// (docs/model.md, "Objectives"):
+//   sft:    next-token cross-entropy over `batch` sequences (transformers' loss; no TRL involved).
+//   dpo:    DPOTrainer: chosen and rejected concatenated into 2 x batch sequences, the sigmoid loss
+//           against the reference's log-probabilities.
+//   orpo:   ORPOTrainer: chosen and rejected, NLL on the chosen plus the odds-ratio term; no reference.
+//   kto:    KTOTrainer: `batch` unpaired sequences plus as many mismatched ones for the KL term
+//           (through the policy and the reference without gradients).
+//   reward: RewardTrainer: a sequence classifier (a score head of hidden x 1 instead of the
+//           vocabulary), -logsigmoid(chosen - rejected) over 2 x batch sequences.
+//   ppo:    PPOTrainer's optimisation step: the policy and a value model trained together, a
+//           frozen reward model (and reference) beside them; the rollout is not planned.
+//   grpo:   GRPOTrainer's optimisation step over `batch` completions (logits of the completion
+//           only); generation is not planned.
+enum class Objective { sft, dpo, orpo, kto, reward, ppo, grpo };
+// Where an objective's reference log-probabilities come from:
+//   copy:        a frozen copy of the model, as its base is stored (TRL's default under full fine-tuning);
+//   adapter_off: the policy itself with its LoRA adapters disabled: no weights of its own (TRL's
+//                default under PEFT);
+//   precomputed: computed before training (DPO/KTO's precompute_ref_log_probs): nothing at run time;
+//   none:        no reference (GRPO with beta 0, TRL's default).
+enum class Reference { copy, adapter_off, precomputed, none };
 // What the driver does with an allocation past the card: Linux fails it (CUDA out of memory); the
 // Windows driver's system-memory fallback serves it from host RAM over the PCIe link (very slowly).
 // (Not plain `linux`: GNU C++ modes define it as a macro.)
@@ -82,6 +104,14 @@ struct TrainingSetup {
   std::int64_t grad_accum = 1;
   bool grad_ckpt = false;
   Attention attention = Attention::sdpa;
+  Objective objective = Objective::sft;
+  // The reference of dpo, kto, ppo and grpo. The default follows the method and the objective
+  // (default_reference): this initialiser is the default method's (LoRA).
+  Reference reference = Reference::adapter_off;
+  std::int64_t generations = 8;       // GRPO: completions per prompt (TRL's num_generations)
+  // PPO and GRPO: tokens of each sequence that are the completion (the rest is its prompt); by
+  // default half of `seq` (this initialiser is half the default seq).
+  std::int64_t completion_len = 256;
   std::int64_t gpus = 1;              // data-parallel degree; batch and seq are per GPU
   Parallel parallel = Parallel::ddp;  // with gpus > 1
   Offload offload = Offload::none;
@@ -115,6 +145,8 @@ Parallel parse_parallel(std::string_view s);
 Offload parse_offload(std::string_view s);
 OffloadDevice parse_offload_device(std::string_view s);
 Platform parse_platform(std::string_view s);
+Objective parse_objective(std::string_view s);
+Reference parse_reference(std::string_view s);
 std::vector<std::string> parse_lora_targets(std::string_view s);  // "all-linear" or "q,k,v,o" / "q_proj,v_proj"
 // The short form users write: "all-linear", or "q,v" for {"q_proj", "v_proj"}.
 std::string lora_targets_text(const std::vector<std::string>& targets);
@@ -129,6 +161,18 @@ std::string to_string(Parallel p);
 std::string to_string(Offload o);
 std::string to_string(OffloadDevice d);
 std::string to_string(Platform p);
+std::string to_string(Objective o);
+std::string to_string(Reference r);
+
+// The reference TRL uses when none is given: none for GRPO (beta 0 by default), a frozen copy
+// under full fine-tuning, the adapter-disabled base under LoRA and QLoRA. The settings table's
+// derived default; a change of method carries a default reference along (advise, plan's changes).
+Reference default_reference(Objective objective, Method method);
+// Whether the objective has a reference at all (dpo, kto, ppo, grpo).
+bool has_reference_setting(Objective objective);
+// The sequences one example of a micro-batch trains the policy on: 2 for the paired objectives
+// (dpo, orpo, reward: chosen and rejected), else 1.
+std::int64_t trained_sequences_per_example(Objective objective);
 
 double bytes_per_element(DType d);  // 0.5 for 4-bit types
 // The most tokens one micro-batch (seq x batch) may hold: validate refuses more, which keeps every

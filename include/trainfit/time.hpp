@@ -117,6 +117,7 @@ struct StepWork {
   double pipeline_stages = 1;
   double pipeline_microbatches = 1;
   double data_parallel = 1;  // replicas that each run the step's micro-batches (tokens per step)
+  double sequences_per_example = 1;  // sequences trained per example of a micro-batch (2: dpo, orpo, reward)
   bool dp_crosses_hosts = false;  // the data-parallel group spans hosts: its collectives cross the network
 };
 
@@ -124,7 +125,7 @@ StepWork step_work(const ModelSpec& model, const TrainingSetup& setup);
 
 struct TimeEstimate {
   double step_seconds = 0;       // steady-state wall time of one optimizer step
-  double tokens_per_second = 0;  // batch x seq x grad_accum x microbatches x data-parallel GPUs / step_seconds
+  double tokens_per_second = 0;  // batch x sequences per example x seq x grad_accum x microbatches x data-parallel GPUs / step_seconds
   double gpu_seconds = 0;        // the GPU's own work for the step
   double host_seconds = 0;       // the host's dispatch work for the step
   double spill_seconds = 0;      // system-memory fallback traffic (0 when the step fits)

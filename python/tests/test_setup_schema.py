@@ -35,6 +35,12 @@ class Resolution(unittest.TestCase):
         {"model": "llama3.1-8b", "method": "qlora", "weights": "int8", "double_quant": False, "kbit_prepare": True},
         {"model": "qwen2.5-0.5b", "method": "full", "weights": "fp32", "amp": "bf16", "gpus": 2, "parallel": "fsdp"},
         {"model": "mistral-7b", "rank": 32, "lora_alpha": 8, "lora_dropout": 0, "adapter_dtype": "bf16", "seq": 2048},
+        # The objectives: the reference's default follows the objective, then the method; the
+        # completion is half the sequence, rounded as trainfit rounds it.
+        {"model": "qwen2.5-1.5b", "method": "full", "objective": "dpo"},
+        {"model": "qwen2.5-1.5b", "method": "lora", "objective": "kto", "batch": 2},
+        {"model": "qwen2.5-0.5b", "method": "full", "objective": "grpo", "generations": 2, "batch": 2, "seq": 1025},
+        {"model": "qwen2.5-0.5b", "objective": "ppo", "seq": 999},
     ]
 
     def test_defaults_are_trainfits(self):

@@ -162,8 +162,10 @@ def pipeline_split(layers, stages):
 def tokens_per_step(cfg, lay):
     """Tokens one optimizer step trains on across the run: each data-parallel replica runs
     grad_accum micro-batches (a pipeline: `microbatches` of them) of batch x seq tokens; tensor-
-    and pipeline-parallel ranks share their replica's tokens."""
-    return int(cfg["seq"]) * int(cfg["batch"]) * _int(cfg, "grad_accum") * lay.microbatches * lay.dp
+    and pipeline-parallel ranks share their replica's tokens. A paired objective (dpo, orpo,
+    reward) trains on the chosen and the rejected sequence of each example: twice the tokens."""
+    paired = 2 if cfg.get("objective") in ("dpo", "orpo", "reward") else 1
+    return int(cfg["seq"]) * int(cfg["batch"]) * paired * _int(cfg, "grad_accum") * lay.microbatches * lay.dp
 
 
 def describe(cfg, lay):

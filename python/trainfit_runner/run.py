@@ -184,7 +184,14 @@ def torch_dtype(torch, name):
     return {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[name]
 
 
-def build_model(torch, cfg, device, res):
+def build_model(torch, cfg, device, res, kind=None):
+    """The trained model: a causal LM, or under objective reward a sequence classifier (TRL's
+    RewardTrainer: AutoModelForSequenceClassification, num_labels 1). With `kind` ("causal" or
+    "classifier"), only the base as it is stored (quantised under QLoRA), without adapters or
+    checkpointing: what the objectives' reference, value and reward models are built as."""
+    base_only = kind is not None
+    if kind is None:
+        kind = "classifier" if cfg.get("objective") == "reward" else "causal"
     method, weights = cfg["method"], cfg["weights"]
     if method == "qlora":
         # The base is built in the compute dtype, then its decoder linears are quantised; what stays
@@ -197,11 +204,19 @@ def build_model(torch, cfg, device, res):
         model = build_toy(torch, cfg, device, dtype)
         vocab = model.vocab_size
     else:
-        from transformers import AutoModelForCausalLM
+        import transformers
         hf = load_hf_config(cfg["model"])
         attn = {"sdpa": "sdpa", "eager": "eager", "flash": "flash_attention_2"}[cfg["attn"]]
+        if kind == "classifier":
+            # One score per sequence, read at its last token: the padding id (vocab - 1, which the
+            # objectives' random ids never use) marks none, so every sequence is scored at its end.
+            hf.num_labels = 1
+            hf.pad_token_id = hf.vocab_size - 1
+            cls = transformers.AutoModelForSequenceClassification
+        else:
+            cls = transformers.AutoModelForCausalLM
         with torch.device(device):
-            model = AutoModelForCausalLM.from_config(hf, dtype=dtype, attn_implementation=attn)
+            model = cls.from_config(hf, dtype=dtype, attn_implementation=attn)
         vocab = hf.vocab_size
         res["attn_implementation_actual"] = getattr(model.config, "_attn_implementation", None)
     if weights in ("nf4", "fp4", "int8"):
@@ -209,16 +224,21 @@ def build_model(torch, cfg, device, res):
         gc.collect()
         if device.type == "cuda":
             torch.cuda.empty_cache()  # the bf16 blocks of the build go back to the driver
-        if cfg["kbit_prepare"]:
+        if cfg["kbit_prepare"] and not base_only:
             # PEFT's preparation: every parameter frozen, the unquantised ones cast to fp32.
             # Checkpointing stays this runner's own (below), non-reentrant, as the planner models it.
             from peft import prepare_model_for_kbit_training
             model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)
+    if base_only:
+        return model, vocab
     inner = model
     if method in ("lora", "qlora"):
         from peft import LoraConfig, get_peft_model
+        # A sequence classifier's score head trains whole beside the adapters (PEFT's SEQ_CLS task
+        # adds it to modules_to_save, as TRL's RewardTrainer recommends).
         lc = LoraConfig(r=cfg["rank"], lora_alpha=cfg["lora_alpha"], lora_dropout=cfg["lora_dropout"],
-                        target_modules=setup_schema.lora_targets(cfg), task_type="CAUSAL_LM")
+                        target_modules=setup_schema.lora_targets(cfg),
+                        task_type="SEQ_CLS" if kind == "classifier" else "CAUSAL_LM")
         with torch.device(device):
             model = get_peft_model(model, lc)
         # PEFT keeps adapters in fp32 (autocast_adapter_dtype); another adapter dtype is a cast.
@@ -326,11 +346,17 @@ def autocast_context(torch, cfg, device):
     return lambda: torch.autocast(device.type, dtype=dtype)
 
 
-def run_steps(torch, model, cfg, device, vocab, nv, res, dist_info, pipe=None):
+def run_steps(torch, model, cfg, device, vocab, nv, res, dist_info, pipe=None, extras=None):
     """The measured steps. `model` is what wrap_distributed returned; `pipe` a parallel.Pipeline
-    when this rank is a pipeline stage (its step runs every micro-batch, forward and backward)."""
+    when this rank is a pipeline stage (its step runs every micro-batch, forward and backward);
+    `extras` the models an objective needs beside it (objectives.build_extras)."""
     lay = layouts.layout_of(cfg)
+    extras = extras or {}
     params = [p for p in model.parameters() if p.requires_grad]
+    if "value" in extras:
+        # PPO: one optimizer over the policy's trainable parameters and the whole value model
+        # (PPOTrainer's optimizer is over PolicyAndValueWrapper).
+        params += [p for p in extras["value"].parameters() if p.requires_grad]
     # FSDP2's CPUOffloadPolicy keeps shards and gradients on the host: the optimizer steps there,
     # with the same class and arguments as on the GPU (fused AdamW has a CPU kernel). A torch
     # whose fused AdamW refuses these parameters (offloaded DTensor shards), when it is built or
@@ -378,6 +404,11 @@ def run_steps(torch, model, cfg, device, vocab, nv, res, dist_info, pipe=None):
     # A pipeline step feeds `microbatches` micro-batches of `batch` sequences at once.
     ids = torch.randint(0, vocab, (B * lay.microbatches if pipe else B, S), generator=gen).to(device)
     amp_ctx = autocast_context(torch, cfg, device)
+    objective = None
+    if cfg.get("objective", "sft") != "sft":
+        from . import objectives
+        objective = objectives.ObjectiveStep(torch, cfg, device, vocab, model, extras, gen)
+        res["objective"] = objectives.describe(objective.plan)
     # DDP (and zero1, which is DDP underneath) all-reduces once per optimizer step: the first
     # accum-1 micro-batches run under no_sync, as accelerate does.
     from torch.nn.parallel import DistributedDataParallel
@@ -415,18 +446,29 @@ def run_steps(torch, model, cfg, device, vocab, nv, res, dist_info, pipe=None):
             if pipe is not None:
                 pipe.step(ids)  # 1F1B: forwards and backwards interleaved, one phase
                 peaks["pipeline"] = [phase_peak()]
+            if objective is not None:
+                with amp_ctx():
+                    objective.before_step()  # GRPO's reference scoring: a forward, no grad
+                peaks.setdefault("forward", []).append(phase_peak())
             for micro in range(accum if pipe is None else 0):
                 with (no_sync() if no_sync and micro < accum - 1 else contextlib.nullcontext()):
                     with amp_ctx():
-                        loss = model(input_ids=ids, labels=ids).loss
+                        if objective is None:
+                            loss = model(input_ids=ids, labels=ids).loss
+                        else:
+                            loss = objective.loss(micro)
                     if accum > 1:
                         loss = loss / accum
                     peaks.setdefault("forward", []).append(phase_peak())
                     loss.backward()
                     del loss
+                    if objective is not None:
+                        objective.after_backward(micro == accum - 1)
                     peaks.setdefault("backward", []).append(phase_peak())
             optimizer_step()
             opt.zero_grad(set_to_none=True)
+            if objective is not None:
+                objective.after_step()  # PPO's metrics over the logits it kept
             peaks["optimizer"] = [phase_peak()]
             sync()
             rec["seconds"] = round(time.perf_counter() - t0, 5)
@@ -556,6 +598,12 @@ def run(cfg, out):
         if device.type == "cuda":
             res["residual_before_build_mib"] = mib(torch.cuda.memory_allocated(device))
         model, vocab = build_model(torch, cfg, device, res)
+        extras = {}
+        if cfg.get("objective", "sft") != "sft":
+            from . import objectives
+            extras = objectives.build_extras(torch, cfg, device,
+                                             lambda kind: build_model(torch, cfg, device, {}, kind=kind)[0])
+            res["extra_models"] = {k: sum(p.numel() for p in m.parameters()) for k, m in extras.items()}
         res["build_seconds"] = round(time.time() - t0, 2)
         res["params_total"] = sum(p.numel() for p in model.parameters())
         res["params_trainable"] = sum(p.numel() for p in model.parameters() if p.requires_grad)
@@ -568,7 +616,7 @@ def run(cfg, out):
                 # that nothing holds them, go back to the driver: the steps start from the layout.
                 from . import parallel
                 parallel.free_cached(torch, device)
-        run_steps(torch, model, cfg, device, vocab, nv, res, dist_info, pipe)
+        run_steps(torch, model, cfg, device, vocab, nv, res, dist_info, pipe, extras)
         if res["status"] == "running":
             res["status"] = "ok"
     except Exception as e:  # the row says what went wrong; the orchestrator keeps going
@@ -670,11 +718,17 @@ def main(argv=None):
         text = args.config
     cfg = setup_schema.complete(json.loads(text))
     if "WORLD_SIZE" not in os.environ:
-        # A layout this runner cannot run is refused here, before torchrun and the GPUs start.
+        # A layout (or an objective) this runner cannot run is refused here, before torchrun and
+        # the GPUs start.
+        from . import objectives
         try:
             layouts.check(cfg, model_json(cfg["model"]))
+            objectives.check(cfg)
         except layouts.LayoutError as e:
             write_row(args.out, refused_row(cfg, str(e)))
+            return 0
+        except objectives.ObjectiveError as e:
+            write_row(args.out, refused_row(cfg, str(e), "ObjectiveError"))
             return 0
         if cfg["gpus"] > 1:
             return relaunch_under_torchrun(cfg, args.out)
@@ -690,11 +744,12 @@ def model_json(name):
         return None
 
 
-def refused_row(cfg, reason):
-    """The row of a config whose layout the runner refuses: status error, the reason, nothing run."""
+def refused_row(cfg, reason, kind="LayoutError"):
+    """The row of a config the runner refuses (its layout or its objective): status error, the
+    reason, nothing run."""
     return {"config": cfg,
             "stack": {"date": datetime.date.today().isoformat(), "python": sys.version.split()[0]},
-            "measured": {"status": "error", "error": "LayoutError: " + reason, "refused": True}}
+            "measured": {"status": "error", "error": "%s: %s" % (kind, reason), "refused": True}}
 
 
 if __name__ == "__main__":

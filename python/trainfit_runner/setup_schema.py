@@ -13,6 +13,7 @@ A bench config holds, besides settings, the runner's own fields (RUNNER_FIELDS: 
 where, an emulated card) and runner-specific fields whose names start with x_.
 """
 import json
+import math
 import os
 from pathlib import Path
 
@@ -79,7 +80,15 @@ def complete(cfg, runner_fields=True):
         if derived and "times" in derived:
             value = derived["factor"] * out[derived["times"]]
             if prop.get("type") == "integer":  # microbatches = pp, not 2.0
-                value = int(round(value))
+                # Halves rounded away from zero, as trainfit (std::llround) rounds them: a
+                # completion of seq 1025 / 2 is 513 (Python's round() would give 512).
+                value = int(math.floor(value + 0.5)) if value >= 0 else -int(math.floor(-value + 0.5))
+        elif derived and "cases" in derived:
+            # The first case that holds (the reference: none under grpo, copy under full, ...).
+            for case in derived["cases"]:
+                if _holds(case["when"], out):
+                    value = case["value"]
+                    break
         elif derived and ("when" not in derived or _holds(derived["when"], out)):
             value = derived["value"]
         out[key] = value

@@ -161,6 +161,8 @@ class Search {
       std::vector<TrainingSetup> out;
       for (const Method m : {Method::full, Method::lora, Method::qlora}) {
         TrainingSetup t = s;
+        // The reference follows the method when it was the old method's default (plan's changes do the same).
+        if (t.reference == default_reference(t.objective, t.method)) t.reference = default_reference(t.objective, m);
         t.method = m;
         t.weights = m == Method::qlora ? DType::nf4 : DType::bf16;
         t.amp.reset();
@@ -271,7 +273,17 @@ class Search {
   }
 
   // The (batch, accumulation) pairs of a group, in ascending batch.
+  // The (micro-batch, accumulation) pairs of a group; under grpo only those whose generation
+  // batch holds whole groups of completions (validate's rule, which TRL enforces).
   std::vector<std::pair<std::int64_t, std::int64_t>> batches(const TrainingSetup& s) const {
+    auto out = all_batches(s);
+    if (s.objective != Objective::grpo) return out;
+    const std::int64_t dp = data_parallel_degree(s);
+    std::erase_if(out, [&](const auto& p) { return (p.first * p.second * dp) % s.generations != 0; });
+    return out;
+  }
+
+  std::vector<std::pair<std::int64_t, std::int64_t>> all_batches(const TrainingSetup& s) const {
     std::vector<std::pair<std::int64_t, std::int64_t>> out;
     const bool batch_free = is_free(r_, "batch"), accum_free = is_free(r_, "grad_accum");
     if (r_.goal == AdviseGoal::longest_seq) return {{r_.base.batch, r_.base.grad_accum}};
@@ -317,6 +329,8 @@ class Search {
     Group& g = groups_[index];
     for (const std::int64_t seq : sequences(g.setup)) {
       TrainingSetup s = g.setup;
+      // The completion (ppo, grpo) keeps its share of the sequence.
+      s.completion_len = std::max<std::int64_t>(1, g.setup.completion_len * seq / g.setup.seq);
       s.seq = seq;
       s.batch = 1;
       s.grad_accum = 1;

@@ -78,6 +78,13 @@ struct Change {
   std::function<bool(TrainingSetup&)> apply;
 };
 
+// A change of method takes the reference the new method gets by default along, when the setup
+// had the old one's default (a frozen copy under full fine-tuning becomes the adapter-off base
+// under LoRA, as TRL does); a reference the user chose stays.
+void carry_reference(TrainingSetup& s, Method to) {
+  if (s.reference == default_reference(s.objective, s.method)) s.reference = default_reference(s.objective, to);
+}
+
 // Changes people make to fit a run, least intrusive first. Each keeps the model and the card;
 // the ones that change what is trained (method, quantisation, sequence) come after the free ones.
 std::vector<Change> changes_for(const TrainingSetup& base) {
@@ -121,6 +128,7 @@ std::vector<Change> changes_for(const TrainingSetup& base) {
                  fmt::format("LoRA rank {} on a bf16 base instead of full fine-tuning", base.lora.rank), "method",
                  [](TrainingSetup& s) {
                    if (s.method != Method::full) return false;
+                   carry_reference(s, Method::lora);
                    s.method = Method::lora;
                    s.weights = DType::bf16;
                    s.amp.reset();
@@ -129,6 +137,7 @@ std::vector<Change> changes_for(const TrainingSetup& base) {
   out.push_back({"--method qlora", fmt::format("a 4-bit NF4 base, adapters rank {}", base.lora.rank), "method",
                  [](TrainingSetup& s) {
                    if (s.method == Method::qlora) return false;
+                   carry_reference(s, Method::qlora);
                    s.method = Method::qlora;
                    s.weights = DType::nf4;
                    s.amp.reset();
@@ -138,6 +147,8 @@ std::vector<Change> changes_for(const TrainingSetup& base) {
     out.push_back({fmt::format("--seq {}", base.seq / 2), "half the sequence length", "seq",
                    [seq = base.seq / 2](TrainingSetup& s) {
                      if (s.seq <= seq) return false;
+                     // The completion (ppo, grpo) keeps its share of the sequence.
+                     s.completion_len = std::max<std::int64_t>(1, s.completion_len * seq / s.seq);
                      s.seq = seq;
                      return true;
                    }});

@@ -35,6 +35,12 @@ SetupGroup::SetupGroup(const ModelSpec& model, const TrainingSetup& base, const 
     : base_(base), gpu_(gpu), profile_(profile) {
   base_.batch = 1;
   base_.grad_accum = 1;
+  // GRPO's generation batch must hold whole groups of completions: the group's own setup takes
+  // one group per optimizer step (its points are validated when priced outside their ranges,
+  // and advise offers only pairs that hold whole groups).
+  if (base_.objective == Objective::grpo) base_.grad_accum = base_.generations;
+  if (base_.objective == Objective::kto) base_.batch = 2;  // KTO's KL term needs two sequences
+  check_every_point_ = base_.objective == Objective::grpo || base_.objective == Objective::kto;
   validate(base_);
   // describe_step reads neither the batch (but for `tokens`), nor the accumulation, nor
   // checkpointing, and neither do memory_basis and work_basis: one description serves the group.
@@ -73,7 +79,8 @@ SetupGroup::Point SetupGroup::at(std::int64_t batch, std::int64_t grad_accum) co
 }
 
 SetupGroup::Point SetupGroup::at(std::int64_t batch, std::int64_t grad_accum, bool grad_ckpt) const {
-  if (batch < min_batch_ || batch > max_batch_ || grad_accum < min_grad_accum_ || grad_accum > max_grad_accum_)
+  if (check_every_point_ || batch < min_batch_ || batch > max_batch_ || grad_accum < min_grad_accum_ ||
+      grad_accum > max_grad_accum_)
     validate_point(batch, grad_accum);
   const double tokens = micro_batch_tokens(base_.seq, batch);
   // A pipeline stage accumulates its gradients over the step's micro-batches (estimate_memory).

@@ -48,7 +48,7 @@ class SetupGroup {
   // validate() on base with this batch and accumulation: throws what estimate_memory would.
   void validate_point(std::int64_t batch, std::int64_t grad_accum) const;
 
-  TrainingSetup base_;  // batch 1, grad_accum 1; validate_point's setup
+  TrainingSetup base_;  // batch 1, grad_accum 1 (grpo: one group a step); validate_point's setup
   GpuSpec gpu_;
   TimeProfile profile_;
   MemoryBasis memory_;
@@ -60,6 +60,9 @@ class SetupGroup {
   // at() validates nothing more.
   std::int64_t min_batch_ = 1, max_batch_ = 0;
   std::int64_t min_grad_accum_ = 1, max_grad_accum_ = 0;
+  // Whether validate() has rules on the micro-batch and accumulation beyond their ranges (kto's
+  // batch of 2, grpo's whole groups): every point is then validated.
+  bool check_every_point_ = false;
 };
 
 }  // namespace trainfit::detail

@@ -242,16 +242,137 @@ MemoryBasis memory_basis(const ModelSpec& model, const TrainingSetup& user_setup
   // forward) and two layers' beyond the one still held (the forward gathers ahead) stay reserved.
   b.gather_pool = fsdp ? p.root_weights + 2.0 * p.layer_weights : 0.0;
   apply_storage_and_offload(b, user_setup, lay, st);
+  // The objective (docs/model.md, "Objectives"): the sequences a micro-batch trains, the logits'
+  // shape, and the models beside the policy. Objectives run on one GPU or data-parallel ones
+  // that keep every model whole (validate), so nothing here is sharded.
+  const ObjectiveShape& o = st.objective;
+  b.objective = o.objective;
+  b.sequences_per_example = o.sequences_per_example;
+  b.seq = o.seq;
+  b.logit_positions = o.logit_positions;
+  b.logp_positions = o.logp_positions;
+  if (o.objective != Objective::sft) b.vocab = o.output_width;
+  b.reference_forward = o.reference_forward;
+  b.no_grad_layer_per_token = o.no_grad_layer_per_token;
+  b.hidden_states_layers_per_token = o.hidden_states_layers_per_token;
+  b.hidden_states_final_per_token = o.hidden_states_final_per_token;
+  base.reference_weights = o.reference_weights;
+  base.reward_weights = o.reward_weights;
+  base.value_weights = o.value.weights;
+  base.optimizer_states += o.value.optimizer_states;  // one optimizer over the policy and the value model
+  b.value_layer_activations = tensor_sizes(o.value.layer_activations);
+  b.value_outside_activations = tensor_sizes(o.value.outside_activations);
+  b.value_layer_backward_transient_per_token = o.value.layer_backward_transient_per_token;
+  b.value_all_grads = o.value.gradients;
+  b.value_head_grad = o.value.head_gradient;
+  b.value_layer_grad = (o.value.gradients - o.value.head_gradient) / L;
   b.cuda_context_bytes = to_bytes(kCudaContextBytes + (setup.gpus > 1 ? kNcclBytes : 0.0));
   b.weights_loaded_bytes =
-      to_bytes(base.weights + base.master_weights + base.quant_constants + base.adapters + base.gradient_buckets);
-  b.trainable_parameters = static_cast<std::int64_t>(std::llround(p.trainable_params));
+      to_bytes(base.weights + base.master_weights + base.quant_constants + base.adapters + base.gradient_buckets +
+               base.reference_weights + base.reward_weights + base.value_weights);
+  b.trainable_parameters = static_cast<std::int64_t>(std::llround(p.trainable_params + o.value.parameters));
   b.total_parameters = pc.total + (full ? 0 : b.trainable_parameters);
   return b;
 }
 
+namespace {
+
+// The rows of 128 that TRL's entropy_from_logits takes at a time (its chunk_size).
+constexpr double kEntropyChunkRows = 128;
+
+// The logits-sized tensors of an objective's loss as TRL computes it (docs/model.md,
+// "Objectives"), bytes, at the moments where they peak. `T` is the micro-batch's trained tokens.
+// TRL's selective_log_softmax takes the logits in their own dtype one sequence (row) at a time,
+// and autograd keeps each row's log-softmax output; the backward makes each row's gradient, stacks
+// them (unbind's backward), and slice's backward writes them into zeros of the logits' shape.
+struct LossBuffers {
+  double forward = 0;            // the forward's peak at the loss (the reference's logits, the metrics' copies)
+  double reference_forward = 0;  // while the reference runs (dpo, kto): the policy's logits and rows
+  double backward = 0;           // the loss's backward peak
+  double output_backward = 0;    // the logits' gradient through the output layer
+  double kept = 0;               // PPO: the policy's logits, which TRL keeps to the step's end
+  const char* forward_moment = "loss forward";
+  const char* backward_moment = "loss backward";
+};
+
+LossBuffers objective_loss(const MemoryBasis& b, double T) {
+  const double n = T / b.seq;  // sequences the policy trains on
+  const double V = b.vocab, c = b.logits_compute_bytes, R = b.logp_positions;
+  const auto full = [&](double k) { return allocator_block(k * b.logit_positions * V * c); };  // the logits of k sequences
+  const double row = allocator_block(R * V * c);  // one sequence's log-softmax output, or its gradient
+  const auto rowcat = [&](double k) { return allocator_block(k * R * V * c); };  // k rows in one tensor
+  // entropy_from_logits: a chunk's log-softmax, its exp and their product, alive together.
+  const double entropy_chunk = 3.0 * allocator_block(kEntropyChunkRows * V * c);
+  // The metrics' entropy flattens the logits (a strided view: reshape copies them), then chunks.
+  const double entropy = rowcat(n) + entropy_chunk;
+  LossBuffers l;
+  switch (b.objective) {
+    case Objective::dpo:
+    case Objective::kto: {
+      const double reference_logits = b.reference_forward ? full(n) : 0.0;
+      l.reference_forward = full(n) + n * row;
+      double metrics = entropy;
+      if (b.objective == Objective::kto) {
+        // KTO's metrics copy the desirable and the undesirable sequences' logits (index_select,
+        // both alive until the loss returns), then the desirable ones' completion tokens again.
+        const double desirable = std::ceil(n / 2.0), undesirable = n - desirable;
+        metrics = std::max(metrics, 2.0 * rowcat(desirable) + rowcat(undesirable));
+      }
+      // DPO's masked copies of the chosen (then the rejected) logits are half the entropy's copy.
+      l.forward = full(n) + n * row + reference_logits + metrics;
+      l.backward = rowcat(n) + std::max(n * row, full(n));
+      l.output_backward = full(n);
+      l.forward_moment = b.reference_forward ? "loss forward: the policy's and the reference's logits, metrics"
+                                             : "loss forward: the policy's logits, metrics";
+      l.backward_moment = "log-softmax backward";
+      break;
+    }
+    case Objective::orpo: {
+      // The NLL of the chosen half: a contiguous copy of its logits, then cross_entropy's
+      // log-softmax (kept); then selective_log_softmax's rows over every sequence.
+      const double chosen = n / 2.0;
+      const double nll = rowcat(chosen);
+      l.forward = full(n) + nll + std::max(nll, n * row);
+      // The log-probabilities' backward runs first (created last), leaving the logits' gradient
+      // in autograd's buffer while the NLL's backward makes its own: zeros of the chosen half's
+      // shape, then of the whole logits, added in place.
+      l.backward = std::max(nll + rowcat(n) + std::max(n * row, full(n)), 2.0 * full(n) + full(chosen));
+      l.output_backward = full(n);
+      l.forward_moment = "loss forward: NLL and log-probabilities";
+      l.backward_moment = "NLL and log-softmax backward";
+      break;
+    }
+    case Objective::reward:
+      // The score head's logits: one number per position, gathered at each sequence's last token.
+      l.forward = l.backward = l.output_backward = full(n);
+      l.forward_moment = "loss forward: scores";
+      l.backward_moment = "loss backward: scores";
+      break;
+    case Objective::grpo:
+    case Objective::ppo: {
+      // The logits are sliced to the completion and divided by the temperature in place: the
+      // backward's slices write into zeros of the logits' shape, and the in-place division on a
+      // view makes autograd clone that gradient (CopySlices) and the slice's part twice.
+      const double kept = b.objective == Objective::ppo ? full(n) : 0.0;
+      l.kept = kept;
+      l.forward = full(n) + n * row + (b.objective == Objective::grpo ? entropy : 0.0);
+      l.backward = kept + std::max(n * row + rowcat(n), 2.0 * full(n) + 2.0 * rowcat(n));
+      l.output_backward = kept + full(n);
+      l.forward_moment = b.objective == Objective::grpo ? "loss forward: completion logits, entropy"
+                                                        : "loss forward: policy and value";
+      l.backward_moment = "log-softmax backward";
+      break;
+    }
+    case Objective::sft: break;
+  }
+  return l;
+}
+
+}  // namespace
+
 StepMemory step_memory(const MemoryBasis& b, double tokens, std::int64_t grad_accum, bool grad_ckpt) {
-  const double T = tokens / b.tokens_divisor;
+  // A paired objective trains on the chosen and the rejected sequence of every example.
+  const double T = tokens * b.sequences_per_example / b.tokens_divisor;
   const double L = b.layers;
   const double TV = T * b.vocab;
   const MemoryMoment& base = b.base;
@@ -282,35 +403,81 @@ StepMemory step_memory(const MemoryBasis& b, double tokens, std::int64_t grad_ac
     m.what = what;
     return m;
   };
-  // Forward, at the loss: every layer's saved tensors, the logits as the lm_head made them,
-  // their fp32 copy and log_softmax's fp32 output (kept for backward).
-  {
-    MemoryMoment& m = moment(Phase::forward, "cross-entropy forward");
-    m.gradients = grads_prev;
-    m.gathered_weights = b.gathered_fwd + kept_gathered;
-    m.activations = L * kept_per_layer + outside + other_in_flight;
-    m.weights += b.autocast_copies;
-    m.logits_and_loss = logits_c + (b.logits_upcast ? logits_f : 0.0) + logits_f + softcap;
-  }
-  // Backward, in log_softmax's backward: its saved output, the incoming gradient and the
-  // gradient it produces, all fp32 over the vocabulary.
-  {
-    MemoryMoment& m = moment(Phase::backward, "cross-entropy backward");
-    m.gradients = grads_prev;
-    m.gathered_weights = b.gathered_fwd + kept_gathered;
-    m.activations = L * kept_per_layer + outside + other_in_flight;
-    m.weights += b.copies_head + L * copies_kept_per_layer;
-    m.logits_and_loss = 3.0 * logits_f + softcap;
-  }
-  // Backward through the output layer: its gradient appears while the logits' gradient (in
-  // the lm_head's dtype) is still alive.
-  {
-    MemoryMoment& m = moment(Phase::backward, "output layer backward");
-    m.gradients = std::max(grads_prev, b.head_grad);
-    m.gathered_weights = b.gathered_fwd + kept_gathered;
-    m.activations = L * kept_per_layer + outside + other_in_flight;
-    m.weights += b.copies_head + L * copies_kept_per_layer;
-    m.logits_and_loss = logits_c;
+  // PPO: the value model's saved tensors live until its backward, which runs after the
+  // policy's (its forward came first); the policy's output (hidden states, logits) lives to the
+  // step's end. Zero for the other objectives.
+  const bool ppo = b.objective == Objective::ppo;
+  const double value_acts =
+      ppo ? L * allocated_for(b.value_layer_activations, T) + allocated_for(b.value_outside_activations, T) : 0.0;
+  const double hidden_states =
+      ppo ? allocator_block(b.hidden_states_final_per_token * T) +
+                (grad_ckpt ? 0.0 : L * allocator_block(b.hidden_states_layers_per_token / L * T))
+          : 0.0;
+  const double objective_acts = value_acts + hidden_states;
+  const LossBuffers loss = b.objective == Objective::sft ? LossBuffers{} : objective_loss(b, T);
+  if (b.objective == Objective::sft) {
+    // Forward, at the loss: every layer's saved tensors, the logits as the lm_head made them,
+    // their fp32 copy and log_softmax's fp32 output (kept for backward).
+    {
+      MemoryMoment& m = moment(Phase::forward, "cross-entropy forward");
+      m.gradients = grads_prev;
+      m.gathered_weights = b.gathered_fwd + kept_gathered;
+      m.activations = L * kept_per_layer + outside + other_in_flight;
+      m.weights += b.autocast_copies;
+      m.logits_and_loss = logits_c + (b.logits_upcast ? logits_f : 0.0) + logits_f + softcap;
+    }
+    // Backward, in log_softmax's backward: its saved output, the incoming gradient and the
+    // gradient it produces, all fp32 over the vocabulary.
+    {
+      MemoryMoment& m = moment(Phase::backward, "cross-entropy backward");
+      m.gradients = grads_prev;
+      m.gathered_weights = b.gathered_fwd + kept_gathered;
+      m.activations = L * kept_per_layer + outside + other_in_flight;
+      m.weights += b.copies_head + L * copies_kept_per_layer;
+      m.logits_and_loss = 3.0 * logits_f + softcap;
+    }
+    // Backward through the output layer: its gradient appears while the logits' gradient (in
+    // the lm_head's dtype) is still alive.
+    {
+      MemoryMoment& m = moment(Phase::backward, "output layer backward");
+      m.gradients = std::max(grads_prev, b.head_grad);
+      m.gathered_weights = b.gathered_fwd + kept_gathered;
+      m.activations = L * kept_per_layer + outside + other_in_flight;
+      m.weights += b.copies_head + L * copies_kept_per_layer;
+      m.logits_and_loss = logits_c;
+    }
+  } else {
+    // The reference forward (dpo, kto), without autograd: the policy's logits and rows already
+    // exist, and the reference holds one layer's intermediates at a time.
+    if (b.reference_forward) {
+      MemoryMoment& m = moment(Phase::forward, "reference forward");
+      m.gradients = grads_prev;
+      m.activations = L * kept_per_layer + outside + objective_acts;
+      m.weights += b.autocast_copies;
+      m.logits_and_loss = loss.reference_forward;
+      m.transient = allocator_block(b.no_grad_layer_per_token * T);
+    }
+    {
+      MemoryMoment& m = moment(Phase::forward, loss.forward_moment);
+      m.gradients = grads_prev;
+      m.activations = L * kept_per_layer + outside + objective_acts;
+      m.weights += b.autocast_copies;
+      m.logits_and_loss = loss.forward;
+    }
+    {
+      MemoryMoment& m = moment(Phase::backward, loss.backward_moment);
+      m.gradients = grads_prev;
+      m.activations = L * kept_per_layer + outside + objective_acts;
+      m.weights += b.copies_head + L * copies_kept_per_layer;
+      m.logits_and_loss = loss.backward;
+    }
+    {
+      MemoryMoment& m = moment(Phase::backward, "output layer backward");
+      m.gradients = std::max(grads_prev, b.head_grad);
+      m.activations = L * kept_per_layer + outside + objective_acts;
+      m.weights += b.copies_head + L * copies_kept_per_layer;
+      m.logits_and_loss = loss.output_backward;
+    }
   }
   // Backward through the last and the first decoder layer: gradients of the layers done so far,
   // saved tensors of the layers still to do, the layer's own recomputed activations under
@@ -320,9 +487,10 @@ StepMemory step_memory(const MemoryBasis& b, double tokens, std::int64_t grad_ac
     m.gradients = b.fsdp ? std::max(grads_prev, b.head_grad + done * b.layer_grad) + b.reducing
                          : std::max(grads_prev, b.head_grad + (done + 1.0) * b.layer_grad);
     m.gathered_weights = b.gathered_layer_bwd + (L - done) * b.kept_gathered_layer;
-    m.activations = (L - done) * kept_per_layer + (grad_ckpt ? layer_acts : 0.0) + other_in_flight;
+    m.activations = (L - done) * kept_per_layer + (grad_ckpt ? layer_acts : 0.0) + other_in_flight + objective_acts;
     m.weights += copies_kept_per_layer * (L - done) + (grad_ckpt ? b.copies_layer : 0.0);
     m.transient = b.layer_backward_transient_per_token * T + b.dequant_transient;
+    m.logits_and_loss = loss.kept;
   }
   // Backward through the embedding (full fine-tuning): every gradient exists, and a tied
   // embedding's fp32 accumulation buffer (memory_basis).
@@ -331,12 +499,25 @@ StepMemory step_memory(const MemoryBasis& b, double tokens, std::int64_t grad_ac
     m.gradients = b.fsdp ? b.root_grads + L * b.layer_grad : b.all_grads;
     m.gathered_weights = b.gathered_embedding_bwd;
     m.transient = b.embedding_backward_transient;
+    m.activations = objective_acts;
+    m.logits_and_loss = loss.kept;
+  }
+  // PPO: the value model's backward, after the policy's: every policy gradient, the value
+  // model's saved tensors, its last layer's gradients and in-flight ones.
+  if (ppo) {
+    MemoryMoment& m = moment(Phase::backward, "value model backward");
+    m.gradients = b.all_grads + b.value_head_grad + b.value_layer_grad;
+    m.activations = objective_acts;
+    m.transient = b.value_layer_backward_transient_per_token * T;
+    m.logits_and_loss = loss.kept;
   }
   // Optimizer step: every gradient, plus the optimizer's own temporaries.
   {
     MemoryMoment& m = moment(Phase::optimizer, "optimizer step");
-    m.gradients = b.all_grads;
+    m.gradients = b.all_grads + b.value_all_grads;
     m.transient = b.optimizer_transient;
+    m.activations = hidden_states;
+    m.logits_and_loss = loss.kept;
   }
 
   double peak_total = out.moments[0].total();
@@ -406,6 +587,13 @@ MemoryEstimate estimate_memory(const ModelSpec& model, const TrainingSetup& setu
   };
   if (lay.ddp_buckets || lay.zero) est.breakdown.push_back({"gradient_buckets", to_bytes(peak.gradient_buckets)});
   if (lay.gathers_units) est.breakdown.push_back({"gathered_weights", to_bytes(peak.gathered_weights)});
+  // The objectives' other models, when there are some (docs/model.md, "Objectives").
+  if (setup.objective != Objective::sft && has_reference_setting(setup.objective))
+    est.breakdown.push_back({"reference_weights", to_bytes(peak.reference_weights)});
+  if (setup.objective == Objective::ppo) {
+    est.breakdown.push_back({"reward_weights", to_bytes(peak.reward_weights)});
+    est.breakdown.push_back({"value_weights", to_bytes(peak.value_weights)});
+  }
   for (const Phase ph : {Phase::forward, Phase::backward, Phase::optimizer}) {
     PhasePeak pp{ph, 0, ""};
     for (std::size_t i = 0; i < sm.count; ++i) {
@@ -425,6 +613,21 @@ MemoryEstimate estimate_memory(const ModelSpec& model, const TrainingSetup& setu
   est.total_parameters = basis.total_parameters;
   est.host_bytes = to_bytes(basis.host_bytes);
   est.pipeline_stage = busiest_stage;
+  // The objective's sequences and models (docs/model.md, "Objectives").
+  const ObjectiveShape& o = st.objective;
+  ObjectiveMemory& om = est.objective;
+  om.trained_sequences = setup.batch * trained_sequences_per_example(setup.objective);
+  const bool reference_runs = o.reference == Reference::copy || o.reference == Reference::adapter_off;
+  if (reference_runs && (setup.objective == Objective::dpo || setup.objective == Objective::grpo))
+    om.no_grad_sequences = om.trained_sequences;
+  if (setup.objective == Objective::kto)  // the KL batch through the policy, and both batches through the reference
+    om.no_grad_sequences = setup.batch * (reference_runs ? 3 : 1);
+  om.reference_weights_bytes = to_bytes(o.reference_weights);
+  om.reward_weights_bytes = to_bytes(o.reward_weights);
+  om.value_weights_bytes = to_bytes(o.value.weights);
+  om.value_gradients_bytes = to_bytes(o.value.gradients);
+  om.value_optimizer_states_bytes = to_bytes(o.value.optimizer_states);
+  om.value_parameters = static_cast<std::int64_t>(std::llround(o.value.parameters));
   return est;
 }
 

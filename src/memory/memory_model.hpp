@@ -56,9 +56,14 @@ struct MemoryMoment {
   double weights = 0, master_weights = 0, quant_constants = 0, adapters = 0, gradients = 0, optimizer_states = 0,
          activations = 0, logits_and_loss = 0, transient = 0, cublas_workspace = 0, gradient_buckets = 0,
          gathered_weights = 0;
+  // The objectives' other models (docs/model.md, "Objectives"): a frozen reference copy, PPO's
+  // frozen reward model and its trained value model's weights (the value model's gradients,
+  // optimizer states and activations are in those categories).
+  double reference_weights = 0, reward_weights = 0, value_weights = 0;
   double total() const {
     return weights + master_weights + quant_constants + adapters + gradients + optimizer_states + activations +
-           logits_and_loss + transient + cublas_workspace + gradient_buckets + gathered_weights;
+           logits_and_loss + transient + cublas_workspace + gradient_buckets + gathered_weights + reference_weights +
+           reward_weights + value_weights;
   }
   bool operator==(const MemoryMoment&) const = default;
 };
@@ -100,6 +105,17 @@ struct MemoryBasis {
   double in_flight = 1;
   double host_bytes = 0;
   double rebuilt_buckets = 0;  // DDP's first buckets, alive beside the rebuilt ones in the second step
+  // The objective (ObjectiveShape): the sequences a micro-batch trains per example, the logits'
+  // shape, and PPO's value model.
+  Objective objective = Objective::sft;
+  double sequences_per_example = 1;
+  double seq = 0, logit_positions = 0, logp_positions = 0;
+  bool reference_forward = false;
+  double no_grad_layer_per_token = 0;
+  double hidden_states_layers_per_token = 0, hidden_states_final_per_token = 0;
+  TensorSizes value_layer_activations, value_outside_activations;
+  double value_layer_backward_transient_per_token = 0;
+  double value_all_grads = 0, value_head_grad = 0, value_layer_grad = 0;
   std::int64_t cuda_context_bytes = 0;
   std::int64_t weights_loaded_bytes = 0;
   std::int64_t trainable_parameters = 0;
@@ -116,8 +132,9 @@ MemoryBasis stage_basis(const MemoryBasis& whole, const TrainingSetup& setup, co
 
 // The moments where a step's memory can peak: forward at the loss, the loss backward, the output
 // layer's backward, the last and the first layer's backward, the embedding's (full fine-tuning)
-// and the optimizer step.
-inline constexpr std::size_t kMaxMemoryMoments = 7;
+// and the optimizer step; with an objective, its reference forward (dpo, kto) and its value
+// model's backward (ppo).
+inline constexpr std::size_t kMaxMemoryMoments = 9;
 
 // A step's memory at its moments, and its peak.
 struct StepMemory {

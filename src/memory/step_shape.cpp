@@ -69,6 +69,18 @@ Widths widths_for(const TrainingSetup& s) {
   return w;
 }
 
+// The parameters of the model the objective trains: a reward model (transformers'
+// AutoModelForSequenceClassification) has a score head of hidden x 1, untied, in place of the
+// output layer.
+ParameterCounts objective_counts(const ModelSpec& m, const TrainingSetup& s) {
+  ParameterCounts pc = count_parameters(m);
+  if (s.objective == Objective::reward) {
+    pc.total = pc.total - pc.lm_head + m.hidden_size;
+    pc.lm_head = m.hidden_size;
+  }
+  return pc;
+}
+
 // What every part of the step's description is computed from, derived once: the model's sizes,
 // the setup's byte widths and the linear modules of its layers with the LoRA targets among them.
 struct StepBasis {
@@ -87,7 +99,7 @@ struct StepBasis {
         w(widths_for(s)),
         r(as_d(s.lora.rank)),
         adapter_bytes(bytes_per_element(s.lora.adapter_dtype)),
-        pc(count_parameters(m)),
+        pc(objective_counts(m, s)),
         linears(layer_linears(m, s)) {}
 
   const ModelSpec& model;
@@ -240,7 +252,11 @@ OptimizerMemory optimizer_memory(const StepBasis& b, const LinearTotals& lin, co
       // Factored second moment: one row and one column vector per matrix (grad dtype).
       // Vectors (norms, biases) keep a full second moment.
       double factored = lin.factored_elems;
-      if (b.full) factored += (b.V + b.h) * (b.pc.lm_head > 0 ? 2.0 : 1.0) + as_d(b.pc.norms) + lin.bias_elems;
+      // The embedding's row and column vectors, and the output layer's when it is its own
+      // (a reward model's score head: 1 x hidden).
+      const double head_rows = b.setup.objective == Objective::reward ? 1.0 : b.V;
+      if (b.full)
+        factored += (b.V + b.h) + (b.pc.lm_head > 0 ? head_rows + b.h : 0.0) + as_d(b.pc.norms) + lin.bias_elems;
       o.states = factored * p.trainable_bytes_each;
       // transformers' Adafactor works in fp32 on one parameter at a time: fp32 copies of the
       // parameter, its gradient, the update and its square for the largest tensor (measured:
@@ -516,7 +532,9 @@ LogitsAndLoss logits_and_loss(const StepBasis& b) {
   if (b.full) l.compute_bytes = setup.amp ? b.w.compute : bytes_per_element(setup.weights);
   else if (b.quantised) l.compute_bytes = setup.quant.kbit_prepare ? 4.0 : b.w.compute;
   else l.compute_bytes = bytes_per_element(setup.weights);
-  l.upcast = l.compute_bytes < 4.0;
+  // transformers' causal-LM loss casts the logits to fp32; TRL's losses take them as the output
+  // layer makes them (selective_log_softmax works row by row in their own dtype).
+  l.upcast = l.compute_bytes < 4.0 && setup.objective == Objective::sft;
   if (b.model.final_logit_softcapping > 0) l.softcap_bytes = l.compute_bytes;
   return l;
 }
@@ -674,6 +692,39 @@ void split_for_model_parallelism(StepShape& st, const Layout& l) {
   st.layer_forward_transient_per_token /= t;
 }
 
+ObjectiveShape describe_objective(const ModelSpec& model, const TrainingSetup& setup) {
+  ObjectiveShape o;
+  o.objective = setup.objective;
+  o.seq = as_d(setup.seq);
+  o.output_width = as_d(model.vocab_size);
+  o.logit_positions = o.seq;
+  o.logp_positions = o.seq - 1.0;  // each position predicts the next token
+  if (setup.objective == Objective::sft) return o;
+  o.sequences_per_example = as_d(trained_sequences_per_example(setup.objective));
+  if (has_reference_setting(setup.objective)) o.reference = setup.reference;
+  const double completion = as_d(setup.completion_len);
+  switch (setup.objective) {
+    case Objective::grpo:
+      // GRPOTrainer asks the model for logits_to_keep + 1 positions (the completion's and the one
+      // before it) and takes the log-probabilities of the completion.
+      o.logit_positions = completion + 1.0;
+      o.logp_positions = completion;
+      break;
+    case Objective::ppo:
+      // PPOTrainer's forward computes every position's logits, then slices the response's.
+      o.logp_positions = completion;
+      break;
+    case Objective::reward:
+      o.output_width = 1.0;  // the score head
+      o.logp_positions = 0.0;
+      break;
+    default: break;
+  }
+  o.reference_forward = (setup.objective == Objective::dpo || setup.objective == Objective::kto) &&
+                        (o.reference == Reference::copy || o.reference == Reference::adapter_off);
+  return o;
+}
+
 StepShape describe_step(const ModelSpec& model, const TrainingSetup& user_setup) {
   // Under a mixed-precision layout the GPUs compute in the low-precision dtype; the memory model
   // adds the fp32 storage (memory_basis).
@@ -706,6 +757,46 @@ StepShape describe_step(const ModelSpec& model, const TrainingSetup& user_setup)
   st.logits_upcast = logits.upcast;
   st.softcap_bytes = logits.softcap_bytes;
   st.counts = b.pc;
+  st.objective = describe_objective(model, setup);
+  if (setup.objective != Objective::sft) {
+    ObjectiveShape& o = st.objective;
+    // A frozen copy is the model as the policy's base is stored: the same dtype (quantised, with
+    // its constants, under QLoRA: TRL loads it with the same quantization_config).
+    if (o.reference == Reference::copy)
+      o.reference_weights = st.params.weights + st.params.weights_rounding + st.params.quant_constants;
+    // A layer's forward without autograd: the MLP's activation, up and product alive together,
+    // with the layer's input and its residual.
+    const double inter = as_d(model.is_moe() ? model.moe_intermediate_size * model.experts_per_token
+                                             : model.intermediate_size);
+    o.no_grad_layer_per_token = b.w.compute * (3.0 * inter + 2.0 * b.h);
+    if (setup.objective == Objective::ppo) {
+      o.hidden_states_layers_per_token = b.L * b.w.residual * b.h;
+      // Full fine-tuning saves the final norm's output anyway (the output layer's input).
+      o.hidden_states_final_per_token = b.full ? 0.0 : b.w.norm_out * b.h;
+    }
+  }
+  st.objective.value = ValueModelShape{};
+  if (setup.objective == Objective::ppo) {
+    // The value model (and the reward model, the same classifier frozen): the policy's
+    // architecture with a score head, every weight trained, in the base's dtype.
+    TrainingSetup v = setup;
+    v.objective = Objective::reward;
+    v.method = Method::full;
+    v.grad_ckpt = false;
+    const StepShape vs = describe_step(model, v);
+    ValueModelShape& value = st.objective.value;
+    value.weights = vs.params.weights + vs.params.weights_rounding;
+    value.gradients = vs.gradients + vs.params.trainable_rounding;
+    const double states_per_param_copy = setup.optimizer == Optimizer::adamw ? 2.0
+                                         : setup.optimizer == Optimizer::sgd_momentum ? 1.0 : 0.0;
+    value.optimizer_states = vs.optimizer_states + states_per_param_copy * vs.params.trainable_rounding;
+    value.parameters = vs.params.trainable_params;
+    for (const auto& a : vs.layer_activations) value.layer_activations.push_back(a.bytes);
+    for (const auto& a : vs.outside_activations) value.outside_activations.push_back(a.bytes);
+    value.layer_backward_transient_per_token = vs.layer_backward_transient_per_token;
+    value.head_gradient = as_d(model.hidden_size) * vs.params.trainable_bytes_each;
+    st.objective.reward_weights = value.weights;
+  }
   st.linears = std::move(b.linears);
   split_for_model_parallelism(st, layout_of(setup));
   return st;

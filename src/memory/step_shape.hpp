@@ -98,7 +98,9 @@ TensorSizes tensor_sizes(std::vector<double> bytes_per_token);
 double allocated_for(const TensorSizes& sizes, double tokens);
 
 // The tokens of one micro-batch, batch x seq: the one place the memory and time models (and a
-// SetupGroup pricing many batches) turn the setup's integers into the `tokens` they scale by.
+// SetupGroup pricing many batches) turn the setup's integers into the `tokens` they scale by. A
+// paired objective trains on sequences_per_example (2) of them per example: the memory and time
+// models multiply by it (MemoryBasis, WorkBasis).
 inline double micro_batch_tokens(std::int64_t seq, std::int64_t batch) {
   return static_cast<double>(seq) * static_cast<double>(batch);
 }
@@ -133,6 +135,50 @@ struct LayerLinears {
 };
 LayerLinears layer_linears(const ModelSpec& model, const TrainingSetup& setup);
 
+// PPO's value model (docs/model.md, "Objectives"): a sequence classifier of the policy's
+// architecture (its backbone and a score head of hidden x 1), every weight trained in the
+// policy's dtype (TRL's PPOTrainer applies PEFT to the policy only), never checkpointed (TRL's
+// PolicyAndValueWrapper enables checkpointing on the policy alone). What its own describe_step
+// gives, kept as numbers.
+struct ValueModelShape {
+  double weights = 0;           // parameters as stored, with the allocator's rounding
+  double gradients = 0;         // its gradients (the parameters' shapes: the same rounding)
+  double optimizer_states = 0;  // its optimizer states, with their rounding
+  double parameters = 0;
+  std::vector<double> layer_activations;    // bytes per token, each tensor one layer saves
+  std::vector<double> outside_activations;  // outside the layers (the score head's input among them)
+  double layer_backward_transient_per_token = 0;
+  double head_gradient = 0;     // the score head's gradient
+  bool operator==(const ValueModelShape&) const = default;
+};
+
+// What the training objective adds to the step (docs/model.md, "Objectives"): how many
+// sequences the policy trains on, which logits exist and for how long, and the models beside the
+// policy. All of it per sequence, per token or per step, like the rest of the shape.
+struct ObjectiveShape {
+  Objective objective = Objective::sft;
+  Reference reference = Reference::none;  // none for an objective without one
+  double sequences_per_example = 1;  // 2 for dpo, orpo and reward (chosen and rejected)
+  double seq = 0;                    // tokens of a sequence
+  double logit_positions = 0;        // positions of a sequence the output layer computes (grpo: completion + 1)
+  double logp_positions = 0;         // positions of TRL's per-row log-softmax (seq - 1; the completion for ppo, grpo)
+  double output_width = 0;           // the vocabulary, or 1 for the reward model's score head
+  bool reference_forward = false;    // dpo, kto: a reference forward runs inside the loss, its logits alive to its end
+  double reference_weights = 0;      // bytes of a frozen copy (reference copy), as the base is stored
+  double reward_weights = 0;         // PPO's frozen reward model, bytes
+  // A forward without autograd frees each layer's intermediates as it goes: what one layer holds
+  // at once (the MLP's activation, up and product, the layer input and residual), bytes per token.
+  double no_grad_layer_per_token = 0;
+  // PPO's forward passes output_hidden_states=True and TRL keeps the policy's output through the
+  // backward: every layer's output (bytes per token, all layers; under checkpointing they are the
+  // checkpoints' own inputs, already counted) and the final norm's.
+  double hidden_states_layers_per_token = 0;
+  double hidden_states_final_per_token = 0;
+  ValueModelShape value;  // PPO
+  bool operator==(const ObjectiveShape&) const = default;
+};
+ObjectiveShape describe_objective(const ModelSpec& model, const TrainingSetup& setup);
+
 // One training step's tensors, per token where they scale with the micro-batch.
 struct StepShape {
   double tokens = 0;                  // batch x seq of one micro-batch
@@ -151,8 +197,9 @@ struct StepShape {
   double optimizer_states = 0;
   double optimizer_transient = 0;
   double dequant_transient = 0;       // largest dequantised weight of a 4-bit/8-bit base
-  ParameterCounts counts;             // count_parameters(model)
+  ParameterCounts counts;             // count_parameters(model); a reward model's score head as its output layer
   LayerLinears linears;               // the layers' linear modules (layer_linears), for the time model
+  ObjectiveShape objective;           // what the objective adds (sft: nothing)
   bool operator==(const StepShape&) const = default;
 };
 

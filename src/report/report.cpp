@@ -40,6 +40,9 @@ const std::vector<std::pair<std::string, std::string>>& category_names() {
       {"cublas_workspace", "cuBLAS workspaces"},
       {"gradient_buckets", "gradient buckets"},
       {"gathered_weights", "gathered weights"},
+      {"reference_weights", "reference model weights"},
+      {"reward_weights", "reward model weights"},
+      {"value_weights", "value model weights"},
   };
   return names;
 }
@@ -61,6 +64,62 @@ std::string verdict_line(const Plan& p) {
                          gib(std::max(p.memory.busiest_peak_allocated_bytes, p.memory.device_used_bytes)), gib(cap), gib(p.over_capacity_bytes));
   }
   return "";
+}
+
+// The objective: what it trains on, and what its other models cost (docs/model.md, "Objectives").
+json objective_to_json(const Plan& p) {
+  const ObjectiveMemory& o = p.memory.objective;
+  const TrainingSetup& s = p.setup;
+  json j = {{"name", to_string(s.objective)},
+            {"trained_sequences_per_micro_batch", o.trained_sequences},
+            {"sequences_per_step", o.trained_sequences * s.grad_accum},
+            {"no_grad_sequences_per_micro_batch", o.no_grad_sequences}};
+  if (s.objective == Objective::sft) return j;
+  j["reference"] = has_reference_setting(s.objective) ? json(to_string(s.reference)) : json(nullptr);
+  j["reference_weights_bytes"] = o.reference_weights_bytes;
+  if (s.objective == Objective::ppo) {
+    j["reward_weights_bytes"] = o.reward_weights_bytes;
+    j["value_model"] = {{"parameters", o.value_parameters},
+                        {"weights_bytes", o.value_weights_bytes},
+                        {"gradients_bytes", o.value_gradients_bytes},
+                        {"optimizer_states_bytes", o.value_optimizer_states_bytes}};
+  }
+  if (s.objective == Objective::grpo) j["generations"] = s.generations;
+  if (s.objective == Objective::ppo || s.objective == Objective::grpo) {
+    j["completion_len"] = s.completion_len;
+    j["excluded"] = "generation (and PPO's rollout scoring): planned separately";
+  }
+  return j;
+}
+
+// The objective in words (not for sft, whose plan reads as before).
+std::string objective_line(const Plan& p, bool md) {
+  const TrainingSetup& s = p.setup;
+  const ObjectiveMemory& o = p.memory.objective;
+  if (s.objective == Objective::sft) return "";
+  std::string reference;
+  if (has_reference_setting(s.objective)) {
+    switch (s.reference) {
+      case Reference::copy: reference = fmt::format(", reference: a frozen copy ({})", mib(o.reference_weights_bytes)); break;
+      case Reference::adapter_off: reference = ", reference: the base with its adapters disabled (no weights)"; break;
+      case Reference::precomputed: reference = ", reference: precomputed log-probabilities"; break;
+      case Reference::none: reference = ", no reference"; break;
+    }
+  }
+  std::string models;
+  if (s.objective == Objective::ppo)
+    models = fmt::format("; value model {} weights + {} optimizer states + {} gradients, reward model {}",
+                         mib(o.value_weights_bytes), mib(o.value_optimizer_states_bytes), mib(o.value_gradients_bytes),
+                         mib(o.reward_weights_bytes));
+  std::string extra;
+  if (s.objective == Objective::grpo) extra = fmt::format("; {} completions per prompt", s.generations);
+  if (s.objective == Objective::ppo || s.objective == Objective::grpo)
+    extra += fmt::format("; completion {} of {} tokens; generation not planned", s.completion_len, s.seq);
+  const std::string per_step =
+      s.grad_accum > 1 ? fmt::format(" ({} a step)", o.trained_sequences * s.grad_accum) : std::string();
+  return fmt::format("{}{}: {} sequences a micro-batch with gradients{}, {} without{}{}{}\n",
+                     md ? "- **Objective:** " : "Objective ", to_string(s.objective), o.trained_sequences, per_step,
+                     o.no_grad_sequences, reference, models, extra);
 }
 
 json time_to_json(const Plan& p) {
@@ -160,6 +219,7 @@ json plan_to_json(const Plan& p) {
                       {"host_bytes", p.memory.host_bytes},
                       {"busiest_peak_allocated_bytes", p.memory.busiest_peak_allocated_bytes}}},
           {"device", {{"name", p.gpu.name}, {"id", p.gpu.id}, {"capacity_bytes", p.gpu.memory_bytes}}},
+          {"objective", objective_to_json(p)},
           {"time", time_to_json(p)},
           {"verdict", to_string(p.verdict)},
           {"headroom_fraction", p.headroom_fraction},
@@ -180,12 +240,12 @@ std::string render_plan(const Plan& p, Format format) {
   const auto& m = p.memory;
   if (md) {
     out += fmt::format("## trainfit plan: {}\n\n", p.model.name);
-    out += fmt::format("- **Model:** {}\n- **Setup:** {}\n- **GPU:** {} ({})\n- **Verdict:** {}\n\n", model_text(p),
-                       setup_text(p.setup), p.gpu.name, mib(p.gpu.memory_bytes), verdict_line(p));
+    out += fmt::format("- **Model:** {}\n- **Setup:** {}\n{}- **GPU:** {} ({})\n- **Verdict:** {}\n\n", model_text(p),
+                       setup_text(p.setup), objective_line(p, true), p.gpu.name, mib(p.gpu.memory_bytes), verdict_line(p));
     out += fmt::format("Peak at **{}** ({}).\n\n| memory | bytes | MiB |\n|---|---:|---:|\n", to_string(m.peak_phase), m.peak_moment);
   } else {
-    out += fmt::format("Model    {}\nSetup    {}\nGPU      {} ({})\n\n{}\n\n", model_text(p), setup_text(p.setup),
-                       p.gpu.name, mib(p.gpu.memory_bytes), verdict_line(p));
+    out += fmt::format("Model    {}\nSetup    {}\n{}GPU      {} ({})\n\n{}\n\n", model_text(p), setup_text(p.setup),
+                       objective_line(p, false), p.gpu.name, mib(p.gpu.memory_bytes), verdict_line(p));
     out += fmt::format("Memory at the peak ({}: {})\n", to_string(m.peak_phase), m.peak_moment);
   }
   if (p.setup.gpus > 1 && p.setup.pp > 1)

@@ -73,6 +73,11 @@ DerivedDefault value_when(SettingCondition when, SettingValue value) {
   d.value = std::move(value);
   return d;
 }
+DerivedDefault first_of(std::vector<DerivedDefault::Case> cases) {
+  DerivedDefault d;
+  d.cases = std::move(cases);
+  return d;
+}
 DerivedDefault times(std::string setting, double factor) {
   DerivedDefault d;
   d.times = std::move(setting);
@@ -248,6 +253,51 @@ std::vector<Setting> builtin_table() {
     auto& r = row("grad_ckpt", "--grad-ckpt", boolean, "gradient checkpointing: recompute each layer in the backward");
     r.label = "ckpt";
     bind<bool>(r, [](auto& s) -> auto& { return s.grad_ckpt; });
+  }
+  // What the step trains for (docs/model.md, "Objectives").
+  {
+    auto& r = row("objective", "--objective", choice,
+                  "training objective, as TRL's trainers compute it: sft (next-token loss), dpo, orpo, kto (preference "
+                  "losses), reward (a reward model: sequence classifier), ppo, grpo (the optimisation step; "
+                  "generation not planned)");
+    r.choices = {"sft", "dpo", "orpo", "kto", "reward", "ppo", "grpo"};
+    r.label = "{}";
+    bind_enum(r, [](auto& s) -> auto& { return s.objective; }, parse_objective, to_string);
+  }
+  {
+    auto& r = row("reference", "--reference", choice,
+                  "where the reference log-probabilities come from: a frozen copy of the model, the base with its "
+                  "adapters disabled (no weights of its own), precomputed before training, or none (grpo with beta 0)");
+    r.choices = {"copy", "adapter-off", "precomputed", "none"};
+    r.applies_when = condition("objective", {"dpo", "kto", "ppo", "grpo"}, {});
+    // TRL's defaults: GRPO loads no reference (beta 0); the others a copy, or the adapter-off base
+    // under PEFT.
+    r.derived_default = first_of({{condition("objective", {"grpo"}, {}), std::string("none")},
+                                  {condition("method", {"full"}, {}), std::string("copy")}});
+    r.default_rule = "none with objective grpo; copy with method full; else adapter-off";
+    r.label = "ref-{}";
+    bind_enum(r, [](auto& s) -> auto& { return s.reference; }, parse_reference, to_string);
+  }
+  {
+    auto& r = row("generations", "--generations", integer,
+                  "GRPO: completions sampled per prompt (num_generations); batch x grad_accum x data-parallel GPUs must "
+                  "hold whole groups of them");
+    r.minimum = 2;
+    r.maximum = 65536;
+    r.applies_when = condition("objective", {"grpo"}, {});
+    r.label = "g{}";
+    bind<std::int64_t>(r, [](auto& s) -> auto& { return s.generations; });
+  }
+  {
+    auto& r = row("completion_len", "--completion-len", integer,
+                  "PPO and GRPO: tokens of each sequence that are the completion (the rest is the prompt)");
+    r.minimum = 1;
+    r.maximum = kMaxTokens;
+    r.applies_when = condition("objective", {"ppo", "grpo"}, {});
+    r.derived_default = times("seq", 0.5);
+    r.default_rule = "seq / 2";
+    r.label = "c{}";
+    bind<std::int64_t>(r, [](auto& s) -> auto& { return s.completion_len; });
   }
   {
     auto& r = row("gpus", "--gpus", integer, "data-parallel GPUs, each running batch x seq; memory is per GPU");
@@ -510,6 +560,9 @@ SettingValue default_value(const Setting& s, const TrainingSetup& so_far) {
         if (s.type == SettingType::integer) return static_cast<std::int64_t>(std::llround(x));
         return x;
       }
+    } else if (!d.cases.empty()) {
+      for (const DerivedDefault::Case& c : d.cases)
+        if (holds(c.when, so_far)) return c.value;
     } else if (!d.when || holds(*d.when, so_far)) {
       return d.value;
     }

@@ -74,6 +74,13 @@ constexpr std::array<std::pair<std::string_view, OffloadDevice>, 2> kOffloadDevi
     {"cpu", OffloadDevice::cpu}, {"nvme", OffloadDevice::nvme}}};
 constexpr std::array<std::pair<std::string_view, Platform>, 2> kPlatforms{{
     {"linux", Platform::on_linux}, {"windows", Platform::on_windows}}};
+constexpr std::array<std::pair<std::string_view, Objective>, 9> kObjectives{{
+    {"sft", Objective::sft}, {"dpo", Objective::dpo}, {"orpo", Objective::orpo}, {"kto", Objective::kto},
+    {"reward", Objective::reward}, {"ppo", Objective::ppo}, {"grpo", Objective::grpo},
+    {"causal-lm", Objective::sft}, {"reward-model", Objective::reward}}};
+constexpr std::array<std::pair<std::string_view, Reference>, 6> kReferences{{
+    {"copy", Reference::copy}, {"adapter-off", Reference::adapter_off}, {"precomputed", Reference::precomputed},
+    {"none", Reference::none}, {"adapter_off", Reference::adapter_off}, {"precompute", Reference::precomputed}}};
 
 // Short names people write for the usual projection modules.
 constexpr std::array<std::pair<std::string_view, std::string_view>, 7> kTargetShorthands{{
@@ -90,6 +97,8 @@ Parallel parse_parallel(std::string_view s) { return lookup("data parallelism", 
 Offload parse_offload(std::string_view s) { return lookup("offload", s, kOffload); }
 OffloadDevice parse_offload_device(std::string_view s) { return lookup("offload device", s, kOffloadDevice); }
 Platform parse_platform(std::string_view s) { return lookup("platform", s, kPlatforms); }
+Objective parse_objective(std::string_view s) { return lookup("objective", s, kObjectives); }
+Reference parse_reference(std::string_view s) { return lookup("reference", s, kReferences); }
 
 std::vector<std::string> parse_lora_targets(std::string_view s) {
   const std::string text = lower(s);
@@ -143,6 +152,23 @@ std::string to_string(Parallel p) { return name_of(p, kParallel); }
 std::string to_string(Offload o) { return name_of(o, kOffload); }
 std::string to_string(OffloadDevice d) { return name_of(d, kOffloadDevice); }
 std::string to_string(Platform p) { return name_of(p, kPlatforms); }
+std::string to_string(Objective o) { return name_of(o, kObjectives); }
+std::string to_string(Reference r) { return name_of(r, kReferences); }
+
+Reference default_reference(Objective objective, Method method) {
+  // GRPOConfig.beta is 0 by default, and GRPOTrainer then loads no reference; the others follow
+  // DPOTrainer: a frozen copy unless PEFT can disable its adapters.
+  if (objective == Objective::grpo) return Reference::none;
+  return method == Method::full ? Reference::copy : Reference::adapter_off;
+}
+
+bool has_reference_setting(Objective o) {
+  return o == Objective::dpo || o == Objective::kto || o == Objective::ppo || o == Objective::grpo;
+}
+
+std::int64_t trained_sequences_per_example(Objective o) {
+  return o == Objective::dpo || o == Objective::orpo || o == Objective::reward ? 2 : 1;
+}
 
 double bytes_per_element(DType d) {
   switch (d) {
@@ -155,6 +181,66 @@ double bytes_per_element(DType d) {
   }
   return 4;
 }
+
+namespace {
+
+// What TRL's trainers refuse, and what the planner does not model, for the objectives.
+void validate_objective(const TrainingSetup& s) {
+  if (s.objective == Objective::sft) return;
+  const std::string name = to_string(s.objective);
+  if (has_reference_setting(s.objective)) {
+    const bool adapters = s.method != Method::full;
+    if (s.reference == Reference::adapter_off && !adapters)
+      throw SettingError("reference", "adapter-off disables LoRA adapters, and full fine-tuning has none: use copy "
+                                      "(a frozen copy of the model) or precomputed");
+    if (s.reference == Reference::precomputed && (s.objective == Objective::ppo || s.objective == Objective::grpo))
+      throw SettingError("reference", fmt::format("{} scores each step's fresh completions: its reference "
+                                                  "log-probabilities cannot be computed before training (TRL has "
+                                                  "precompute_ref_log_probs for dpo and kto only)",
+                                                  name));
+    if (s.reference == Reference::none && s.objective != Objective::grpo)
+      throw SettingError("reference", fmt::format("{} needs the reference's log-probabilities (TRL's {}Trainer "
+                                                  "always has a reference): use copy, adapter-off or precomputed",
+                                                  name, s.objective == Objective::ppo ? "PPO" : s.objective == Objective::dpo ? "DPO" : "KTO"));
+  }
+  // TRL's PPOTrainer applies PEFT to the policy only: the value model trains every weight, which a
+  // 4-bit or 8-bit base cannot.
+  if (s.objective == Objective::ppo && s.method == Method::qlora)
+    throw SettingError("objective", "ppo trains every weight of its value model (TRL applies PEFT to the policy "
+                                    "only), and a quantised base cannot train: use method lora or full");
+  // KTOTrainer: "Actual (not effective) batch size must be > 1": the KL term pairs each prompt
+  // with another example's completion of the same micro-batch.
+  if (s.objective == Objective::kto && s.batch < 2)
+    throw SettingError("batch", "kto needs at least 2 sequences a micro-batch: its KL term pairs each prompt "
+                                "with another example's completion (TRL refuses batch 1)");
+  if (s.objective == Objective::grpo) {
+    // GRPOTrainer: the generation batch (per-device batch x processes x steps_per_generation, which
+    // defaults to gradient_accumulation_steps) must hold whole groups of num_generations.
+    const std::int64_t generation_batch = s.batch * s.grad_accum * data_parallel_degree(s);
+    if (generation_batch % s.generations != 0)
+      throw SettingError("generations", fmt::format("the generation batch (batch x grad_accum x data-parallel GPUs "
+                                                    "= {}) must hold whole groups of {} completions, as TRL requires: "
+                                                    "raise grad_accum or batch, or use fewer generations",
+                                                    generation_batch, s.generations));
+  }
+  if ((s.objective == Objective::grpo || s.objective == Objective::ppo) && s.completion_len >= s.seq)
+    throw SettingError("completion_len", fmt::format("the completion ({} tokens) must leave a prompt: at most seq - 1 "
+                                                     "= {}",
+                                                     s.completion_len, s.seq - 1));
+  // The reference, value and reward models are planned whole on every GPU: DDP (and ZeRO-1/2,
+  // which TRL leaves the frozen models out of) keep them so; sharded and model-parallel layouts
+  // would split them, which is not modelled.
+  if (s.gpus > 1) {
+    const bool whole = s.parallel == Parallel::ddp || s.parallel == Parallel::zero1 || s.parallel == Parallel::zero2;
+    if (!whole || s.tp > 1 || s.pp > 1 || s.cp > 1)
+      throw SettingError("objective", fmt::format("{} is planned on one GPU or data-parallel ones (ddp, zero1, zero2); "
+                                                  "{} is not modelled for it",
+                                                  name, s.tp > 1 ? "tensor parallelism" : s.pp > 1 ? "a pipeline"
+                                                                   : s.cp > 1 ? "context parallelism" : to_string(s.parallel)));
+  }
+}
+
+}  // namespace
 
 void validate(const TrainingSetup& s) {
   // Each value inside its row's range and choices (settings.cpp): a setup built in code is held
@@ -178,6 +264,7 @@ void validate(const TrainingSetup& s) {
   if (several && s.parallel != Parallel::ddp && s.parallel != Parallel::zero1 && s.method == Method::qlora)
     throw SettingError("parallel", fmt::format("{} with `method` qlora is not modelled; plan QLoRA with `parallel` ddp",
                                                to_string(s.parallel)));
+  validate_objective(s);
   if (!several) return;
   // The GPUs must divide into the layout's groups.
   const std::int64_t model_parallel = s.tp * s.pp * s.cp;

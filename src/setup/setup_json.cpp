@@ -58,6 +58,10 @@ json property_of(const Setting& s) {
     if (!d.times.empty()) {
       dd["times"] = d.times;
       dd["factor"] = d.factor;
+    } else if (!d.cases.empty()) {
+      json cases = json::array();
+      for (const auto& c : d.cases) cases.push_back({{"when", condition_to_json(c.when)}, {"value", setting_value_to_json(c.value)}});
+      dd["cases"] = cases;
     } else {
       if (d.when) dd["when"] = condition_to_json(*d.when);
       dd["value"] = setting_value_to_json(d.value);
@@ -155,7 +159,8 @@ json setup_schema() {
           {"description",
            "The settings of one training run, as `trainfit plan` takes them (x-flag), as JSON setups and bench "
            "configs carry them (the keys) and as bench matrices vary them (x-matrix). A setting left out takes its "
-           "default; x-derived-default gives a default that depends on another setting; x-applies-when says when "
+           "default; x-derived-default gives a default that depends on another setting (the first of its cases "
+           "that holds, when it has cases); x-applies-when says when "
            "a setting means anything (JSON written by trainfit leaves out what does not apply); x-order is the "
            "order in which defaults are resolved; x-shorthands are module names users may abbreviate."},
           {"type", "object"},

@@ -56,10 +56,136 @@ constexpr double kFsdpOpsPerParameter = 8.0;
 constexpr double kDdpOpsPerGradient = 2.0;
 // Dequantising a 4-bit weight reads half a byte and writes two; the GEMM then reads the two.
 constexpr double kDequantBytesPerWeight = 4.5;
+// TRL's log-probabilities, per logit, in multiples of the logits' byte width c (docs/model.md,
+// "Objectives"): forward, the output layer writes the logit and the row's log-softmax reads and
+// writes it (3); backward, gather's gradient (zeros, then the scatter: 2), log-softmax's backward
+// (reads the gradient and its output, writes one: 3), the rows stacked (2) and written into the
+// logits' shape (zeros, read, write: 3).
+constexpr double kLogpWidthsPerLogit = 3.0 + 10.0;
+// TRL's metrics over the policy's logits: the entropy's flattened copy (2), each chunk's
+// log-softmax (2), exp (2), product (3) and sum (1); DPO's and KTO's copies of the chosen and
+// rejected logits and their means (4 more).
+constexpr double kEntropyWidthsPerLogit = 10.0;
+constexpr double kPreferenceMetricWidthsPerLogit = 4.0;
+// ORPO's NLL over the chosen half: the contiguous copy (2), log-softmax (2), its backward (NLL's
+// zeros and scatter 2, log-softmax's 3) and the two slices' zeros and copies (6): 15 per chosen
+// logit, half the logits.
+constexpr double kOrpoNllWidthsPerLogit = 15.0 / 2.0;
+// PPO's metrics after the step: softmax (2), logsumexp (its shifted copy and exp: 3), the product
+// (3) and its sum (1).
+constexpr double kPpoMetricWidthsPerLogit = 9.0;
+// A reference's log-probabilities, per reference logit: the output layer's write and the row's
+// log-softmax (3).
+constexpr double kReferenceLogpWidthsPerLogit = 3.0;
 
 }  // namespace
 
 namespace detail {
+namespace {
+
+// What the objective adds to the work of a step (docs/model.md, "Objectives").
+void objective_work(WorkBasis& b, const ModelSpec& model, const TrainingSetup& setup, const StepShape& st,
+                    double targets, double model_tensors) {
+  const ObjectiveShape& o = st.objective;
+  b.sequences_per_example = o.sequences_per_example;
+  if (o.objective == Objective::sft) return;
+  b.vocab = o.output_width;
+  b.logit_fraction = o.logit_positions / o.seq;
+  const double c = st.logits_compute_bytes;
+  const double rows = o.logp_positions / o.logit_positions;  // log-softmax rows per logit
+  switch (o.objective) {
+    case Objective::dpo:
+    case Objective::kto:
+      b.loss_bytes_per_logit = c * (rows * kLogpWidthsPerLogit + kEntropyWidthsPerLogit + kPreferenceMetricWidthsPerLogit);
+      break;
+    case Objective::orpo: b.loss_bytes_per_logit = c * (rows * kLogpWidthsPerLogit + kOrpoNllWidthsPerLogit); break;
+    case Objective::grpo: b.loss_bytes_per_logit = c * (rows * kLogpWidthsPerLogit + rows * kEntropyWidthsPerLogit); break;
+    case Objective::ppo: b.loss_bytes_per_logit = c * (rows * kLogpWidthsPerLogit + rows * kPpoMetricWidthsPerLogit); break;
+    // The score: written, read by the pooling's gather and its backward.
+    case Objective::reward: b.loss_bytes_per_logit = 4.0 * c; break;
+    case Objective::sft: break;
+  }
+  // Forwards without autograd: the reference's over the trained sequences (dpo, kto: in the
+  // loss; grpo: in the scoring phase, once for each micro-batch's completions) and, for KTO, over
+  // the KL batch (as many mismatched sequences) through the reference and the policy.
+  const bool reference = o.reference == Reference::copy || o.reference == Reference::adapter_off;
+  if (reference && o.objective != Objective::ppo) {
+    b.reference_tokens = o.objective == Objective::kto ? 2.0 : 1.0;
+    b.reference_logit_fraction = b.logit_fraction;
+    b.reference_loss_bytes_per_logit = c * kReferenceLogpWidthsPerLogit * rows;
+    // The base model's operations; with the adapters disabled PEFT's wrapper still runs (one
+    // operation per targeted module).
+    b.reference_forward_ops =
+        b.forward_ops - kLoraForwardOps * targets + (o.reference == Reference::adapter_off ? targets : 0.0);
+  }
+  if (o.objective == Objective::kto) b.policy_no_grad_tokens = 1.0;
+  if (o.objective == Objective::ppo) {
+    // The value model: the policy's layers (the same architecture) trained whole, a score head.
+    const ValueModelShape& v = o.value;
+    b.value_linear_flops_per_token = b.linear_flops_per_token + 2.0 * b.hidden;
+    double saved = 0;
+    for (const double a : v.layer_activations) saved += a;
+    b.value_saved_per_token = saved * b.layers;
+    for (const double a : v.outside_activations) b.value_saved_per_token += a;
+    b.value_weight_bytes = v.weights;
+    b.value_forward_ops = b.forward_ops - kLoraForwardOps * targets;
+    const double pb = v.parameters > 0 ? v.gradients / v.parameters : 0.0;  // bytes a parameter
+    b.value_optimizer_bytes = setup.optimizer == Optimizer::adamw ? v.parameters * 7.0 * pb : v.parameters * 3.0 * pb;
+    b.value_optimizer_ops = 0.25 * 0.5 * model_tensors;  // zero_grad over its tensors; the fused launches are shared
+  }
+  (void)model;
+}
+
+}  // namespace
+
+namespace {
+
+// The work the objective adds to a micro-batch of `T` trained tokens (docs/model.md,
+// "Objectives"): the forwards without autograd (FLOPs forward only; their saved-size intermediates
+// written and read once; every weight read once) and PPO's value model (a full fine-tuning
+// forward and backward without its vocabulary, and its share of the optimizer step).
+void objective_step_work(StepWork& w, const WorkBasis& b, double T, double attn_fwd, double lora_forward,
+                         double passes) {
+  w.sequences_per_example = b.sequences_per_example;
+  const double h = b.hidden, V = b.vocab;
+  const double weight_pass = b.quantised ? kDequantBytesPerWeight * b.weight_elems
+                                         : b.weight_read_bytes * (b.weight_elems + V * h);
+  const double saved_fwd = (b.layer_saved_per_token * b.layers + b.outside_per_token) * kTrafficPerSavedByteForward;
+  auto no_grad_forward = [&](double tokens, double logit_fraction, double loss_bytes_per_logit, double ops) {
+    const double fwd = b.linear_flops_per_token * tokens + 2.0 * V * h * tokens * logit_fraction;
+    (b.fp32_compute ? w.fp32_flops : w.tensor_flops) += fwd;
+    (b.fp32_compute ? w.fp32_flops : w.attention_flops) += attn_fwd * tokens / T;
+    w.memory_bytes += saved_fwd * tokens + weight_pass + loss_bytes_per_logit * tokens * logit_fraction * V;
+    w.model_flops += fwd + attn_fwd * tokens / T;
+    w.ops += ops;
+    w.kernels += kKernelsPerOp * ops;
+    w.layer_passes += b.layers;
+  };
+  if (b.reference_tokens > 0)
+    no_grad_forward(b.reference_tokens * T, b.reference_logit_fraction, b.reference_loss_bytes_per_logit,
+                    b.reference_tokens * b.reference_forward_ops);
+  if (b.policy_no_grad_tokens > 0) {
+    no_grad_forward(b.policy_no_grad_tokens * T, b.logit_fraction, b.reference_loss_bytes_per_logit, b.forward_ops);
+    w.memory_bytes += lora_forward * b.policy_no_grad_tokens;  // its LoRA branches run too
+  }
+  if (b.value_linear_flops_per_token > 0) {
+    // Forward, input gradients and weight gradients; attention forward and backward.
+    const double fwd = b.value_linear_flops_per_token * T;
+    (b.fp32_compute ? w.fp32_flops : w.tensor_flops) += 3.0 * fwd;
+    (b.fp32_compute ? w.fp32_flops : w.attention_flops) += attn_fwd * 3.5;
+    w.memory_bytes += b.value_saved_per_token * T * (kTrafficPerSavedByteForward + kTrafficPerSavedByteBackward) +
+                      b.value_weight_bytes * 2.0;
+    w.model_flops += 3.0 * fwd + attn_fwd * 3.5;
+    const double ops = b.value_forward_ops * (1.0 + kBackwardOpsPerForwardOp);
+    w.ops += ops;
+    w.kernels += kKernelsPerOp * ops;
+    w.optimizer_bytes += b.value_optimizer_bytes;
+    w.optimizer_ops += b.value_optimizer_ops;
+  }
+  (void)passes;
+}
+
+}  // namespace
 
 WorkBasis work_basis(const ModelSpec& model, const TrainingSetup& user_setup, const StepShape& st) {
   // The GPUs compute in the layout's compute dtype (memory/layout.hpp); `st` describes that step.
@@ -229,13 +355,15 @@ WorkBasis work_basis(const ModelSpec& model, const TrainingSetup& user_setup, co
 
   // What one layer's pass touches: its weights (and, per token, its activations).
   b.weight_bytes_per_layer = (st.params.weights + st.params.quant_constants) / L;
+  objective_work(b, model, setup, st, targets, model_tensors);
   return b;
 }
 
 StepWork step_work(const WorkBasis& b, double tokens, double batch, bool grad_ckpt) {
   StepWork w;
-  const double T = tokens;
-  const double S = b.seq, B = batch;
+  // A paired objective trains on the chosen and the rejected sequence of every example.
+  const double T = tokens * b.sequences_per_example;
+  const double S = b.seq, B = batch * b.sequences_per_example;
   const double L = b.layers;
   const double h = b.hidden, V = b.vocab;
   const double nq = b.heads, d = b.head_dim;
@@ -243,7 +371,7 @@ StepWork step_work(const WorkBasis& b, double tokens, double batch, bool grad_ck
   const bool ckpt = grad_ckpt;
   const bool fp32_compute = b.fp32_compute;
 
-  const double lm_flops = 2.0 * V * h * T;
+  const double lm_flops = 2.0 * V * h * T * b.logit_fraction;  // GRPO: the completion's positions only
   const double layers_fwd = b.linear_flops_per_token * T;
   const double fwd = layers_fwd + lm_flops;
   const double matmul = fwd /*forward*/ + fwd /*input gradients*/ + (full ? fwd : 0.0) /*weight gradients*/ +
@@ -276,8 +404,10 @@ StepWork step_work(const WorkBasis& b, double tokens, double batch, bool grad_ck
   // above), the loss, dequantisation.
   const double layer_saved = b.layer_saved_per_token * T * L;
   const double saved = layer_saved + b.outside_per_token * T;
+  const double loss_bytes = b.loss_bytes_per_logit > 0 ? b.loss_bytes_per_logit * T * b.logit_fraction * V
+                                                     : kLossBytesPerLogit * T * V;
   w.memory_bytes = saved * (kTrafficPerSavedByteForward + kTrafficPerSavedByteBackward) +
-                   (ckpt ? layer_saved * kTrafficPerSavedByteForward : 0.0) + kLossBytesPerLogit * T * V +
+                   (ckpt ? layer_saved * kTrafficPerSavedByteForward : 0.0) + loss_bytes +
                    lora_bytes - w.adapter_bytes;
   // Every pass (forward, backward, recompute) reads each weight matrix once; a quantised one is
   // first dequantised.
@@ -324,6 +454,7 @@ StepWork step_work(const WorkBasis& b, double tokens, double batch, bool grad_ck
   // What one layer's pass touches: its weights and its activations (for the spill model).
   w.layer_working_set_bytes = b.weight_bytes_per_layer + b.layer_activation_per_token * T;
   w.layer_passes = L * passes;
+  objective_step_work(w, b, T, attn_fwd, lora_forward, passes);
   return w;
 }
 

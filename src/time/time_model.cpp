@@ -82,7 +82,8 @@ StepSeconds step_seconds(const StepWork& w, const StepCounts& counts, const GpuS
               (prof.spill_efficiency * gpu.host_link_bytes_per_s);
   }
   t.step = t.fitting + t.spill;
-  const double tokens = static_cast<double>(counts.seq * counts.batch) * accum * w.pipeline_microbatches * w.data_parallel;
+  const double tokens = static_cast<double>(counts.seq * counts.batch) * accum * w.pipeline_microbatches * w.data_parallel *
+                        w.sequences_per_example;
   t.tokens_per_second = tokens / t.step;
   return t;
 }

@@ -45,13 +45,29 @@ struct WorkBasis {
   double pipeline_stages = 1, pipeline_microbatches = 1, data_parallel = 1;
   bool dp_crosses_hosts = false;
   double weight_bytes_per_layer = 0;
+  // The objective (docs/model.md, "Objectives"): trained sequences per example (`tokens` and
+  // `batch` count examples), the output layer's positions per trained token and the bytes the
+  // loss moves per logit, and the forwards without autograd it adds, in trained tokens: the
+  // reference's (dpo, kto, grpo) and KTO's KL batch through the policy.
+  double sequences_per_example = 1;
+  double logit_fraction = 1;
+  double loss_bytes_per_logit = 0;
+  double reference_tokens = 0, reference_logit_fraction = 0, reference_loss_bytes_per_logit = 0;
+  double reference_forward_ops = 0;  // a reference forward's host operations (the base, no LoRA branch work)
+  double policy_no_grad_tokens = 0;
+  // PPO's value model, trained beside the policy (full fine-tuning of the policy's architecture
+  // with a score head, never checkpointed): per token, its linear FLOPs and saved bytes; its
+  // weights read each pass; host operations of its forward; its optimizer's bytes and operations.
+  double value_linear_flops_per_token = 0, value_saved_per_token = 0, value_weight_bytes = 0;
+  double value_forward_ops = 0, value_optimizer_bytes = 0, value_optimizer_ops = 0;
   bool operator==(const WorkBasis&) const = default;
 };
 
 // `st` is describe_step(model, setup); the setup's batch, grad_accum and grad_ckpt are not read.
 WorkBasis work_basis(const ModelSpec& model, const TrainingSetup& setup, const StepShape& st);
 
-// The work of one step of micro-batches of `batch` sequences, `tokens` = micro_batch_tokens(seq, batch).
+// The work of one step of micro-batches of `batch` examples, `tokens` = micro_batch_tokens(seq, batch)
+// (a paired objective trains sequences_per_example sequences per example).
 StepWork step_work(const WorkBasis& basis, double tokens, double batch, bool grad_ckpt);
 // step_work(model, setup) of a step already described (`st` = describe_step(model, setup)).
 StepWork step_work(const ModelSpec& model, const TrainingSetup& setup, const StepShape& st);

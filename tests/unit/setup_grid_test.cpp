@@ -95,6 +95,14 @@ Case random_case(std::mt19937_64& rng) {
   s.gpus = pick(rng, std::vector<std::int64_t>{1, 1, 2, 8});
   s.parallel = pick(rng, std::vector<Parallel>{Parallel::ddp, Parallel::fsdp});
   s.platform = chance(rng, 0.25) ? Platform::on_windows : Platform::on_linux;
+  // The objectives whose rules do not depend on the micro-batch (kto's and grpo's do: their own
+  // test, below), with any reference (the ones an objective refuses are refused by both).
+  if (chance(rng, 0.25)) {
+    s.objective = pick(rng, std::vector<Objective>{Objective::dpo, Objective::orpo, Objective::reward, Objective::ppo});
+    s.reference = pick(rng, std::vector<Reference>{Reference::copy, Reference::adapter_off, Reference::precomputed,
+                                                   Reference::none});
+    s.completion_len = between(rng, 1, s.seq - 1);
+  }
   s.headroom = pick(rng, std::vector<double>{0.2, 0.05, 0.5});
   c.profile = default_profile(*c.gpu);
   if (chance(rng, 0.3)) {  // a calibrated profile: the group must price with the one it was given
@@ -171,6 +179,44 @@ TEST(SetupGroup, EveryPointIsTheEstimateOfItsSetup) {
   EXPECT_GT(refused, 0);  // the axes include setups trainfit refuses
   EXPECT_GT(spilled, 0);  // and steps timed with their spill
   EXPECT_GT(untimed, 0);  // and a card without rates
+}
+
+// KTO's batch of two and GRPO's whole groups depend on the micro-batch and accumulation: the
+// group refuses each point estimate_memory refuses, and prices the others as it does.
+TEST(SetupGroup, ObjectivesWithRulesOnTheBatchAreCheckedAtEveryPoint) {
+  const ModelSpec model = load_model("qwen2.5-0.5b");
+  const GpuSpec gpu = find_gpu("h200");
+  const TimeProfile profile = default_profile(gpu);
+  for (const Objective o : {Objective::kto, Objective::grpo}) {
+    TrainingSetup s;
+    s.model = model.name;
+    s.objective = o;
+    s.reference = default_reference(o, s.method);
+    s.generations = 4;
+    s.batch = 4;
+    const SetupGroup group(model, s, gpu, profile);
+    for (const std::int64_t batch : {1, 2, 3, 4}) {
+      for (const std::int64_t accum : {1, 2, 4}) {
+        TrainingSetup point = s;
+        point.batch = batch;
+        point.grad_accum = accum;
+        bool valid = true;
+        try {
+          validate(point);
+        } catch (const SettingError&) {
+          valid = false;
+        }
+        SCOPED_TRACE(setup_label(point));
+        if (!valid) {
+          EXPECT_THROW((void)group.at(batch, accum), SettingError);
+          continue;
+        }
+        const SetupGroup::Point p = group.at(batch, accum);
+        EXPECT_EQ(p.peak_allocated_bytes, estimate_memory(model, point, gpu).peak_allocated_bytes);
+        EXPECT_NEAR(p.step_seconds, estimate_time(model, point, gpu, profile, false).step_seconds, 1e-12);
+      }
+    }
+  }
 }
 
 // The split the group relies on: describe_step, memory_basis and work_basis read neither the
