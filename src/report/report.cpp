@@ -293,7 +293,7 @@ std::string render_model_catalog(Format format) {
   const bool md = format == Format::markdown;
   json arr = json::array();
   std::string out = md ? "| name | family | parameters | layers | hidden | heads (kv) | vocab |\n|---|---|---:|---:|---:|---|---:|\n"
-                       : fmt::format("{:<16}{:<11}{:>12}{:>8}{:>8}{:>12}{:>9}\n", "name", "family", "parameters", "layers", "hidden", "heads (kv)", "vocab");
+                       : fmt::format("{:<18}{:<13}{:>12}{:>8}{:>8}{:>12}{:>9}\n", "name", "family", "parameters", "layers", "hidden", "heads (kv)", "vocab");
   for (const auto& name : builtin_model_names()) {
     const ModelSpec m = load_model(name);
     const auto n = count_parameters(m).total;
@@ -305,7 +305,7 @@ std::string render_model_catalog(Format format) {
     }
     const std::string heads = fmt::format("{} ({})", m.num_heads, m.num_kv_heads);
     if (md) out += fmt::format("| {} | {} | {} | {} | {} | {} | {} |\n", name, m.model_type, params_text(n), m.num_layers, m.hidden_size, heads, m.vocab_size);
-    else out += fmt::format("{:<16}{:<11}{:>12}{:>8}{:>8}{:>12}{:>9}\n", name, m.model_type, params_text(n), m.num_layers, m.hidden_size, heads, m.vocab_size);
+    else out += fmt::format("{:<18}{:<13}{:>12}{:>8}{:>8}{:>12}{:>9}\n", name, m.model_type, params_text(n), m.num_layers, m.hidden_size, heads, m.vocab_size);
   }
   return format == Format::json ? arr.dump(2) + "\n" : out;
 }
