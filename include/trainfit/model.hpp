@@ -64,6 +64,9 @@ struct ModelSpec {
   // DeepSeek's n_shared_experts x moe_intermediate_size wide one.
   std::int64_t shared_expert_intermediate_size = 0;
   std::int64_t dense_layers = 0;  // layers with a dense MLP instead of experts
+  // deepseek: the router casts the hidden states and its weight to fp32 and multiplies them itself
+  // (F.linear), never calling a LoRA-wrapped module's forward.
+  bool router_in_fp32 = false;
   std::int64_t max_position_embeddings = 0;
   // Multi-head latent attention (deepseek_v2, deepseek_v3): queries through a low-rank pair (q_a_proj,
   // q_a_layernorm, q_b_proj) or one q_proj when q_lora_rank is 0; keys and values expanded by kv_b_proj

@@ -248,6 +248,7 @@ MemoryBasis memory_basis(const ModelSpec& model, const TrainingSetup& user_setup
       to_bytes(base.weights + base.master_weights + base.quant_constants + base.adapters + base.gradient_buckets);
   b.trainable_parameters = static_cast<std::int64_t>(std::llround(p.trainable_params));
   b.total_parameters = pc.total + (full ? 0 : b.trainable_parameters);
+  b.untargeted_expert_adapter_parameters = static_cast<std::int64_t>(std::llround(p.untargeted_expert_adapter_params));
   return b;
 }
 
@@ -424,6 +425,7 @@ MemoryEstimate estimate_memory(const ModelSpec& model, const TrainingSetup& setu
   est.weights_loaded_bytes = basis.weights_loaded_bytes;
   est.trainable_parameters = basis.trainable_parameters;
   est.total_parameters = basis.total_parameters;
+  est.untargeted_expert_adapter_parameters = basis.untargeted_expert_adapter_parameters;
   est.host_bytes = to_bytes(basis.host_bytes);
   est.pipeline_stage = busiest_stage;
   return est;

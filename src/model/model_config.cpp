@@ -272,6 +272,7 @@ void read_experts(const ConfigReader& r, ModelSpec& m) {
              " must be at most " + std::to_string(kMaxIntermediate));
     }
     m.shared_expert_intermediate_size = shared * m.moe_intermediate_size;
+    m.router_in_fp32 = true;
   } else {
     m.num_experts = r.require_int("num_experts", 1, kMaxExperts);
     m.moe_intermediate_size = r.require_int("moe_intermediate_size", 1, kMaxIntermediate);

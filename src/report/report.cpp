@@ -146,7 +146,8 @@ json plan_to_json(const Plan& p) {
           {"model", {{"name", p.model.name},
                      {"model_type", p.model.model_type},
                      {"parameters", p.memory.total_parameters},
-                     {"trainable_parameters", p.memory.trainable_parameters}}},
+                     {"trainable_parameters", p.memory.trainable_parameters},
+                     {"untargeted_expert_adapter_parameters", p.memory.untargeted_expert_adapter_parameters}}},
           {"setup", setup},
           {"memory", {{"peak_allocated_bytes", p.memory.peak_allocated_bytes},
                       {"peak_reserved_bytes", p.memory.peak_reserved_bytes},
@@ -164,7 +165,8 @@ json plan_to_json(const Plan& p) {
           {"verdict", to_string(p.verdict)},
           {"headroom_fraction", p.headroom_fraction},
           {"over_capacity_bytes", p.over_capacity_bytes},
-          {"suggestions", suggestions}};
+          {"suggestions", suggestions},
+          {"warnings", p.warnings}};
   // With a pipeline, the figures are its busiest stage's.
   if (p.setup.gpus > 1 && p.setup.pp > 1) out["memory"]["pipeline_stage"] = p.memory.pipeline_stage;
   return out;
@@ -182,10 +184,12 @@ std::string render_plan(const Plan& p, Format format) {
     out += fmt::format("## trainfit plan: {}\n\n", p.model.name);
     out += fmt::format("- **Model:** {}\n- **Setup:** {}\n- **GPU:** {} ({})\n- **Verdict:** {}\n\n", model_text(p),
                        setup_text(p.setup), p.gpu.name, mib(p.gpu.memory_bytes), verdict_line(p));
+    for (const std::string& w : p.warnings) out += fmt::format("> **Warning:** {}.\n\n", w);
     out += fmt::format("Peak at **{}** ({}).\n\n| memory | bytes | MiB |\n|---|---:|---:|\n", to_string(m.peak_phase), m.peak_moment);
   } else {
     out += fmt::format("Model    {}\nSetup    {}\nGPU      {} ({})\n\n{}\n\n", model_text(p), setup_text(p.setup),
                        p.gpu.name, mib(p.gpu.memory_bytes), verdict_line(p));
+    for (const std::string& w : p.warnings) out += fmt::format("Warning: {}.\n\n", w);
     out += fmt::format("Memory at the peak ({}: {})\n", to_string(m.peak_phase), m.peak_moment);
   }
   if (p.setup.gpus > 1 && p.setup.pp > 1)
