@@ -34,22 +34,22 @@ struct ModelSpec {
   std::int64_t num_layers = 0;
   std::int64_t num_heads = 0;
   std::int64_t num_kv_heads = 0;
-  std::int64_t head_dim = 0;       // of a query and key head (multi-head latent attention: nope + rope part)
+  std::int64_t head_dim = 0;  // of a query and key head (multi-head latent attention: nope + rope part)
   std::int64_t intermediate_size = 0;
   std::int64_t vocab_size = 0;
   bool tie_word_embeddings = false;
   bool attention_bias = false;      // bias on q/k/v (qwen2 has it, llama does not by default)
   bool attention_out_bias = false;  // bias on o_proj (llama's attention_bias covers o_proj too)
   bool mlp_bias = false;
-  bool qk_norm = false;             // RMSNorm on q and k: qwen3, gemma3 over each head; olmo2 over the whole projection
+  bool qk_norm = false;  // RMSNorm on q and k: qwen3, gemma3 over each head; olmo2 over the whole projection
   bool qk_norm_whole_projection = false;  // olmo2: q_norm is heads x head_dim wide, k_norm kv_heads x head_dim
   bool fused_qkv = false;           // phi3: one qkv_proj and one gate_up_proj
-  std::int64_t norms_per_layer = 2; // gemma2 and gemma3 have four
+  std::int64_t norms_per_layer = 2;  // gemma2 and gemma3 have four
   // olmo2: the layer's two norms follow attention and the MLP (on their outputs), so attention and the
   // MLP read the residual stream itself.
   bool post_norms = false;
-  bool layer_norm = false;          // phimoe: nn.LayerNorm (weight and bias) everywhere RMSNorm would be
-  bool lm_head_bias = false;        // phimoe
+  bool layer_norm = false;    // phimoe: nn.LayerNorm (weight and bias) everywhere RMSNorm would be
+  bool lm_head_bias = false;  // phimoe
   // Rotary cos/sin tables the model computes once a step: gemma3 has one for its sliding-window layers
   // and one for its full-attention layers (different bases).
   std::int64_t rotary_tables = 1;

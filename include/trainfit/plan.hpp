@@ -43,7 +43,7 @@ struct Plan {
   std::vector<Suggestion> suggestions;
   TimeProfile profile;                   // the rates the time estimate used
   TimeEstimate time;
-  std::vector<std::string> warnings;     // plan_warnings(model, setup)
+  std::vector<std::string> warnings;  // plan_warnings(model, setup)
 };
 
 // What the user should know about a setup that the figures do not say: a sequence longer than the

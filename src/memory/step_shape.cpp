@@ -94,9 +94,9 @@ struct StepBasis {
 
   const ModelSpec& model;
   const TrainingSetup& setup;
-  double h, nq, q, kv;  // hidden size, query heads, query and key widths
-  double v, attn_out;   // value and attention output widths (narrower than q and k under latent attention)
-  double V, L, seq;     // vocabulary, layers, sequence
+  double h, nq, q, kv;             // hidden size, query heads, query and key widths
+  double v, attn_out;              // value and attention output widths (narrower than q and k under latent attention)
+  double V, L, seq;                // vocabulary, layers, sequence
   bool full, quantised;            // full fine-tuning; a 4-bit or 8-bit base (QLoRA)
   Widths w;
   double r;              // LoRA rank
@@ -516,7 +516,7 @@ class LayerActivations {
   const StepBasis& b_;
   std::vector<Sized> kept_;
   std::vector<SharedInput> shared_inputs_kept_;  // a handful: a list beats a set of strings
-  double sublayer_input_bytes_ = 0;  // bytes per element of what attention and the MLP read
+  double sublayer_input_bytes_ = 0;              // bytes per element of what attention and the MLP read
 };
 
 // The activations of one decoder layer, bytes per token. The per-layer figure is the average
@@ -746,8 +746,8 @@ void split_for_model_parallelism(StepShape& st, const Layout& l) {
   const double t = l.tp;
   ParameterStorage& p = st.params;
   for (double* v : {&p.weights, &p.quant_constants, &p.adapters, &p.trainable_params,
-                    &p.untargeted_expert_adapter_params, &p.autocast_copies,
-                    &p.largest_trainable, &p.weights_rounding, &p.trainable_rounding, &p.root_weights, &p.layer_weights})
+                    &p.untargeted_expert_adapter_params, &p.autocast_copies, &p.largest_trainable, &p.weights_rounding,
+                    &p.trainable_rounding, &p.root_weights, &p.layer_weights})
     *v /= t;
   st.gradients /= t;
   st.optimizer_states /= t;

@@ -119,8 +119,7 @@ class ConfigReader {
     const json* v = find(field);
     if (v == nullptr) return fallback;
     if (!v->is_number() || !std::isfinite(v->get<double>()) || v->get<double>() < 0.0) {
-      fail("field " + quoted(field) + " must be a non-negative number (got " + describe(*v) +
-           ")");
+      fail("field " + quoted(field) + " must be a non-negative number (got " + describe(*v) + ")");
     }
     return v->get<double>();
   }
@@ -131,13 +130,11 @@ class ConfigReader {
     const json* v = find(field);
     if (v == nullptr) return in_set;
     if (!v->is_array()) {
-      fail("field " + quoted(field) + " must be a list of layer indices (got " + describe(*v) +
-           ")");
+      fail("field " + quoted(field) + " must be a list of layer indices (got " + describe(*v) + ")");
     }
     for (const json& item : *v) {
       if (!item.is_number_integer()) {
-        fail("field " + quoted(field) + " must be a list of layer indices (got an element " +
-             describe(item) + ")");
+        fail("field " + quoted(field) + " must be a list of layer indices (got an element " + describe(item) + ")");
       }
       if (item.is_number_unsigned() ? item.get<std::uint64_t>() < static_cast<std::uint64_t>(layers)
                                     : (item.get<std::int64_t>() >= 0 && item.get<std::int64_t>() < layers)) {
@@ -166,14 +163,17 @@ class ConfigReader {
   std::string prefix_;
 };
 
-constexpr std::string_view kFamilies[] = {"llama",     "qwen2",     "qwen3",       "mistral",     "gemma",
-                                          "gemma2",    "gemma3",    "gemma3_text", "olmo2",       "phi3",
-                                          "mixtral",   "qwen2_moe", "qwen3_moe",   "phimoe",      "deepseek_v2",
-                                          "deepseek_v3"};
+constexpr std::string_view kFamilies[] = {
+    "llama", "qwen2", "qwen3",   "mistral",   "gemma",     "gemma2", "gemma3",      "gemma3_text",
+    "olmo2", "phi3",  "mixtral", "qwen2_moe", "qwen3_moe", "phimoe", "deepseek_v2", "deepseek_v3"};
 
-bool is_family(std::string_view t) { return std::find(std::begin(kFamilies), std::end(kFamilies), t) != std::end(kFamilies); }
+bool is_family(std::string_view t) {
+  return std::find(std::begin(kFamilies), std::end(kFamilies), t) != std::end(kFamilies);
+}
 
-bool is_deepseek(std::string_view t) { return t == "deepseek_v2" || t == "deepseek_v3"; }
+bool is_deepseek(std::string_view t) {
+  return t == "deepseek_v2" || t == "deepseek_v3";
+}
 
 // Gemma3TextConfig's defaults: the multimodal Gemma 3 configs leave these out of their text_config.
 constexpr std::int64_t kGemma3Vocab = 262'208;
@@ -212,8 +212,7 @@ void read_attention(const ConfigReader& r, ModelSpec& m) {
   // The multimodal Gemma 3 configs leave the head counts to Gemma3TextConfig's defaults.
   m.num_heads = gemma3 ? r.optional_int("num_attention_heads", kGemma3Heads, 1, kMaxHeads)
                        : r.require_int("num_attention_heads", 1, kMaxHeads);
-  m.num_kv_heads = r.optional_int("num_key_value_heads", gemma3 ? kGemma3KvHeads : m.num_heads,
-                                  1, kMaxHeads);
+  m.num_kv_heads = r.optional_int("num_key_value_heads", gemma3 ? kGemma3KvHeads : m.num_heads, 1, kMaxHeads);
   if (m.num_kv_heads > m.num_heads || m.num_heads % m.num_kv_heads != 0) {
     r.fail("field " + r.quoted("num_key_value_heads") + " (" + std::to_string(m.num_kv_heads) + ") must divide " +
            r.quoted("num_attention_heads") + " (" + std::to_string(m.num_heads) + ")");
@@ -228,8 +227,8 @@ void read_attention(const ConfigReader& r, ModelSpec& m) {
     m.head_dim = r.optional_int("head_dim", default_head_dim, 1, kMaxHeadDim);
     if (m.head_dim == 0) {
       r.fail("field " + r.quoted("num_attention_heads") + " (" + std::to_string(m.num_heads) + ") exceeds " +
-             r.quoted("hidden_size") + " (" + std::to_string(m.hidden_size) + "), which leaves no head dimension; give " +
-             r.quoted("head_dim"));
+             r.quoted("hidden_size") + " (" + std::to_string(m.hidden_size) +
+             "), which leaves no head dimension; give " + r.quoted("head_dim"));
     }
     if (m.num_heads * m.head_dim > kMaxIntermediate) {
       r.fail("field " + r.quoted("head_dim") + " (" + std::to_string(m.head_dim) + ") times " +
@@ -309,11 +308,13 @@ void read_experts(const ConfigReader& r, ModelSpec& m) {
 // sliding_window_pattern-th layer is full), and each kind has a rotary table of its own base.
 std::int64_t gemma3_rotary_tables(const ConfigReader& r, std::int64_t layers) {
   if (const json* types = r.find("layer_types")) {
-    if (!types->is_array()) r.fail("field " + r.quoted("layer_types") + " must be a list (got " + describe(*types) + ")");
+    if (!types->is_array())
+      r.fail("field " + r.quoted("layer_types") + " must be a list (got " + describe(*types) + ")");
     std::vector<std::string> kinds;
     for (const json& kind : *types) {
       if (!kind.is_string()) {
-        r.fail("field " + r.quoted("layer_types") + " must be a list of strings (got an element " + describe(kind) + ")");
+        r.fail("field " + r.quoted("layer_types") + " must be a list of strings (got an element " + describe(kind) +
+               ")");
       }
       if (std::find(kinds.begin(), kinds.end(), kind.get_ref<const std::string&>()) == kinds.end()) {
         kinds.push_back(kind.get<std::string>());
@@ -337,7 +338,8 @@ ModelSpec read_decoder(const ConfigReader& r, std::string model_type) {
 
   m.hidden_size = r.require_int("hidden_size", 1, kMaxHidden);
   m.num_layers = r.require_int("num_hidden_layers", 1, kMaxLayers);
-  m.vocab_size = gemma3 ? r.optional_int("vocab_size", kGemma3Vocab, 1, kMaxVocab) : r.require_int("vocab_size", 1, kMaxVocab);
+  m.vocab_size =
+      gemma3 ? r.optional_int("vocab_size", kGemma3Vocab, 1, kMaxVocab) : r.require_int("vocab_size", 1, kMaxVocab);
   // An all-sparse MoE never builds its dense MLP, so there intermediate_size may be absent.
   m.intermediate_size = qwen_moe || is_deepseek(t) ? r.optional_int("intermediate_size", 0, 1, kMaxIntermediate)
                                                    : r.require_int("intermediate_size", 1, kMaxIntermediate);
@@ -358,8 +360,9 @@ ModelSpec read_decoder(const ConfigReader& r, std::string model_type) {
                        : r.optional_string("hidden_act", default_act);
   if (t == "gemma2") {
     // Absent means Gemma2Config's default of 30; an explicit null turns the cap off.
-    m.final_logit_softcapping =
-        r.is_explicit_null("final_logit_softcapping") ? 0.0 : r.optional_nonnegative_number("final_logit_softcapping", 30.0);
+    m.final_logit_softcapping = r.is_explicit_null("final_logit_softcapping")
+                                    ? 0.0
+                                    : r.optional_nonnegative_number("final_logit_softcapping", 30.0);
   } else if (gemma3) {
     // Gemma3TextConfig's default is None: no cap unless the config sets one.
     m.final_logit_softcapping = r.optional_nonnegative_number("final_logit_softcapping", 0.0);

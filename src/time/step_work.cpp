@@ -224,9 +224,9 @@ WorkBasis work_basis(const ModelSpec& model, const TrainingSetup& user_setup, co
     const double c = b.activation_bytes;
     if (lay.tp > 1) b.model_parallel_bytes_per_token_pass += L * 4.0 * (lay.tp - 1.0) / lay.tp * b.hidden * c / lay.cp;
     if (lay.cp > 1)
-      b.model_parallel_bytes_per_token_pass +=
-          L * 1.5 * (lay.cp - 1.0) / lay.cp * 2.0 * as_d(model.num_kv_heads) *
-          ((as_d(model.head_dim) + as_d(model.value_head_dim())) / 2.0) * c / lay.tp;  // keys and values
+      b.model_parallel_bytes_per_token_pass += L * 1.5 * (lay.cp - 1.0) / lay.cp * 2.0 * as_d(model.num_kv_heads) *
+                                               ((as_d(model.head_dim) + as_d(model.value_head_dim())) / 2.0) * c /
+                                               lay.tp;  // keys and values
     if (lay.pp > 1) b.pipeline_bytes_per_token = 2.0 * b.hidden * c / (lay.tp * lay.cp);
     b.work_divisor = lay.tp * lay.cp * lay.pp;
     b.pipeline_stages = lay.pp;

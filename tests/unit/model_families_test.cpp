@@ -1,11 +1,11 @@
 // The families added for issue 15 (Gemma 3, OLMo 2, DeepSeek V2/V3, PhiMoE): each built-in's parameter
 // count derived by hand from the transformers 5 module tree (the comment beside each), and against the
 // figure its publisher states, to that figure's rounding.
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <cstdint>
 #include <string>
-
-#include <gtest/gtest.h>
 
 #include "trainfit/error.hpp"
 #include "trainfit/model.hpp"
@@ -82,9 +82,10 @@ TEST(Gemma3, MultimodalConfigErrorsNameTheTextConfigField) {
 TEST(Gemma3, RotaryTablesFollowTheLayerTypes) {
   const std::string base = R"({"model_type": "gemma3_text", "hidden_size": 64, "intermediate_size": 128,
       "num_hidden_layers": 4, "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 32, "vocab_size": 10)";
-  EXPECT_EQ(parse_model_config(base + R"(, "layer_types": ["full_attention", "full_attention"]})", "t").rotary_tables, 1);
-  EXPECT_EQ(parse_model_config(base + R"(, "layer_types": ["sliding_attention", "full_attention"]})", "t").rotary_tables,
-            2);
+  EXPECT_EQ(parse_model_config(base + R"(, "layer_types": ["full_attention", "full_attention"]})", "t").rotary_tables,
+            1);
+  EXPECT_EQ(
+      parse_model_config(base + R"(, "layer_types": ["sliding_attention", "full_attention"]})", "t").rotary_tables, 2);
   // Without layer_types, every sliding_window_pattern-th layer is full: 4 layers with a pattern of 6 are all sliding.
   EXPECT_EQ(parse_model_config(base + "}", "t").rotary_tables, 1);
   EXPECT_EQ(parse_model_config(base + R"(, "sliding_window_pattern": 2})", "t").rotary_tables, 2);
@@ -200,8 +201,8 @@ TEST(DeepSeek, V3CountsWhatTransformersBuilds) {
 
   // Attention: q_a 7168x1536, q_b 1536x(128x192), kv_a 7168x576, kv_b 512x(128x256), o (128x128)x7168;
   // q_a_layernorm 1536 and kv_a_layernorm 512; two norms of 7168.
-  const std::int64_t attention = 7168LL * 1536 + 1536LL * 24576 + 7168LL * 576 + 512LL * 32768 + 16384LL * 7168 +
-                                 1536 + 512 + 2 * 7168;
+  const std::int64_t attention =
+      7168LL * 1536 + 1536LL * 24576 + 7168LL * 576 + 512LL * 32768 + 16384LL * 7168 + 1536 + 512 + 2 * 7168;
   const std::int64_t dense_mlp = 3 * 7168LL * 18432;
   const std::int64_t expert = 3 * 7168LL * 2048;
   const std::int64_t moe_mlp = 7168LL * 256 + 256 * expert + expert;  // router, routed experts, one shared

@@ -83,8 +83,8 @@ TEST(LatentAttention, SharedExpertsRunForEveryTokenWithoutAGate) {
   TrainingSetup full;
   full.method = Method::full;
   const auto a = describe_step(small_deepseek(), full).layer_activations;
-  EXPECT_EQ(kept(a, "shared expert activation output"), 2.0 * 256);  // one shared expert, every token
-  EXPECT_EQ(kept(a, "shared expert output and gate"), -1);           // DeepSeek adds it, no sigmoid gate
+  EXPECT_EQ(kept(a, "shared expert activation output"), 2.0 * 256);    // one shared expert, every token
+  EXPECT_EQ(kept(a, "shared expert output and gate"), -1);             // DeepSeek adds it, no sigmoid gate
   EXPECT_EQ(kept(a, "expert activation output"), 2.0 * 256 * 4 / 16);  // 4 of 16 experts, per token
 }
 
