@@ -53,6 +53,10 @@ struct MemoryEstimate {
   std::vector<PhasePeak> phases;          // forward, backward, optimizer
   std::int64_t trainable_parameters = 0;
   std::int64_t total_parameters = 0;
+  // LoRA on a mixture-of-experts model whose targets leave the routed experts out (all-linear does:
+  // transformers 5 stores them as fused 3-D tensors, not nn.Linear): the parameters adapters on them
+  // too would add (PEFT's target_parameters, r x (in + out) per expert and projection). 0 otherwise.
+  std::int64_t untargeted_expert_adapter_parameters = 0;
   // The busiest GPU over the whole run, which decides whether it runs out: under DDP (and zero1,
   // which runs DDP) the second step holds the reducer's first gradient buckets beside the ones it
   // rebuilds, on one rank at least, through that step's backward: peak_allocated_bytes plus one

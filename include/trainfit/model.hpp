@@ -18,37 +18,69 @@ struct LinearModule {
   // Rows of tokens that pass through one copy, as a fraction of the layer's tokens:
   // 1 for dense modules, experts_per_token / experts for a routed expert.
   double token_fraction = 1.0;
+  // An nn.Linear module, which PEFT's "all-linear" wraps. Routed experts stored as fused 3-D
+  // parameters (transformers 5) and routers that hold a bare weight (DeepSeek-V3) are not.
+  bool nn_linear = true;
   bool operator==(const LinearModule&) const = default;
 };
 
 struct ModelSpec {
   std::string name;         // built-in name or the path it was read from
-  std::string model_type;   // config.json "model_type": llama, qwen2, qwen3, mistral, gemma, gemma2, phi3, mixtral, qwen2_moe, qwen3_moe
+  // config.json "model_type": llama, qwen2, qwen3, mistral, gemma, gemma2, gemma3_text, olmo2, phi3, mixtral,
+  // qwen2_moe, qwen3_moe, phimoe, deepseek_v2, deepseek_v3. A multimodal gemma3 config is read as its text model,
+  // "gemma3_text" (text_of_multimodal says so).
+  std::string model_type;
   std::int64_t hidden_size = 0;
   std::int64_t num_layers = 0;
   std::int64_t num_heads = 0;
   std::int64_t num_kv_heads = 0;
-  std::int64_t head_dim = 0;
+  std::int64_t head_dim = 0;  // of a query and key head (multi-head latent attention: nope + rope part)
   std::int64_t intermediate_size = 0;
   std::int64_t vocab_size = 0;
   bool tie_word_embeddings = false;
   bool attention_bias = false;      // bias on q/k/v (qwen2 has it, llama does not by default)
   bool attention_out_bias = false;  // bias on o_proj (llama's attention_bias covers o_proj too)
   bool mlp_bias = false;
-  bool qk_norm = false;             // qwen3: RMSNorm over each head of q and k
+  bool qk_norm = false;  // RMSNorm on q and k: qwen3, gemma3 over each head; olmo2 over the whole projection
+  bool qk_norm_whole_projection = false;  // olmo2: q_norm is heads x head_dim wide, k_norm kv_heads x head_dim
   bool fused_qkv = false;           // phi3: one qkv_proj and one gate_up_proj
-  std::int64_t norms_per_layer = 2; // gemma2 has four
+  std::int64_t norms_per_layer = 2;  // gemma2 and gemma3 have four
+  // olmo2: the layer's two norms follow attention and the MLP (on their outputs), so attention and the
+  // MLP read the residual stream itself.
+  bool post_norms = false;
+  bool layer_norm = false;    // phimoe: nn.LayerNorm (weight and bias) everywhere RMSNorm would be
+  bool lm_head_bias = false;  // phimoe
+  // Rotary cos/sin tables the model computes once a step: gemma3 has one for its sliding-window layers
+  // and one for its full-attention layers (different bases).
+  std::int64_t rotary_tables = 1;
+  bool text_of_multimodal = false;  // read from the text_config of a multimodal config (gemma3)
   std::string hidden_act = "silu";
   double final_logit_softcapping = 0.0;  // gemma2: tanh cap on the logits (extra logits-sized tensors)
   // Mixture of experts (0 when dense).
   std::int64_t num_experts = 0;
   std::int64_t experts_per_token = 0;
   std::int64_t moe_intermediate_size = 0;
-  std::int64_t shared_expert_intermediate_size = 0;  // qwen2_moe
+  // The shared expert MLP every token runs beside the routed ones: qwen2_moe's (with a sigmoid gate), or
+  // DeepSeek's n_shared_experts x moe_intermediate_size wide one.
+  std::int64_t shared_expert_intermediate_size = 0;
   std::int64_t dense_layers = 0;  // layers with a dense MLP instead of experts
+  // deepseek: the router casts the hidden states and its weight to fp32 and multiplies them itself
+  // (F.linear), never calling a LoRA-wrapped module's forward.
+  bool router_in_fp32 = false;
   std::int64_t max_position_embeddings = 0;
+  // Multi-head latent attention (deepseek_v2, deepseek_v3): queries through a low-rank pair (q_a_proj,
+  // q_a_layernorm, q_b_proj) or one q_proj when q_lora_rank is 0; keys and values expanded by kv_b_proj
+  // from one compressed projection (kv_a_proj_with_mqa, kv_lora_rank wide plus the shared rotary key).
+  std::int64_t q_lora_rank = 0;
+  std::int64_t kv_lora_rank = 0;      // > 0: the model uses multi-head latent attention
+  std::int64_t qk_rope_head_dim = 0;  // the rotary part of head_dim
+  std::int64_t v_head_dim = 0;        // of a value head; head_dim for every other attention
 
   bool is_moe() const { return num_experts > 0; }
+  bool is_mla() const { return kv_lora_rank > 0; }
+  // A value head's width, and the width of the rotary part of a query or key head.
+  std::int64_t value_head_dim() const { return is_mla() ? v_head_dim : head_dim; }
+  std::int64_t rotary_dim() const { return is_mla() ? qk_rope_head_dim : head_dim; }
 };
 
 struct ParameterCounts {
@@ -59,6 +91,9 @@ struct ParameterCounts {
   std::int64_t norms = 0;       // every RMSNorm/LayerNorm weight, including the final one
   std::int64_t other = 0;       // routers, anything else
   std::int64_t total = 0;       // what sum(p.numel() for p in model.parameters()) prints
+  // What one token's forward uses: the total less the routed experts it is not sent to (all of it for
+  // a dense model). Publishers state this "activated" figure with or without the embedding table.
+  std::int64_t activated = 0;
   bool operator==(const ParameterCounts&) const = default;
 };
 

@@ -43,7 +43,13 @@ struct Plan {
   std::vector<Suggestion> suggestions;
   TimeProfile profile;                   // the rates the time estimate used
   TimeEstimate time;
+  std::vector<std::string> warnings;  // plan_warnings(model, setup)
 };
+
+// What the user should know about a setup that the figures do not say: a sequence longer than the
+// model's max_position_embeddings (positions it was never trained on), a multimodal config of which
+// only the text model is planned. Sentences, without a trailing period.
+std::vector<std::string> plan_warnings(const ModelSpec& model, const TrainingSetup& setup);
 
 // The verdict against a card and a headroom policy: over capacity when the peak allocated or the
 // whole device use (reserved + CUDA context) exceeds the card; tight when inside it but the

@@ -135,6 +135,17 @@ def config_json_path(name):
     return p if p.is_file() else builtin_config_path(name)
 
 
+def language_model_config(d):
+    """The config.json dict of the causal language model a config describes. A multimodal Gemma 3
+    config (model_type gemma3, Gemma3ForConditionalGeneration) holds its text model's in text_config;
+    the planner plans that text model, so the runner builds it too (AutoModelForCausalLM then makes a
+    Gemma3ForCausalLM; the vision tower and projector are left out, and res["model_class"] says what
+    was built). Absent text_config fields take Gemma3TextConfig's defaults, as they do in transformers."""
+    if d.get("model_type") == "gemma3" and isinstance(d.get("text_config"), dict):
+        return dict(d["text_config"], model_type="gemma3_text")
+    return d
+
+
 def load_hf_config(name):
     """The transformers config of a built-in name (data/models/NAME.json) or a config.json path."""
     import transformers
@@ -142,7 +153,7 @@ def load_hf_config(name):
     if p is None:
         raise FileNotFoundError("model %r: no such config.json, and no built-in model of that name in %s"
                                 % (name, " or ".join(str(d) for d in MODEL_DIRS)))
-    d = json.loads(p.read_text())
+    d = language_model_config(json.loads(p.read_text()))
     d.pop("torch_dtype", None)
     d.pop("transformers_version", None)
     cls = transformers.CONFIG_MAPPING[d["model_type"]]
@@ -219,6 +230,7 @@ def build_model(torch, cfg, device, res, kind=None):
             model = cls.from_config(hf, dtype=dtype, attn_implementation=attn)
         vocab = hf.vocab_size
         res["attn_implementation_actual"] = getattr(model.config, "_attn_implementation", None)
+        res["model_class"] = type(model).__name__
     if weights in ("nf4", "fp4", "int8"):
         res["quant_backend"] = quantize(torch, model, weights, compute, cfg)
         gc.collect()

@@ -231,6 +231,22 @@ GpuSpec resolve_card(const TrainingSetup& setup, std::string_view fallback) {
   throw SettingError("gpu", "name the card: `gpu` (see `trainfit gpus`), `vram` or `gpu_spec`");
 }
 
+std::vector<std::string> plan_warnings(const ModelSpec& model, const TrainingSetup& setup) {
+  std::vector<std::string> warnings;
+  if (model.max_position_embeddings > 0 && setup.seq > model.max_position_embeddings) {
+    warnings.push_back(fmt::format(
+        "the sequence ({} tokens) is longer than the model's max_position_embeddings ({}): positions past {} were "
+        "not trained, and the model may degrade there; memory and time are planned for the {} tokens asked",
+        setup.seq, model.max_position_embeddings, model.max_position_embeddings, setup.seq));
+  }
+  if (model.text_of_multimodal) {
+    warnings.push_back(
+        "a multimodal gemma3 config: planned is its text model (Gemma3ForCausalLM on text_config), as text "
+        "fine-tuning trains it; the vision tower and its projector are neither counted nor trained");
+  }
+  return warnings;
+}
+
 Plan make_plan(const ModelSpec& model, const TrainingSetup& setup, const GpuSpec& gpu, const PlanOptions& options) {
   Plan plan;
   plan.model = model;
@@ -245,6 +261,7 @@ Plan make_plan(const ModelSpec& model, const TrainingSetup& setup, const GpuSpec
   plan.over_capacity_bytes = std::max<std::int64_t>(
       0, std::max(plan.memory.busiest_peak_allocated_bytes, plan.memory.device_used_bytes) - gpu.memory_bytes);
   plan.time = std::move(e.time);
+  plan.warnings = plan_warnings(model, setup);
   if (options.suggest && plan.verdict != Verdict::fits) plan.suggestions = alternatives(model, setup, gpu, plan.profile);
   return plan;
 }

@@ -272,6 +272,7 @@ MemoryBasis memory_basis(const ModelSpec& model, const TrainingSetup& user_setup
                base.reference_weights + base.reward_weights + base.value_weights);
   b.trainable_parameters = static_cast<std::int64_t>(std::llround(p.trainable_params + o.value.parameters));
   b.total_parameters = pc.total + (full ? 0 : b.trainable_parameters);
+  b.untargeted_expert_adapter_parameters = static_cast<std::int64_t>(std::llround(p.untargeted_expert_adapter_params));
   return b;
 }
 
@@ -611,6 +612,7 @@ MemoryEstimate estimate_memory(const ModelSpec& model, const TrainingSetup& setu
   est.weights_loaded_bytes = basis.weights_loaded_bytes;
   est.trainable_parameters = basis.trainable_parameters;
   est.total_parameters = basis.total_parameters;
+  est.untargeted_expert_adapter_parameters = basis.untargeted_expert_adapter_parameters;
   est.host_bytes = to_bytes(basis.host_bytes);
   est.pipeline_stage = busiest_stage;
   // The objective's sequences and models (docs/model.md, "Objectives").

@@ -120,6 +120,7 @@ struct MemoryBasis {
   std::int64_t weights_loaded_bytes = 0;
   std::int64_t trainable_parameters = 0;
   std::int64_t total_parameters = 0;
+  std::int64_t untargeted_expert_adapter_parameters = 0;
   bool operator==(const MemoryBasis&) const = default;
 };
 

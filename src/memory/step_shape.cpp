@@ -91,6 +91,8 @@ struct StepBasis {
         nq(as_d(m.num_heads)),
         q(nq * as_d(m.head_dim)),
         kv(as_d(m.num_kv_heads) * as_d(m.head_dim)),
+        v(as_d(m.num_kv_heads) * as_d(m.value_head_dim())),
+        attn_out(nq * as_d(m.value_head_dim())),
         V(as_d(m.vocab_size)),
         L(as_d(m.num_layers)),
         seq(as_d(s.seq)),
@@ -104,7 +106,9 @@ struct StepBasis {
 
   const ModelSpec& model;
   const TrainingSetup& setup;
-  double h, nq, q, kv, V, L, seq;  // hidden size, query heads, query and key/value widths, vocabulary, layers
+  double h, nq, q, kv;             // hidden size, query heads, query and key widths
+  double v, attn_out;              // value and attention output widths (narrower than q and k under latent attention)
+  double V, L, seq;                // vocabulary, layers, sequence
   bool full, quantised;            // full fine-tuning; a 4-bit or 8-bit base (QLoRA)
   Widths w;
   double r;              // LoRA rank
@@ -119,6 +123,7 @@ struct LinearTotals {
   double bias_elems = 0;
   double rows = 0;            // output features (LLM.int8 keeps one scale per row)
   double adapter_params = 0;  // LoRA A and B of the targeted modules
+  double untargeted_expert_adapter_params = 0;  // what adapters on the untargeted routed experts would add
   double largest = 0;         // elements of the largest single matrix (one expert's for experts)
   double factored_elems = 0;  // Adafactor's row + column vectors over the trainable matrices
 };
@@ -137,6 +142,8 @@ LinearTotals sum_linears(const StepBasis& b) {
       if (lora_target) {
         t.adapter_params += r * (as_d(m.in_features) + as_d(m.out_features)) * as_d(m.count) * layers;
         t.factored_elems += (as_d(m.in_features) + as_d(m.out_features) + 2.0 * r) * as_d(m.count) * layers;
+      } else if (!b.full && m.count > 1) {
+        t.untargeted_expert_adapter_params += r * (as_d(m.in_features) + as_d(m.out_features)) * as_d(m.count) * layers;
       }
     }
   };
@@ -166,7 +173,9 @@ double parameter_rounding(const StepBasis& b, double matrix_bytes, double other_
   if (b.linears.moe_layers > 0) add_mods(b.linears.moe, b.linears.moe_layers);
   add_tensor(as_d(b.pc.embedding), other_bytes, 1.0);
   add_tensor(as_d(b.pc.lm_head), other_bytes, 1.0);
-  add_tensor(b.h, other_bytes, b.L * as_d(b.model.norms_per_layer) + 1.0);
+  // A LayerNorm stores a bias beside its weight.
+  const double tensors_per_norm = b.model.layer_norm ? 2.0 : 1.0;
+  add_tensor(b.h, other_bytes, (b.L * as_d(b.model.norms_per_layer) + 1.0) * tensors_per_norm);
   return extra;
 }
 
@@ -211,6 +220,7 @@ ParameterStorage parameter_storage(const StepBasis& b, const LinearTotals& lin) 
   } else {
     p.adapters = lin.adapter_params * b.adapter_bytes;
     p.trainable_params = lin.adapter_params;
+    p.untargeted_expert_adapter_params = lin.untargeted_expert_adapter_params;
     p.trainable_bytes_each = b.adapter_bytes;
     p.largest_trainable = b.r * std::max(b.h, as_d(b.model.intermediate_size));
   }
@@ -275,8 +285,15 @@ void keep(std::vector<Sized>& v, Sized s) {
 void keep(std::vector<Sized>& v, const char* what, double bytes) { keep(v, Sized{{}, what, bytes}); }
 
 // An RMSNorm upcasts its input to fp32 and keeps it for pow()'s backward; with a trainable
-// weight it also keeps the normalised input for the weight's gradient.
+// weight it also keeps the normalised input for the weight's gradient. nn.LayerNorm (PhiMoE) keeps
+// its input as it comes (the residual stream) and an fp32 mean and reciprocal deviation a row, from
+// which its backward recomputes the normalised input for the weight's gradient.
 void keep_norm(std::vector<Sized>& v, const StepBasis& b, const std::string& name, double width) {
+  if (b.model.layer_norm) {
+    keep(v, Sized{name, "input", b.w.residual * width});
+    keep(v, Sized{name, "mean and rstd (fp32)", 2.0 * kFp32Bytes});
+    return;
+  }
   keep(v, Sized{name, "fp32 input", 4.0 * width});
   if (b.full) keep(v, Sized{name, "normalised input", b.w.residual * width});
 }
@@ -304,10 +321,21 @@ class LayerActivations {
   explicit LayerActivations(const StepBasis& b) : b_(b) { kept_.reserve(64); }
 
   std::vector<Sized> of_layer(const std::vector<LayerLinear>& mods, bool moe) && {
-    keep_norm(kept_, b_, "input norm", b_.h);
-    attention(mods);
-    for (std::int64_t i = 1; i < b_.model.norms_per_layer; ++i)
-      keep_norm(kept_, b_, i == 1 ? "post-attention norm" : "extra norm " + std::to_string(i), b_.h);
+    const ModelSpec& model = b_.model;
+    // OLMo 2 normalises what attention and the MLP return, so both read the residual stream itself.
+    sublayer_input_bytes_ = model.post_norms ? b_.w.residual : b_.w.norm_out;
+    if (!model.post_norms) keep_norm(kept_, b_, "input norm", b_.h);
+    if (model.is_mla()) {
+      latent_attention(mods);
+    } else {
+      attention(mods);
+    }
+    if (model.post_norms) {
+      keep_norm(kept_, b_, "post-attention norm", b_.h);
+    } else {
+      for (std::int64_t i = 1; i < model.norms_per_layer; ++i)
+        keep_norm(kept_, b_, i == 1 ? "post-attention norm" : "extra norm " + std::to_string(i), b_.h);
+    }
     if (moe) {
       moe_mlp(mods);
     } else {
@@ -315,8 +343,9 @@ class LayerActivations {
       std::size_t n = 0;
       for (const char* name : {"gate_proj", "up_proj", "gate_up_proj"})
         if (const auto* m = find_module(mods, name)) gu[n++] = m;
-      mlp("", std::span(gu.data(), n), find_module(mods, "down_proj"), as_d(b_.model.intermediate_size), 1.0);
+      mlp("", std::span(gu.data(), n), find_module(mods, "down_proj"), as_d(model.intermediate_size), 1.0);
     }
+    if (model.post_norms) keep_norm(kept_, b_, "post-feedforward norm", b_.h);
     return std::move(kept_);
   }
 
@@ -356,32 +385,72 @@ class LayerActivations {
 
   void attention(const std::vector<LayerLinear>& mods) {
     const double c = b_.w.compute;
-    const double q = b_.q, kv = b_.kv, nq = b_.nq, seq = b_.seq;
+    const double q = b_.q, kv = b_.kv;
     // attention projections
     for (const char* name : {"q_proj", "k_proj", "v_proj", "qkv_proj"})
-      if (const auto* m = find_module(mods, name)) linear(*m, {"", "attention input"}, b_.w.norm_out, 1.0);
+      if (const auto* m = find_module(mods, name)) linear(*m, {"", "attention input"}, sublayer_input_bytes_, 1.0);
     if (b_.model.qk_norm) {
       keep(kept_, "q/k norm fp32 inputs", 4.0 * (q + kv));
       if (b_.full) keep(kept_, "q/k norm normalised inputs", c * (q + kv));
     }
     keep(kept_, "query after RoPE", c * q);
     keep(kept_, "key after RoPE", c * kv);
-    keep(kept_, "value", c * kv);
+    keep(kept_, "value", c * b_.v);
+    scores_and_output(mods);
+  }
+
+  // Multi-head latent attention, as DeepseekV2Attention and DeepseekV3Attention run it: the query
+  // through q_a_proj, its RMSNorm and q_b_proj (or one q_proj); kv_a_proj_with_mqa's output split into
+  // the compressed keys and values, which an RMSNorm and kv_b_proj expand to every head, and one
+  // rotary key all heads share. Training keeps the expanded keys and values: the compression saves
+  // cache memory when generating, not activations when training.
+  void latent_attention(const std::vector<LayerLinear>& mods) {
+    const ModelSpec& model = b_.model;
+    const double c = b_.w.compute;
+    if (const auto* q_a = find_module(mods, "q_a_proj")) {
+      linear(*q_a, {"", "attention input"}, sublayer_input_bytes_, 1.0);
+      keep_norm(kept_, b_, "q_a norm", as_d(model.q_lora_rank));
+      if (const auto* q_b = find_module(mods, "q_b_proj")) linear(*q_b, {"", "q_a norm output"}, b_.w.norm_out, 1.0);
+    } else if (const auto* q_proj = find_module(mods, "q_proj")) {
+      linear(*q_proj, {"", "attention input"}, sublayer_input_bytes_, 1.0);
+    }
+    if (const auto* kv_a = find_module(mods, "kv_a_proj_with_mqa"))
+      linear(*kv_a, {"", "attention input"}, sublayer_input_bytes_, 1.0);
+    keep_norm(kept_, b_, "kv_a norm", as_d(model.kv_lora_rank));
+    const LayerLinear* kv_b = find_module(mods, "kv_b_proj");
+    if (kv_b) linear(*kv_b, {"", "kv_a norm output"}, b_.w.norm_out, 1.0);
+    // The query and the key are new tensors (torch.cat of their position-free and rotary parts); the
+    // value is a slice of kv_b_proj's output, and keeping it keeps that whole output.
+    keep(kept_, "query (position-free and rotary parts joined)", c * b_.q);
+    keep(kept_, "key (position-free part and the shared rotary key joined)", c * b_.kv);
+    keep(kept_, "kv_b_proj output (the value is a slice of it)",
+         c * (kv_b ? as_d(kv_b->module.out_features) : b_.kv + b_.v));
+    scores_and_output(mods);
+  }
+
+  // What the attention kernel keeps beside its query, key and value, and o_proj's input.
+  void scores_and_output(const std::vector<LayerLinear>& mods) {
+    const double c = b_.w.compute;
+    const double nq = b_.nq, seq = b_.seq;
+    // Grouped-query attention repeats the key/value heads to the query heads (repeat_kv) where the
+    // kernel cannot take them as they are; with as many key/value heads as query heads it returns them.
+    const bool grouped = b_.model.num_kv_heads < b_.model.num_heads;
     // PyTorch's fused SDPA kernels take half precision only; fp32 with grouped-query attention
     // falls back to the math path (measured on the H200), which keeps the scores like eager does.
-    const bool math_sdpa =
-        b_.setup.attention != Attention::eager && c >= 4.0 && b_.model.num_kv_heads < b_.model.num_heads;
+    const bool math_sdpa = b_.setup.attention != Attention::eager && c >= 4.0 && grouped;
     const LayerLinear* o_proj = find_module(mods, "o_proj");
     if (math_sdpa) {
-      keep(kept_, "key repeated to query heads", c * q);
-      keep(kept_, "value repeated to query heads", c * q);
+      keep(kept_, "key repeated to query heads", c * b_.q);
+      keep(kept_, "value repeated to query heads", c * b_.attn_out);
       keep(kept_, "attention probabilities (fp32 softmax output)", 4.0 * nq * seq);
       if (o_proj) linear(*o_proj, {"", "attention output (contiguous copy)"}, c, 1.0);
     } else if (b_.setup.attention == Attention::eager) {
       // Eager attention repeats the key/value heads to the query heads before its matmuls,
       // keeps softmax's fp32 output and the cast copy the value matmul saves: seq x seq per head.
-      keep(kept_, "key repeated to query heads", c * q);
-      keep(kept_, "value repeated to query heads", c * q);
+      if (grouped) {
+        keep(kept_, "key repeated to query heads", c * b_.q);
+        keep(kept_, "value repeated to query heads", c * b_.attn_out);
+      }
       keep(kept_, "attention probabilities (fp32 softmax output)", 4.0 * nq * seq);
       keep(kept_, "attention probabilities (cast copy)", c * nq * seq);
       // Its output is transposed into a new contiguous tensor, o_proj's input.
@@ -390,7 +459,7 @@ class LayerActivations {
       // The fused kernels (cuDNN/flash on Hopper) write their output already in the layout
       // o_proj reads, so the output they keep is also o_proj's input.
       keep(kept_, "attention log-sum-exp", 4.0 * nq);
-      keep(kept_, "attention output", c * q);
+      keep(kept_, "attention output", c * b_.attn_out);
       shared_inputs_kept_.push_back({"", "attention output"});
       if (o_proj) linear(*o_proj, {"", "attention output"}, c, 1.0);
     }
@@ -402,7 +471,7 @@ class LayerActivations {
   void mlp(const char* prefix, std::span<const LayerLinear* const> gate_up, const LayerLinear* down, double inter,
            double rows) {
     const double c = b_.w.compute;
-    for (const auto* m : gate_up) linear(*m, {prefix, "mlp input"}, b_.w.norm_out, rows);
+    for (const auto* m : gate_up) linear(*m, {prefix, "mlp input"}, sublayer_input_bytes_, rows);
     keep(kept_, Sized{{}, "gate output (activation input)", c * inter * rows, prefix});
     keep(kept_, Sized{{}, "activation output", c * inter * rows, prefix});
     keep(kept_, Sized{{}, "up output", c * inter * rows, prefix});
@@ -415,7 +484,20 @@ class LayerActivations {
     const double h = b_.h;
     const double k = as_d(model.experts_per_token);
     const double E = as_d(model.num_experts);
-    if (const auto* router = find_module(mods, "gate")) linear(*router, {"", "mlp input"}, b_.w.norm_out, 1.0);
+    const LayerLinear* router = find_module(mods, "gate");
+    if (router == nullptr) router = find_module(mods, "router");
+    if (model.router_in_fp32) {
+      // DeepSeek's router multiplies an fp32 copy of the hidden states, which its weight gradient
+      // keeps in full fine-tuning (the copy is the input itself when that is fp32 already). It never
+      // runs a wrapping module's forward, so a LoRA adapter on it keeps nothing.
+      if (b_.full && sublayer_input_bytes_ < kFp32Bytes) {
+        keep(kept_, "router input (fp32 copy)", kFp32Bytes * h);
+      } else if (b_.full) {
+        keep_shared_input({"", "mlp input"}, sublayer_input_bytes_ * h);
+      }
+    } else if (router) {
+      linear(*router, {"", "mlp input"}, sublayer_input_bytes_, 1.0);
+    }
     keep(kept_, "router probabilities (fp32)", 4.0 * E);
     // Each routed (token, expert) pair gathers a copy of the token, runs the expert MLP and
     // is scaled by its routing weight (which keeps the expert output for the weight's gradient).
@@ -432,22 +514,25 @@ class LayerActivations {
     mlp("expert ", gu, down, as_d(model.moe_intermediate_size) * k, 1.0 / E);
     keep(kept_, "expert outputs (for routing-weight gradient)", c * h * k);
     if (model.shared_expert_intermediate_size > 0) {
+      // Qwen's shared_expert.* or DeepSeek's shared_experts.*: one MLP every token runs.
+      const auto shared = [](const LinearModule& m) { return m.count == 1 && m.name.starts_with("shared_expert"); };
       std::vector<const LayerLinear*> sgu;
       for (const auto& l : mods)
-        if (l.module.count == 1 && l.module.name.find("shared_expert.") != std::string::npos &&
-            (l.module.name.ends_with("gate_proj") || l.module.name.ends_with("up_proj")))
+        if (shared(l.module) && (l.module.name.ends_with("gate_proj") || l.module.name.ends_with("up_proj")))
           sgu.push_back(&l);
       const LayerLinear* sdown = nullptr;
       for (const auto& l : mods)
-        if (l.module.count == 1 && l.module.name.find("shared_expert.down_proj") != std::string::npos) sdown = &l;
+        if (shared(l.module) && l.module.name.ends_with("down_proj")) sdown = &l;
       mlp("shared expert ", sgu, sdown, as_d(model.shared_expert_intermediate_size), 1.0);
-      keep(kept_, "shared expert output and gate", c * h + 4.0);
+      // Qwen2-MoE scales the shared expert's output by a sigmoid gate, which keeps both; DeepSeek adds it.
+      if (find_module(mods, "shared_expert_gate")) keep(kept_, "shared expert output and gate", c * h + 4.0);
     }
   }
 
   const StepBasis& b_;
   std::vector<Sized> kept_;
   std::vector<SharedInput> shared_inputs_kept_;  // a handful: a list beats a set of strings
+  double sublayer_input_bytes_ = 0;              // bytes per element of what attention and the MLP read
 };
 
 // The activations of one decoder layer, bytes per token. The per-layer figure is the average
@@ -475,8 +560,9 @@ std::vector<Sized> outside_activations(const StepBasis& b) {
   if (b.full)
     keep(out, b.setup.amp ? "lm_head input (autocast copy)" : "lm_head input",
          (b.setup.amp ? b.w.compute : b.w.norm_out) * b.h);
-  // cos/sin of the rotary embedding, computed once and kept by every layer's RoPE.
-  keep(out, "rotary cos/sin", 2.0 * b.w.compute * as_d(b.model.head_dim));
+  // cos/sin of the rotary embedding, computed once and kept by every layer's RoPE (Gemma 3 computes one
+  // pair for its sliding-window layers and one for its full-attention layers).
+  keep(out, "rotary cos/sin", 2.0 * b.w.compute * as_d(b.model.rotary_dim()) * as_d(b.model.rotary_tables));
   if (b.setup.attention == Attention::eager) keep(out, "causal mask", b.w.compute * b.seq);
   return out;
 }
@@ -604,8 +690,9 @@ bool module_name_matches(std::string_view module_path, std::string_view name) {
 bool targets_module(const LoraSetup& lora, const LinearModule& m) {
   for (const auto& t : lora.targets) {
     // PEFT's "all-linear" matches every nn.Linear but the output layer. Transformers 5 stores
-    // routed experts as fused 3-D parameters, which are not nn.Linear, so they are not matched.
-    if (t == "all-linear") return m.count == 1 || m.token_fraction >= 1.0;
+    // routed experts as fused 3-D parameters, which are not nn.Linear, so they are not matched
+    // (LinearModule::nn_linear).
+    if (t == "all-linear") return m.nn_linear;
     // PEFT matches a target name against the end of the module path.
     if (module_name_matches(m.name, t)) return true;
   }
@@ -676,8 +763,9 @@ void split_for_model_parallelism(StepShape& st, const Layout& l) {
   if (l.tp <= 1) return;
   const double t = l.tp;
   ParameterStorage& p = st.params;
-  for (double* v : {&p.weights, &p.quant_constants, &p.adapters, &p.trainable_params, &p.autocast_copies,
-                    &p.largest_trainable, &p.weights_rounding, &p.trainable_rounding, &p.root_weights, &p.layer_weights})
+  for (double* v : {&p.weights, &p.quant_constants, &p.adapters, &p.trainable_params,
+                    &p.untargeted_expert_adapter_params, &p.autocast_copies, &p.largest_trainable, &p.weights_rounding,
+                    &p.trainable_rounding, &p.root_weights, &p.layer_weights})
     *v /= t;
   st.gradients /= t;
   st.optimizer_states /= t;

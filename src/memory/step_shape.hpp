@@ -34,6 +34,10 @@ struct ParameterStorage {
   double quant_constants = 0;  // block absmax etc. of quantised weights
   double adapters = 0;         // LoRA A and B
   double trainable_params = 0;
+  // LoRA A and B that adapters on the routed experts would add (PEFT's target_parameters, r x (in + out)
+  // per expert and projection) when the LoRA targets leave them out, as all-linear does with experts
+  // stored as fused 3-D tensors; 0 in full fine-tuning and for dense models.
+  double untargeted_expert_adapter_params = 0;
   double trainable_bytes_each = 0;  // bytes per element of a trainable parameter (and its gradient)
   double autocast_copies = 0;  // bf16/fp16 copies autocast makes of the fp32 linear weights
   double largest_trainable = 0;  // elements of the largest trainable tensor (optimizer transients)

@@ -60,7 +60,15 @@ const std::vector<Entry>& catalogue() {
       {"mixtral-8x7b", "mixtral-8x7b", {"mistralai/Mixtral-8x7B-v0.1", "mistralai/Mixtral-8x7B-Instruct-v0.1"}},
       {"gemma2-2b", "gemma2-2b", {"google/gemma-2-2b", "google/gemma-2-2b-it"}},
       {"gemma2-9b", "gemma2-9b", {"google/gemma-2-9b", "google/gemma-2-9b-it"}},
+      {"gemma3-1b", "gemma3-1b", {"google/gemma-3-1b-pt", "google/gemma-3-1b-it"}},
+      // A multimodal config: its text model is what is planned (the vision tower is not).
+      {"gemma3-4b", "gemma3-4b", {"google/gemma-3-4b-pt", "google/gemma-3-4b-it"}},
+      {"olmo2-7b", "olmo2-7b", {"allenai/OLMo-2-1124-7B", "allenai/OLMo-2-1124-7B-Instruct"}},
+      {"olmo2-13b", "olmo2-13b", {"allenai/OLMo-2-1124-13B", "allenai/OLMo-2-1124-13B-Instruct"}},
       {"phi3-mini", "phi3-mini", {"microsoft/Phi-3-mini-4k-instruct", "microsoft/Phi-3-mini-128k-instruct"}},
+      {"phi3.5-moe", "phi3.5-moe", {"microsoft/Phi-3.5-MoE-instruct"}},
+      {"deepseek-v2-lite", "deepseek-v2-lite", {"deepseek-ai/DeepSeek-V2-Lite", "deepseek-ai/DeepSeek-V2-Lite-Chat"}},
+      {"deepseek-v3", "deepseek-v3", {"deepseek-ai/DeepSeek-V3", "deepseek-ai/DeepSeek-V3-Base"}},
   };
   return entries;
 }

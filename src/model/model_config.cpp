@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -22,7 +23,8 @@ namespace {
 using nlohmann::json;
 
 constexpr std::string_view kSupportedFamilies =
-    "llama, qwen2, qwen3, mistral, gemma, gemma2, phi3, mixtral, qwen2_moe, qwen3_moe";
+    "llama, qwen2, qwen3, mistral, gemma, gemma2, gemma3, gemma3_text, olmo2, phi3, mixtral, qwen2_moe, qwen3_moe, "
+    "phimoe, deepseek_v2, deepseek_v3";
 
 // Upper bounds well beyond any real model; past them the config is a typo or an attack,
 // and keeping every shape small enough rules out int64 overflow in the products below.
@@ -55,7 +57,22 @@ std::string describe(const json& v) {
 
 class ConfigReader {
  public:
-  ConfigReader(const json& config, std::string_view source) : config_(config), source_(source) {}
+  // `prefix` names where `config` sits in the file ("text_config."), for messages.
+  ConfigReader(const json& config, std::string_view source, std::string prefix = {})
+      : config_(config), source_(source), prefix_(std::move(prefix)) {}
+
+  // A field's name as messages show it: "\"text_config.hidden_size\"".
+  std::string quoted(std::string_view field) const { return "\"" + prefix_ + std::string(field) + "\""; }
+
+  // Whether the field is present with an explicit null, which some fields distinguish from absent
+  // (transformers keeps an explicit None where an absent field takes the default).
+  bool is_explicit_null(std::string_view field) const {
+    auto it = config_.find(field);
+    return it != config_.end() && it->is_null();
+  }
+
+  const json& object() const { return config_; }
+  std::string_view source() const { return source_; }
 
   [[noreturn]] void fail(const std::string& message) const {
     throw InputError(std::string(source_) + ": " + message);
@@ -70,7 +87,7 @@ class ConfigReader {
 
   std::int64_t require_int(std::string_view field, std::int64_t min, std::int64_t max) const {
     const json* v = find(field);
-    if (v == nullptr) fail("missing required field \"" + std::string(field) + "\"");
+    if (v == nullptr) fail("missing required field " + quoted(field));
     return to_int(field, *v, min, max);
   }
 
@@ -84,7 +101,7 @@ class ConfigReader {
     const json* v = find(field);
     if (v == nullptr) return fallback;
     if (!v->is_boolean()) {
-      fail("field \"" + std::string(field) + "\" must be true or false (got " + describe(*v) + ")");
+      fail("field " + quoted(field) + " must be true or false (got " + describe(*v) + ")");
     }
     return v->get<bool>();
   }
@@ -93,7 +110,7 @@ class ConfigReader {
     const json* v = find(field);
     if (v == nullptr) return fallback;
     if (!v->is_string()) {
-      fail("field \"" + std::string(field) + "\" must be a string (got " + describe(*v) + ")");
+      fail("field " + quoted(field) + " must be a string (got " + describe(*v) + ")");
     }
     return v->get<std::string>();
   }
@@ -102,8 +119,7 @@ class ConfigReader {
     const json* v = find(field);
     if (v == nullptr) return fallback;
     if (!v->is_number() || !std::isfinite(v->get<double>()) || v->get<double>() < 0.0) {
-      fail("field \"" + std::string(field) + "\" must be a non-negative number (got " + describe(*v) +
-           ")");
+      fail("field " + quoted(field) + " must be a non-negative number (got " + describe(*v) + ")");
     }
     return v->get<double>();
   }
@@ -114,13 +130,11 @@ class ConfigReader {
     const json* v = find(field);
     if (v == nullptr) return in_set;
     if (!v->is_array()) {
-      fail("field \"" + std::string(field) + "\" must be a list of layer indices (got " + describe(*v) +
-           ")");
+      fail("field " + quoted(field) + " must be a list of layer indices (got " + describe(*v) + ")");
     }
     for (const json& item : *v) {
       if (!item.is_number_integer()) {
-        fail("field \"" + std::string(field) + "\" must be a list of layer indices (got an element " +
-             describe(item) + ")");
+        fail("field " + quoted(field) + " must be a list of layer indices (got an element " + describe(item) + ")");
       }
       if (item.is_number_unsigned() ? item.get<std::uint64_t>() < static_cast<std::uint64_t>(layers)
                                     : (item.get<std::int64_t>() >= 0 && item.get<std::int64_t>() < layers)) {
@@ -132,7 +146,7 @@ class ConfigReader {
 
  private:
   std::int64_t to_int(std::string_view field, const json& v, std::int64_t min, std::int64_t max) const {
-    const std::string name = "field \"" + std::string(field) + "\"";
+    const std::string name = "field " + quoted(field);
     const std::string kind = min > 0 ? "a positive integer" : "a non-negative integer";
     if (!v.is_number_integer()) fail(name + " must be " + kind + " (got " + describe(v) + ")");
     if (v.is_number_unsigned() && v.get<std::uint64_t>() > static_cast<std::uint64_t>(max)) {
@@ -146,55 +160,118 @@ class ConfigReader {
 
   const json& config_;
   std::string_view source_;
+  std::string prefix_;
 };
 
+constexpr std::string_view kFamilies[] = {
+    "llama", "qwen2", "qwen3",   "mistral",   "gemma",     "gemma2", "gemma3",      "gemma3_text",
+    "olmo2", "phi3",  "mixtral", "qwen2_moe", "qwen3_moe", "phimoe", "deepseek_v2", "deepseek_v3"};
+
 bool is_family(std::string_view t) {
-  constexpr std::string_view families[] = {"llama",   "qwen2",  "qwen3", "mistral",   "gemma",
-                                           "gemma2",  "phi3",   "mixtral", "qwen2_moe", "qwen3_moe"};
-  return std::find(std::begin(families), std::end(families), t) != std::end(families);
+  return std::find(std::begin(kFamilies), std::end(kFamilies), t) != std::end(kFamilies);
+}
+
+bool is_deepseek(std::string_view t) {
+  return t == "deepseek_v2" || t == "deepseek_v3";
+}
+
+// Gemma3TextConfig's defaults: the multimodal Gemma 3 configs leave these out of their text_config.
+constexpr std::int64_t kGemma3Vocab = 262'208;
+constexpr std::int64_t kGemma3Heads = 8;
+constexpr std::int64_t kGemma3KvHeads = 4;
+constexpr std::int64_t kGemma3MaxPositions = 131'072;
+constexpr std::int64_t kGemma3SlidingWindowPattern = 6;
+// DeepseekV2Config's and DeepseekV3Config's shared defaults for the latent attention.
+constexpr std::int64_t kDeepseekQLoraRank = 1536;
+constexpr std::int64_t kDeepseekKvLoraRank = 512;
+constexpr std::int64_t kDeepseekQkNopeHeadDim = 128;
+constexpr std::int64_t kDeepseekQkRopeHeadDim = 64;
+constexpr std::int64_t kDeepseekVHeadDim = 128;
+
+// Multi-head latent attention: the query and key heads are qk_nope_head_dim + qk_rope_head_dim wide.
+// q_lora_rank absent takes the configs' default; an explicit null (DeepSeek-V2-Lite) means no query
+// compression, one q_proj.
+void read_latent_attention(const ConfigReader& r, ModelSpec& m) {
+  m.q_lora_rank =
+      r.is_explicit_null("q_lora_rank") ? 0 : r.optional_int("q_lora_rank", kDeepseekQLoraRank, 1, kMaxIntermediate);
+  m.kv_lora_rank = r.optional_int("kv_lora_rank", kDeepseekKvLoraRank, 1, kMaxIntermediate);
+  const std::int64_t nope = r.optional_int("qk_nope_head_dim", kDeepseekQkNopeHeadDim, 0, kMaxHeadDim);
+  m.qk_rope_head_dim = r.optional_int("qk_rope_head_dim", kDeepseekQkRopeHeadDim, 1, kMaxHeadDim);
+  m.v_head_dim = r.optional_int("v_head_dim", kDeepseekVHeadDim, 1, kMaxHeadDim);
+  m.head_dim = nope + m.qk_rope_head_dim;
+  if (m.num_heads * std::max(m.head_dim, m.v_head_dim) > kMaxIntermediate) {
+    r.fail("fields " + r.quoted("qk_nope_head_dim") + ", " + r.quoted("qk_rope_head_dim") + " and " +
+           r.quoted("v_head_dim") + " times " + r.quoted("num_attention_heads") + " must be at most " +
+           std::to_string(kMaxIntermediate));
+  }
 }
 
 void read_attention(const ConfigReader& r, ModelSpec& m) {
-  m.num_heads = r.require_int("num_attention_heads", 1, kMaxHeads);
-  m.num_kv_heads = r.optional_int("num_key_value_heads", m.num_heads, 1, kMaxHeads);
+  const std::string& t = m.model_type;
+  const bool gemma3 = t == "gemma3_text";
+  // The multimodal Gemma 3 configs leave the head counts to Gemma3TextConfig's defaults.
+  m.num_heads = gemma3 ? r.optional_int("num_attention_heads", kGemma3Heads, 1, kMaxHeads)
+                       : r.require_int("num_attention_heads", 1, kMaxHeads);
+  m.num_kv_heads = r.optional_int("num_key_value_heads", gemma3 ? kGemma3KvHeads : m.num_heads, 1, kMaxHeads);
   if (m.num_kv_heads > m.num_heads || m.num_heads % m.num_kv_heads != 0) {
-    r.fail("field \"num_key_value_heads\" (" + std::to_string(m.num_kv_heads) +
-           ") must divide \"num_attention_heads\" (" + std::to_string(m.num_heads) + ")");
+    r.fail("field " + r.quoted("num_key_value_heads") + " (" + std::to_string(m.num_kv_heads) + ") must divide " +
+           r.quoted("num_attention_heads") + " (" + std::to_string(m.num_heads) + ")");
   }
-  // Gemma and Qwen3 configs default head_dim to a constant; everyone else divides.
-  std::int64_t default_head_dim = m.hidden_size / m.num_heads;
-  if (m.model_type == "gemma" || m.model_type == "gemma2") default_head_dim = 256;
-  if (m.model_type == "qwen3") default_head_dim = 128;
-  m.head_dim = r.optional_int("head_dim", default_head_dim, 1, kMaxHeadDim);
-  if (m.head_dim == 0) {
-    r.fail("field \"num_attention_heads\" (" + std::to_string(m.num_heads) + ") exceeds \"hidden_size\" (" +
-           std::to_string(m.hidden_size) + "), which leaves no head dimension; give \"head_dim\"");
-  }
-  if (m.num_heads * m.head_dim > kMaxIntermediate) {
-    r.fail("field \"head_dim\" (" + std::to_string(m.head_dim) + ") times \"num_attention_heads\" (" +
-           std::to_string(m.num_heads) + ") must be at most " + std::to_string(kMaxIntermediate));
+  if (is_deepseek(t)) {
+    read_latent_attention(r, m);
+  } else {
+    // Gemma and Qwen3 configs default head_dim to a constant; everyone else divides.
+    std::int64_t default_head_dim = m.hidden_size / m.num_heads;
+    if (t == "gemma" || t == "gemma2" || gemma3) default_head_dim = 256;
+    if (t == "qwen3") default_head_dim = 128;
+    m.head_dim = r.optional_int("head_dim", default_head_dim, 1, kMaxHeadDim);
+    if (m.head_dim == 0) {
+      r.fail("field " + r.quoted("num_attention_heads") + " (" + std::to_string(m.num_heads) + ") exceeds " +
+             r.quoted("hidden_size") + " (" + std::to_string(m.hidden_size) +
+             "), which leaves no head dimension; give " + r.quoted("head_dim"));
+    }
+    if (m.num_heads * m.head_dim > kMaxIntermediate) {
+      r.fail("field " + r.quoted("head_dim") + " (" + std::to_string(m.head_dim) + ") times " +
+             r.quoted("num_attention_heads") + " (" + std::to_string(m.num_heads) + ") must be at most " +
+             std::to_string(kMaxIntermediate));
+    }
   }
 
-  const std::string& t = m.model_type;
   if (t == "qwen2") {
     m.attention_bias = true;  // Qwen2Attention hard-codes bias on q/k/v and none on o
   } else if (t == "qwen2_moe") {
     m.attention_bias = r.optional_bool("qkv_bias", true);
-  } else if (t == "llama" || t == "qwen3" || t == "qwen3_moe" || t == "gemma" || t == "gemma2") {
+  } else if (t == "llama" || t == "qwen3" || t == "qwen3_moe" || t == "gemma" || t == "gemma2" || gemma3 ||
+             t == "olmo2" || t == "phimoe" || is_deepseek(t)) {
+    // Llama's attention_bias covers q, k, v and o (OLMo 2 and PhiMoE build LlamaAttention's
+    // projections); DeepSeek's covers q_a_proj, kv_a_proj_with_mqa and o_proj.
     m.attention_bias = r.optional_bool("attention_bias", false);
     m.attention_out_bias = m.attention_bias;
   }
   // mistral, mixtral and phi3 build every projection with bias=False whatever the config says.
-  m.mlp_bias = t == "llama" && r.optional_bool("mlp_bias", false);
-  m.qk_norm = t == "qwen3" || t == "qwen3_moe";
+  // DeepseekV2MLP is LlamaMLP, which reads mlp_bias; DeepseekV3MLP has no bias.
+  m.mlp_bias = (t == "llama" || t == "deepseek_v2") && r.optional_bool("mlp_bias", false);
+  m.qk_norm = t == "qwen3" || t == "qwen3_moe" || gemma3 || t == "olmo2";
+  m.qk_norm_whole_projection = t == "olmo2";  // Olmo2Attention's q_norm is heads x head_dim wide
   m.fused_qkv = t == "phi3";
 }
 
 void read_experts(const ConfigReader& r, ModelSpec& m) {
   const std::string& t = m.model_type;
-  if (t == "mixtral") {
+  if (t == "mixtral" || t == "phimoe") {
     m.num_experts = r.require_int("num_local_experts", 1, kMaxExperts);
-    m.moe_intermediate_size = m.intermediate_size;  // Mixtral's experts are full-size MLPs
+    m.moe_intermediate_size = m.intermediate_size;  // Mixtral's and PhiMoE's experts are full-size MLPs
+  } else if (is_deepseek(t)) {
+    m.num_experts = r.require_int("n_routed_experts", 1, kMaxExperts);
+    m.moe_intermediate_size = r.require_int("moe_intermediate_size", 1, kMaxIntermediate);
+    // One shared MLP, n_shared_experts experts wide, beside the routed ones (0: none).
+    const std::int64_t shared = r.optional_int("n_shared_experts", t == "deepseek_v2" ? 2 : 1, 0, kMaxExperts);
+    if (shared * m.moe_intermediate_size > kMaxIntermediate) {
+      r.fail("field " + r.quoted("n_shared_experts") + " times " + r.quoted("moe_intermediate_size") +
+             " must be at most " + std::to_string(kMaxIntermediate));
+    }
+    m.shared_expert_intermediate_size = shared * m.moe_intermediate_size;
+    m.router_in_fp32 = true;
   } else {
     m.num_experts = r.require_int("num_experts", 1, kMaxExperts);
     m.moe_intermediate_size = r.require_int("moe_intermediate_size", 1, kMaxIntermediate);
@@ -204,20 +281,96 @@ void read_experts(const ConfigReader& r, ModelSpec& m) {
   }
   m.experts_per_token = r.require_int("num_experts_per_tok", 1, kMaxExperts);
   if (m.experts_per_token > m.num_experts) {
-    r.fail("field \"num_experts_per_tok\" (" + std::to_string(m.experts_per_token) +
+    r.fail("field " + r.quoted("num_experts_per_tok") + " (" + std::to_string(m.experts_per_token) +
            ") must not exceed the number of experts (" + std::to_string(m.num_experts) + ")");
   }
-  if (t == "mixtral") return;
+  if (t == "mixtral" || t == "phimoe") return;
 
-  // Qwen MoE decoder layer i is sparse when i is not in mlp_only_layers and (i+1) % step == 0.
-  const std::int64_t step = r.optional_int("decoder_sparse_step", 1, 1, kMaxLayers);
-  const std::vector<bool> mlp_only = r.layer_set("mlp_only_layers", m.num_layers);
-  for (std::int64_t i = 0; i < m.num_layers; ++i) {
-    if (mlp_only[static_cast<std::size_t>(i)] || (i + 1) % step != 0) ++m.dense_layers;
+  if (is_deepseek(t)) {
+    // DeepseekV2DecoderLayer / DeepseekV3DecoderLayer: layer i has experts when i >= first_k_dense_replace.
+    // transformers does not read moe_layer_freq (1 in every published config), so neither does trainfit.
+    const std::int64_t first_dense = r.optional_int("first_k_dense_replace", t == "deepseek_v2" ? 0 : 3, 0, kMaxLayers);
+    m.dense_layers = std::min(first_dense, m.num_layers);
+  } else {
+    // Qwen MoE decoder layer i is sparse when i is not in mlp_only_layers and (i+1) % step == 0.
+    const std::int64_t step = r.optional_int("decoder_sparse_step", 1, 1, kMaxLayers);
+    const std::vector<bool> mlp_only = r.layer_set("mlp_only_layers", m.num_layers);
+    for (std::int64_t i = 0; i < m.num_layers; ++i) {
+      if (mlp_only[static_cast<std::size_t>(i)] || (i + 1) % step != 0) ++m.dense_layers;
+    }
   }
   if (m.dense_layers > 0 && m.intermediate_size == 0) {
-    r.fail("missing required field \"intermediate_size\" (the dense layers need it)");
+    r.fail("missing required field " + r.quoted("intermediate_size") + " (the dense layers need it)");
   }
+}
+
+// Gemma 3's layers alternate sliding-window and full attention (layer_types, else every
+// sliding_window_pattern-th layer is full), and each kind has a rotary table of its own base.
+std::int64_t gemma3_rotary_tables(const ConfigReader& r, std::int64_t layers) {
+  if (const json* types = r.find("layer_types")) {
+    if (!types->is_array())
+      r.fail("field " + r.quoted("layer_types") + " must be a list (got " + describe(*types) + ")");
+    std::vector<std::string> kinds;
+    for (const json& kind : *types) {
+      if (!kind.is_string()) {
+        r.fail("field " + r.quoted("layer_types") + " must be a list of strings (got an element " + describe(kind) +
+               ")");
+      }
+      if (std::find(kinds.begin(), kinds.end(), kind.get_ref<const std::string&>()) == kinds.end()) {
+        kinds.push_back(kind.get<std::string>());
+      }
+    }
+    return std::max<std::int64_t>(1, static_cast<std::int64_t>(kinds.size()));
+  }
+  const std::int64_t pattern = r.optional_int("sliding_window_pattern", kGemma3SlidingWindowPattern, 1, kMaxLayers);
+  const bool sliding = pattern > 1;
+  const bool full = layers >= pattern;
+  return sliding && full ? 2 : 1;
+}
+
+// The decoder of one family, from its config object (the whole file, or a multimodal config's text_config).
+ModelSpec read_decoder(const ConfigReader& r, std::string model_type) {
+  ModelSpec m;
+  m.model_type = std::move(model_type);
+  const std::string& t = m.model_type;
+  const bool qwen_moe = t == "qwen2_moe" || t == "qwen3_moe";
+  const bool gemma3 = t == "gemma3_text";
+
+  m.hidden_size = r.require_int("hidden_size", 1, kMaxHidden);
+  m.num_layers = r.require_int("num_hidden_layers", 1, kMaxLayers);
+  m.vocab_size =
+      gemma3 ? r.optional_int("vocab_size", kGemma3Vocab, 1, kMaxVocab) : r.require_int("vocab_size", 1, kMaxVocab);
+  // An all-sparse MoE never builds its dense MLP, so there intermediate_size may be absent.
+  m.intermediate_size = qwen_moe || is_deepseek(t) ? r.optional_int("intermediate_size", 0, 1, kMaxIntermediate)
+                                                   : r.require_int("intermediate_size", 1, kMaxIntermediate);
+  read_attention(r, m);
+  if (t == "mixtral" || t == "phimoe" || qwen_moe || is_deepseek(t)) read_experts(r, m);
+
+  const bool gemma = t == "gemma" || t == "gemma2" || gemma3;
+  m.tie_word_embeddings = r.optional_bool("tie_word_embeddings", gemma);
+  m.norms_per_layer = t == "gemma2" || gemma3 ? 4 : 2;
+  // Olmo2DecoderLayer has no input norm: its two norms follow attention and the MLP.
+  m.post_norms = t == "olmo2";
+  // PhimoeDecoderLayer and PhimoeModel build nn.LayerNorm (weight and bias); its output layer may have a bias.
+  m.layer_norm = t == "phimoe";
+  m.lm_head_bias = t == "phimoe" && r.optional_bool("lm_head_bias", false);
+  // Gemma names its activation hidden_activation (hidden_act is a legacy duplicate).
+  const std::string default_act = gemma ? "gelu_pytorch_tanh" : "silu";
+  m.hidden_act = gemma ? r.optional_string("hidden_activation", r.optional_string("hidden_act", default_act))
+                       : r.optional_string("hidden_act", default_act);
+  if (t == "gemma2") {
+    // Absent means Gemma2Config's default of 30; an explicit null turns the cap off.
+    m.final_logit_softcapping = r.is_explicit_null("final_logit_softcapping")
+                                    ? 0.0
+                                    : r.optional_nonnegative_number("final_logit_softcapping", 30.0);
+  } else if (gemma3) {
+    // Gemma3TextConfig's default is None: no cap unless the config sets one.
+    m.final_logit_softcapping = r.optional_nonnegative_number("final_logit_softcapping", 0.0);
+    m.rotary_tables = gemma3_rotary_tables(r, m.num_layers);
+  }
+  m.max_position_embeddings =
+      r.optional_int("max_position_embeddings", gemma3 ? kGemma3MaxPositions : 0, 0, kMaxPositions);
+  return m;
 }
 
 }  // namespace
@@ -235,40 +388,28 @@ ModelSpec parse_model_config(std::string_view json_text, std::string_view source
   const ConfigReader r(config, source_name);
   if (!config.is_object()) r.fail("expected a JSON object at the top level (got " + describe(config) + ")");
 
-  ModelSpec m;
-  m.name = std::string(source_name);
   const json* type = r.find("model_type");
   if (type == nullptr) r.fail("missing required field \"model_type\" (supported: " + std::string(kSupportedFamilies) + ")");
   if (!type->is_string() || !is_family(type->get_ref<const std::string&>())) {
     r.fail("model_type " + describe(*type) + " is not supported (supported: " + std::string(kSupportedFamilies) + ")");
   }
-  m.model_type = type->get<std::string>();
-  const std::string& t = m.model_type;
-  const bool qwen_moe = t == "qwen2_moe" || t == "qwen3_moe";
 
-  m.hidden_size = r.require_int("hidden_size", 1, kMaxHidden);
-  m.num_layers = r.require_int("num_hidden_layers", 1, kMaxLayers);
-  m.vocab_size = r.require_int("vocab_size", 1, kMaxVocab);
-  // An all-sparse Qwen MoE never builds its dense MLP, so only there may intermediate_size be absent.
-  m.intermediate_size = qwen_moe ? r.optional_int("intermediate_size", 0, 1, kMaxIntermediate)
-                                 : r.require_int("intermediate_size", 1, kMaxIntermediate);
-  read_attention(r, m);
-  if (t == "mixtral" || qwen_moe) read_experts(r, m);
-
-  const bool gemma = t == "gemma" || t == "gemma2";
-  m.tie_word_embeddings = r.optional_bool("tie_word_embeddings", gemma);
-  m.norms_per_layer = t == "gemma2" ? 4 : 2;
-  // Gemma names its activation hidden_activation (hidden_act is a legacy duplicate).
-  const std::string default_act = gemma ? "gelu_pytorch_tanh" : "silu";
-  m.hidden_act = gemma ? r.optional_string("hidden_activation", r.optional_string("hidden_act", default_act))
-                       : r.optional_string("hidden_act", default_act);
-  if (t == "gemma2") {
-    // Absent means Gemma2Config's default of 30; an explicit null turns the cap off.
-    const auto cap = config.find("final_logit_softcapping");
-    const bool disabled = cap != config.end() && cap->is_null();
-    m.final_logit_softcapping = disabled ? 0.0 : r.optional_nonnegative_number("final_logit_softcapping", 30.0);
+  ModelSpec m;
+  if (type->get_ref<const std::string&>() == "gemma3") {
+    // Gemma3ForConditionalGeneration: a SigLIP vision tower and its projector beside a Gemma 3 text
+    // model, whose config is text_config. Only the text model is described (Gemma3ForCausalLM on
+    // text_config is what fine-tuning on text trains).
+    const json* text = r.find("text_config");
+    if (text == nullptr || !text->is_object()) {
+      r.fail("field \"text_config\" must be an object (a gemma3 config describes its language model there; got " +
+             (text == nullptr ? std::string("nothing") : describe(*text)) + ")");
+    }
+    m = read_decoder(ConfigReader(*text, source_name, "text_config."), "gemma3_text");
+    m.text_of_multimodal = true;
+  } else {
+    m = read_decoder(r, type->get<std::string>());
   }
-  m.max_position_embeddings = r.optional_int("max_position_embeddings", 0, 0, kMaxPositions);
+  m.name = std::string(source_name);
 
   // The per-field bounds keep each product in range, but their combination can still be absurd.
   std::int64_t total = kMaxTotalParameters + 1;

@@ -28,10 +28,34 @@ std::int64_t numel(const LinearModule& m) {
 }
 
 bool is_router(const LinearModule& m) {
-  return m.name == "mlp.gate" || m.name == "block_sparse_moe.gate" || m.name == "mlp.shared_expert_gate";
+  return m.name == "mlp.gate" || m.name == "block_sparse_moe.gate" || m.name == "mlp.shared_expert_gate" ||
+         m.name == "mlp.router";
+}
+
+// Multi-head latent attention (DeepseekV2Attention, DeepseekV3Attention): the query through q_a_proj and
+// q_b_proj (or one q_proj when q_lora_rank is null), keys and values expanded by kv_b_proj from the
+// compressed kv_a_proj_with_mqa output, whose last qk_rope_head_dim features are the rotary key shared
+// by every head. Only q_a_proj, kv_a_proj_with_mqa and o_proj take attention_bias.
+void add_latent_attention(const ModelSpec& s, std::vector<LinearModule>& out) {
+  const std::int64_t h = s.hidden_size;
+  const std::int64_t q = mul(s.num_heads, s.head_dim);
+  if (s.q_lora_rank > 0) {
+    out.push_back({"q_a_proj", h, s.q_lora_rank, 1, s.attention_bias, 1.0});
+    out.push_back({"q_b_proj", s.q_lora_rank, q, 1, false, 1.0});
+  } else {
+    out.push_back({"q_proj", h, q, 1, false, 1.0});
+  }
+  out.push_back({"kv_a_proj_with_mqa", h, add(s.kv_lora_rank, s.qk_rope_head_dim), 1, s.attention_bias, 1.0});
+  const std::int64_t key_nope = s.head_dim - s.qk_rope_head_dim;
+  out.push_back({"kv_b_proj", s.kv_lora_rank, mul(s.num_heads, add(key_nope, s.v_head_dim)), 1, false, 1.0});
+  out.push_back({"o_proj", mul(s.num_heads, s.v_head_dim), h, 1, s.attention_out_bias, 1.0});
 }
 
 void add_attention(const ModelSpec& s, std::vector<LinearModule>& out) {
+  if (s.is_mla()) {
+    add_latent_attention(s, out);
+    return;
+  }
   const std::int64_t q = mul(s.num_heads, s.head_dim);
   const std::int64_t kv = mul(s.num_kv_heads, s.head_dim);
   if (s.fused_qkv) {
@@ -63,15 +87,35 @@ void add_moe_mlp(const ModelSpec& s, std::vector<LinearModule>& out) {
   const double routed = static_cast<double>(s.experts_per_token) / static_cast<double>(e);
   if (s.model_type == "mixtral") {
     out.push_back({"block_sparse_moe.gate", h, e, 1, false, 1.0});
-    out.push_back({"experts.w1", h, m, e, false, routed});
-    out.push_back({"experts.w3", h, m, e, false, routed});
-    out.push_back({"experts.w2", m, h, e, false, routed});
+    out.push_back({"experts.w1", h, m, e, false, routed, false});
+    out.push_back({"experts.w3", h, m, e, false, routed, false});
+    out.push_back({"experts.w2", m, h, e, false, routed, false});
+    return;
+  }
+  const bool deepseek = s.model_type == "deepseek_v2" || s.model_type == "deepseek_v3";
+  if (deepseek || s.model_type == "phimoe") {
+    // Transformers 5 stores these experts as two 3-D parameters, gate and up fused:
+    // gate_up_proj [E, 2M, h] and down_proj [E, h, M].
+    if (s.model_type == "phimoe") {
+      out.push_back({"mlp.router", h, e, 1, false, 1.0});  // PhimoeTopKRouter is an nn.Linear
+    } else {
+      // DeepseekV2Moe's gate is an nn.Linear; DeepseekV3TopkRouter holds a bare weight.
+      out.push_back({"mlp.gate", h, e, 1, false, 1.0, s.model_type == "deepseek_v2"});
+    }
+    out.push_back({"experts.gate_up_proj", h, mul(2, m), e, false, routed, false});
+    out.push_back({"experts.down_proj", m, h, e, false, routed, false});
+    if (s.shared_expert_intermediate_size > 0) {
+      const std::int64_t sh = s.shared_expert_intermediate_size;
+      out.push_back({"shared_experts.gate_proj", h, sh, 1, s.mlp_bias, 1.0});
+      out.push_back({"shared_experts.up_proj", h, sh, 1, s.mlp_bias, 1.0});
+      out.push_back({"shared_experts.down_proj", sh, h, 1, s.mlp_bias, 1.0});
+    }
     return;
   }
   out.push_back({"mlp.gate", h, e, 1, false, 1.0});
-  out.push_back({"experts.gate_proj", h, m, e, false, routed});
-  out.push_back({"experts.up_proj", h, m, e, false, routed});
-  out.push_back({"experts.down_proj", m, h, e, false, routed});
+  out.push_back({"experts.gate_proj", h, m, e, false, routed, false});
+  out.push_back({"experts.up_proj", h, m, e, false, routed, false});
+  out.push_back({"experts.down_proj", m, h, e, false, routed, false});
   if (s.shared_expert_intermediate_size > 0) {
     const std::int64_t sh = s.shared_expert_intermediate_size;
     out.push_back({"shared_expert.gate_proj", h, sh, 1, false, 1.0});
@@ -105,24 +149,38 @@ std::vector<LinearModule> dense_layer_linear_modules(const ModelSpec& model) {
 ParameterCounts count_parameters(const ModelSpec& model) {
   ParameterCounts c;
   c.embedding = mul(model.vocab_size, model.hidden_size);
-  c.lm_head = model.tie_word_embeddings ? 0 : c.embedding;
+  c.lm_head = add(model.tie_word_embeddings ? 0 : c.embedding, model.lm_head_bias ? model.vocab_size : 0);
 
   const std::int64_t main_layers = model.num_layers - model.dense_layers;
+  std::int64_t unrouted = 0;  // the routed experts' parameters one token's forward does not use
   for (const LinearModule& m : layer_linear_modules(model)) {
     std::int64_t& bucket = is_router(m) ? c.other : c.linear;
     bucket = add(bucket, mul(main_layers, numel(m)));
+    if (m.count > 1) {
+      const LinearModule one{m.name, m.in_features, m.out_features, 1, m.bias, m.token_fraction, m.nn_linear};
+      unrouted = add(unrouted, mul(mul(main_layers, m.count - model.experts_per_token), numel(one)));
+    }
   }
   for (const LinearModule& m : dense_layer_linear_modules(model)) {
     c.linear = add(c.linear, mul(model.dense_layers, numel(m)));
   }
   c.per_layer_linear = model.num_layers > 0 ? c.linear / model.num_layers : 0;
 
-  // RMSNorm weights: norms_per_layer of width hidden per layer, per-head q/k norms, one final norm.
-  std::int64_t per_layer_norms = mul(model.norms_per_layer, model.hidden_size);
-  if (model.qk_norm) per_layer_norms = add(per_layer_norms, mul(2, model.head_dim));
-  c.norms = add(mul(model.num_layers, per_layer_norms), model.hidden_size);
+  // Norm weights (and LayerNorm biases): norms_per_layer of width hidden per layer, the q/k norms (over
+  // one head, or over the whole projection), the latent attention's q_a and kv_a norms, one final norm.
+  const std::int64_t per_norm = model.layer_norm ? 2 : 1;
+  std::int64_t per_layer_norms = mul(mul(model.norms_per_layer, model.hidden_size), per_norm);
+  if (model.qk_norm) {
+    const std::int64_t qk_width = model.qk_norm_whole_projection
+                                      ? mul(add(model.num_heads, model.num_kv_heads), model.head_dim)
+                                      : mul(2, model.head_dim);
+    per_layer_norms = add(per_layer_norms, qk_width);
+  }
+  if (model.is_mla()) per_layer_norms = add(per_layer_norms, add(model.q_lora_rank, model.kv_lora_rank));
+  c.norms = add(mul(model.num_layers, per_layer_norms), mul(model.hidden_size, per_norm));
 
   c.total = add(add(add(c.embedding, c.lm_head), add(c.linear, c.norms)), c.other);
+  c.activated = c.total - unrouted;
   return c;
 }
 

@@ -205,7 +205,8 @@ json plan_to_json(const Plan& p) {
           {"model", {{"name", p.model.name},
                      {"model_type", p.model.model_type},
                      {"parameters", p.memory.total_parameters},
-                     {"trainable_parameters", p.memory.trainable_parameters}}},
+                     {"trainable_parameters", p.memory.trainable_parameters},
+                     {"untargeted_expert_adapter_parameters", p.memory.untargeted_expert_adapter_parameters}}},
           {"setup", setup},
           {"memory", {{"peak_allocated_bytes", p.memory.peak_allocated_bytes},
                       {"peak_reserved_bytes", p.memory.peak_reserved_bytes},
@@ -224,7 +225,8 @@ json plan_to_json(const Plan& p) {
           {"verdict", to_string(p.verdict)},
           {"headroom_fraction", p.headroom_fraction},
           {"over_capacity_bytes", p.over_capacity_bytes},
-          {"suggestions", suggestions}};
+          {"suggestions", suggestions},
+          {"warnings", p.warnings}};
   // With a pipeline, the figures are its busiest stage's.
   if (p.setup.gpus > 1 && p.setup.pp > 1) out["memory"]["pipeline_stage"] = p.memory.pipeline_stage;
   return out;
@@ -242,10 +244,12 @@ std::string render_plan(const Plan& p, Format format) {
     out += fmt::format("## trainfit plan: {}\n\n", p.model.name);
     out += fmt::format("- **Model:** {}\n- **Setup:** {}\n{}- **GPU:** {} ({})\n- **Verdict:** {}\n\n", model_text(p),
                        setup_text(p.setup), objective_line(p, true), p.gpu.name, mib(p.gpu.memory_bytes), verdict_line(p));
+    for (const std::string& w : p.warnings) out += fmt::format("> **Warning:** {}.\n\n", w);
     out += fmt::format("Peak at **{}** ({}).\n\n| memory | bytes | MiB |\n|---|---:|---:|\n", to_string(m.peak_phase), m.peak_moment);
   } else {
     out += fmt::format("Model    {}\nSetup    {}\n{}GPU      {} ({})\n\n{}\n\n", model_text(p), setup_text(p.setup),
                        objective_line(p, false), p.gpu.name, mib(p.gpu.memory_bytes), verdict_line(p));
+    for (const std::string& w : p.warnings) out += fmt::format("Warning: {}.\n\n", w);
     out += fmt::format("Memory at the peak ({}: {})\n", to_string(m.peak_phase), m.peak_moment);
   }
   if (p.setup.gpus > 1 && p.setup.pp > 1)
@@ -356,7 +360,7 @@ std::string render_model_catalog(Format format) {
   const bool md = format == Format::markdown;
   json arr = json::array();
   std::string out = md ? "| name | family | parameters | layers | hidden | heads (kv) | vocab |\n|---|---|---:|---:|---:|---|---:|\n"
-                       : fmt::format("{:<16}{:<11}{:>12}{:>8}{:>8}{:>12}{:>9}\n", "name", "family", "parameters", "layers", "hidden", "heads (kv)", "vocab");
+                       : fmt::format("{:<18}{:<13}{:>12}{:>8}{:>8}{:>12}{:>9}\n", "name", "family", "parameters", "layers", "hidden", "heads (kv)", "vocab");
   for (const auto& name : builtin_model_names()) {
     const ModelSpec m = load_model(name);
     const auto n = count_parameters(m).total;
@@ -368,7 +372,7 @@ std::string render_model_catalog(Format format) {
     }
     const std::string heads = fmt::format("{} ({})", m.num_heads, m.num_kv_heads);
     if (md) out += fmt::format("| {} | {} | {} | {} | {} | {} | {} |\n", name, m.model_type, params_text(n), m.num_layers, m.hidden_size, heads, m.vocab_size);
-    else out += fmt::format("{:<16}{:<11}{:>12}{:>8}{:>8}{:>12}{:>9}\n", name, m.model_type, params_text(n), m.num_layers, m.hidden_size, heads, m.vocab_size);
+    else out += fmt::format("{:<18}{:<13}{:>12}{:>8}{:>8}{:>12}{:>9}\n", name, m.model_type, params_text(n), m.num_layers, m.hidden_size, heads, m.vocab_size);
   }
   return format == Format::json ? arr.dump(2) + "\n" : out;
 }

@@ -72,6 +72,13 @@ std::string setup_text(const TrainingSetup& s) {
 }
 
 std::string model_text(const Plan& p) {
+  const std::int64_t experts = p.memory.untargeted_expert_adapter_parameters;
+  if (experts > 0) {
+    // LoRA whose targets leave the routed experts out (all-linear cannot wrap fused 3-D expert tensors).
+    return fmt::format("{} ({} parameters, {} trainable without the routed experts, {} with adapters on them too)",
+                       p.model.name, params_text(p.memory.total_parameters), params_text(p.memory.trainable_parameters),
+                       params_text(p.memory.trainable_parameters + experts));
+  }
   return fmt::format("{} ({} parameters, {} trainable)", p.model.name, params_text(p.memory.total_parameters),
                      params_text(p.memory.trainable_parameters));
 }

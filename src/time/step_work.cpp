@@ -24,6 +24,14 @@ constexpr double kLayerForwardOps = 50;
 // Eager attention adds the key/value repeat (4), scores matmul, scale, mask add, softmax, cast,
 // dropout, value matmul and transpose.
 constexpr double kEagerExtraOps = 12;
+// Multi-head latent attention beyond those: the kv_a RMSNorm (8), splitting the compressed
+// projection and kv_b_proj's output, their views and transposes, the rotary key's view and expand,
+// and joining the query's and the key's two parts (9); with a low-rank query, q_b_proj and the q_a
+// RMSNorm (9) more.
+constexpr double kLatentAttentionExtraOps = 17;
+constexpr double kLowRankQueryExtraOps = 9;
+// An nn.LayerNorm is one operation where the layer's count has an RMSNorm's 8.
+constexpr double kRmsNormOps = 8;
 // A PEFT LoRA branch: cast to the adapter dtype, dropout, A, B, scale, add, cast back.
 constexpr double kLoraForwardOps = 7;
 // Outside the layers: embedding, rotary cos/sin, final norm, output layer, the loss.
@@ -197,7 +205,9 @@ WorkBasis work_basis(const ModelSpec& model, const TrainingSetup& user_setup, co
   b.hidden = as_d(model.hidden_size);
   b.vocab = as_d(model.vocab_size);
   b.heads = as_d(model.num_heads);
-  b.head_dim = as_d(model.head_dim);
+  // QK^T runs over the query/key head width and PV over the value head width; step_work counts both
+  // at head_dim, so latent attention (192 and 128 in DeepSeek) is counted at their mean.
+  b.head_dim = (as_d(model.head_dim) + as_d(model.value_head_dim())) / 2.0;
   const bool full = b.full = setup.method == Method::full;
   const double r = as_d(setup.lora.rank);
   b.fp32_compute = (full && !setup.amp && setup.weights == DType::fp32) ||
@@ -252,6 +262,8 @@ WorkBasis work_basis(const ModelSpec& model, const TrainingSetup& user_setup, co
   // Host operations.
   double layer_ops = kLayerForwardOps + (b.eager ? kEagerExtraOps : 0.0) + (model.qk_norm ? 16.0 : 0.0) +
                      8.0 * as_d(model.norms_per_layer - 2);
+  if (model.is_mla()) layer_ops += kLatentAttentionExtraOps + (model.q_lora_rank > 0 ? kLowRankQueryExtraOps : 0.0);
+  if (model.layer_norm) layer_ops -= as_d(model.norms_per_layer) * (kRmsNormOps - 1.0);
   layer_ops += kLoraForwardOps * targets / L;
   // A 4-bit or 8-bit base runs bitsandbytes' Python wrapper and its dequantisation kernels (the
   // block constants first, with double quantisation) around every matmul, in every pass.
@@ -338,8 +350,9 @@ WorkBasis work_basis(const ModelSpec& model, const TrainingSetup& user_setup, co
     const double c = b.activation_bytes;
     if (lay.tp > 1) b.model_parallel_bytes_per_token_pass += L * 4.0 * (lay.tp - 1.0) / lay.tp * b.hidden * c / lay.cp;
     if (lay.cp > 1)
-      b.model_parallel_bytes_per_token_pass +=
-          L * 1.5 * (lay.cp - 1.0) / lay.cp * 2.0 * as_d(model.num_kv_heads) * as_d(model.head_dim) * c / lay.tp;
+      b.model_parallel_bytes_per_token_pass += L * 1.5 * (lay.cp - 1.0) / lay.cp * 2.0 * as_d(model.num_kv_heads) *
+                                               ((as_d(model.head_dim) + as_d(model.value_head_dim())) / 2.0) * c /
+                                               lay.tp;  // keys and values
     if (lay.pp > 1) b.pipeline_bytes_per_token = 2.0 * b.hidden * c / (lay.tp * lay.cp);
     b.work_divisor = lay.tp * lay.cp * lay.pp;
     b.pipeline_stages = lay.pp;

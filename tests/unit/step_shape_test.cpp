@@ -69,7 +69,7 @@ TEST(LoraTargets, AllLinearSkipsTheRoutedExperts) {
   LoraSetup lora;  // all-linear
   LinearModule dense{"q_proj", 2048, 4096, 1, false, 1.0};
   LinearModule router{"gate", 2048, 128, 1, false, 1.0};
-  LinearModule experts{"experts.gate_proj", 2048, 768, 128, false, 8.0 / 128.0};
+  LinearModule experts{"experts.gate_proj", 2048, 768, 128, false, 8.0 / 128.0, false};
   EXPECT_TRUE(targets_module(lora, dense));
   EXPECT_TRUE(targets_module(lora, router));
   EXPECT_FALSE(targets_module(lora, experts));  // fused 3-D parameters, not nn.Linear

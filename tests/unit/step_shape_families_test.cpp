@@ -1,0 +1,150 @@
+// What a step of the issue-15 families keeps, by the module structure transformers 5 gives them:
+// DeepSeek's latent attention and shared experts, OLMo 2's norms after the sublayers, PhiMoE's
+// LayerNorms, Gemma 3's two rotary tables; which modules all-linear reaches; the plan's warnings.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "memory/step_shape.hpp"
+#include "trainfit/trainfit.hpp"
+
+namespace trainfit::detail {
+namespace {
+
+// The bytes per token of the saved tensor named `name`, or -1 when the step keeps none.
+double kept(const std::vector<Sized>& list, const std::string& name) {
+  for (const auto& s : list)
+    if (s.name() == name) return s.bytes;
+  return -1;
+}
+
+// DeepSeek's attention and MoE on a few layers, all of them MoE, so that no layer-kind average
+// scales the figures below.
+ModelSpec small_deepseek(const std::string& type = "deepseek_v3") {
+  return parse_model_config(R"({"model_type": ")" + type + R"(", "hidden_size": 1024, "num_hidden_layers": 2,
+      "num_attention_heads": 8, "num_key_value_heads": 8, "vocab_size": 1000, "q_lora_rank": 384,
+      "kv_lora_rank": 128, "qk_nope_head_dim": 64, "qk_rope_head_dim": 32, "v_head_dim": 48,
+      "n_routed_experts": 16, "num_experts_per_tok": 4, "n_shared_experts": 1, "moe_intermediate_size": 256,
+      "first_k_dense_replace": 0})",
+                            "deepseek");
+}
+
+TEST(LatentAttention, KeepsTheExpandedKeysAndValuesNotTheCompressedOnes) {
+  TrainingSetup s;
+  s.lora.dropout = 0;
+  s.lora.adapter_dtype = DType::bf16;  // LoRA branches then read their module's input as it is, shared
+  const StepShape st = describe_step(small_deepseek(), s);
+  const auto& a = st.layer_activations;
+  const double c = 2;  // bf16
+  EXPECT_EQ(kept(a, "q_a norm fp32 input"), 4.0 * 384);
+  EXPECT_EQ(kept(a, "kv_a norm fp32 input"), 4.0 * 128);
+  EXPECT_EQ(kept(a, "query (position-free and rotary parts joined)"), c * 8 * (64 + 32));
+  EXPECT_EQ(kept(a, "key (position-free part and the shared rotary key joined)"), c * 8 * (64 + 32));
+  // The value is a slice of kv_b_proj's output (keys' position-free part and values, every head).
+  EXPECT_EQ(kept(a, "kv_b_proj output (the value is a slice of it)"), c * 8 * (64 + 48));
+  EXPECT_EQ(kept(a, "attention output"), c * 8 * 48);  // o_proj's input: heads x v_head_dim
+  // The LoRA branches of q_b_proj and kv_b_proj read the norms' outputs, in the compute dtype.
+  EXPECT_EQ(kept(a, "q_a norm output"), c * 384);
+  EXPECT_EQ(kept(a, "kv_a norm output"), c * 128);
+  // The rotary tables are as wide as the rotary part of a head.
+  EXPECT_EQ(kept(st.outside_activations, "rotary cos/sin"), 2.0 * c * 32);
+  // No key/value repeat: as many key/value heads as query heads.
+  s.attention = Attention::eager;
+  EXPECT_EQ(kept(describe_step(small_deepseek(), s).layer_activations, "key repeated to query heads"), -1);
+}
+
+TEST(LatentAttention, TheRouterAndTheExpertsAreNotAdaptedByAllLinear) {
+  const ModelSpec m = small_deepseek();
+  const LayerLinears ls = layer_linears(m, TrainingSetup{});
+  for (const auto& l : ls.moe) {
+    const bool reached = l.module.name != "mlp.gate" && !l.module.name.starts_with("experts.");
+    EXPECT_EQ(l.lora_target, reached) << l.module.name;
+  }
+  // What adapters on the routed experts would add: r x (in + out) per expert and projection, every layer.
+  const StepShape st = describe_step(m, TrainingSetup{});
+  EXPECT_EQ(st.params.untargeted_expert_adapter_params, 2.0 * 16 * 16 * ((1024 + 512) + (256 + 1024)));
+  // DeepSeek-V2's router is an nn.Linear, which all-linear wraps, but its forward multiplies the
+  // weight itself: the adapter keeps nothing.
+  const ModelSpec v2 = small_deepseek("deepseek_v2");
+  for (const auto& l : layer_linears(v2, TrainingSetup{}).moe)
+    if (l.module.name == "mlp.gate") {
+      EXPECT_TRUE(l.lora_target);
+    }
+  EXPECT_EQ(kept(describe_step(v2, TrainingSetup{}).layer_activations, "mlp.gate lora A output"), -1);
+  // In full fine-tuning the router's weight gradient keeps an fp32 copy of the bf16 hidden states.
+  TrainingSetup full;
+  full.method = Method::full;
+  EXPECT_EQ(kept(describe_step(m, full).layer_activations, "router input (fp32 copy)"), 4.0 * 1024);
+  EXPECT_EQ(describe_step(m, full).params.untargeted_expert_adapter_params, 0);
+}
+
+TEST(LatentAttention, SharedExpertsRunForEveryTokenWithoutAGate) {
+  TrainingSetup full;
+  full.method = Method::full;
+  const auto a = describe_step(small_deepseek(), full).layer_activations;
+  EXPECT_EQ(kept(a, "shared expert activation output"), 2.0 * 256);    // one shared expert, every token
+  EXPECT_EQ(kept(a, "shared expert output and gate"), -1);             // DeepSeek adds it, no sigmoid gate
+  EXPECT_EQ(kept(a, "expert activation output"), 2.0 * 256 * 4 / 16);  // 4 of 16 experts, per token
+}
+
+TEST(Olmo2Step, NormsFollowTheSublayers) {
+  const ModelSpec m = load_model("olmo2-7b");
+  TrainingSetup s;
+  s.lora.dropout = 0;
+  s.lora.adapter_dtype = DType::bf16;
+  const auto a = describe_step(m, s).layer_activations;
+  EXPECT_EQ(kept(a, "input norm fp32 input"), -1);
+  EXPECT_EQ(kept(a, "post-attention norm fp32 input"), 4.0 * 4096);
+  EXPECT_EQ(kept(a, "post-feedforward norm fp32 input"), 4.0 * 4096);
+  // q_norm and k_norm keep their fp32 inputs, the whole projections.
+  EXPECT_EQ(kept(a, "q/k norm fp32 inputs"), 4.0 * (4096 + 4096));
+  // Attention and the MLP read the residual stream: the LoRA branches share it as their input.
+  EXPECT_EQ(kept(a, "attention input"), 2.0 * 4096);
+  EXPECT_EQ(kept(a, "mlp input"), 2.0 * 4096);
+  // Multi-head attention: eager attention repeats nothing.
+  s.attention = Attention::eager;
+  EXPECT_EQ(kept(describe_step(m, s).layer_activations, "value repeated to query heads"), -1);
+}
+
+TEST(PhiMoeStep, LayerNormsKeepTheirInputAndTwoFp32Statistics) {
+  const StepShape st = describe_step(load_model("phi3.5-moe"), TrainingSetup{});
+  EXPECT_EQ(kept(st.layer_activations, "input norm input"), 2.0 * 4096);
+  EXPECT_EQ(kept(st.layer_activations, "input norm mean and rstd (fp32)"), 8.0);
+  EXPECT_EQ(kept(st.layer_activations, "input norm fp32 input"), -1);
+  EXPECT_EQ(kept(st.outside_activations, "final norm input"), 2.0 * 4096);
+  // all-linear adapts the nn.Linear router, not the fused experts.
+  const LayerLinears ls = layer_linears(load_model("phi3.5-moe"), TrainingSetup{});
+  for (const auto& l : ls.moe) EXPECT_EQ(l.lora_target, !l.module.name.starts_with("experts.")) << l.module.name;
+}
+
+TEST(Gemma3Step, KeepsARotaryTableForEachAttentionKind) {
+  const StepShape st = describe_step(load_model("gemma3-1b"), TrainingSetup{});
+  EXPECT_EQ(kept(st.outside_activations, "rotary cos/sin"), 2.0 * 2.0 * 256 * 2);
+  EXPECT_EQ(kept(st.layer_activations, "extra norm 3 fp32 input"), 4.0 * 1152);  // four norms a layer
+}
+
+TEST(PlanWarnings, SequencePastTheTrainedPositions) {
+  const ModelSpec m = load_model("olmo2-7b");  // 4096 positions
+  TrainingSetup s;
+  s.seq = 4096;
+  EXPECT_TRUE(plan_warnings(m, s).empty());
+  s.seq = 4097;
+  const auto w = plan_warnings(m, s);
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_NE(w[0].find("max_position_embeddings (4096)"), std::string::npos) << w[0];
+  // A config that does not say has nothing to warn about.
+  ModelSpec unknown = m;
+  unknown.max_position_embeddings = 0;
+  EXPECT_TRUE(plan_warnings(unknown, s).empty());
+}
+
+TEST(PlanWarnings, AMultimodalConfigIsPlannedAsItsTextModel) {
+  const auto w = plan_warnings(load_model("gemma3-4b"), TrainingSetup{});
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_NE(w[0].find("text model"), std::string::npos) << w[0];
+  EXPECT_TRUE(plan_warnings(load_model("gemma3-1b"), TrainingSetup{}).empty());
+}
+
+}  // namespace
+}  // namespace trainfit::detail
