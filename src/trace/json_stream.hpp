@@ -38,6 +38,14 @@ class ChunkReader {
   std::size_t read_raw(char* into, std::size_t capacity);
 };
 
+// How wide the splitter classifies bytes: the widest the CPU has, chosen once at run time (the build
+// targets plain x86-64). The tests and the benchmark pick each in turn; use_block_scan is false
+// when this CPU (or this build, off x86-64: scalar only) lacks the one asked for, and then changes
+// nothing. The choice holds for the whole process.
+enum class BlockScan { scalar, sse2, avx2, avx512 };
+bool use_block_scan(BlockScan scan);
+BlockScan block_scan();
+
 // Cuts {"traceEvents": [ {...}, {...} ], "deviceProperties": [...], ...} (or a bare array of
 // events, which the Chrome trace format also allows) into pieces as bytes arrive.
 class TraceSplitter {
@@ -88,8 +96,16 @@ class TraceSplitter {
 
   [[noreturn]] void fail(std::string_view what, std::uint64_t at) const;
   // Scans a JSON value's bytes from `i` (depth and strings), returning where the value ends (one
-  // past its closing byte) or npos when it goes on past `text`.
+  // past its closing byte) or npos when it goes on past `text`. Byte by byte: for the top-level
+  // members, which are small.
   std::size_t scan_value(std::string_view text, std::size_t i);
+  // The traceEvents array from `i` (states events_next and event), 64 bytes at a time: each block
+  // is classified into bit masks (quotes, backslashes, brackets), strings are found from the
+  // quotes with the in-string state carried from block to block (in_string_, escape_), and only
+  // the brackets outside strings are visited. Returns where the byte-wise states go on (after the
+  // array's ']'), or text.size() when the array goes on past `text`.
+  std::size_t scan_events(std::string_view text, std::size_t i);
+  void emit_event(std::string_view text, std::size_t begin, std::size_t end);
 };
 
 }  // namespace trainfit::trace::detail

@@ -7,9 +7,11 @@
 #include <simdjson.h>
 
 #include <algorithm>
+#include <bit>
 #include <cctype>
 #include <charconv>
 #include <cmath>
+#include <cstring>
 #include <string>
 
 #include "trace/json_stream.hpp"
@@ -78,35 +80,73 @@ KernelCategory classify_activity(std::string_view name, std::string_view cat) {
 
 namespace detail {
 
+namespace {
+
+// Whether eight bytes (in memory order, little-endian) are all ASCII digits.
+bool eight_digits(std::uint64_t v) {
+  return ((v & 0xF0F0F0F0F0F0F0F0ULL) | (((v + 0x0606060606060606ULL) & 0xF0F0F0F0F0F0F0F0ULL) >> 4)) ==
+         0x3333333333333333ULL;
+}
+
+// Their value, by multiplying pairs, then pairs of pairs (the way simdjson and fast_float read them).
+std::uint32_t parse_eight_digits(std::uint64_t v) {
+  v -= 0x3030303030303030ULL;
+  v = (v * 10) + (v >> 8);
+  v = (((v & 0x000000FF000000FFULL) * (100 + (1000000ULL << 32))) +
+       (((v >> 16) & 0x000000FF000000FFULL) * (1 + (10000ULL << 32)))) >>
+      32;
+  return static_cast<std::uint32_t>(v);
+}
+
+}  // namespace
+
 bool microseconds_to_ns(std::string_view token, std::int64_t& ns) {
   while (!token.empty() &&
          (token.back() == ' ' || token.back() == '\n' || token.back() == '\r' || token.back() == '\t'))
     token.remove_suffix(1);
   if (token.empty()) return false;
-  const bool negative = token.front() == '-';
-  const std::string_view digits = negative ? token.substr(1) : token;
-  const std::size_t dot = digits.find('.');
-  const std::string_view whole = digits.substr(0, dot);
-  const std::string_view fraction = dot == std::string_view::npos ? std::string_view{} : digits.substr(dot + 1);
-  const auto all_digits = [](std::string_view s) {
-    return std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
-  };
-  // Plain decimals: exact, digits beyond the nanosecond dropped. Epoch timestamps with three
-  // decimals have 19 digits, too many for a double to hold exactly.
-  if (!whole.empty() && whole.size() <= 16 && all_digits(whole) && all_digits(fraction)) {
-    std::int64_t us = 0;
-    for (const char c : whole) us = us * 10 + (c - '0');
+  // Plain decimals, in one pass (two a GPU activity, so this is on the hot path): exact, digits
+  // beyond the nanosecond dropped. Epoch timestamps with three decimals have 19 digits, too many
+  // for a double to hold exactly.
+  const char* p = token.data();
+  const char* const end = p + token.size();
+  const bool negative = *p == '-';
+  if (negative) ++p;
+  const auto digit = [](char c) { return static_cast<unsigned>(c - '0') < 10; };
+  const char* const whole = p;
+  std::int64_t us = 0;
+  // Eight digits at a time where there are eight (a Kineto timestamp has 16 before the point):
+  // the digits' dependency chain is most of this function's time otherwise.
+  while (std::endian::native == std::endian::little && end - p >= 8 && p - whole <= 8) {
+    std::uint64_t chunk = 0;
+    std::memcpy(&chunk, p, 8);
+    if (!eight_digits(chunk)) break;
+    us = us * 100000000 + static_cast<std::int64_t>(parse_eight_digits(chunk));
+    p += 8;
+  }
+  while (p < end && digit(*p) && p - whole < 16) us = us * 10 + (*p++ - '0');
+  const bool whole_ok = p > whole && (p == end || !digit(*p));
+  std::int64_t frac_ns = 0;
+  int frac_digits = 0;
+  if (whole_ok && p < end && *p == '.') {
+    ++p;
+    for (; p < end && digit(*p); ++p)
+      if (frac_digits < 3) {
+        frac_ns = frac_ns * 10 + (*p - '0');
+        ++frac_digits;
+      }
+  }
+  if (whole_ok && p == end) {
     if (us > INT64_MAX / 1000 - 1) return false;  // past the year 2262 in nanoseconds
-    std::int64_t frac_ns = 0;
-    for (std::size_t k = 0; k < 3; ++k) frac_ns = frac_ns * 10 + (k < fraction.size() ? fraction[k] - '0' : 0);
+    for (; frac_digits < 3; ++frac_digits) frac_ns *= 10;
     ns = us * 1000 + frac_ns;
     if (negative) ns = -ns;
     return true;
   }
   // Anything else JSON allows (exponents, longer numbers): through a double.
   double value = 0;
-  const auto [end, ec] = std::from_chars(token.data(), token.data() + token.size(), value);
-  if (ec != std::errc() || end != token.data() + token.size() || !std::isfinite(value) || std::fabs(value) > 9.2e15)
+  const auto [stop, ec] = std::from_chars(token.data(), token.data() + token.size(), value);
+  if (ec != std::errc() || stop != token.data() + token.size() || !std::isfinite(value) || std::fabs(value) > 9.2e15)
     return false;
   ns = static_cast<std::int64_t>(std::llround(value * 1000.0));
   return true;
@@ -201,47 +241,89 @@ class EventReader {
   std::vector<EventFields> parsed_;
   std::string single_;
 
+  // A string value as it stands in the text when it has no backslash (nearly always: no copy into
+  // simdjson's string buffer), else unescaped by simdjson.
+  static simdjson::error_code read_string(od::value& v, std::string_view& out) {
+    std::string_view token = v.raw_json_token();
+    // The token is the string with its quotes, then the spaces before the next token.
+    while (token.size() > 1 && is_json_space(token.back())) token.remove_suffix(1);
+    if (token.size() < 2 || token.front() != '"' || token.back() != '"') return v.get_string().get(out);
+    const std::string_view content = token.substr(1, token.size() - 2);
+    if (content.find('\\') != std::string_view::npos) return v.get_string().get(out);
+    out = content;
+    return simdjson::SUCCESS;
+  }
+
+  static bool is_json_space(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
+
+  // A time in microseconds, from the number's text, exactly.
+  static simdjson::error_code read_time(od::value& v, std::int64_t& ns) {
+    const std::string_view token = v.raw_json_token();
+    if (token.empty() || !(token.front() == '-' || (token.front() >= '0' && token.front() <= '9')))
+      return simdjson::INCORRECT_TYPE;
+    return microseconds_to_ns(token, ns) ? simdjson::SUCCESS : simdjson::NUMBER_ERROR;
+  }
+
   // The on-demand API reads only the fields below and skips the rest (args of shapes, stacks)
-  // without converting their numbers; times are read from the number's text, exactly.
+  // without converting their numbers; times are read from the number's text, exactly. Keys are
+  // compared as they stand in the text (no unescaping: the names trace reads have no escapes), by
+  // their bytes up to the closing quote, which the text always has.
   static simdjson::error_code read_fields(od::object object, EventFields& f) {
+    bool cat_seen = false;
     for (auto field : object) {
-      // Keys compared as they stand in the text (no unescaping): the names trace reads have no escapes.
       od::raw_json_string key;
       if (auto e = field.key().get(key)) return e;
       od::value v;
       if (auto e = field.value().get(v)) return e;
-      if (key == "ph") {
-        if (auto e = v.get_string().get(f.ph)) return e;
-      } else if (key == "cat") {
-        if (auto e = v.get_string().get(f.cat)) return e;
-      } else if (key == "name") {
-        if (auto e = v.get_string().get(f.name)) return e;
-      } else if (key == "ts" || key == "dur") {
-        od::json_type type;
-        if (auto e = v.type().get(type)) return e;
-        if (type != od::json_type::number) return simdjson::INCORRECT_TYPE;
-        std::int64_t ns = 0;
-        if (!microseconds_to_ns(v.raw_json_token(), ns)) return simdjson::NUMBER_ERROR;
-        if (key == "ts") {
-          f.ts = ns;
-          f.has_ts = true;
-        } else {
-          f.dur = ns;
-        }
-      } else if (key == "pid") {
-        std::int64_t pid = 0;
-        if (!v.get_int64().get(pid)) f.pid = pid;  // a string pid names a host process: not a device
-      } else if (key == "args") {
-        od::object args;
-        if (v.get_object().get(args)) continue;  // args of another shape carry nothing trace reads
-        for (auto arg : args) {
-          od::raw_json_string arg_key;
-          if (auto e = arg.key().get(arg_key)) return e;
-          if (arg_key == "device") {
-            std::int64_t device = -1;
-            if (!arg.value().get_int64().get(device)) f.device = device;
+      const char* k = key.raw();
+      switch (k[0]) {
+        case 'p':
+          if (k[1] == 'h' && k[2] == '"') {
+            if (auto e = read_string(v, f.ph)) return e;
+          } else if (k[1] == 'i' && k[2] == 'd' && k[3] == '"') {
+            std::int64_t pid = 0;
+            if (!v.get_int64().get(pid)) f.pid = pid;  // a string pid names a host process: not a device
           }
+          break;
+        case 'c':
+          if (k[1] == 'a' && k[2] == 't' && k[3] == '"') {
+            if (auto e = read_string(v, f.cat)) return e;
+            cat_seen = true;
+          }
+          break;
+        case 'n':
+          if (k[1] == 'a' && k[2] == 'm' && k[3] == 'e' && k[4] == '"')
+            if (auto e = read_string(v, f.name)) return e;
+          break;
+        case 't':
+          if (k[1] == 's' && k[2] == '"') {
+            if (auto e = read_time(v, f.ts)) return e;
+            f.has_ts = true;
+          }
+          break;
+        case 'd':
+          if (k[1] == 'u' && k[2] == 'r' && k[3] == '"')
+            if (auto e = read_time(v, f.dur)) return e;
+          break;
+        case 'a': {
+          if (!(k[1] == 'r' && k[2] == 'g' && k[3] == 's' && k[4] == '"')) break;
+          // Only a GPU activity's args are read (for its device); Kineto writes cat before args.
+          if (cat_seen && !is_gpu_category(f.cat)) break;
+          od::object args;
+          if (v.get_object().get(args)) break;  // args of another shape carry nothing trace reads
+          for (auto arg : args) {
+            od::raw_json_string arg_key;
+            if (auto e = arg.key().get(arg_key)) return e;
+            if (arg_key == "device") {
+              std::int64_t device = -1;
+              if (!arg.value().get_int64().get(device)) f.device = device;
+              break;  // the rest of args is skipped by the next field
+            }
+          }
+          break;
         }
+        default:
+          break;
       }
     }
     return simdjson::SUCCESS;

@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <string>
 
 #include "support/synthetic_trace.hpp"
@@ -111,6 +112,75 @@ TEST(TraceSplitter, EventsAreTheSameWhereverTheChunksEnd) {
     EXPECT_EQ(events, whole_events) << chunk;
     EXPECT_EQ(members, whole_members) << chunk;
   }
+}
+
+// The splitter classifies 64 bytes at a time and carries the string state from block to block and
+// chunk to chunk: events full of what that can get wrong (runs of backslashes of every length,
+// escaped quotes, brackets inside strings, strings across a block's or a chunk's edge), cut into
+// chunks of random sizes, come out exactly as they went in.
+TEST(TraceSplitter, BlocksAndChunksNeverCutAStringWrong) {
+  std::mt19937 rng(12);
+  const auto pick = [&](int n) { return static_cast<int>(rng() % static_cast<unsigned>(n)); };
+  const auto string_of = [&] {
+    std::string s = "\"";
+    const int length = pick(90);
+    for (int k = 0; k < length; ++k) {
+      switch (pick(8)) {
+        case 0:
+          s.append(static_cast<std::size_t>(2 * pick(4)), '\\');  // escaped backslashes, then maybe a quote
+          if (pick(2) == 0) s += "\\\"";
+          break;
+        case 1:
+          s += "{[";
+          break;
+        case 2:
+          s += "]}";
+          break;
+        case 3:
+          s += "\\\"";
+          break;
+        case 4:
+          s += "\\u00e9";
+          break;
+        default:
+          s += static_cast<char>('a' + pick(26));
+      }
+    }
+    return s + "\"";
+  };
+  std::vector<std::string> want;
+  std::string text = R"({"schemaVersion": 1, "traceEvents": [)";
+  for (int e = 0; e < 400; ++e) {
+    std::string event = "{\"name\": " + string_of() + ", \"args\": {";
+    const int args = pick(5);
+    for (int a = 0; a < args; ++a)
+      event += (a ? ", " : "") + string_of() + ": " + (pick(2) ? string_of() : "[1, {\"x\": " + string_of() + "}]");
+    event += "}}";
+    text += e ? ",\n  " : "\n  ";
+    text.append(static_cast<std::size_t>(pick(70)), ' ');  // events start anywhere in a block
+    text += event;
+    want.push_back(event);
+  }
+  text += "\n], \"after\": " + string_of() + "}";
+  const detail::BlockScan widest = detail::block_scan();
+  for (int round = 0; round < 40; ++round) {
+    // Every width this CPU has, each on chunks of every size range.
+    const auto scan = static_cast<detail::BlockScan>(round % 4);
+    if (!detail::use_block_scan(scan)) continue;
+    std::vector<std::string> got, members;
+    detail::TraceSplitter s([&](std::string_view e) { got.emplace_back(e); },
+                            [&](std::string_view k, std::string_view) { members.emplace_back(k); });
+    for (std::size_t at = 0; at < text.size();) {
+      const std::size_t chunk = round < 4 ? text.size() : 1 + static_cast<std::size_t>(pick(round < 20 ? 200 : 5000));
+      s.feed(std::string_view(text).substr(at, chunk));
+      at += chunk;
+    }
+    EXPECT_TRUE(s.complete()) << round;
+    ASSERT_EQ(got.size(), want.size()) << round;
+    for (std::size_t k = 0; k < want.size(); ++k) ASSERT_EQ(got[k], want[k]) << round << " " << k;
+    EXPECT_EQ(members, std::vector<std::string>({"schemaVersion", "after"})) << round;
+  }
+  EXPECT_TRUE(detail::use_block_scan(widest));
 }
 
 TEST(TraceSplitter, RefusesWhatCannotBeATrace) {
