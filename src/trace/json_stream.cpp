@@ -36,11 +36,14 @@ constexpr std::array<bool, 256> kStructural = structural_table();
 // The bytes of a 64-byte block that the event scan looks at, one bit a byte (bit k is byte k).
 struct BlockMasks {
   std::uint64_t quote = 0, backslash = 0, open = 0, close = 0;
+  std::uint64_t high = 0;     // bytes 0x80-0xff (of UTF-8 sequences)
+  std::uint64_t control = 0;  // bytes below 0x20 (which a string must escape), and the high ones
 };
 
-// What the walk over a block needs: the brackets outside strings, and which of them open.
+// What the walk over a block needs: the brackets outside strings, which of them open, and the
+// bytes that make an event not plain (EventShape): non-ASCII, or control characters in strings.
 struct BlockBits {
-  std::uint64_t brackets = 0, open = 0;
+  std::uint64_t brackets = 0, open = 0, odd = 0;
 };
 
 // The state a block leaves to the next: inside a string, and whether its first byte is escaped.
@@ -84,7 +87,7 @@ inline BlockBits finish_block(const BlockMasks& m, BlockCarry& carry) {
   const std::uint64_t escaped = escaped_bytes(m.backslash, carry.escaped);
   const std::uint64_t strings = prefix_xor(m.quote & ~escaped) ^ (carry.in_string ? ~std::uint64_t{0} : 0);
   carry.in_string = strings >> 63;
-  return {(m.open | m.close) & ~strings, m.open};
+  return {(m.open | m.close) & ~strings, m.open, m.high | (m.control & strings)};
 }
 
 // Classifies `blocks` whole blocks from p into out[], carrying the string state from one to the next.
@@ -99,6 +102,8 @@ BlockMasks masks_scalar(const char* p) {
     if (c == '\\') m.backslash |= bit;
     if (c == '{' || c == '[') m.open |= bit;
     if (c == '}' || c == ']') m.close |= bit;
+    if (static_cast<unsigned char>(c) >= 0x80) m.high |= bit;
+    if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) >= 0x80) m.control |= bit;
   }
   return m;
 }
@@ -128,6 +133,8 @@ inline BlockMasks masks_sse2(const char* p) {
     m.backslash |= bits(_mm_cmpeq_epi8(v, backslash), k);
     m.open |= bits(_mm_cmpeq_epi8(folded, open), k);
     m.close |= bits(_mm_cmpeq_epi8(folded, close), k);
+    m.high |= bits(v, k);  // the top bit of each byte
+    m.control |= bits(_mm_cmplt_epi8(v, bit20), k);  // signed: below 0x20, or 0x80 and up
   }
   return m;
 }
@@ -151,6 +158,8 @@ __attribute__((target("avx2"))) inline BlockMasks masks_avx2(const char* p) {
   m.backslash = bits(_mm256_cmpeq_epi8(lo, backslash), _mm256_cmpeq_epi8(hi, backslash));
   m.open = bits(_mm256_cmpeq_epi8(lo20, open), _mm256_cmpeq_epi8(hi20, open));
   m.close = bits(_mm256_cmpeq_epi8(lo20, close), _mm256_cmpeq_epi8(hi20, close));
+  m.high = bits(lo, hi);
+  m.control = bits(_mm256_cmpgt_epi8(bit20, lo), _mm256_cmpgt_epi8(bit20, hi));  // signed, as in SSE2
   return m;
 }
 
@@ -167,6 +176,8 @@ __attribute__((target("avx512bw"))) inline BlockMasks masks_avx512(const char* p
   m.backslash = _mm512_cmpeq_epi8_mask(v, _mm512_set1_epi8('\\'));
   m.open = _mm512_cmpeq_epi8_mask(folded, _mm512_set1_epi8('{'));
   m.close = _mm512_cmpeq_epi8_mask(folded, _mm512_set1_epi8('}'));
+  m.high = _mm512_movepi8_mask(v);
+  m.control = _mm512_cmplt_epi8_mask(v, _mm512_set1_epi8(0x20));  // signed, as in SSE2
   return m;
 }
 
@@ -385,7 +396,13 @@ void TraceSplitter::emit_event(std::string_view text, std::size_t begin, std::si
     event = pending_;
   }
   max_event_bytes_ = std::max(max_event_bytes_, event.size());
-  on_event_(event);
+  EventShape shape;
+  if (nested_) {
+    shape.last_nested_open = static_cast<std::size_t>(nested_open_at_ - event_at_);
+    shape.last_nested_close = static_cast<std::size_t>(nested_close_at_ - event_at_);
+  }
+  shape.plain = plain_;
+  on_event_(event, shape);
   pending_.clear();
 }
 
@@ -420,6 +437,7 @@ std::size_t TraceSplitter::scan_events(std::string_view text, std::size_t i) {
       const std::size_t b = piece + 64 * block;
       const std::size_t block_end = std::min(b + 64, n);
       const BlockBits& m = masks[block];
+      if (m.odd != 0 && state_ == State::event) plain_ = false;
       while (p < block_end) {
         if (state_ == State::events_next) {
           // Between events: commas and spaces only, byte by byte (a few bytes an event). They hold
@@ -436,6 +454,9 @@ std::size_t TraceSplitter::scan_events(std::string_view text, std::size_t i) {
           // whole when it goes on past the chunk).
           state_ = State::event;
           event_begin = p;
+          event_at_ = offset_ + p;
+          nested_ = false;
+          plain_ = m.odd == 0;
           depth_ = 1;
           ++p;
           if (p == block_end) break;
@@ -447,8 +468,11 @@ std::size_t TraceSplitter::scan_events(std::string_view text, std::size_t i) {
           const int k = __builtin_ctzll(bits);
           bits &= bits - 1;
           if ((m.open >> k) & 1) {
-            ++depth_;
-          } else if (--depth_ == 0) {
+            if (++depth_ == 2) nested_open_at_ = offset_ + b + static_cast<std::size_t>(k);
+          } else if (--depth_ == 1) {
+            nested_close_at_ = offset_ + b + static_cast<std::size_t>(k);
+            nested_ = true;
+          } else if (depth_ == 0) {
             p = b + static_cast<std::size_t>(k) + 1;
             emit_event(text, event_begin, p);
             state_ = State::events_next;

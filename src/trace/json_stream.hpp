@@ -46,13 +46,26 @@ enum class BlockScan { scalar, sse2, avx2, avx512 };
 bool use_block_scan(BlockScan scan);
 BlockScan block_scan();
 
+// What the splitter learnt of an event on its way through, for the reader's fast path
+// (kineto_reader.cpp), which then need not look for it again.
+struct EventShape {
+  static constexpr std::size_t npos = std::string_view::npos;
+  // The last value nested in the event (its args, where Kineto writes them): the offsets in the
+  // event of its opening and closing brackets; npos when there is none.
+  std::size_t last_nested_open = npos, last_nested_close = npos;
+  // No byte of the event is non-ASCII and none inside its strings is a control character (as far
+  // as the splitter saw: it looks at whole 64-byte blocks, so a neighbour's byte may clear it too).
+  // Only such events are read by the fast path; simdjson validates the others (UTF-8 included).
+  bool plain = true;
+};
+
 // Cuts {"traceEvents": [ {...}, {...} ], "deviceProperties": [...], ...} (or a bare array of
 // events, which the Chrome trace format also allows) into pieces as bytes arrive.
 class TraceSplitter {
  public:
-  // on_event gets each complete object of traceEvents; on_member each other top-level member whose
-  // value is at most max_member_bytes (a larger one is skipped, and counted).
-  using EventSink = std::function<void(std::string_view event)>;
+  // on_event gets each complete object of traceEvents, with its shape; on_member each other
+  // top-level member whose value is at most max_member_bytes (a larger one is skipped, and counted).
+  using EventSink = std::function<void(std::string_view event, const EventShape& shape)>;
   using MemberSink = std::function<void(std::string_view key, std::string_view value)>;
   TraceSplitter(EventSink on_event, MemberSink on_member, std::size_t max_member_bytes = 64 << 20);
 
@@ -91,6 +104,9 @@ class TraceSplitter {
   bool in_string_ = false, escape_ = false;
   bool member_scalar_ = false;  // the member's value is a number, true, false or null
   std::uint64_t offset_ = 0;
+  // The event in progress: where it, and its last nested value, begin and end in the whole text.
+  std::uint64_t event_at_ = 0, nested_open_at_ = 0, nested_close_at_ = 0;
+  bool nested_ = false, plain_ = true;
   std::uint64_t skipped_members_ = 0;
   std::size_t max_event_bytes_ = 0;
 

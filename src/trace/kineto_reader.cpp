@@ -7,12 +7,17 @@
 #include <simdjson.h>
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cctype>
 #include <charconv>
 #include <cmath>
 #include <cstring>
 #include <string>
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "trace/json_stream.hpp"
 #include "trace/trace_data.hpp"
@@ -191,12 +196,261 @@ bool is_data_loader_wait(std::string_view name) {
          (name.find("DataLoader") != std::string_view::npos && name.find("__next__") != std::string_view::npos);
 }
 
+bool is_json_space(char c) {
+  return c == ' ' || c == '\n' || c == '\r' || c == '\t';
+}
+
+// An integer as simdjson's get_int64 takes it (no leading zero, no fraction); false otherwise.
+bool plain_int64(std::string_view token, std::int64_t& value) {
+  const std::size_t digits_at = !token.empty() && token.front() == '-' ? 1 : 0;
+  if (token.size() <= digits_at || (token[digits_at] == '0' && token.size() > digits_at + 1)) return false;
+  const auto [stop, ec] = std::from_chars(token.data(), token.data() + token.size(), value);
+  return ec == std::errc() && stop == token.data() + token.size();
+}
+
+// Byte classes for the fast path's scans. Spaces: JSON's four. Stops: where a scalar's text ends.
+constexpr std::uint8_t kSpaceByte = 1, kStopByte = 2;
+constexpr std::array<std::uint8_t, 256> byte_classes() {
+  std::array<std::uint8_t, 256> t{};
+  for (const char c : {' ', '\n', '\r', '\t'}) t[static_cast<unsigned char>(c)] = kSpaceByte | kStopByte;
+  for (const char c : {',', '}', ']'}) t[static_cast<unsigned char>(c)] = kStopByte;
+  return t;
+}
+constexpr std::array<std::uint8_t, 256> kByteClass = byte_classes();
+
+// The fast path: an event's fields read straight from its text, without simdjson, when it is of
+// the plain shape Kineto writes. The splitter has found the event's end, where its last nested
+// value (args) opens and closes, and that it holds no non-ASCII byte and no control character in a
+// string (EventShape). This reads the top level's keys, the values of the fields trace uses, and a
+// GPU activity's args up to "device"; other values are stepped over, args by the splitter's offsets
+// (so most of an event's bytes are never looked at again). Anything it does not expect (an
+// escape, a value of another type, text that is not JSON) sends the event to simdjson, which judges
+// it: what the fast path reads, it reads as simdjson would.
+//
+// Spaces, keys and numbers are scanned byte by byte: their lengths repeat from event to event, so
+// the branch predictor runs ahead of the loop (a scan by bit masks was twice as slow here: it makes
+// each step wait for the one before). Names, of any length, are scanned 16 bytes at a time. The
+// scans of spaces and scalars need no bound: the event's closing brace stops them.
+class PlainEvent {
+ public:
+  PlainEvent(std::string_view text, const EventShape& shape)
+      : begin_(text.data()), p_(text.data() + 1), end_(text.data() + text.size() - 1), shape_(shape) {}
+
+  bool read(EventFields& f) {
+    if (!shape_.plain || *end_ != '}') return false;
+    bool cat_seen = false;
+    skip_spaces();
+    if (p_ == end_) return true;  // {}
+    for (;;) {
+      std::string_view name;
+      if (!key(name) || !colon()) return false;
+      bool ok = true;
+      switch (field_of(name)) {
+        case Field::ph:
+          ok = string(f.ph);
+          break;
+        case Field::cat:
+          ok = string(f.cat);
+          cat_seen = true;
+          break;
+        case Field::name:
+          ok = string(f.name);
+          break;
+        case Field::ts:
+          ok = time(f.ts);
+          f.has_ts = true;
+          break;
+        case Field::dur:
+          ok = time(f.dur);
+          break;
+        case Field::pid:
+          if (*p_ == '"') {
+            std::string_view host;
+            ok = string(host);  // a string pid names a host process: not a device
+          } else {
+            ok = plain_int64(token(), f.pid);
+          }
+          break;
+        case Field::args:
+          // Only a GPU activity's args are read, for its device.
+          ok = *p_ == '{' && (!cat_seen || is_gpu_category(f.cat)) ? read_args(f) : skip_value();
+          break;
+        case Field::other:
+          ok = skip_value();
+          break;
+      }
+      if (!ok) return false;
+      skip_spaces();
+      if (p_ == end_) return true;
+      if (*p_ != ',') return false;
+      ++p_;
+      skip_spaces();
+    }
+  }
+
+ private:
+  enum class Field { ph, cat, name, ts, dur, pid, args, other };
+  const char* begin_;
+  const char* p_;
+  const char* end_;  // the event's closing brace
+  const EventShape& shape_;
+
+  static Field field_of(std::string_view k) {
+    switch (k.size()) {
+      case 2:
+        return k == "ph" ? Field::ph : k == "ts" ? Field::ts : Field::other;
+      case 3:
+        return k == "cat" ? Field::cat : k == "dur" ? Field::dur : k == "pid" ? Field::pid : Field::other;
+      case 4:
+        return k == "name" ? Field::name : k == "args" ? Field::args : Field::other;
+      default:
+        return Field::other;
+    }
+  }
+
+  // (Each scan works on a local copy of p_: stores through a string_view could alias the member.)
+  void skip_spaces() {
+    const char* p = p_;
+    while (kByteClass[static_cast<unsigned char>(*p)] & kSpaceByte) ++p;
+    p_ = p;
+  }
+
+  // The ':' after a key, and the spaces around it; p_ then at the value.
+  bool colon() {
+    skip_spaces();
+    if (*p_ != ':') return false;
+    ++p_;
+    skip_spaces();
+    return p_ < end_;
+  }
+
+  // A key: short, and without escapes in the fields trace reads.
+  bool key(std::string_view& out) {
+    const char* p = p_;
+    if (*p != '"') return false;
+    const char* const start = ++p;
+    while (p < end_ && *p != '"' && *p != '\\') ++p;
+    if (*p != '"') return false;  // an escape (or the end): simdjson's to read
+    out = std::string_view(start, static_cast<std::size_t>(p - start));
+    p_ = p + 1;
+    return true;
+  }
+
+  // A string without escapes at p_ (its opening quote); p_ moves past its closing quote.
+  bool string(std::string_view& out) {
+    const char* p = p_;
+    if (*p != '"') return false;
+    const char* const start = ++p;
+#if defined(__SSE2__)
+    // Kernel names run to hundreds of bytes: 16 at a time while the event's brace is further on.
+    const __m128i quote = _mm_set1_epi8('"'), backslash = _mm_set1_epi8('\\');
+    while (end_ - p >= 16) {
+      const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+      const int hits = _mm_movemask_epi8(_mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, backslash)));
+      if (hits != 0) {
+        p += __builtin_ctz(static_cast<unsigned>(hits));
+        break;
+      }
+      p += 16;
+    }
+#endif
+    while (p < end_ && *p != '"' && *p != '\\') ++p;
+    if (*p != '"') return false;  // an escape: simdjson's to read
+    out = std::string_view(start, static_cast<std::size_t>(p - start));
+    p_ = p + 1;
+    return true;
+  }
+
+  // A scalar's text (a number, true, false, null): up to the next comma, bracket or space.
+  std::string_view token() {
+    const char* const start = p_;
+    const char* p = start;
+    while (!(kByteClass[static_cast<unsigned char>(*p)] & kStopByte)) ++p;
+    p_ = p;
+    return {start, static_cast<std::size_t>(p - start)};
+  }
+
+  // A time in microseconds (a JSON number) to nanoseconds, exactly.
+  bool time(std::int64_t& ns) {
+    const std::string_view t = token();
+    return !t.empty() && (t.front() == '-' || (t.front() >= '0' && t.front() <= '9')) && microseconds_to_ns(t, ns);
+  }
+
+  // Steps over a value: the last nested one by the splitter's offsets, other nested ones byte by
+  // byte (their strings as strings), scalars as tokens (not checked, as simdjson's on-demand API
+  // does not check what it skips).
+  bool skip_value() {
+    if (p_ >= end_) return false;
+    std::string_view ignored;
+    if (*p_ == '"') return string(ignored);
+    if (*p_ != '{' && *p_ != '[') return !token().empty();
+    if (static_cast<std::size_t>(p_ - begin_) == shape_.last_nested_open) {
+      p_ = begin_ + shape_.last_nested_close + 1;
+      return true;
+    }
+    int depth = 0;
+    while (p_ < end_) {
+      const char c = *p_;
+      if (c == '"') {
+        if (!string(ignored)) return false;
+        continue;
+      }
+      if (c == '{' || c == '[') {
+        ++depth;
+      } else if ((c == '}' || c == ']') && --depth == 0) {
+        ++p_;
+        return true;
+      }
+      ++p_;
+    }
+    return false;
+  }
+
+  // A GPU activity's args, up to its first "device"; the rest is stepped over.
+  bool read_args(EventFields& f) {
+    const char* const open = p_++;
+    skip_spaces();
+    if (*p_ == '}' && p_ < end_) {
+      ++p_;
+      return true;
+    }
+    for (;;) {
+      std::string_view name;
+      if (!key(name) || !colon()) return false;
+      if (name == "device") {
+        if (!plain_int64(token(), f.device)) return false;
+        if (static_cast<std::size_t>(open - begin_) == shape_.last_nested_open) {
+          p_ = begin_ + shape_.last_nested_close + 1;
+          return true;
+        }
+        p_ = open;  // not the last nested value (args before other fields): step over it whole
+        return skip_value();
+      }
+      if (!skip_value()) return false;
+      skip_spaces();
+      if (*p_ == '}' && p_ < end_) {
+        ++p_;
+        return true;
+      }
+      if (*p_ != ',') return false;
+      ++p_;
+      skip_spaces();
+    }
+  }
+};
+
 class EventReader {
  public:
   explicit EventReader(TraceData& data) : data_(data) { batch_.reserve(kBatchBytes + 64 * 1024); }
 
-  void add(std::string_view event) {
+  void add(std::string_view event, const EventShape& shape) {
     ++data_.counts.events;
+    EventFields f;
+    if (PlainEvent(event, shape).read(f)) {
+      if (!record(f)) ++data_.counts.malformed;
+      return;
+    }
+    // The others are gathered for simdjson (a few in a real trace: those with non-ASCII names).
     batch_ += batch_.empty() ? '[' : ',';
     offsets_.push_back(batch_.size());
     batch_.append(event);
@@ -241,6 +495,27 @@ class EventReader {
   std::vector<EventFields> parsed_;
   std::string single_;
 
+  // Kernel names met lately, in slots by a cheap hash of their length and three 8-byte pieces:
+  // most activities repeat a name of the last few hundred, and hashing all of a 100-byte name for
+  // the map costs more than reading the rest of the event. A view of the map's own key (a node's
+  // string does not move) and its total.
+  struct CachedName {
+    std::string_view name;
+    KernelTotal* total = nullptr;
+  };
+  std::array<CachedName, 1024> name_cache_{};
+
+  static std::size_t name_slot(std::string_view name) {
+    const std::size_t n = std::min<std::size_t>(name.size(), 8);
+    std::uint64_t head = 0, middle = 0, tail = 0;
+    std::memcpy(&head, name.data(), n);
+    std::memcpy(&middle, name.data() + (name.size() - n) / 2, n);
+    std::memcpy(&tail, name.data() + name.size() - n, n);
+    const std::uint64_t h = (head ^ (middle * 0x9E3779B97F4A7C15ULL) ^ (tail + name.size()) * 0xC2B2AE3D27D4EB4FULL) *
+                            0x9E3779B97F4A7C15ULL;
+    return static_cast<std::size_t>(h >> 54);  // 10 bits: 1024 slots
+  }
+
   // A string value as it stands in the text when it has no backslash (nearly always: no copy into
   // simdjson's string buffer), else unescaped by simdjson.
   static simdjson::error_code read_string(od::value& v, std::string_view& out) {
@@ -253,8 +528,6 @@ class EventReader {
     out = content;
     return simdjson::SUCCESS;
   }
-
-  static bool is_json_space(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
 
   // A time in microseconds, from the number's text, exactly.
   static simdjson::error_code read_time(od::value& v, std::int64_t& ns) {
@@ -386,22 +659,30 @@ class EventReader {
       ++data_.counts.gpu_activities;
       // A name is classified once, when first seen: real traces repeat a few thousand names. Past
       // the cap (a file made to have millions) each new name is classified where it stands.
-      auto it = data_.kernels.find(f.name);
+      CachedName& cached = name_cache_[name_slot(f.name)];
+      KernelTotal* total = cached.total;
       KernelCategory category = KernelCategory::elementwise;
-      if (it != data_.kernels.end()) {
-        category = it->second.category;
+      if (total != nullptr && cached.name == f.name) {
+        category = total->category;
       } else {
-        category = classify_activity(f.name, f.cat);
-        it = data_.kernels.size() < kMaxKernelNames
-                 ? data_.kernels.try_emplace(std::string(f.name), KernelTotal{category, 0, 0}).first
-                 : data_.kernels.try_emplace("(other kernels)", KernelTotal{KernelCategory::elementwise, 0, 0}).first;
+        auto it = data_.kernels.find(f.name);
+        if (it != data_.kernels.end()) {
+          category = it->second.category;
+        } else {
+          category = classify_activity(f.name, f.cat);
+          it = data_.kernels.size() < kMaxKernelNames
+                   ? data_.kernels.try_emplace(std::string(f.name), KernelTotal{category, 0, 0}).first
+                   : data_.kernels.try_emplace("(other kernels)", KernelTotal{KernelCategory::elementwise, 0, 0}).first;
+        }
+        total = &it->second;
+        if (it->first == f.name) cached = {it->first, total};  // not the names summed as "(other kernels)"
       }
       const std::int64_t device = f.device >= 0 ? f.device : f.pid;
       data_.gpu.push_back({span.begin, span.end,
                            static_cast<std::int32_t>(std::clamp<std::int64_t>(device, -1, 1 << 16)), category,
                            f.cat == "kernel" || f.cat == "Kernel"});
-      ++it->second.count;
-      it->second.total_ns += f.dur;
+      ++total->count;
+      total->total_ns += f.dur;
       return true;
     }
     if (f.cat == "gpu_user_annotation") return true;  // the GPU's copy of host annotations
@@ -421,7 +702,7 @@ class EventReader {
 void read_stream(TraceData& data, const std::string& source, const std::function<std::string_view()>& next_chunk,
                  const std::function<bool()>& gzip_truncated) {
   EventReader reader(data);
-  TraceSplitter splitter([&](std::string_view event) { reader.add(event); },
+  TraceSplitter splitter([&](std::string_view event, const EventShape& shape) { reader.add(event, shape); },
                          [&](std::string_view key, std::string_view value) { reader.member(key, value); });
   try {
     for (std::string_view chunk = next_chunk(); !chunk.empty(); chunk = next_chunk()) splitter.feed(chunk);

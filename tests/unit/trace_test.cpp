@@ -89,7 +89,7 @@ TEST(TraceSplitter, EventsAreTheSameWhereverTheChunksEnd) {
       R"( "deviceProperties": [{"id": 0, "name": "H\u0032"}]})";
   std::vector<std::string> whole_events, whole_members;
   {
-    detail::TraceSplitter s([&](std::string_view e) { whole_events.emplace_back(e); },
+    detail::TraceSplitter s([&](std::string_view e, const detail::EventShape&) { whole_events.emplace_back(e); },
                             [&](std::string_view k, std::string_view v) {
                               whole_members.push_back(std::string(k) + "=" + std::string(v));
                             });
@@ -105,7 +105,7 @@ TEST(TraceSplitter, EventsAreTheSameWhereverTheChunksEnd) {
   for (std::size_t chunk = 1; chunk < 12; ++chunk) {
     std::vector<std::string> events, members;
     detail::TraceSplitter s(
-        [&](std::string_view e) { events.emplace_back(e); },
+        [&](std::string_view e, const detail::EventShape&) { events.emplace_back(e); },
         [&](std::string_view k, std::string_view v) { members.push_back(std::string(k) + "=" + std::string(v)); });
     for (std::size_t at = 0; at < text.size(); at += chunk) s.feed(std::string_view(text).substr(at, chunk));
     EXPECT_TRUE(s.complete());
@@ -168,7 +168,7 @@ TEST(TraceSplitter, BlocksAndChunksNeverCutAStringWrong) {
     const auto scan = static_cast<detail::BlockScan>(round % 4);
     if (!detail::use_block_scan(scan)) continue;
     std::vector<std::string> got, members;
-    detail::TraceSplitter s([&](std::string_view e) { got.emplace_back(e); },
+    detail::TraceSplitter s([&](std::string_view e, const detail::EventShape&) { got.emplace_back(e); },
                             [&](std::string_view k, std::string_view) { members.emplace_back(k); });
     for (std::size_t at = 0; at < text.size();) {
       const std::size_t chunk = round < 4 ? text.size() : 1 + static_cast<std::size_t>(pick(round < 20 ? 200 : 5000));
@@ -185,7 +185,7 @@ TEST(TraceSplitter, BlocksAndChunksNeverCutAStringWrong) {
 
 TEST(TraceSplitter, RefusesWhatCannotBeATrace) {
   for (const std::string_view bad : {"hello", R"({"traceEvents": [1, 2]})", R"({"traceEvents" 1})", R"({5: 1})"}) {
-    detail::TraceSplitter s([](std::string_view) {}, [](std::string_view, std::string_view) {});
+    detail::TraceSplitter s([](std::string_view, const detail::EventShape&) {}, [](std::string_view, std::string_view) {});
     EXPECT_THROW(s.feed(bad), trainfit::InputError) << bad;
   }
 }
@@ -308,6 +308,62 @@ TEST(TraceAnalysis, MalformedAndUnknownEventsAreSkippedAndCounted) {
   bool said = false;
   for (const auto& w : r.warnings) said |= w.find("\"Q\"") != std::string::npos;
   EXPECT_TRUE(said);
+}
+
+// Most events are read by the fast path, straight from the text; those with an escape in a field
+// it reads, a non-ASCII byte, or fields in another order go to simdjson or the fast path's slower
+// steps. The figures are the same whichever way an event went.
+TEST(TraceAnalysis, EveryWayOfReadingAnEventGivesTheSameFigures) {
+  const std::string text = R"({"traceEvents": [
+    {"args": {"device": 0, "grid": [1, {"a": "}"}]}, "ph": "X", "name": "gemm", "cat": "kernel", "ts": 100, "dur": 50, "pid": 0},
+    {"ph": "X", "cat": "kernel", "name": "gemm", "args": {"device": 0}, "ts": 200, "dur": 50},
+    {"ph": "X", "cat": "kernel", "name": "ge\u006dm", "ts": 300, "dur": 50, "args": {"device": 0}},
+    {"ph": "X", "cat": "kernel", "name": "gemm", "ts": 400, "dur": 50, "args": {"x": "caf\u00e9", "device": 0}},
+    {"ph": "X", "cat": "kernel", "name": "gemm", "ts": 500, "dur": 50, "args": {"x": "café", "device": 0}},
+    {"ph": "X", "cat": "kernel", "name": "gemm", "ts": 600, "dur": 5e1, "args": {"device": 0}},
+    {"ph": "X", "cat": "kernel", "name": "gemm", "ts": 700, "dur": 50, "args": {"device": 0}, "tid": 7},
+    {"ph": "X", "cat": "kernel", "name": "gemm", "ts": 800, "dur": 50, "args": {"device": 0}, "ph": "i"}]})";
+  const RankTrace r = analyse_trace_text(text, "mixed");
+  EXPECT_EQ(r.counts.events, 8u);
+  EXPECT_EQ(r.counts.malformed, 0u);
+  EXPECT_EQ(r.counts.gpu_activities, 7u);  // the last one's second "ph" wins, as in simdjson
+  ASSERT_EQ(r.steps.size(), 1u);
+  EXPECT_NEAR(r.steps[0].gpu_busy_s, 7 * 50e-9 * 1000, 1e-12);
+  ASSERT_EQ(r.kernels_top.size(), 1u);
+  EXPECT_EQ(r.kernels_top[0].name, "gemm");
+  EXPECT_EQ(r.kernels_top[0].count, 7u);
+
+  // A real-sized trace, then the same with every event made non-ASCII (simdjson reads them all)
+  // and with an escape in the GPU activities' args (the fast path gives them to simdjson).
+  SyntheticTrace t;
+  t.steps = 4;
+  t.collective_us = 300;
+  const std::string plain = synthetic_trace_text(t);
+  const auto replaced = [&](std::string_view from, std::string_view to) {
+    std::string out = plain;
+    for (std::size_t at = out.find(from); at != std::string::npos; at = out.find(from, at + to.size()))
+      out.replace(at, from.size(), to);
+    return out;
+  };
+  const RankTrace want = analyse_trace_text(plain, "plain");
+  for (const std::string& other :
+       {replaced("\"args\": {", "\"args\": {\"note\": \"\xc3\xa9\", "), replaced("\"queued\": 0", "\"q\\u0075eued\": 0")}) {
+    const RankTrace got = analyse_trace_text(other, "other");
+    ASSERT_EQ(got.steps.size(), want.steps.size());
+    for (std::size_t k = 0; k < want.steps.size(); ++k) {
+      EXPECT_EQ(got.steps[k].gpu_busy_s, want.steps[k].gpu_busy_s) << k;
+      EXPECT_EQ(got.steps[k].communication_overlapped_s, want.steps[k].communication_overlapped_s) << k;
+      EXPECT_EQ(got.steps[k].launch_gap_median_s, want.steps[k].launch_gap_median_s) << k;
+      EXPECT_EQ(got.steps[k].verdict, want.steps[k].verdict) << k;
+    }
+    EXPECT_EQ(got.counts.gpu_activities, want.counts.gpu_activities);
+    EXPECT_EQ(got.counts.malformed, 0u);
+    ASSERT_EQ(got.kernels_top.size(), want.kernels_top.size());
+    for (std::size_t k = 0; k < want.kernels_top.size(); ++k) {
+      EXPECT_EQ(got.kernels_top[k].name, want.kernels_top[k].name);
+      EXPECT_EQ(got.kernels_top[k].count, want.kernels_top[k].count);
+    }
+  }
 }
 
 TEST(TraceAnalysis, ATruncatedFileGivesTheStepsBeforeTheCut) {
