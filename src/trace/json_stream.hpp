@@ -18,7 +18,7 @@ namespace trainfit::trace::detail {
 // truncated() says so after the last chunk.
 class ChunkReader {
  public:
-  explicit ChunkReader(const std::string& path, std::size_t chunk_bytes = 1 << 20);
+  explicit ChunkReader(const std::string& path, std::size_t chunk_bytes = 256 << 10);
   ~ChunkReader();
   ChunkReader(const ChunkReader&) = delete;
   ChunkReader& operator=(const ChunkReader&) = delete;

@@ -87,13 +87,17 @@ namespace detail {
 
 namespace {
 
-// Whether eight bytes (in memory order, little-endian) are all ASCII digits.
-bool eight_digits(std::uint64_t v) {
-  return ((v & 0xF0F0F0F0F0F0F0F0ULL) | (((v + 0x0606060606060606ULL) & 0xF0F0F0F0F0F0F0F0ULL) >> 4)) ==
-         0x3333333333333333ULL;
+// How many of eight bytes (in memory order, little-endian) are digits before the first that is
+// not. The first byte that is not a digit is found exactly (a carry out of a byte of 0xfa and up
+// can only spoil the byte after it).
+int leading_digits(std::uint64_t v) {
+  const std::uint64_t not_digit = ((v & 0xF0F0F0F0F0F0F0F0ULL) ^ 0x3030303030303030ULL) |
+                                  (((v + 0x0606060606060606ULL) & 0xF0F0F0F0F0F0F0F0ULL) ^ 0x3030303030303030ULL);
+  return not_digit == 0 ? 8 : __builtin_ctzll(not_digit) / 8;
 }
 
-// Their value, by multiplying pairs, then pairs of pairs (the way simdjson and fast_float read them).
+// The value of eight digits, by multiplying pairs, then pairs of pairs (the way simdjson and
+// fast_float read them).
 std::uint32_t parse_eight_digits(std::uint64_t v) {
   v -= 0x3030303030303030ULL;
   v = (v * 10) + (v >> 8);
@@ -103,31 +107,37 @@ std::uint32_t parse_eight_digits(std::uint64_t v) {
   return static_cast<std::uint32_t>(v);
 }
 
-}  // namespace
+// The value of the first n (1 to 8) digits of eight bytes: the others shifted out, zeros in front.
+std::uint32_t leading_value(std::uint64_t v, int n) {
+  if (n < 8) v = (v << (8 * (8 - n))) | (0x3030303030303030ULL >> (8 * n));
+  return parse_eight_digits(v);
+}
 
-bool microseconds_to_ns(std::string_view token, std::int64_t& ns) {
-  while (!token.empty() &&
-         (token.back() == ' ' || token.back() == '\n' || token.back() == '\r' || token.back() == '\t'))
-    token.remove_suffix(1);
-  if (token.empty()) return false;
-  // Plain decimals, in one pass (two a GPU activity, so this is on the hot path): exact, digits
-  // beyond the nanosecond dropped. Epoch timestamps with three decimals have 19 digits, too many
-  // for a double to hold exactly.
-  const char* p = token.data();
-  const char* const end = p + token.size();
+constexpr std::array<std::int64_t, 9> kPowersOf10 = {1, 10, 100, 1000, 10000, 100000, 1000000, 10000000, 100000000};
+
+std::uint64_t load8(const char* p) {
+  std::uint64_t v = 0;
+  std::memcpy(&v, p, 8);
+  return v;
+}
+
+// microseconds_to_ns on [p, end), where the bytes up to readable_end may be read: eight digits at a
+// time, however many there are (a loop of one digit at a time stops at a different digit each
+// field, and its mispredicted ends were most of this function's time).
+bool micros_to_ns(const char* p, const char* const end, const char* const readable_end, std::int64_t& ns) {
+  const char* const token = p;
   const bool negative = *p == '-';
   if (negative) ++p;
   const auto digit = [](char c) { return static_cast<unsigned>(c - '0') < 10; };
+  constexpr bool kSwar = std::endian::native == std::endian::little;
   const char* const whole = p;
   std::int64_t us = 0;
-  // Eight digits at a time where there are eight (a Kineto timestamp has 16 before the point):
-  // the digits' dependency chain is most of this function's time otherwise.
-  while (std::endian::native == std::endian::little && end - p >= 8 && p - whole <= 8) {
-    std::uint64_t chunk = 0;
-    std::memcpy(&chunk, p, 8);
-    if (!eight_digits(chunk)) break;
-    us = us * 100000000 + static_cast<std::int64_t>(parse_eight_digits(chunk));
-    p += 8;
+  for (int round = 0; kSwar && round < 2 && readable_end - p >= 8; ++round) {
+    const int n = std::min<int>(leading_digits(load8(p)), static_cast<int>(end - p));
+    if (n == 0) break;
+    us = us * kPowersOf10[static_cast<std::size_t>(n)] + leading_value(load8(p), n);
+    p += n;
+    if (n < 8) break;
   }
   while (p < end && digit(*p) && p - whole < 16) us = us * 10 + (*p++ - '0');
   const bool whole_ok = p > whole && (p == end || !digit(*p));
@@ -135,6 +145,12 @@ bool microseconds_to_ns(std::string_view token, std::int64_t& ns) {
   int frac_digits = 0;
   if (whole_ok && p < end && *p == '.') {
     ++p;
+    if (kSwar && readable_end - p >= 8) {
+      const int n = std::min<int>(leading_digits(load8(p)), static_cast<int>(end - p));
+      frac_digits = std::min(n, 3);
+      if (frac_digits > 0) frac_ns = leading_value(load8(p), frac_digits);
+      p += n;
+    }
     for (; p < end && digit(*p); ++p)
       if (frac_digits < 3) {
         frac_ns = frac_ns * 10 + (*p - '0');
@@ -143,18 +159,29 @@ bool microseconds_to_ns(std::string_view token, std::int64_t& ns) {
   }
   if (whole_ok && p == end) {
     if (us > INT64_MAX / 1000 - 1) return false;  // past the year 2262 in nanoseconds
-    for (; frac_digits < 3; ++frac_digits) frac_ns *= 10;
-    ns = us * 1000 + frac_ns;
+    ns = us * 1000 + frac_ns * kPowersOf10[static_cast<std::size_t>(3 - frac_digits)];
     if (negative) ns = -ns;
     return true;
   }
   // Anything else JSON allows (exponents, longer numbers): through a double.
   double value = 0;
-  const auto [stop, ec] = std::from_chars(token.data(), token.data() + token.size(), value);
-  if (ec != std::errc() || stop != token.data() + token.size() || !std::isfinite(value) || std::fabs(value) > 9.2e15)
-    return false;
+  const auto [stop, ec] = std::from_chars(token, end, value);
+  if (ec != std::errc() || stop != end || !std::isfinite(value) || std::fabs(value) > 9.2e15) return false;
   ns = static_cast<std::int64_t>(std::llround(value * 1000.0));
   return true;
+}
+
+}  // namespace
+
+bool microseconds_to_ns(std::string_view token, std::int64_t& ns, std::size_t readable_after) {
+  const char* const readable_end = token.data() + token.size() + readable_after;
+  while (!token.empty() &&
+         (token.back() == ' ' || token.back() == '\n' || token.back() == '\r' || token.back() == '\t'))
+    token.remove_suffix(1);
+  if (token.empty()) return false;
+  // Plain decimals exactly, digits beyond the nanosecond dropped: epoch timestamps with three
+  // decimals have 19 digits, too many for a double to hold exactly.
+  return micros_to_ns(token.data(), token.data() + token.size(), readable_end, ns);
 }
 
 namespace {
@@ -373,7 +400,8 @@ class PlainEvent {
   // A time in microseconds (a JSON number) to nanoseconds, exactly.
   bool time(std::int64_t& ns) {
     const std::string_view t = token();
-    return !t.empty() && (t.front() == '-' || (t.front() >= '0' && t.front() <= '9')) && microseconds_to_ns(t, ns);
+    return !t.empty() && (t.front() == '-' || (t.front() >= '0' && t.front() <= '9')) &&
+           microseconds_to_ns(t, ns, static_cast<std::size_t>(end_ + 1 - (t.data() + t.size())));
   }
 
   // Steps over a value: the last nested one by the splitter's offsets, other nested ones byte by

@@ -53,6 +53,34 @@ TEST(TraceNumbers, MicrosecondsBecomeExactNanoseconds) {
   EXPECT_EQ(ns, 1500000);
   EXPECT_FALSE(detail::microseconds_to_ns("\"12\"", ns));
   EXPECT_FALSE(detail::microseconds_to_ns("1e300", ns));
+  // Eight digits are read at a time, past the token's end where the text allows: every length of
+  // the whole and the fraction, and what follows the token, against the digits one by one.
+  std::mt19937 rng(3);
+  for (int k = 0; k < 20000; ++k) {
+    const int whole = 1 + static_cast<int>(rng() % 16), fraction = static_cast<int>(rng() % 7);
+    std::string token = rng() % 8 == 0 ? "-" : "";
+    std::int64_t us = 0, frac = 0;
+    for (int d = 0; d < whole; ++d) {
+      const int digit = whole == 16 && d == 0 ? 1 : static_cast<int>(rng() % 10);  // 16 digits: before 2262
+      token += static_cast<char>('0' + digit);
+      us = us * 10 + digit;
+    }
+    if (fraction > 0 || rng() % 4 == 0) token += '.';
+    for (int d = 0; d < fraction; ++d) {
+      const int digit = static_cast<int>(rng() % 10);
+      token += static_cast<char>('0' + digit);
+      if (d < 3) frac += digit * (d == 0 ? 100 : d == 1 ? 10 : 1);
+    }
+    const std::string text = token + std::string(", 12345678\"").substr(0, rng() % 12);
+    std::int64_t got = 0;
+    ASSERT_TRUE(detail::microseconds_to_ns(std::string_view(text).substr(0, token.size()), got,
+                                           text.size() - token.size()))
+        << text;
+    EXPECT_EQ(got, (token[0] == '-' ? -1 : 1) * (us * 1000 + frac)) << text;
+  }
+  EXPECT_FALSE(detail::microseconds_to_ns(std::string_view("12a4567890").substr(0, 3), ns, 7));
+  ASSERT_TRUE(detail::microseconds_to_ns(std::string_view("1234567890").substr(0, 3), ns, 7));
+  EXPECT_EQ(ns, 123000);  // the digits after the token are not the token's
   // In a trace: durations exact beside epoch timestamps with decimals.
   const RankTrace r = analyse_trace_text(
       R"({"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "ts": 1700000000123456.789, "dur": 10.5},
