@@ -82,10 +82,51 @@ inline std::uint64_t escaped_bytes(std::uint64_t backslash, bool& carry) {
   return (kEven ^ (even_runs_end << 1)) & follows_backslash;
 }
 
-// Strings from the quotes that are not escaped, then the brackets outside them.
-inline BlockBits finish_block(const BlockMasks& m, BlockCarry& carry) {
+// The bytes [p, p + len) one by one, the way the splitter has always read them: a backslash
+// escapes only inside a string. The same masks as the blocks' (BlockBits), for the last bytes of a
+// chunk, for the scalar width, and for a block with a backslash outside a string (not JSON, but it
+// splits as it always did).
+BlockBits bytewise_block(const char* p, std::size_t len, BlockCarry& carry) {
+  BlockBits out;
+  bool in_string = carry.in_string, escape = carry.escaped;
+  for (std::size_t k = 0; k < len; ++k) {
+    const auto c = static_cast<unsigned char>(p[k]);
+    const std::uint64_t bit = std::uint64_t{1} << k;
+    if (in_string) {
+      if (c < 0x20 || c >= 0x80) out.odd |= bit;
+      if (escape)
+        escape = false;
+      else if (c == '\\')
+        escape = true;
+      else if (c == '"')
+        in_string = false;
+      continue;
+    }
+    if (c >= 0x80) out.odd |= bit;
+    if (c == '"') {
+      in_string = true;
+    } else if (c == '{' || c == '[') {
+      out.brackets |= bit;
+      out.open |= bit;
+    } else if (c == '}' || c == ']') {
+      out.brackets |= bit;
+    }
+  }
+  carry = {in_string, escape};
+  return out;
+}
+
+// Strings from the quotes that are not escaped, then the brackets outside them. The escapes are
+// found whether in a string or not (as simdjson does: JSON has no backslash elsewhere); a block
+// where one is outside a string is read again byte by byte.
+inline BlockBits finish_block(const BlockMasks& m, BlockCarry& carry, const char* p) {
+  const BlockCarry before = carry;
   const std::uint64_t escaped = escaped_bytes(m.backslash, carry.escaped);
   const std::uint64_t strings = prefix_xor(m.quote & ~escaped) ^ (carry.in_string ? ~std::uint64_t{0} : 0);
+  if ((m.backslash & ~strings) != 0) [[unlikely]] {
+    carry = before;
+    return bytewise_block(p, 64, carry);
+  }
   carry.in_string = strings >> 63;
   return {(m.open | m.close) & ~strings, m.open, m.high | (m.control & strings)};
 }
@@ -93,23 +134,8 @@ inline BlockBits finish_block(const BlockMasks& m, BlockCarry& carry) {
 // Classifies `blocks` whole blocks from p into out[], carrying the string state from one to the next.
 using ClassifyBlocks = void (*)(const char* p, std::size_t blocks, BlockBits* out, BlockCarry& carry);
 
-BlockMasks masks_scalar(const char* p) {
-  BlockMasks m;
-  for (int k = 0; k < 64; ++k) {
-    const char c = p[k];
-    const std::uint64_t bit = std::uint64_t{1} << k;
-    if (c == '"') m.quote |= bit;
-    if (c == '\\') m.backslash |= bit;
-    if (c == '{' || c == '[') m.open |= bit;
-    if (c == '}' || c == ']') m.close |= bit;
-    if (static_cast<unsigned char>(c) >= 0x80) m.high |= bit;
-    if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) >= 0x80) m.control |= bit;
-  }
-  return m;
-}
-
 void classify_scalar(const char* p, std::size_t blocks, BlockBits* out, BlockCarry& carry) {
-  for (std::size_t k = 0; k < blocks; ++k) out[k] = finish_block(masks_scalar(p + 64 * k), carry);
+  for (std::size_t k = 0; k < blocks; ++k) out[k] = bytewise_block(p + 64 * k, 64, carry);
 }
 
 #if defined(__x86_64__) && defined(__SSE2__)
@@ -140,7 +166,7 @@ inline BlockMasks masks_sse2(const char* p) {
 }
 
 void classify_sse2(const char* p, std::size_t blocks, BlockBits* out, BlockCarry& carry) {
-  for (std::size_t k = 0; k < blocks; ++k) out[k] = finish_block(masks_sse2(p + 64 * k), carry);
+  for (std::size_t k = 0; k < blocks; ++k) out[k] = finish_block(masks_sse2(p + 64 * k), carry, p + 64 * k);
 }
 
 __attribute__((target("avx2"))) inline BlockMasks masks_avx2(const char* p) {
@@ -165,7 +191,7 @@ __attribute__((target("avx2"))) inline BlockMasks masks_avx2(const char* p) {
 
 __attribute__((target("avx2"))) void classify_avx2(const char* p, std::size_t blocks, BlockBits* out,
                                                    BlockCarry& carry) {
-  for (std::size_t k = 0; k < blocks; ++k) out[k] = finish_block(masks_avx2(p + 64 * k), carry);
+  for (std::size_t k = 0; k < blocks; ++k) out[k] = finish_block(masks_avx2(p + 64 * k), carry, p + 64 * k);
 }
 
 __attribute__((target("avx512bw"))) inline BlockMasks masks_avx512(const char* p) {
@@ -183,7 +209,7 @@ __attribute__((target("avx512bw"))) inline BlockMasks masks_avx512(const char* p
 
 __attribute__((target("avx512bw"))) void classify_avx512(const char* p, std::size_t blocks, BlockBits* out,
                                                          BlockCarry& carry) {
-  for (std::size_t k = 0; k < blocks; ++k) out[k] = finish_block(masks_avx512(p + 64 * k), carry);
+  for (std::size_t k = 0; k < blocks; ++k) out[k] = finish_block(masks_avx512(p + 64 * k), carry, p + 64 * k);
 }
 
 bool cpu_has(BlockScan scan) {
@@ -228,13 +254,6 @@ BlockScan widest_scan() {
 // another file may read it before this file's dynamic initialisation). Relaxed: the splitter reads
 // it once a chunk, and a test sets it before it splits anything.
 std::atomic<int> g_scan{-1};
-
-// Whether the byte after `tail` is escaped, given whether its first byte is: byte by byte, for the
-// few bytes at a chunk's end (a run of backslashes escapes every other byte).
-bool escape_after(const char* tail, std::size_t len, bool escaped) {
-  for (std::size_t k = 0; k < len; ++k) escaped = !escaped && tail[k] == '\\';
-  return escaped;
-}
 
 }  // namespace
 
@@ -422,15 +441,7 @@ std::size_t TraceSplitter::scan_events(std::string_view text, std::size_t i) {
     const std::size_t piece_bytes = std::min(n - piece, kPieceBlocks * 64);
     const std::size_t whole = piece_bytes / 64, rest = piece_bytes % 64;
     classify(data + piece, whole, masks.data(), carry);
-    if (rest > 0) {
-      // The chunk's last bytes, padded with spaces (which change no string).
-      std::array<char, 64> tail;
-      tail.fill(' ');
-      std::memcpy(tail.data(), data + piece + 64 * whole, rest);
-      const bool escaped_in = carry.escaped;
-      classify(tail.data(), 1, masks.data() + whole, carry);
-      carry.escaped = escape_after(tail.data(), rest, escaped_in);
-    }
+    if (rest > 0) masks[whole] = bytewise_block(data + piece + 64 * whole, rest, carry);  // the chunk's last bytes
     in_string_ = carry.in_string;
     escape_ = carry.escaped;
     for (std::size_t block = 0; block * 64 < piece_bytes; ++block) {

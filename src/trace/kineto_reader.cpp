@@ -534,6 +534,7 @@ class EventReader {
   std::array<CachedName, 1024> name_cache_{};
 
   static std::size_t name_slot(std::string_view name) {
+    if (name.empty()) return 0;  // an activity without a name: no bytes to read (data() may be null)
     const std::size_t n = std::min<std::size_t>(name.size(), 8);
     std::uint64_t head = 0, middle = 0, tail = 0;
     std::memcpy(&head, name.data(), n);

@@ -211,6 +211,52 @@ TEST(TraceSplitter, BlocksAndChunksNeverCutAStringWrong) {
   EXPECT_TRUE(detail::use_block_scan(widest));
 }
 
+// Text that is not JSON (a backslash outside a string, unbalanced quotes and brackets) splits the
+// same at every width and wherever the chunks end: as the byte-by-byte reading (the scalar width)
+// splits it, or fails at the same byte.
+TEST(TraceSplitter, TextThatIsNotJsonSplitsTheSameAtEveryWidth) {
+  std::mt19937 rng(5);
+  const detail::BlockScan widest = detail::block_scan();
+  const std::string_view alphabet = "{}[]\"\"\"\\\\,,  :ab\n\xc3\xa9\x01";
+  const auto split = [](const std::string& text, std::size_t chunk) {
+    std::string out;
+    detail::TraceSplitter s(
+        [&](std::string_view e, const detail::EventShape& shape) {
+          out += "E" + std::string(e) + (shape.plain ? "|p" : "|n") + std::to_string(shape.last_nested_open) + "," +
+                 std::to_string(shape.last_nested_close) + "\n";
+        },
+        [&](std::string_view k, std::string_view v) { out += "M" + std::string(k) + "=" + std::string(v) + "\n"; });
+    try {
+      for (std::size_t at = 0; at < text.size(); at += chunk) s.feed(std::string_view(text).substr(at, chunk));
+      out += s.complete() ? "complete" : "open";
+    } catch (const trainfit::InputError& e) {
+      out += e.what();
+    }
+    return out;
+  };
+  for (int round = 0; round < 300; ++round) {
+    std::string text = R"({"a": 1, "traceEvents": [{"x": "y"}, )";
+    const int length = 50 + static_cast<int>(rng() % 600);
+    for (int k = 0; k < length; ++k) text += alphabet[rng() % alphabet.size()];
+    ASSERT_TRUE(detail::use_block_scan(detail::BlockScan::scalar));
+    const std::string want = split(text, text.size());
+    for (int w = 0; w < 4; ++w) {
+      if (!detail::use_block_scan(static_cast<detail::BlockScan>(w))) continue;
+      for (const std::size_t chunk : {text.size(), std::size_t{1} + rng() % 100}) {
+        // Which blocks a neighbour's non-ASCII byte marks depends on where the blocks fall: compare
+        // the pieces and positions, and plainness only where the whole text is fed at once.
+        std::string got = split(text, chunk), expected = want;
+        if (chunk != text.size() || w == 0) {
+          for (std::string* t : {&got, &expected})
+            for (std::size_t at = t->find("|p"); at != std::string::npos; at = t->find("|p", at)) (*t)[at + 1] = 'n';
+        }
+        ASSERT_EQ(got, expected) << "width " << w << ", chunks of " << chunk << ":\n" << text;
+      }
+    }
+  }
+  EXPECT_TRUE(detail::use_block_scan(widest));
+}
+
 TEST(TraceSplitter, RefusesWhatCannotBeATrace) {
   for (const std::string_view bad : {"hello", R"({"traceEvents": [1, 2]})", R"({"traceEvents" 1})", R"({5: 1})"}) {
     detail::TraceSplitter s([](std::string_view, const detail::EventShape&) {}, [](std::string_view, std::string_view) {});
