@@ -245,6 +245,33 @@ constexpr std::array<std::uint8_t, 256> byte_classes() {
 }
 constexpr std::array<std::uint8_t, 256> kByteClass = byte_classes();
 
+// The fields the fast path reads (and "other": stepped over).
+enum class EventField { ph, cat, name, ts, dur, pid, args, other };
+
+// The keys of an "X" event as Kineto writes them, in its order, each with its colon: when the text
+// holds the one expected next, it is matched by one compare of eight bytes (no scan for its closing
+// quote, no lookup of the name).
+struct KnownKey {
+  std::uint64_t bytes = 0, mask = 0;
+  std::size_t length = 0;
+  EventField field = EventField::other;
+};
+
+constexpr KnownKey known_key_of(std::string_view text, EventField field) {
+  KnownKey k{0, 0, text.size(), field};
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    k.bytes |= std::uint64_t{static_cast<unsigned char>(text[i])} << (8 * i);
+    k.mask |= std::uint64_t{0xFF} << (8 * i);
+  }
+  return k;
+}
+
+constexpr std::array<KnownKey, 8> kKinetoKeys = {
+    known_key_of("\"ph\":", EventField::ph),   known_key_of("\"cat\":", EventField::cat),
+    known_key_of("\"name\":", EventField::name), known_key_of("\"pid\":", EventField::pid),
+    known_key_of("\"tid\":", EventField::other), known_key_of("\"ts\":", EventField::ts),
+    known_key_of("\"dur\":", EventField::dur),   known_key_of("\"args\":", EventField::args)};
+
 // The fast path: an event's fields read straight from its text, without simdjson, when it is of
 // the plain shape Kineto writes. The splitter has found the event's end, where its last nested
 // value (args) opens and closes, and that it holds no non-ASCII byte and no control character in a
@@ -268,11 +295,16 @@ class PlainEvent {
     bool cat_seen = false;
     skip_spaces();
     if (p_ == end_) return true;  // {}
+    std::size_t next = 0;  // the key Kineto writes next, in kKinetoKeys
     for (;;) {
-      std::string_view name;
-      if (!key(name) || !colon()) return false;
+      Field field = Field::other;
+      if (!known_key(next, field)) {
+        std::string_view name;
+        if (!key(name) || !colon()) return false;
+        field = field_of(name);
+      }
       bool ok = true;
-      switch (field_of(name)) {
+      switch (field) {
         case Field::ph:
           ok = string(f.ph);
           break;
@@ -316,11 +348,24 @@ class PlainEvent {
   }
 
  private:
-  enum class Field { ph, cat, name, ts, dur, pid, args, other };
+  using Field = EventField;
   const char* begin_;
   const char* p_;
   const char* end_;  // the event's closing brace
   const EventShape& shape_;
+
+  // The key expected next, with its colon and the spaces after; false (and nothing read) when the
+  // text holds another, or the event's end is too near for eight bytes.
+  bool known_key(std::size_t& next, Field& field) {
+    if (std::endian::native != std::endian::little || next >= kKinetoKeys.size() || end_ - p_ < 8) return false;
+    const KnownKey& k = kKinetoKeys[next];
+    if ((load8(p_) & k.mask) != k.bytes) return false;
+    ++next;
+    field = k.field;
+    p_ += k.length;
+    skip_spaces();
+    return p_ < end_;
+  }
 
   static Field field_of(std::string_view k) {
     switch (k.size()) {
