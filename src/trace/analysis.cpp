@@ -164,6 +164,10 @@ RankTrace analyse(TraceData data, const std::string& source, const TraceOptions&
   // tenth of the run and twice the activities' memory).
   std::int64_t longest = 0;
   std::vector<Interval> busy, comm_union, compute_union;
+  // At most one interval an activity: reserved once (pages never written are never resident), so
+  // that no doubling copies them and faults their pages in twice.
+  busy.reserve(data.gpu.size());
+  compute_union.reserve(data.gpu.size());
   for (const GpuSpan& g : data.gpu) {
     longest = std::max(longest, g.end - g.begin);
     extend_union(busy, g.begin, g.end);
@@ -184,6 +188,8 @@ RankTrace analyse(TraceData data, const std::string& source, const TraceOptions&
   }
 
   std::vector<double> all_kernels, all_gaps;
+  all_kernels.reserve(data.gpu.size());
+  all_gaps.reserve(data.launches.size());
   for (const NamedInterval& step : data.steps) {
     StepTrace s;
     s.name = step.name;

@@ -1,6 +1,7 @@
 #include "trace/json_stream.hpp"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <fmt/format.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -272,6 +273,8 @@ struct ChunkReader::Inflater {
 ChunkReader::ChunkReader(const std::string& path, std::size_t chunk_bytes) : path_(path) {
   fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd_ < 0) throw InputError(fmt::format("cannot read trace '{}': {}", path, std::strerror(errno)));
+  struct stat st {};
+  if (::fstat(fd_, &st) == 0 && st.st_size > 0) file_bytes_ = static_cast<std::uint64_t>(st.st_size);
   in_.resize(chunk_bytes);
   out_.resize(chunk_bytes);
   const std::size_t got = read_raw(in_.data(), 2);

@@ -25,6 +25,8 @@ class ChunkReader {
   // The next chunk; empty at the end of the file. Valid until the next call.
   std::string_view next();
   bool gzip() const { return gzip_; }
+  // The file's size on disk (compressed, for gzip), as it was when opened.
+  std::uint64_t file_bytes() const { return file_bytes_; }
   bool truncated() const { return truncated_; }
 
  private:
@@ -33,6 +35,7 @@ class ChunkReader {
   int fd_ = -1;
   bool gzip_ = false, truncated_ = false, eof_ = false;
   std::size_t pending_head_ = 0;  // bytes of a plain file read to detect gzip, not yet handed out
+  std::uint64_t file_bytes_ = 0;
   std::string in_, out_;
   std::unique_ptr<Inflater> inflater_;
   std::size_t read_raw(char* into, std::size_t capacity);
