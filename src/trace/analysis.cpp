@@ -166,14 +166,17 @@ RankTrace analyse(TraceData data, const std::string& source, const TraceOptions&
   std::vector<Interval> busy, comm_union, compute_union;
   // At most one interval an activity: reserved once (pages never written are never resident), so
   // that no doubling copies them and faults their pages in twice.
+  // The compute union serves only the overlap with communication: none without collectives.
+  const bool collectives = std::any_of(data.gpu.begin(), data.gpu.end(),
+                                       [](const GpuSpan& g) { return g.category == KernelCategory::communication; });
   busy.reserve(data.gpu.size());
-  compute_union.reserve(data.gpu.size());
+  if (collectives) compute_union.reserve(data.gpu.size());
   for (const GpuSpan& g : data.gpu) {
     longest = std::max(longest, g.end - g.begin);
     extend_union(busy, g.begin, g.end);
     if (g.category == KernelCategory::communication)
       extend_union(comm_union, g.begin, g.end);
-    else if (g.category <= KernelCategory::optimizer)
+    else if (collectives && g.category <= KernelCategory::optimizer)
       extend_union(compute_union, g.begin, g.end);
   }
   const std::vector<Interval> loader = merge(data.data_loader), sync = merge(data.synchronise);
