@@ -8,6 +8,7 @@
 
 #include <array>
 #include <atomic>
+#include <bit>
 #include <cerrno>
 #include <cstring>
 #if defined(__x86_64__)
@@ -139,6 +140,43 @@ void classify_scalar(const char* p, std::size_t blocks, BlockBits* out, BlockCar
   for (std::size_t k = 0; k < blocks; ++k) out[k] = bytewise_block(p + 64 * k, 64, carry);
 }
 
+// Eight bytes a word in plain C++ (SWAR), for CPUs without the x86 widths (aarch64: a GH200's
+// Grace): each test leaves a byte's top bit set where it holds, exactly (no carry crosses from one
+// byte to the next), and a multiplication gathers the eight top bits into a byte.
+constexpr std::uint64_t kOnes = 0x0101010101010101ULL, kLow7 = 0x7F7F7F7F7F7F7F7FULL, kTop = 0x8080808080808080ULL;
+
+// Top bit of each byte of w that is zero.
+constexpr std::uint64_t zero_bytes(std::uint64_t w) { return ~(((w & kLow7) + kLow7) | w) & kTop; }
+
+// The eight top bits, as bits 0..7 (byte k's at bit k).
+constexpr std::uint64_t gather_tops(std::uint64_t tops) { return ((tops >> 7) * 0x0102040810204080ULL) >> 56; }
+
+BlockMasks masks_swar(const char* p) {
+  BlockMasks m;
+  for (int k = 0; k < 8; ++k) {
+    std::uint64_t w = 0;
+    std::memcpy(&w, p + 8 * k, 8);
+    if constexpr (std::endian::native == std::endian::big) w = __builtin_bswap64(w);  // byte 0 lowest
+    const std::uint64_t folded = w | (0x20 * kOnes);  // '{' and '[' alike, '}' and ']' alike
+    // Bytes below 0x20: their low seven bits plus 0x60 stay under 0x80, and their own top bit is 0.
+    const std::uint64_t below_20 = ~(((w & kLow7) + 0x60 * kOnes) | w) & kTop;
+    const int at = 8 * k;
+    m.quote |= gather_tops(zero_bytes(w ^ ('"' * kOnes))) << at;
+    m.backslash |= gather_tops(zero_bytes(w ^ ('\\' * kOnes))) << at;
+    m.open |= gather_tops(zero_bytes(folded ^ ('{' * kOnes))) << at;
+    m.close |= gather_tops(zero_bytes(folded ^ ('}' * kOnes))) << at;
+    // Most words of a trace hold neither (and a multiplication saved is an eighth of the word).
+    if (const std::uint64_t high = w & kTop; high != 0) m.high |= gather_tops(high) << at;
+    if (const std::uint64_t control = below_20 | (w & kTop); control != 0)
+      m.control |= gather_tops(control) << at;  // as the x86 widths' signed compare
+  }
+  return m;
+}
+
+void classify_swar(const char* p, std::size_t blocks, BlockBits* out, BlockCarry& carry) {
+  for (std::size_t k = 0; k < blocks; ++k) out[k] = finish_block(masks_swar(p + 64 * k), carry, p + 64 * k);
+}
+
 #if defined(__x86_64__) && defined(__SSE2__)
 // '{' (0x7b) and '[' (0x5b) differ only in the bit 0x20, as do '}' (0x7d) and ']' (0x5d): with that
 // bit set, one compare finds both of a pair (no other byte becomes 0x7b or 0x7d that way).
@@ -217,6 +255,7 @@ bool cpu_has(BlockScan scan) {
   __builtin_cpu_init();
   switch (scan) {
     case BlockScan::scalar:
+    case BlockScan::swar:
     case BlockScan::sse2:
       return true;
     case BlockScan::avx2:
@@ -231,6 +270,8 @@ ClassifyBlocks classifier_of(BlockScan scan) {
   switch (scan) {
     case BlockScan::scalar:
       return classify_scalar;
+    case BlockScan::swar:
+      return classify_swar;
     case BlockScan::sse2:
       return classify_sse2;
     case BlockScan::avx2:
@@ -241,14 +282,14 @@ ClassifyBlocks classifier_of(BlockScan scan) {
   return classify_sse2;
 }
 #else
-bool cpu_has(BlockScan scan) { return scan == BlockScan::scalar; }
-ClassifyBlocks classifier_of(BlockScan) { return classify_scalar; }
+bool cpu_has(BlockScan scan) { return scan == BlockScan::scalar || scan == BlockScan::swar; }
+ClassifyBlocks classifier_of(BlockScan scan) { return scan == BlockScan::swar ? classify_swar : classify_scalar; }
 #endif
 
 BlockScan widest_scan() {
   for (const BlockScan scan : {BlockScan::avx512, BlockScan::avx2, BlockScan::sse2})
     if (cpu_has(scan)) return scan;
-  return BlockScan::scalar;
+  return BlockScan::swar;
 }
 
 // The width in use, or -1 until it is first needed (constant-initialised, so that a static of

@@ -42,10 +42,11 @@ class ChunkReader {
 };
 
 // How wide the splitter classifies bytes: the widest the CPU has, chosen once at run time (the build
-// targets plain x86-64). The tests and the benchmark pick each in turn; use_block_scan is false
-// when this CPU (or this build, off x86-64: scalar only) lacks the one asked for, and then changes
-// nothing. The choice holds for the whole process.
-enum class BlockScan { scalar, sse2, avx2, avx512 };
+// targets plain x86-64): byte by byte, eight bytes a word in plain C++ (what other CPUs use), or
+// SSE2, AVX2 and AVX-512 on x86-64. The tests and the benchmark pick each in turn; use_block_scan
+// is false when this CPU (or build) lacks the one asked for, and then changes nothing. The choice
+// holds for the whole process.
+enum class BlockScan { scalar, swar, sse2, avx2, avx512 };
 bool use_block_scan(BlockScan scan);
 BlockScan block_scan();
 

@@ -191,15 +191,15 @@ TEST(TraceSplitter, BlocksAndChunksNeverCutAStringWrong) {
   }
   text += "\n], \"after\": " + string_of() + "}";
   const detail::BlockScan widest = detail::block_scan();
-  for (int round = 0; round < 40; ++round) {
+  for (int round = 0; round < 50; ++round) {
     // Every width this CPU has, each on chunks of every size range.
-    const auto scan = static_cast<detail::BlockScan>(round % 4);
+    const auto scan = static_cast<detail::BlockScan>(round % 5);
     if (!detail::use_block_scan(scan)) continue;
     std::vector<std::string> got, members;
     detail::TraceSplitter s([&](std::string_view e, const detail::EventShape&) { got.emplace_back(e); },
                             [&](std::string_view k, std::string_view) { members.emplace_back(k); });
     for (std::size_t at = 0; at < text.size();) {
-      const std::size_t chunk = round < 4 ? text.size() : 1 + static_cast<std::size_t>(pick(round < 20 ? 200 : 5000));
+      const std::size_t chunk = round < 5 ? text.size() : 1 + static_cast<std::size_t>(pick(round < 25 ? 200 : 5000));
       s.feed(std::string_view(text).substr(at, chunk));
       at += chunk;
     }
@@ -240,7 +240,7 @@ TEST(TraceSplitter, TextThatIsNotJsonSplitsTheSameAtEveryWidth) {
     for (int k = 0; k < length; ++k) text += alphabet[rng() % alphabet.size()];
     ASSERT_TRUE(detail::use_block_scan(detail::BlockScan::scalar));
     const std::string want = split(text, text.size());
-    for (int w = 0; w < 4; ++w) {
+    for (int w = 0; w < 5; ++w) {
       if (!detail::use_block_scan(static_cast<detail::BlockScan>(w))) continue;
       for (const std::size_t chunk : {text.size(), std::size_t{1} + rng() % 100}) {
         // Which blocks a neighbour's non-ASCII byte marks depends on where the blocks fall: compare
