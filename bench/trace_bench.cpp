@@ -36,8 +36,9 @@ void BM_TraceSplit(benchmark::State& state) {
   }
   for (auto _ : state) {
     std::size_t events = 0;
-    trainfit::trace::detail::TraceSplitter splitter([&](std::string_view, const trainfit::trace::detail::EventShape&) { ++events; },
-                                                    [](std::string_view, std::string_view) {});
+    trainfit::trace::detail::TraceSplitter splitter(
+        [&](std::string_view, const trainfit::trace::detail::EventShape&) { ++events; },
+        [](std::string_view, std::string_view) {});
     for (std::size_t at = 0; at < text.size(); at += 1 << 20) splitter.feed(std::string_view(text).substr(at, 1 << 20));
     benchmark::DoNotOptimize(events);
   }

@@ -159,7 +159,8 @@ RankTrace analyse(TraceData data, const std::string& source, const TraceOptions&
   std::erase_if(data.gpu, [&](const GpuSpan& g) { return g.device != r.device; });
   // Kineto writes each stream's activities in order, and a trace of one stream needs no sort.
   const auto by_begin = [](const GpuSpan& a, const GpuSpan& b) { return a.begin < b.begin; };
-  if (!std::is_sorted(data.gpu.begin(), data.gpu.end(), by_begin)) std::sort(data.gpu.begin(), data.gpu.end(), by_begin);
+  if (!std::is_sorted(data.gpu.begin(), data.gpu.end(), by_begin))
+    std::sort(data.gpu.begin(), data.gpu.end(), by_begin);
   // The unions are built as the sorted activities go by (no copy of them to merge: that was a
   // tenth of the run and twice the activities' memory).
   std::int64_t longest = 0;
@@ -180,7 +181,8 @@ RankTrace analyse(TraceData data, const std::string& source, const TraceOptions&
       extend_union(compute_union, g.begin, g.end);
   }
   const std::vector<Interval> loader = merge(data.data_loader), sync = merge(data.synchronise);
-  if (!std::is_sorted(data.launches.begin(), data.launches.end())) std::sort(data.launches.begin(), data.launches.end());
+  if (!std::is_sorted(data.launches.begin(), data.launches.end()))
+    std::sort(data.launches.begin(), data.launches.end());
 
   std::sort(data.steps.begin(), data.steps.end(),
             [](const NamedInterval& a, const NamedInterval& b) { return a.span.begin < b.span.begin; });

@@ -1,8 +1,8 @@
 #include "trace/json_stream.hpp"
 
 #include <fcntl.h>
-#include <sys/stat.h>
 #include <fmt/format.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -146,10 +146,14 @@ void classify_scalar(const char* p, std::size_t blocks, BlockBits* out, BlockCar
 constexpr std::uint64_t kOnes = 0x0101010101010101ULL, kLow7 = 0x7F7F7F7F7F7F7F7FULL, kTop = 0x8080808080808080ULL;
 
 // Top bit of each byte of w that is zero.
-constexpr std::uint64_t zero_bytes(std::uint64_t w) { return ~(((w & kLow7) + kLow7) | w) & kTop; }
+constexpr std::uint64_t zero_bytes(std::uint64_t w) {
+  return ~(((w & kLow7) + kLow7) | w) & kTop;
+}
 
 // The eight top bits, as bits 0..7 (byte k's at bit k).
-constexpr std::uint64_t gather_tops(std::uint64_t tops) { return ((tops >> 7) * 0x0102040810204080ULL) >> 56; }
+constexpr std::uint64_t gather_tops(std::uint64_t tops) {
+  return ((tops >> 7) * 0x0102040810204080ULL) >> 56;
+}
 
 BlockMasks masks_swar(const char* p) {
   BlockMasks m;
@@ -198,7 +202,7 @@ inline BlockMasks masks_sse2(const char* p) {
     m.backslash |= bits(_mm_cmpeq_epi8(v, backslash), k);
     m.open |= bits(_mm_cmpeq_epi8(folded, open), k);
     m.close |= bits(_mm_cmpeq_epi8(folded, close), k);
-    m.high |= bits(v, k);  // the top bit of each byte
+    m.high |= bits(v, k);                            // the top bit of each byte
     m.control |= bits(_mm_cmplt_epi8(v, bit20), k);  // signed: below 0x20, or 0x80 and up
   }
   return m;
@@ -282,8 +286,12 @@ ClassifyBlocks classifier_of(BlockScan scan) {
   return classify_sse2;
 }
 #else
-bool cpu_has(BlockScan scan) { return scan == BlockScan::scalar || scan == BlockScan::swar; }
-ClassifyBlocks classifier_of(BlockScan scan) { return scan == BlockScan::swar ? classify_swar : classify_scalar; }
+bool cpu_has(BlockScan scan) {
+  return scan == BlockScan::scalar || scan == BlockScan::swar;
+}
+ClassifyBlocks classifier_of(BlockScan scan) {
+  return scan == BlockScan::swar ? classify_swar : classify_scalar;
+}
 #endif
 
 BlockScan widest_scan() {

@@ -267,7 +267,7 @@ constexpr KnownKey known_key_of(std::string_view text, EventField field) {
 }
 
 constexpr std::array<KnownKey, 8> kKinetoKeys = {
-    known_key_of("\"ph\":", EventField::ph),   known_key_of("\"cat\":", EventField::cat),
+    known_key_of("\"ph\":", EventField::ph),     known_key_of("\"cat\":", EventField::cat),
     known_key_of("\"name\":", EventField::name), known_key_of("\"pid\":", EventField::pid),
     known_key_of("\"tid\":", EventField::other), known_key_of("\"ts\":", EventField::ts),
     known_key_of("\"dur\":", EventField::dur),   known_key_of("\"args\":", EventField::args)};
@@ -295,7 +295,7 @@ class PlainEvent {
     bool cat_seen = false;
     skip_spaces();
     if (p_ == end_) return true;  // {}
-    std::size_t next = 0;  // the key Kineto writes next, in kKinetoKeys
+    std::size_t next = 0;         // the key Kineto writes next, in kKinetoKeys
     for (;;) {
       Field field = Field::other;
       if (!known_key(next, field)) {

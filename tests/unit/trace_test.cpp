@@ -73,8 +73,8 @@ TEST(TraceNumbers, MicrosecondsBecomeExactNanoseconds) {
     }
     const std::string text = token + std::string(", 12345678\"").substr(0, rng() % 12);
     std::int64_t got = 0;
-    ASSERT_TRUE(detail::microseconds_to_ns(std::string_view(text).substr(0, token.size()), got,
-                                           text.size() - token.size()))
+    ASSERT_TRUE(
+        detail::microseconds_to_ns(std::string_view(text).substr(0, token.size()), got, text.size() - token.size()))
         << text;
     EXPECT_EQ(got, (token[0] == '-' ? -1 : 1) * (us * 1000 + frac)) << text;
   }
@@ -259,7 +259,8 @@ TEST(TraceSplitter, TextThatIsNotJsonSplitsTheSameAtEveryWidth) {
 
 TEST(TraceSplitter, RefusesWhatCannotBeATrace) {
   for (const std::string_view bad : {"hello", R"({"traceEvents": [1, 2]})", R"({"traceEvents" 1})", R"({5: 1})"}) {
-    detail::TraceSplitter s([](std::string_view, const detail::EventShape&) {}, [](std::string_view, std::string_view) {});
+    detail::TraceSplitter s([](std::string_view, const detail::EventShape&) {},
+                            [](std::string_view, std::string_view) {});
     EXPECT_THROW(s.feed(bad), trainfit::InputError) << bad;
   }
 }
@@ -420,8 +421,8 @@ TEST(TraceAnalysis, EveryWayOfReadingAnEventGivesTheSameFigures) {
     return out;
   };
   const RankTrace want = analyse_trace_text(plain, "plain");
-  for (const std::string& other :
-       {replaced("\"args\": {", "\"args\": {\"note\": \"\xc3\xa9\", "), replaced("\"queued\": 0", "\"q\\u0075eued\": 0")}) {
+  for (const std::string& other : {replaced("\"args\": {", "\"args\": {\"note\": \"\xc3\xa9\", "),
+                                   replaced("\"queued\": 0", "\"q\\u0075eued\": 0")}) {
     const RankTrace got = analyse_trace_text(other, "other");
     ASSERT_EQ(got.steps.size(), want.steps.size());
     for (std::size_t k = 0; k < want.steps.size(); ++k) {
