@@ -9,10 +9,16 @@ cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 cmake --preset release >/dev/null
 cmake --build --preset release --target trainfit_cli trainfit_trace_gen
+# The ratio is against json.load + pandas: a python3 first on PATH without pandas (a pyenv, a venv)
+# would time the plain-Python grouping instead, so Debian's (python3-pandas) is taken when it has it.
+python=${PYTHON:-python3}
+if ! "$python" -c 'import pandas' 2>/dev/null && /usr/bin/python3 -c 'import pandas' 2>/dev/null; then
+  python=/usr/bin/python3
+fi
 arg=${1:-1024}
 if [[ -f "$arg" ]]; then
-  python3 python/trace_jobs/speed.py --trainfit build/release/app/trainfit "$arg"
+  "$python" python/trace_jobs/speed.py --trainfit build/release/app/trainfit "$arg"
 else
-  python3 python/trace_jobs/speed.py --trainfit build/release/app/trainfit --gen build/release/bench/trainfit_trace_gen \
+  "$python" python/trace_jobs/speed.py --trainfit build/release/app/trainfit --gen build/release/bench/trainfit_trace_gen \
     --megabytes "$arg"
 fi

@@ -9,6 +9,7 @@ Each program runs in its own process; its wall time and peak resident memory com
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -37,6 +38,13 @@ def main(argv=None):
     ap.add_argument("--megabytes", type=float, default=1024)
     a = ap.parse_args(argv)
     work = tempfile.mkdtemp(prefix="trainfit-trace-speed-")
+    try:
+        return measure(a, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)  # a generated trace is as big as asked: not left behind
+
+
+def measure(a, work):
     path = a.trace
     if not path:
         if not a.gen:

@@ -2,12 +2,18 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
 #include <array>
+#include <atomic>
+#include <bit>
 #include <cerrno>
 #include <cstring>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 #include "trainfit/error.hpp"
 
@@ -29,6 +35,276 @@ constexpr std::array<bool, 256> structural_table() {
 }
 constexpr std::array<bool, 256> kStructural = structural_table();
 
+// The bytes of a 64-byte block that the event scan looks at, one bit a byte (bit k is byte k).
+struct BlockMasks {
+  std::uint64_t quote = 0, backslash = 0, open = 0, close = 0;
+  std::uint64_t high = 0;     // bytes 0x80-0xff (of UTF-8 sequences)
+  std::uint64_t control = 0;  // bytes below 0x20 (which a string must escape), and the high ones
+};
+
+// What the walk over a block needs: the brackets outside strings, which of them open, and the
+// bytes that make an event not plain (EventShape): non-ASCII, or control characters in strings.
+struct BlockBits {
+  std::uint64_t brackets = 0, open = 0, odd = 0;
+};
+
+// The state a block leaves to the next: inside a string, and whether its first byte is escaped.
+struct BlockCarry {
+  bool in_string = false, escaped = false;
+};
+
+// Bit k of the result is the parity of bits 0..k: with quotes in, the bytes inside strings (the
+// opening quote included, the closing one not).
+inline std::uint64_t prefix_xor(std::uint64_t x) {
+  x ^= x << 1;
+  x ^= x << 2;
+  x ^= x << 4;
+  x ^= x << 8;
+  x ^= x << 16;
+  x ^= x << 32;
+  return x;
+}
+
+// The bytes escaped by a backslash (the byte after an odd run of them), simdjson's stage 1 method:
+// runs are told apart by whether they start on an even or odd bit, their ends found by an addition.
+// `carry` says the block's first byte is escaped, and becomes whether the next block's is.
+inline std::uint64_t escaped_bytes(std::uint64_t backslash, bool& carry) {
+  if (backslash == 0) {  // nearly every block of a trace
+    const std::uint64_t escaped = carry ? 1 : 0;
+    carry = false;
+    return escaped;
+  }
+  constexpr std::uint64_t kEven = 0x5555555555555555ULL;
+  const std::uint64_t carried = carry ? 1 : 0;
+  backslash &= ~carried;  // an escaped backslash escapes nothing
+  const std::uint64_t follows_backslash = backslash << 1 | carried;
+  const std::uint64_t odd_starts = backslash & ~kEven & ~follows_backslash;
+  std::uint64_t even_runs_end = 0;
+  carry = __builtin_add_overflow(odd_starts, backslash, &even_runs_end);
+  return (kEven ^ (even_runs_end << 1)) & follows_backslash;
+}
+
+// The bytes [p, p + len) one by one, the way the splitter has always read them: a backslash
+// escapes only inside a string. The same masks as the blocks' (BlockBits), for the last bytes of a
+// chunk, for the scalar width, and for a block with a backslash outside a string (not JSON, but it
+// splits as it always did).
+BlockBits bytewise_block(const char* p, std::size_t len, BlockCarry& carry) {
+  BlockBits out;
+  bool in_string = carry.in_string, escape = carry.escaped;
+  for (std::size_t k = 0; k < len; ++k) {
+    const auto c = static_cast<unsigned char>(p[k]);
+    const std::uint64_t bit = std::uint64_t{1} << k;
+    if (in_string) {
+      if (c < 0x20 || c >= 0x80) out.odd |= bit;
+      if (escape)
+        escape = false;
+      else if (c == '\\')
+        escape = true;
+      else if (c == '"')
+        in_string = false;
+      continue;
+    }
+    if (c >= 0x80) out.odd |= bit;
+    if (c == '"') {
+      in_string = true;
+    } else if (c == '{' || c == '[') {
+      out.brackets |= bit;
+      out.open |= bit;
+    } else if (c == '}' || c == ']') {
+      out.brackets |= bit;
+    }
+  }
+  carry = {in_string, escape};
+  return out;
+}
+
+// Strings from the quotes that are not escaped, then the brackets outside them. The escapes are
+// found whether in a string or not (as simdjson does: JSON has no backslash elsewhere); a block
+// where one is outside a string is read again byte by byte.
+inline BlockBits finish_block(const BlockMasks& m, BlockCarry& carry, const char* p) {
+  const BlockCarry before = carry;
+  const std::uint64_t escaped = escaped_bytes(m.backslash, carry.escaped);
+  const std::uint64_t strings = prefix_xor(m.quote & ~escaped) ^ (carry.in_string ? ~std::uint64_t{0} : 0);
+  if ((m.backslash & ~strings) != 0) [[unlikely]] {
+    carry = before;
+    return bytewise_block(p, 64, carry);
+  }
+  carry.in_string = strings >> 63;
+  return {(m.open | m.close) & ~strings, m.open, m.high | (m.control & strings)};
+}
+
+// Classifies `blocks` whole blocks from p into out[], carrying the string state from one to the next.
+using ClassifyBlocks = void (*)(const char* p, std::size_t blocks, BlockBits* out, BlockCarry& carry);
+
+void classify_scalar(const char* p, std::size_t blocks, BlockBits* out, BlockCarry& carry) {
+  for (std::size_t k = 0; k < blocks; ++k) out[k] = bytewise_block(p + 64 * k, 64, carry);
+}
+
+// Eight bytes a word in plain C++ (SWAR), for CPUs without the x86 widths (aarch64: a GH200's
+// Grace): each test leaves a byte's top bit set where it holds, exactly (no carry crosses from one
+// byte to the next), and a multiplication gathers the eight top bits into a byte.
+constexpr std::uint64_t kOnes = 0x0101010101010101ULL, kLow7 = 0x7F7F7F7F7F7F7F7FULL, kTop = 0x8080808080808080ULL;
+
+// Top bit of each byte of w that is zero.
+constexpr std::uint64_t zero_bytes(std::uint64_t w) {
+  return ~(((w & kLow7) + kLow7) | w) & kTop;
+}
+
+// The eight top bits, as bits 0..7 (byte k's at bit k).
+constexpr std::uint64_t gather_tops(std::uint64_t tops) {
+  return ((tops >> 7) * 0x0102040810204080ULL) >> 56;
+}
+
+BlockMasks masks_swar(const char* p) {
+  BlockMasks m;
+  for (int k = 0; k < 8; ++k) {
+    std::uint64_t w = 0;
+    std::memcpy(&w, p + 8 * k, 8);
+    if constexpr (std::endian::native == std::endian::big) w = __builtin_bswap64(w);  // byte 0 lowest
+    const std::uint64_t folded = w | (0x20 * kOnes);  // '{' and '[' alike, '}' and ']' alike
+    // Bytes below 0x20: their low seven bits plus 0x60 stay under 0x80, and their own top bit is 0.
+    const std::uint64_t below_20 = ~(((w & kLow7) + 0x60 * kOnes) | w) & kTop;
+    const int at = 8 * k;
+    m.quote |= gather_tops(zero_bytes(w ^ ('"' * kOnes))) << at;
+    m.backslash |= gather_tops(zero_bytes(w ^ ('\\' * kOnes))) << at;
+    m.open |= gather_tops(zero_bytes(folded ^ ('{' * kOnes))) << at;
+    m.close |= gather_tops(zero_bytes(folded ^ ('}' * kOnes))) << at;
+    // Most words of a trace hold neither (and a multiplication saved is an eighth of the word).
+    if (const std::uint64_t high = w & kTop; high != 0) m.high |= gather_tops(high) << at;
+    if (const std::uint64_t control = below_20 | (w & kTop); control != 0)
+      m.control |= gather_tops(control) << at;  // as the x86 widths' signed compare
+  }
+  return m;
+}
+
+void classify_swar(const char* p, std::size_t blocks, BlockBits* out, BlockCarry& carry) {
+  for (std::size_t k = 0; k < blocks; ++k) out[k] = finish_block(masks_swar(p + 64 * k), carry, p + 64 * k);
+}
+
+#if defined(__x86_64__) && defined(__SSE2__)
+// '{' (0x7b) and '[' (0x5b) differ only in the bit 0x20, as do '}' (0x7d) and ']' (0x5d): with that
+// bit set, one compare finds both of a pair (no other byte becomes 0x7b or 0x7d that way).
+//
+// Three widths, chosen at run time by what the CPU has (the build targets plain x86-64): each
+// function carries its own target, and the generic code it calls is inlined into it.
+// SSE2 is part of x86-64 itself.
+inline BlockMasks masks_sse2(const char* p) {
+  const __m128i quote = _mm_set1_epi8('"'), backslash = _mm_set1_epi8('\\');
+  const __m128i bit20 = _mm_set1_epi8(0x20), open = _mm_set1_epi8('{'), close = _mm_set1_epi8('}');
+  const auto bits = [](__m128i eq, int k) {
+    return static_cast<std::uint64_t>(static_cast<std::uint32_t>(_mm_movemask_epi8(eq))) << (16 * k);
+  };
+  BlockMasks m;
+  for (int k = 0; k < 4; ++k) {
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * k));
+    const __m128i folded = _mm_or_si128(v, bit20);
+    m.quote |= bits(_mm_cmpeq_epi8(v, quote), k);
+    m.backslash |= bits(_mm_cmpeq_epi8(v, backslash), k);
+    m.open |= bits(_mm_cmpeq_epi8(folded, open), k);
+    m.close |= bits(_mm_cmpeq_epi8(folded, close), k);
+    m.high |= bits(v, k);                            // the top bit of each byte
+    m.control |= bits(_mm_cmplt_epi8(v, bit20), k);  // signed: below 0x20, or 0x80 and up
+  }
+  return m;
+}
+
+void classify_sse2(const char* p, std::size_t blocks, BlockBits* out, BlockCarry& carry) {
+  for (std::size_t k = 0; k < blocks; ++k) out[k] = finish_block(masks_sse2(p + 64 * k), carry, p + 64 * k);
+}
+
+__attribute__((target("avx2"))) inline BlockMasks masks_avx2(const char* p) {
+  const __m256i quote = _mm256_set1_epi8('"'), backslash = _mm256_set1_epi8('\\');
+  const __m256i bit20 = _mm256_set1_epi8(0x20), open = _mm256_set1_epi8('{'), close = _mm256_set1_epi8('}');
+  const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  const __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32));
+  const __m256i lo20 = _mm256_or_si256(lo, bit20), hi20 = _mm256_or_si256(hi, bit20);
+  const auto bits = [](__m256i eq_lo, __m256i eq_hi) __attribute__((target("avx2"))) {
+    return static_cast<std::uint64_t>(static_cast<std::uint32_t>(_mm256_movemask_epi8(eq_lo))) |
+           static_cast<std::uint64_t>(static_cast<std::uint32_t>(_mm256_movemask_epi8(eq_hi))) << 32;
+  };
+  BlockMasks m;
+  m.quote = bits(_mm256_cmpeq_epi8(lo, quote), _mm256_cmpeq_epi8(hi, quote));
+  m.backslash = bits(_mm256_cmpeq_epi8(lo, backslash), _mm256_cmpeq_epi8(hi, backslash));
+  m.open = bits(_mm256_cmpeq_epi8(lo20, open), _mm256_cmpeq_epi8(hi20, open));
+  m.close = bits(_mm256_cmpeq_epi8(lo20, close), _mm256_cmpeq_epi8(hi20, close));
+  m.high = bits(lo, hi);
+  m.control = bits(_mm256_cmpgt_epi8(bit20, lo), _mm256_cmpgt_epi8(bit20, hi));  // signed, as in SSE2
+  return m;
+}
+
+__attribute__((target("avx2"))) void classify_avx2(const char* p, std::size_t blocks, BlockBits* out,
+                                                   BlockCarry& carry) {
+  for (std::size_t k = 0; k < blocks; ++k) out[k] = finish_block(masks_avx2(p + 64 * k), carry, p + 64 * k);
+}
+
+__attribute__((target("avx512bw"))) inline BlockMasks masks_avx512(const char* p) {
+  const __m512i v = _mm512_loadu_si512(p);
+  const __m512i folded = _mm512_or_si512(v, _mm512_set1_epi8(0x20));
+  BlockMasks m;
+  m.quote = _mm512_cmpeq_epi8_mask(v, _mm512_set1_epi8('"'));
+  m.backslash = _mm512_cmpeq_epi8_mask(v, _mm512_set1_epi8('\\'));
+  m.open = _mm512_cmpeq_epi8_mask(folded, _mm512_set1_epi8('{'));
+  m.close = _mm512_cmpeq_epi8_mask(folded, _mm512_set1_epi8('}'));
+  m.high = _mm512_movepi8_mask(v);
+  m.control = _mm512_cmplt_epi8_mask(v, _mm512_set1_epi8(0x20));  // signed, as in SSE2
+  return m;
+}
+
+__attribute__((target("avx512bw"))) void classify_avx512(const char* p, std::size_t blocks, BlockBits* out,
+                                                         BlockCarry& carry) {
+  for (std::size_t k = 0; k < blocks; ++k) out[k] = finish_block(masks_avx512(p + 64 * k), carry, p + 64 * k);
+}
+
+bool cpu_has(BlockScan scan) {
+  __builtin_cpu_init();
+  switch (scan) {
+    case BlockScan::scalar:
+    case BlockScan::swar:
+    case BlockScan::sse2:
+      return true;
+    case BlockScan::avx2:
+      return __builtin_cpu_supports("avx2");
+    case BlockScan::avx512:
+      return __builtin_cpu_supports("avx512bw");
+  }
+  return false;
+}
+
+ClassifyBlocks classifier_of(BlockScan scan) {
+  switch (scan) {
+    case BlockScan::scalar:
+      return classify_scalar;
+    case BlockScan::swar:
+      return classify_swar;
+    case BlockScan::sse2:
+      return classify_sse2;
+    case BlockScan::avx2:
+      return classify_avx2;
+    case BlockScan::avx512:
+      return classify_avx512;
+  }
+  return classify_sse2;
+}
+#else
+bool cpu_has(BlockScan scan) {
+  return scan == BlockScan::scalar || scan == BlockScan::swar;
+}
+ClassifyBlocks classifier_of(BlockScan scan) {
+  return scan == BlockScan::swar ? classify_swar : classify_scalar;
+}
+#endif
+
+BlockScan widest_scan() {
+  for (const BlockScan scan : {BlockScan::avx512, BlockScan::avx2, BlockScan::sse2})
+    if (cpu_has(scan)) return scan;
+  return BlockScan::swar;
+}
+
+// The width in use, or -1 until it is first needed (constant-initialised, so that a static of
+// another file may read it before this file's dynamic initialisation). Relaxed: the splitter reads
+// it once a chunk, and a test sets it before it splits anything.
+std::atomic<int> g_scan{-1};
+
 }  // namespace
 
 // zlib's inflate over the raw bytes; windowBits 15 + 32 reads gzip and zlib headers alike.
@@ -46,6 +322,8 @@ struct ChunkReader::Inflater {
 ChunkReader::ChunkReader(const std::string& path, std::size_t chunk_bytes) : path_(path) {
   fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd_ < 0) throw InputError(fmt::format("cannot read trace '{}': {}", path, std::strerror(errno)));
+  struct stat st {};
+  if (::fstat(fd_, &st) == 0 && st.st_size > 0) file_bytes_ = static_cast<std::uint64_t>(st.st_size);
   in_.resize(chunk_bytes);
   out_.resize(chunk_bytes);
   const std::size_t got = read_raw(in_.data(), 2);
@@ -118,6 +396,21 @@ std::string_view ChunkReader::next() {
   return {out_.data(), produced};
 }
 
+bool use_block_scan(BlockScan scan) {
+  if (!cpu_has(scan)) return false;
+  g_scan.store(static_cast<int>(scan), std::memory_order_relaxed);
+  return true;
+}
+
+BlockScan block_scan() {
+  int scan = g_scan.load(std::memory_order_relaxed);
+  if (scan < 0) {
+    scan = static_cast<int>(widest_scan());
+    g_scan.store(scan, std::memory_order_relaxed);
+  }
+  return static_cast<BlockScan>(scan);
+}
+
 TraceSplitter::TraceSplitter(EventSink on_event, MemberSink on_member, std::size_t max_member_bytes)
     : on_event_(std::move(on_event)), on_member_(std::move(on_member)), max_member_bytes_(max_member_bytes) {}
 
@@ -167,6 +460,101 @@ std::size_t TraceSplitter::scan_value(std::string_view text, std::size_t i) {
   return std::string_view::npos;
 }
 
+void TraceSplitter::emit_event(std::string_view text, std::size_t begin, std::size_t end) {
+  std::string_view event = text.substr(begin, end - begin);
+  if (!pending_.empty()) {  // it began in an earlier chunk: begin is 0
+    pending_.append(event);
+    event = pending_;
+  }
+  max_event_bytes_ = std::max(max_event_bytes_, event.size());
+  EventShape shape;
+  if (nested_) {
+    shape.last_nested_open = static_cast<std::size_t>(nested_open_at_ - event_at_);
+    shape.last_nested_close = static_cast<std::size_t>(nested_close_at_ - event_at_);
+  }
+  shape.plain = plain_;
+  on_event_(event, shape);
+  pending_.clear();
+}
+
+std::size_t TraceSplitter::scan_events(std::string_view text, std::size_t i) {
+  const ClassifyBlocks classify = classifier_of(block_scan());
+  // The text is classified a piece at a time (16 KiB: the masks stay in the L1 cache), then walked.
+  constexpr std::size_t kPieceBlocks = 256;
+  std::array<BlockBits, kPieceBlocks> masks;
+  const char* data = text.data();
+  const std::size_t n = text.size();
+  // Where the event in progress begins in this chunk: 0, with its head in pending_, when it began in
+  // an earlier one (this is only entered in the middle of an event at a chunk's start).
+  std::size_t event_begin = 0;
+  std::size_t p = i;  // the next byte the states below have not seen
+  BlockCarry carry{in_string_, escape_};
+  for (std::size_t piece = i; piece < n; piece += kPieceBlocks * 64) {
+    const std::size_t piece_bytes = std::min(n - piece, kPieceBlocks * 64);
+    const std::size_t whole = piece_bytes / 64, rest = piece_bytes % 64;
+    classify(data + piece, whole, masks.data(), carry);
+    if (rest > 0) masks[whole] = bytewise_block(data + piece + 64 * whole, rest, carry);  // the chunk's last bytes
+    in_string_ = carry.in_string;
+    escape_ = carry.escaped;
+    for (std::size_t block = 0; block * 64 < piece_bytes; ++block) {
+      const std::size_t b = piece + 64 * block;
+      const std::size_t block_end = std::min(b + 64, n);
+      const BlockBits& m = masks[block];
+      if (m.odd != 0 && state_ == State::event) plain_ = false;
+      while (p < block_end) {
+        if (state_ == State::events_next) {
+          // Between events: commas and spaces only, byte by byte (a few bytes an event). They hold
+          // no quote, so the block's string mask stays right past them.
+          while (p < block_end && (is_space(data[p]) || data[p] == ',')) ++p;
+          if (p == block_end) break;
+          if (data[p] == ']') {
+            state_ = bare_array_ ? State::done : State::object_key;
+            in_string_ = escape_ = false;
+            return p + 1;
+          }
+          if (data[p] != '{') fail("expected an event object in traceEvents", offset_ + p);
+          // An event always begins in the chunk that holds its first byte (and is carried over
+          // whole when it goes on past the chunk).
+          state_ = State::event;
+          event_begin = p;
+          event_at_ = offset_ + p;
+          nested_ = false;
+          plain_ = m.odd == 0;
+          depth_ = 1;
+          ++p;
+          if (p == block_end) break;
+        }
+        // Inside an event: the brackets outside strings from p on, in order.
+        std::uint64_t bits = m.brackets >> (p - b) << (p - b);  // p - b < 64
+        bool closed = false;
+        while (bits != 0) {
+          const int k = __builtin_ctzll(bits);
+          bits &= bits - 1;
+          if ((m.open >> k) & 1) {
+            if (++depth_ == 2) nested_open_at_ = offset_ + b + static_cast<std::size_t>(k);
+          } else if (--depth_ == 1) {
+            nested_close_at_ = offset_ + b + static_cast<std::size_t>(k);
+            nested_ = true;
+          } else if (depth_ == 0) {
+            p = b + static_cast<std::size_t>(k) + 1;
+            emit_event(text, event_begin, p);
+            state_ = State::events_next;
+            closed = true;
+            break;
+          }
+        }
+        if (!closed) break;
+      }
+      p = block_end;
+    }
+  }
+  if (state_ == State::event) {
+    pending_.append(data + event_begin, n - event_begin);
+    if (pending_.size() > kMaxPieceBytes) fail("an event larger than 256 MiB", offset_ + n);
+  }
+  return n;
+}
+
 void TraceSplitter::feed(std::string_view text) {
   const std::size_t n = text.size();
   std::size_t i = 0;
@@ -184,6 +572,7 @@ void TraceSplitter::feed(std::string_view text) {
         } else if (c == '[') {
           bare_array_ = saw_events_ = true;
           state_ = State::events_next;
+          in_string_ = escape_ = false;
           ++i;
         } else {
           fail("expected a JSON object or array", offset_ + i);
@@ -234,6 +623,8 @@ void TraceSplitter::feed(std::string_view text) {
         } else if (key_ == "traceEvents" && c == '[') {
           saw_events_ = true;
           state_ = State::events_next;
+          in_string_ = escape_ = false;
+          pending_.clear();
           ++i;
         } else {
           state_ = State::member_value;
@@ -278,43 +669,9 @@ void TraceSplitter::feed(std::string_view text) {
         break;
       }
       case State::events_next:
-        if (is_space(c) || c == ',') {
-          ++i;
-        } else if (c == '{') {
-          // The scan starts at the brace itself, so that an event always begins in the chunk that
-          // holds its first byte (and is carried over whole when it goes on past the chunk).
-          state_ = State::event;
-          depth_ = 0;
-          in_string_ = escape_ = false;
-          pending_.clear();
-          piece_start = i;
-        } else if (c == ']') {
-          state_ = bare_array_ ? State::done : State::object_key;
-          ++i;
-        } else {
-          fail("expected an event object in traceEvents", offset_ + i);
-        }
+      case State::event:
+        i = scan_events(text, i);
         break;
-      case State::event: {
-        const std::size_t end = scan_value(text, i);
-        if (end == std::string_view::npos) {
-          pending_.append(text.substr(piece_start));
-          if (pending_.size() > kMaxPieceBytes) fail("an event larger than 256 MiB", offset_ + n);
-          i = n;
-          break;
-        }
-        std::string_view event = text.substr(piece_start, end - piece_start);
-        if (!pending_.empty()) {
-          pending_.append(event);
-          event = pending_;
-        }
-        max_event_bytes_ = std::max(max_event_bytes_, event.size());
-        on_event_(event);
-        pending_.clear();
-        state_ = State::events_next;
-        i = end;
-        break;
-      }
       case State::done:
         i = n;  // what follows the top-level value is ignored
         break;

@@ -18,13 +18,15 @@ namespace trainfit::trace::detail {
 // truncated() says so after the last chunk.
 class ChunkReader {
  public:
-  explicit ChunkReader(const std::string& path, std::size_t chunk_bytes = 1 << 20);
+  explicit ChunkReader(const std::string& path, std::size_t chunk_bytes = 256 << 10);
   ~ChunkReader();
   ChunkReader(const ChunkReader&) = delete;
   ChunkReader& operator=(const ChunkReader&) = delete;
   // The next chunk; empty at the end of the file. Valid until the next call.
   std::string_view next();
   bool gzip() const { return gzip_; }
+  // The file's size on disk (compressed, for gzip), as it was when opened.
+  std::uint64_t file_bytes() const { return file_bytes_; }
   bool truncated() const { return truncated_; }
 
  private:
@@ -33,18 +35,41 @@ class ChunkReader {
   int fd_ = -1;
   bool gzip_ = false, truncated_ = false, eof_ = false;
   std::size_t pending_head_ = 0;  // bytes of a plain file read to detect gzip, not yet handed out
+  std::uint64_t file_bytes_ = 0;
   std::string in_, out_;
   std::unique_ptr<Inflater> inflater_;
   std::size_t read_raw(char* into, std::size_t capacity);
+};
+
+// How wide the splitter classifies bytes: the widest the CPU has, chosen once at run time (the build
+// targets plain x86-64): byte by byte, eight bytes a word in plain C++ (what other CPUs use), or
+// SSE2, AVX2 and AVX-512 on x86-64. The tests and the benchmark pick each in turn; use_block_scan
+// is false when this CPU (or build) lacks the one asked for, and then changes nothing. The choice
+// holds for the whole process.
+enum class BlockScan { scalar, swar, sse2, avx2, avx512 };
+bool use_block_scan(BlockScan scan);
+BlockScan block_scan();
+
+// What the splitter learnt of an event on its way through, for the reader's fast path
+// (kineto_reader.cpp), which then need not look for it again.
+struct EventShape {
+  static constexpr std::size_t npos = std::string_view::npos;
+  // The last value nested in the event (its args, where Kineto writes them): the offsets in the
+  // event of its opening and closing brackets; npos when there is none.
+  std::size_t last_nested_open = npos, last_nested_close = npos;
+  // No byte of the event is non-ASCII and none inside its strings is a control character (as far
+  // as the splitter saw: it looks at whole 64-byte blocks, so a neighbour's byte may clear it too).
+  // Only such events are read by the fast path; simdjson validates the others (UTF-8 included).
+  bool plain = true;
 };
 
 // Cuts {"traceEvents": [ {...}, {...} ], "deviceProperties": [...], ...} (or a bare array of
 // events, which the Chrome trace format also allows) into pieces as bytes arrive.
 class TraceSplitter {
  public:
-  // on_event gets each complete object of traceEvents; on_member each other top-level member whose
-  // value is at most max_member_bytes (a larger one is skipped, and counted).
-  using EventSink = std::function<void(std::string_view event)>;
+  // on_event gets each complete object of traceEvents, with its shape; on_member each other
+  // top-level member whose value is at most max_member_bytes (a larger one is skipped, and counted).
+  using EventSink = std::function<void(std::string_view event, const EventShape& shape)>;
   using MemberSink = std::function<void(std::string_view key, std::string_view value)>;
   TraceSplitter(EventSink on_event, MemberSink on_member, std::size_t max_member_bytes = 64 << 20);
 
@@ -83,13 +108,24 @@ class TraceSplitter {
   bool in_string_ = false, escape_ = false;
   bool member_scalar_ = false;  // the member's value is a number, true, false or null
   std::uint64_t offset_ = 0;
+  // The event in progress: where it, and its last nested value, begin and end in the whole text.
+  std::uint64_t event_at_ = 0, nested_open_at_ = 0, nested_close_at_ = 0;
+  bool nested_ = false, plain_ = true;
   std::uint64_t skipped_members_ = 0;
   std::size_t max_event_bytes_ = 0;
 
   [[noreturn]] void fail(std::string_view what, std::uint64_t at) const;
   // Scans a JSON value's bytes from `i` (depth and strings), returning where the value ends (one
-  // past its closing byte) or npos when it goes on past `text`.
+  // past its closing byte) or npos when it goes on past `text`. Byte by byte: for the top-level
+  // members, which are small.
   std::size_t scan_value(std::string_view text, std::size_t i);
+  // The traceEvents array from `i` (states events_next and event), 64 bytes at a time: each block
+  // is classified into bit masks (quotes, backslashes, brackets), strings are found from the
+  // quotes with the in-string state carried from block to block (in_string_, escape_), and only
+  // the brackets outside strings are visited. Returns where the byte-wise states go on (after the
+  // array's ']'), or text.size() when the array goes on past `text`.
+  std::size_t scan_events(std::string_view text, std::size_t i);
+  void emit_event(std::string_view text, std::size_t begin, std::size_t end);
 };
 
 }  // namespace trainfit::trace::detail

@@ -7,10 +7,17 @@
 #include <simdjson.h>
 
 #include <algorithm>
+#include <array>
+#include <bit>
 #include <cctype>
 #include <charconv>
 #include <cmath>
+#include <cstring>
 #include <string>
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "trace/json_stream.hpp"
 #include "trace/trace_data.hpp"
@@ -80,38 +87,103 @@ KernelCategory classify_activity(std::string_view name, std::string_view cat) {
 
 namespace detail {
 
-bool microseconds_to_ns(std::string_view token, std::int64_t& ns) {
-  while (!token.empty() &&
-         (token.back() == ' ' || token.back() == '\n' || token.back() == '\r' || token.back() == '\t'))
-    token.remove_suffix(1);
-  if (token.empty()) return false;
-  const bool negative = token.front() == '-';
-  const std::string_view digits = negative ? token.substr(1) : token;
-  const std::size_t dot = digits.find('.');
-  const std::string_view whole = digits.substr(0, dot);
-  const std::string_view fraction = dot == std::string_view::npos ? std::string_view{} : digits.substr(dot + 1);
-  const auto all_digits = [](std::string_view s) {
-    return std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
-  };
-  // Plain decimals: exact, digits beyond the nanosecond dropped. Epoch timestamps with three
-  // decimals have 19 digits, too many for a double to hold exactly.
-  if (!whole.empty() && whole.size() <= 16 && all_digits(whole) && all_digits(fraction)) {
-    std::int64_t us = 0;
-    for (const char c : whole) us = us * 10 + (c - '0');
+namespace {
+
+// How many of eight bytes (in memory order, little-endian) are digits before the first that is
+// not. The first byte that is not a digit is found exactly (a carry out of a byte of 0xfa and up
+// can only spoil the byte after it).
+int leading_digits(std::uint64_t v) {
+  const std::uint64_t not_digit = ((v & 0xF0F0F0F0F0F0F0F0ULL) ^ 0x3030303030303030ULL) |
+                                  (((v + 0x0606060606060606ULL) & 0xF0F0F0F0F0F0F0F0ULL) ^ 0x3030303030303030ULL);
+  return not_digit == 0 ? 8 : __builtin_ctzll(not_digit) / 8;
+}
+
+// The value of eight digits, by multiplying pairs, then pairs of pairs (the way simdjson and
+// fast_float read them).
+std::uint32_t parse_eight_digits(std::uint64_t v) {
+  v -= 0x3030303030303030ULL;
+  v = (v * 10) + (v >> 8);
+  v = (((v & 0x000000FF000000FFULL) * (100 + (1000000ULL << 32))) +
+       (((v >> 16) & 0x000000FF000000FFULL) * (1 + (10000ULL << 32)))) >>
+      32;
+  return static_cast<std::uint32_t>(v);
+}
+
+// The value of the first n (1 to 8) digits of eight bytes: the others shifted out, zeros in front.
+std::uint32_t leading_value(std::uint64_t v, int n) {
+  if (n < 8) v = (v << (8 * (8 - n))) | (0x3030303030303030ULL >> (8 * n));
+  return parse_eight_digits(v);
+}
+
+constexpr std::array<std::int64_t, 9> kPowersOf10 = {1, 10, 100, 1000, 10000, 100000, 1000000, 10000000, 100000000};
+
+std::uint64_t load8(const char* p) {
+  std::uint64_t v = 0;
+  std::memcpy(&v, p, 8);
+  return v;
+}
+
+// microseconds_to_ns on [p, end), where the bytes up to readable_end may be read: eight digits at a
+// time, however many there are (a loop of one digit at a time stops at a different digit each
+// field, and its mispredicted ends were most of this function's time).
+bool micros_to_ns(const char* p, const char* const end, const char* const readable_end, std::int64_t& ns) {
+  const char* const token = p;
+  const bool negative = *p == '-';
+  if (negative) ++p;
+  const auto digit = [](char c) { return static_cast<unsigned>(c - '0') < 10; };
+  constexpr bool kSwar = std::endian::native == std::endian::little;
+  const char* const whole = p;
+  std::int64_t us = 0;
+  for (int round = 0; kSwar && round < 2 && readable_end - p >= 8; ++round) {
+    const int n = std::min<int>(leading_digits(load8(p)), static_cast<int>(end - p));
+    if (n == 0) break;
+    us = us * kPowersOf10[static_cast<std::size_t>(n)] + leading_value(load8(p), n);
+    p += n;
+    if (n < 8) break;
+  }
+  while (p < end && digit(*p) && p - whole < 16) us = us * 10 + (*p++ - '0');
+  const bool whole_ok = p > whole && (p == end || !digit(*p));
+  std::int64_t frac_ns = 0;
+  int frac_digits = 0;
+  if (whole_ok && p < end && *p == '.') {
+    ++p;
+    if (kSwar && readable_end - p >= 8) {
+      const int n = std::min<int>(leading_digits(load8(p)), static_cast<int>(end - p));
+      frac_digits = std::min(n, 3);
+      if (frac_digits > 0) frac_ns = leading_value(load8(p), frac_digits);
+      p += n;
+    }
+    for (; p < end && digit(*p); ++p)
+      if (frac_digits < 3) {
+        frac_ns = frac_ns * 10 + (*p - '0');
+        ++frac_digits;
+      }
+  }
+  if (whole_ok && p == end) {
     if (us > INT64_MAX / 1000 - 1) return false;  // past the year 2262 in nanoseconds
-    std::int64_t frac_ns = 0;
-    for (std::size_t k = 0; k < 3; ++k) frac_ns = frac_ns * 10 + (k < fraction.size() ? fraction[k] - '0' : 0);
-    ns = us * 1000 + frac_ns;
+    ns = us * 1000 + frac_ns * kPowersOf10[static_cast<std::size_t>(3 - frac_digits)];
     if (negative) ns = -ns;
     return true;
   }
   // Anything else JSON allows (exponents, longer numbers): through a double.
   double value = 0;
-  const auto [end, ec] = std::from_chars(token.data(), token.data() + token.size(), value);
-  if (ec != std::errc() || end != token.data() + token.size() || !std::isfinite(value) || std::fabs(value) > 9.2e15)
-    return false;
+  const auto [stop, ec] = std::from_chars(token, end, value);
+  if (ec != std::errc() || stop != end || !std::isfinite(value) || std::fabs(value) > 9.2e15) return false;
   ns = static_cast<std::int64_t>(std::llround(value * 1000.0));
   return true;
+}
+
+}  // namespace
+
+bool microseconds_to_ns(std::string_view token, std::int64_t& ns, std::size_t readable_after) {
+  const char* const readable_end = token.data() + token.size() + readable_after;
+  while (!token.empty() &&
+         (token.back() == ' ' || token.back() == '\n' || token.back() == '\r' || token.back() == '\t'))
+    token.remove_suffix(1);
+  if (token.empty()) return false;
+  // Plain decimals exactly, digits beyond the nanosecond dropped: epoch timestamps with three
+  // decimals have 19 digits, too many for a double to hold exactly.
+  return micros_to_ns(token.data(), token.data() + token.size(), readable_end, ns);
 }
 
 namespace {
@@ -153,12 +225,307 @@ bool is_data_loader_wait(std::string_view name) {
          (name.find("DataLoader") != std::string_view::npos && name.find("__next__") != std::string_view::npos);
 }
 
+bool is_json_space(char c) {
+  return c == ' ' || c == '\n' || c == '\r' || c == '\t';
+}
+
+// An integer as simdjson's get_int64 takes it (no leading zero, no fraction); false otherwise.
+bool plain_int64(std::string_view token, std::int64_t& value) {
+  const std::size_t digits_at = !token.empty() && token.front() == '-' ? 1 : 0;
+  if (token.size() <= digits_at || (token[digits_at] == '0' && token.size() > digits_at + 1)) return false;
+  const auto [stop, ec] = std::from_chars(token.data(), token.data() + token.size(), value);
+  return ec == std::errc() && stop == token.data() + token.size();
+}
+
+// Byte classes for the fast path's scans. Spaces: JSON's four. Stops: where a scalar's text ends.
+constexpr std::uint8_t kSpaceByte = 1, kStopByte = 2;
+constexpr std::array<std::uint8_t, 256> byte_classes() {
+  std::array<std::uint8_t, 256> t{};
+  for (const char c : {' ', '\n', '\r', '\t'}) t[static_cast<unsigned char>(c)] = kSpaceByte | kStopByte;
+  for (const char c : {',', '}', ']'}) t[static_cast<unsigned char>(c)] = kStopByte;
+  return t;
+}
+constexpr std::array<std::uint8_t, 256> kByteClass = byte_classes();
+
+// The fields the fast path reads (and "other": stepped over).
+enum class EventField { ph, cat, name, ts, dur, pid, args, other };
+
+// The keys of an "X" event as Kineto writes them, in its order, each with its colon: when the text
+// holds the one expected next, it is matched by one compare of eight bytes (no scan for its closing
+// quote, no lookup of the name).
+struct KnownKey {
+  std::uint64_t bytes = 0, mask = 0;
+  std::size_t length = 0;
+  EventField field = EventField::other;
+};
+
+constexpr KnownKey known_key_of(std::string_view text, EventField field) {
+  KnownKey k{0, 0, text.size(), field};
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    k.bytes |= std::uint64_t{static_cast<unsigned char>(text[i])} << (8 * i);
+    k.mask |= std::uint64_t{0xFF} << (8 * i);
+  }
+  return k;
+}
+
+constexpr std::array<KnownKey, 8> kKinetoKeys = {
+    known_key_of("\"ph\":", EventField::ph),     known_key_of("\"cat\":", EventField::cat),
+    known_key_of("\"name\":", EventField::name), known_key_of("\"pid\":", EventField::pid),
+    known_key_of("\"tid\":", EventField::other), known_key_of("\"ts\":", EventField::ts),
+    known_key_of("\"dur\":", EventField::dur),   known_key_of("\"args\":", EventField::args)};
+
+// The fast path: an event's fields read straight from its text, without simdjson, when it is of
+// the plain shape Kineto writes. The splitter has found the event's end, where its last nested
+// value (args) opens and closes, and that it holds no non-ASCII byte and no control character in a
+// string (EventShape). This reads the top level's keys, the values of the fields trace uses, and a
+// GPU activity's args up to "device"; other values are stepped over, args by the splitter's offsets
+// (so most of an event's bytes are never looked at again). Anything it does not expect (an
+// escape, a value of another type, text that is not JSON) sends the event to simdjson, which judges
+// it: what the fast path reads, it reads as simdjson would.
+//
+// Spaces, keys and numbers are scanned byte by byte: their lengths repeat from event to event, so
+// the branch predictor runs ahead of the loop (a scan by bit masks was twice as slow here: it makes
+// each step wait for the one before). Names, of any length, are scanned 16 bytes at a time. The
+// scans of spaces and scalars need no bound: the event's closing brace stops them.
+class PlainEvent {
+ public:
+  PlainEvent(std::string_view text, const EventShape& shape)
+      : begin_(text.data()), p_(text.data() + 1), end_(text.data() + text.size() - 1), shape_(shape) {}
+
+  bool read(EventFields& f) {
+    if (!shape_.plain || *end_ != '}') return false;
+    bool cat_seen = false;
+    skip_spaces();
+    if (p_ == end_) return true;  // {}
+    std::size_t next = 0;         // the key Kineto writes next, in kKinetoKeys
+    for (;;) {
+      Field field = Field::other;
+      if (!known_key(next, field)) {
+        std::string_view name;
+        if (!key(name) || !colon()) return false;
+        field = field_of(name);
+      }
+      bool ok = true;
+      switch (field) {
+        case Field::ph:
+          ok = string(f.ph);
+          break;
+        case Field::cat:
+          ok = string(f.cat);
+          cat_seen = true;
+          break;
+        case Field::name:
+          ok = string(f.name);
+          break;
+        case Field::ts:
+          ok = time(f.ts);
+          f.has_ts = true;
+          break;
+        case Field::dur:
+          ok = time(f.dur);
+          break;
+        case Field::pid:
+          if (*p_ == '"') {
+            std::string_view host;
+            ok = string(host);  // a string pid names a host process: not a device
+          } else {
+            ok = plain_int64(token(), f.pid);
+          }
+          break;
+        case Field::args:
+          // Only a GPU activity's args are read, for its device.
+          ok = *p_ == '{' && (!cat_seen || is_gpu_category(f.cat)) ? read_args(f) : skip_value();
+          break;
+        case Field::other:
+          ok = skip_value();
+          break;
+      }
+      if (!ok) return false;
+      skip_spaces();
+      if (p_ == end_) return true;
+      if (*p_ != ',') return false;
+      ++p_;
+      skip_spaces();
+    }
+  }
+
+ private:
+  using Field = EventField;
+  const char* begin_;
+  const char* p_;
+  const char* end_;  // the event's closing brace
+  const EventShape& shape_;
+
+  // The key expected next, with its colon and the spaces after; false (and nothing read) when the
+  // text holds another, or the event's end is too near for eight bytes.
+  bool known_key(std::size_t& next, Field& field) {
+    if (std::endian::native != std::endian::little || next >= kKinetoKeys.size() || end_ - p_ < 8) return false;
+    const KnownKey& k = kKinetoKeys[next];
+    if ((load8(p_) & k.mask) != k.bytes) return false;
+    ++next;
+    field = k.field;
+    p_ += k.length;
+    skip_spaces();
+    return p_ < end_;
+  }
+
+  static Field field_of(std::string_view k) {
+    switch (k.size()) {
+      case 2:
+        return k == "ph" ? Field::ph : k == "ts" ? Field::ts : Field::other;
+      case 3:
+        return k == "cat" ? Field::cat : k == "dur" ? Field::dur : k == "pid" ? Field::pid : Field::other;
+      case 4:
+        return k == "name" ? Field::name : k == "args" ? Field::args : Field::other;
+      default:
+        return Field::other;
+    }
+  }
+
+  // (Each scan works on a local copy of p_: stores through a string_view could alias the member.)
+  void skip_spaces() {
+    const char* p = p_;
+    while (kByteClass[static_cast<unsigned char>(*p)] & kSpaceByte) ++p;
+    p_ = p;
+  }
+
+  // The ':' after a key, and the spaces around it; p_ then at the value.
+  bool colon() {
+    skip_spaces();
+    if (*p_ != ':') return false;
+    ++p_;
+    skip_spaces();
+    return p_ < end_;
+  }
+
+  // A key: short, and without escapes in the fields trace reads.
+  bool key(std::string_view& out) {
+    const char* p = p_;
+    if (*p != '"') return false;
+    const char* const start = ++p;
+    while (p < end_ && *p != '"' && *p != '\\') ++p;
+    if (*p != '"') return false;  // an escape (or the end): simdjson's to read
+    out = std::string_view(start, static_cast<std::size_t>(p - start));
+    p_ = p + 1;
+    return true;
+  }
+
+  // A string without escapes at p_ (its opening quote); p_ moves past its closing quote.
+  bool string(std::string_view& out) {
+    const char* p = p_;
+    if (*p != '"') return false;
+    const char* const start = ++p;
+#if defined(__SSE2__)
+    // Kernel names run to hundreds of bytes: 16 at a time while the event's brace is further on.
+    const __m128i quote = _mm_set1_epi8('"'), backslash = _mm_set1_epi8('\\');
+    while (end_ - p >= 16) {
+      const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+      const int hits = _mm_movemask_epi8(_mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, backslash)));
+      if (hits != 0) {
+        p += __builtin_ctz(static_cast<unsigned>(hits));
+        break;
+      }
+      p += 16;
+    }
+#endif
+    while (p < end_ && *p != '"' && *p != '\\') ++p;
+    if (*p != '"') return false;  // an escape: simdjson's to read
+    out = std::string_view(start, static_cast<std::size_t>(p - start));
+    p_ = p + 1;
+    return true;
+  }
+
+  // A scalar's text (a number, true, false, null): up to the next comma, bracket or space.
+  std::string_view token() {
+    const char* const start = p_;
+    const char* p = start;
+    while (!(kByteClass[static_cast<unsigned char>(*p)] & kStopByte)) ++p;
+    p_ = p;
+    return {start, static_cast<std::size_t>(p - start)};
+  }
+
+  // A time in microseconds (a JSON number) to nanoseconds, exactly.
+  bool time(std::int64_t& ns) {
+    const std::string_view t = token();
+    return !t.empty() && (t.front() == '-' || (t.front() >= '0' && t.front() <= '9')) &&
+           micros_to_ns(t.data(), t.data() + t.size(), end_ + 1, ns);  // a token has no spaces to trim
+  }
+
+  // Steps over a value: the last nested one by the splitter's offsets, other nested ones byte by
+  // byte (their strings as strings), scalars as tokens (not checked, as simdjson's on-demand API
+  // does not check what it skips).
+  bool skip_value() {
+    if (p_ >= end_) return false;
+    std::string_view ignored;
+    if (*p_ == '"') return string(ignored);
+    if (*p_ != '{' && *p_ != '[') return !token().empty();
+    if (static_cast<std::size_t>(p_ - begin_) == shape_.last_nested_open) {
+      p_ = begin_ + shape_.last_nested_close + 1;
+      return true;
+    }
+    int depth = 0;
+    while (p_ < end_) {
+      const char c = *p_;
+      if (c == '"') {
+        if (!string(ignored)) return false;
+        continue;
+      }
+      if (c == '{' || c == '[') {
+        ++depth;
+      } else if ((c == '}' || c == ']') && --depth == 0) {
+        ++p_;
+        return true;
+      }
+      ++p_;
+    }
+    return false;
+  }
+
+  // A GPU activity's args, up to its first "device"; the rest is stepped over.
+  bool read_args(EventFields& f) {
+    const char* const open = p_++;
+    skip_spaces();
+    if (*p_ == '}' && p_ < end_) {
+      ++p_;
+      return true;
+    }
+    for (;;) {
+      std::string_view name;
+      if (!key(name) || !colon()) return false;
+      if (name == "device") {
+        if (!plain_int64(token(), f.device)) return false;
+        if (static_cast<std::size_t>(open - begin_) == shape_.last_nested_open) {
+          p_ = begin_ + shape_.last_nested_close + 1;
+          return true;
+        }
+        p_ = open;  // not the last nested value (args before other fields): step over it whole
+        return skip_value();
+      }
+      if (!skip_value()) return false;
+      skip_spaces();
+      if (*p_ == '}' && p_ < end_) {
+        ++p_;
+        return true;
+      }
+      if (*p_ != ',') return false;
+      ++p_;
+      skip_spaces();
+    }
+  }
+};
+
 class EventReader {
  public:
   explicit EventReader(TraceData& data) : data_(data) { batch_.reserve(kBatchBytes + 64 * 1024); }
 
-  void add(std::string_view event) {
+  void add(std::string_view event, const EventShape& shape) {
     ++data_.counts.events;
+    EventFields f;
+    if (PlainEvent(event, shape).read(f)) {
+      if (!record(f)) ++data_.counts.malformed;
+      return;
+    }
+    // The others are gathered for simdjson (a few in a real trace: those with non-ASCII names).
     batch_ += batch_.empty() ? '[' : ',';
     offsets_.push_back(batch_.size());
     batch_.append(event);
@@ -203,47 +570,109 @@ class EventReader {
   std::vector<EventFields> parsed_;
   std::string single_;
 
+  // Kernel names met lately, in slots by a cheap hash of their length and three 8-byte pieces:
+  // most activities repeat a name of the last few hundred, and hashing all of a 100-byte name for
+  // the map costs more than reading the rest of the event. A view of the map's own key (a node's
+  // string does not move) and its total.
+  struct CachedName {
+    std::string_view name;
+    KernelTotal* total = nullptr;
+  };
+  std::array<CachedName, 1024> name_cache_{};
+
+  static std::size_t name_slot(std::string_view name) {
+    if (name.empty()) return 0;  // an activity without a name: no bytes to read (data() may be null)
+    const std::size_t n = std::min<std::size_t>(name.size(), 8);
+    std::uint64_t head = 0, middle = 0, tail = 0;
+    std::memcpy(&head, name.data(), n);
+    std::memcpy(&middle, name.data() + (name.size() - n) / 2, n);
+    std::memcpy(&tail, name.data() + name.size() - n, n);
+    const std::uint64_t h = (head ^ (middle * 0x9E3779B97F4A7C15ULL) ^ (tail + name.size()) * 0xC2B2AE3D27D4EB4FULL) *
+                            0x9E3779B97F4A7C15ULL;
+    return static_cast<std::size_t>(h >> 54);  // 10 bits: 1024 slots
+  }
+
+  // A string value as it stands in the text when it has no backslash (nearly always: no copy into
+  // simdjson's string buffer), else unescaped by simdjson.
+  static simdjson::error_code read_string(od::value& v, std::string_view& out) {
+    std::string_view token = v.raw_json_token();
+    // The token is the string with its quotes, then the spaces before the next token.
+    while (token.size() > 1 && is_json_space(token.back())) token.remove_suffix(1);
+    if (token.size() < 2 || token.front() != '"' || token.back() != '"') return v.get_string().get(out);
+    const std::string_view content = token.substr(1, token.size() - 2);
+    if (content.find('\\') != std::string_view::npos) return v.get_string().get(out);
+    out = content;
+    return simdjson::SUCCESS;
+  }
+
+  // A time in microseconds, from the number's text, exactly.
+  static simdjson::error_code read_time(od::value& v, std::int64_t& ns) {
+    const std::string_view token = v.raw_json_token();
+    if (token.empty() || !(token.front() == '-' || (token.front() >= '0' && token.front() <= '9')))
+      return simdjson::INCORRECT_TYPE;
+    return microseconds_to_ns(token, ns) ? simdjson::SUCCESS : simdjson::NUMBER_ERROR;
+  }
+
   // The on-demand API reads only the fields below and skips the rest (args of shapes, stacks)
-  // without converting their numbers; times are read from the number's text, exactly.
+  // without converting their numbers; times are read from the number's text, exactly. Keys are
+  // compared as they stand in the text (no unescaping: the names trace reads have no escapes), by
+  // their bytes up to the closing quote, which the text always has.
   static simdjson::error_code read_fields(od::object object, EventFields& f) {
+    bool cat_seen = false;
     for (auto field : object) {
-      // Keys compared as they stand in the text (no unescaping): the names trace reads have no escapes.
       od::raw_json_string key;
       if (auto e = field.key().get(key)) return e;
       od::value v;
       if (auto e = field.value().get(v)) return e;
-      if (key == "ph") {
-        if (auto e = v.get_string().get(f.ph)) return e;
-      } else if (key == "cat") {
-        if (auto e = v.get_string().get(f.cat)) return e;
-      } else if (key == "name") {
-        if (auto e = v.get_string().get(f.name)) return e;
-      } else if (key == "ts" || key == "dur") {
-        od::json_type type;
-        if (auto e = v.type().get(type)) return e;
-        if (type != od::json_type::number) return simdjson::INCORRECT_TYPE;
-        std::int64_t ns = 0;
-        if (!microseconds_to_ns(v.raw_json_token(), ns)) return simdjson::NUMBER_ERROR;
-        if (key == "ts") {
-          f.ts = ns;
-          f.has_ts = true;
-        } else {
-          f.dur = ns;
-        }
-      } else if (key == "pid") {
-        std::int64_t pid = 0;
-        if (!v.get_int64().get(pid)) f.pid = pid;  // a string pid names a host process: not a device
-      } else if (key == "args") {
-        od::object args;
-        if (v.get_object().get(args)) continue;  // args of another shape carry nothing trace reads
-        for (auto arg : args) {
-          od::raw_json_string arg_key;
-          if (auto e = arg.key().get(arg_key)) return e;
-          if (arg_key == "device") {
-            std::int64_t device = -1;
-            if (!arg.value().get_int64().get(device)) f.device = device;
+      const char* k = key.raw();
+      switch (k[0]) {
+        case 'p':
+          if (k[1] == 'h' && k[2] == '"') {
+            if (auto e = read_string(v, f.ph)) return e;
+          } else if (k[1] == 'i' && k[2] == 'd' && k[3] == '"') {
+            std::int64_t pid = 0;
+            if (!v.get_int64().get(pid)) f.pid = pid;  // a string pid names a host process: not a device
           }
+          break;
+        case 'c':
+          if (k[1] == 'a' && k[2] == 't' && k[3] == '"') {
+            if (auto e = read_string(v, f.cat)) return e;
+            cat_seen = true;
+          }
+          break;
+        case 'n':
+          if (k[1] == 'a' && k[2] == 'm' && k[3] == 'e' && k[4] == '"')
+            if (auto e = read_string(v, f.name)) return e;
+          break;
+        case 't':
+          if (k[1] == 's' && k[2] == '"') {
+            if (auto e = read_time(v, f.ts)) return e;
+            f.has_ts = true;
+          }
+          break;
+        case 'd':
+          if (k[1] == 'u' && k[2] == 'r' && k[3] == '"')
+            if (auto e = read_time(v, f.dur)) return e;
+          break;
+        case 'a': {
+          if (!(k[1] == 'r' && k[2] == 'g' && k[3] == 's' && k[4] == '"')) break;
+          // Only a GPU activity's args are read (for its device); Kineto writes cat before args.
+          if (cat_seen && !is_gpu_category(f.cat)) break;
+          od::object args;
+          if (v.get_object().get(args)) break;  // args of another shape carry nothing trace reads
+          for (auto arg : args) {
+            od::raw_json_string arg_key;
+            if (auto e = arg.key().get(arg_key)) return e;
+            if (arg_key == "device") {
+              std::int64_t device = -1;
+              if (!arg.value().get_int64().get(device)) f.device = device;
+              break;  // the rest of args is skipped by the next field
+            }
+          }
+          break;
         }
+        default:
+          break;
       }
     }
     return simdjson::SUCCESS;
@@ -306,22 +735,30 @@ class EventReader {
       ++data_.counts.gpu_activities;
       // A name is classified once, when first seen: real traces repeat a few thousand names. Past
       // the cap (a file made to have millions) each new name is classified where it stands.
-      auto it = data_.kernels.find(f.name);
+      CachedName& cached = name_cache_[name_slot(f.name)];
+      KernelTotal* total = cached.total;
       KernelCategory category = KernelCategory::elementwise;
-      if (it != data_.kernels.end()) {
-        category = it->second.category;
+      if (total != nullptr && cached.name == f.name) {
+        category = total->category;
       } else {
-        category = classify_activity(f.name, f.cat);
-        it = data_.kernels.size() < kMaxKernelNames
-                 ? data_.kernels.try_emplace(std::string(f.name), KernelTotal{category, 0, 0}).first
-                 : data_.kernels.try_emplace("(other kernels)", KernelTotal{KernelCategory::elementwise, 0, 0}).first;
+        auto it = data_.kernels.find(f.name);
+        if (it != data_.kernels.end()) {
+          category = it->second.category;
+        } else {
+          category = classify_activity(f.name, f.cat);
+          it = data_.kernels.size() < kMaxKernelNames
+                   ? data_.kernels.try_emplace(std::string(f.name), KernelTotal{category, 0, 0}).first
+                   : data_.kernels.try_emplace("(other kernels)", KernelTotal{KernelCategory::elementwise, 0, 0}).first;
+        }
+        total = &it->second;
+        if (it->first == f.name) cached = {it->first, total};  // not the names summed as "(other kernels)"
       }
       const std::int64_t device = f.device >= 0 ? f.device : f.pid;
       data_.gpu.push_back({span.begin, span.end,
                            static_cast<std::int32_t>(std::clamp<std::int64_t>(device, -1, 1 << 16)), category,
                            f.cat == "kernel" || f.cat == "Kernel"});
-      ++it->second.count;
-      it->second.total_ns += f.dur;
+      ++total->count;
+      total->total_ns += f.dur;
       return true;
     }
     if (f.cat == "gpu_user_annotation") return true;  // the GPU's copy of host annotations
@@ -341,7 +778,7 @@ class EventReader {
 void read_stream(TraceData& data, const std::string& source, const std::function<std::string_view()>& next_chunk,
                  const std::function<bool()>& gzip_truncated) {
   EventReader reader(data);
-  TraceSplitter splitter([&](std::string_view event) { reader.add(event); },
+  TraceSplitter splitter([&](std::string_view event, const EventShape& shape) { reader.add(event, shape); },
                          [&](std::string_view key, std::string_view value) { reader.member(key, value); });
   try {
     for (std::string_view chunk = next_chunk(); !chunk.empty(); chunk = next_chunk()) splitter.feed(chunk);
@@ -367,9 +804,24 @@ void read_stream(TraceData& data, const std::string& source, const std::function
 
 }  // namespace
 
+namespace {
+
+// The activities and launches a plain file of this size may hold, reserved at once: a vector that
+// doubles as it grows copies its elements and faults their pages in twice over. The guess (one of
+// each per 400 bytes, a synthetic trace's share; real traces have fewer GPU activities) reserves
+// address space only, as pages never written are never resident; past it the vectors grow as usual.
+void reserve_for(TraceData& data, std::uint64_t file_bytes) {
+  const auto guess = static_cast<std::size_t>(std::min<std::uint64_t>(file_bytes / 400, std::uint64_t{1} << 25));
+  data.gpu.reserve(guess);
+  data.launches.reserve(guess);
+}
+
+}  // namespace
+
 TraceData read_trace_file(const std::string& path) {
   TraceData data;
   ChunkReader reader(path);
+  if (!reader.gzip()) reserve_for(data, reader.file_bytes());
   read_stream(
       data, path, [&] { return reader.next(); }, [&] { return reader.truncated(); });
   return data;

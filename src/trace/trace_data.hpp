@@ -74,6 +74,7 @@ RankTrace analyse(TraceData data, const std::string& source, const TraceOptions&
 
 // "123.456" microseconds (a JSON number token) to integer nanoseconds, exactly for the decimal
 // forms Kineto writes (digits beyond the nanosecond dropped); false when the token is not a number.
-bool microseconds_to_ns(std::string_view token, std::int64_t& ns);
+// readable_after: how many bytes after the token may be read (the digits are read eight at a time).
+bool microseconds_to_ns(std::string_view token, std::int64_t& ns, std::size_t readable_after = 0);
 
 }  // namespace trainfit::trace::detail

@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <string>
 
 #include "support/synthetic_trace.hpp"
@@ -52,6 +53,34 @@ TEST(TraceNumbers, MicrosecondsBecomeExactNanoseconds) {
   EXPECT_EQ(ns, 1500000);
   EXPECT_FALSE(detail::microseconds_to_ns("\"12\"", ns));
   EXPECT_FALSE(detail::microseconds_to_ns("1e300", ns));
+  // Eight digits are read at a time, past the token's end where the text allows: every length of
+  // the whole and the fraction, and what follows the token, against the digits one by one.
+  std::mt19937 rng(3);
+  for (int k = 0; k < 20000; ++k) {
+    const int whole = 1 + static_cast<int>(rng() % 16), fraction = static_cast<int>(rng() % 7);
+    std::string token = rng() % 8 == 0 ? "-" : "";
+    std::int64_t us = 0, frac = 0;
+    for (int d = 0; d < whole; ++d) {
+      const int digit = whole == 16 && d == 0 ? 1 : static_cast<int>(rng() % 10);  // 16 digits: before 2262
+      token += static_cast<char>('0' + digit);
+      us = us * 10 + digit;
+    }
+    if (fraction > 0 || rng() % 4 == 0) token += '.';
+    for (int d = 0; d < fraction; ++d) {
+      const int digit = static_cast<int>(rng() % 10);
+      token += static_cast<char>('0' + digit);
+      if (d < 3) frac += digit * (d == 0 ? 100 : d == 1 ? 10 : 1);
+    }
+    const std::string text = token + std::string(", 12345678\"").substr(0, rng() % 12);
+    std::int64_t got = 0;
+    ASSERT_TRUE(
+        detail::microseconds_to_ns(std::string_view(text).substr(0, token.size()), got, text.size() - token.size()))
+        << text;
+    EXPECT_EQ(got, (token[0] == '-' ? -1 : 1) * (us * 1000 + frac)) << text;
+  }
+  EXPECT_FALSE(detail::microseconds_to_ns(std::string_view("12a4567890").substr(0, 3), ns, 7));
+  ASSERT_TRUE(detail::microseconds_to_ns(std::string_view("1234567890").substr(0, 3), ns, 7));
+  EXPECT_EQ(ns, 123000);  // the digits after the token are not the token's
   // In a trace: durations exact beside epoch timestamps with decimals.
   const RankTrace r = analyse_trace_text(
       R"({"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "ts": 1700000000123456.789, "dur": 10.5},
@@ -95,7 +124,7 @@ TEST(TraceSplitter, EventsAreTheSameWhereverTheChunksEnd) {
       R"( "deviceProperties": [{"id": 0, "name": "H\u0032"}]})";
   std::vector<std::string> whole_events, whole_members;
   {
-    detail::TraceSplitter s([&](std::string_view e) { whole_events.emplace_back(e); },
+    detail::TraceSplitter s([&](std::string_view e, const detail::EventShape&) { whole_events.emplace_back(e); },
                             [&](std::string_view k, std::string_view v) {
                               whole_members.push_back(std::string(k) + "=" + std::string(v));
                             });
@@ -111,7 +140,7 @@ TEST(TraceSplitter, EventsAreTheSameWhereverTheChunksEnd) {
   for (std::size_t chunk = 1; chunk < 12; ++chunk) {
     std::vector<std::string> events, members;
     detail::TraceSplitter s(
-        [&](std::string_view e) { events.emplace_back(e); },
+        [&](std::string_view e, const detail::EventShape&) { events.emplace_back(e); },
         [&](std::string_view k, std::string_view v) { members.push_back(std::string(k) + "=" + std::string(v)); });
     for (std::size_t at = 0; at < text.size(); at += chunk) s.feed(std::string_view(text).substr(at, chunk));
     EXPECT_TRUE(s.complete());
@@ -120,9 +149,125 @@ TEST(TraceSplitter, EventsAreTheSameWhereverTheChunksEnd) {
   }
 }
 
+// The splitter classifies 64 bytes at a time and carries the string state from block to block and
+// chunk to chunk: events full of what that can get wrong (runs of backslashes of every length,
+// escaped quotes, brackets inside strings, strings across a block's or a chunk's edge), cut into
+// chunks of random sizes, come out exactly as they went in.
+TEST(TraceSplitter, BlocksAndChunksNeverCutAStringWrong) {
+  std::mt19937 rng(12);
+  const auto pick = [&](int n) { return static_cast<int>(rng() % static_cast<unsigned>(n)); };
+  const auto string_of = [&] {
+    std::string s = "\"";
+    const int length = pick(90);
+    for (int k = 0; k < length; ++k) {
+      switch (pick(8)) {
+        case 0:
+          s.append(static_cast<std::size_t>(2 * pick(4)), '\\');  // escaped backslashes, then maybe a quote
+          if (pick(2) == 0) s += "\\\"";
+          break;
+        case 1:
+          s += "{[";
+          break;
+        case 2:
+          s += "]}";
+          break;
+        case 3:
+          s += "\\\"";
+          break;
+        case 4:
+          s += "\\u00e9";
+          break;
+        default:
+          s += static_cast<char>('a' + pick(26));
+      }
+    }
+    return s + "\"";
+  };
+  std::vector<std::string> want;
+  std::string text = R"({"schemaVersion": 1, "traceEvents": [)";
+  for (int e = 0; e < 400; ++e) {
+    std::string event = "{\"name\": " + string_of() + ", \"args\": {";
+    const int args = pick(5);
+    for (int a = 0; a < args; ++a)
+      event += (a ? ", " : "") + string_of() + ": " + (pick(2) ? string_of() : "[1, {\"x\": " + string_of() + "}]");
+    event += "}}";
+    text += e ? ",\n  " : "\n  ";
+    text.append(static_cast<std::size_t>(pick(70)), ' ');  // events start anywhere in a block
+    text += event;
+    want.push_back(event);
+  }
+  text += "\n], \"after\": " + string_of() + "}";
+  const detail::BlockScan widest = detail::block_scan();
+  for (int round = 0; round < 50; ++round) {
+    // Every width this CPU has, each on chunks of every size range.
+    const auto scan = static_cast<detail::BlockScan>(round % 5);
+    if (!detail::use_block_scan(scan)) continue;
+    std::vector<std::string> got, members;
+    detail::TraceSplitter s([&](std::string_view e, const detail::EventShape&) { got.emplace_back(e); },
+                            [&](std::string_view k, std::string_view) { members.emplace_back(k); });
+    for (std::size_t at = 0; at < text.size();) {
+      const std::size_t chunk = round < 5 ? text.size() : 1 + static_cast<std::size_t>(pick(round < 25 ? 200 : 5000));
+      s.feed(std::string_view(text).substr(at, chunk));
+      at += chunk;
+    }
+    EXPECT_TRUE(s.complete()) << round;
+    ASSERT_EQ(got.size(), want.size()) << round;
+    for (std::size_t k = 0; k < want.size(); ++k) ASSERT_EQ(got[k], want[k]) << round << " " << k;
+    EXPECT_EQ(members, std::vector<std::string>({"schemaVersion", "after"})) << round;
+  }
+  EXPECT_TRUE(detail::use_block_scan(widest));
+}
+
+// Text that is not JSON (a backslash outside a string, unbalanced quotes and brackets) splits the
+// same at every width and wherever the chunks end: as the byte-by-byte reading (the scalar width)
+// splits it, or fails at the same byte.
+TEST(TraceSplitter, TextThatIsNotJsonSplitsTheSameAtEveryWidth) {
+  std::mt19937 rng(5);
+  const detail::BlockScan widest = detail::block_scan();
+  const std::string_view alphabet = "{}[]\"\"\"\\\\,,  :ab\n\xc3\xa9\x01";
+  const auto split = [](const std::string& text, std::size_t chunk) {
+    std::string out;
+    detail::TraceSplitter s(
+        [&](std::string_view e, const detail::EventShape& shape) {
+          out += "E" + std::string(e) + (shape.plain ? "|p" : "|n") + std::to_string(shape.last_nested_open) + "," +
+                 std::to_string(shape.last_nested_close) + "\n";
+        },
+        [&](std::string_view k, std::string_view v) { out += "M" + std::string(k) + "=" + std::string(v) + "\n"; });
+    try {
+      for (std::size_t at = 0; at < text.size(); at += chunk) s.feed(std::string_view(text).substr(at, chunk));
+      out += s.complete() ? "complete" : "open";
+    } catch (const trainfit::InputError& e) {
+      out += e.what();
+    }
+    return out;
+  };
+  for (int round = 0; round < 300; ++round) {
+    std::string text = R"({"a": 1, "traceEvents": [{"x": "y"}, )";
+    const int length = 50 + static_cast<int>(rng() % 600);
+    for (int k = 0; k < length; ++k) text += alphabet[rng() % alphabet.size()];
+    ASSERT_TRUE(detail::use_block_scan(detail::BlockScan::scalar));
+    const std::string want = split(text, text.size());
+    for (int w = 0; w < 5; ++w) {
+      if (!detail::use_block_scan(static_cast<detail::BlockScan>(w))) continue;
+      for (const std::size_t chunk : {text.size(), std::size_t{1} + rng() % 100}) {
+        // Which blocks a neighbour's non-ASCII byte marks depends on where the blocks fall: compare
+        // the pieces and positions, and plainness only where the whole text is fed at once.
+        std::string got = split(text, chunk), expected = want;
+        if (chunk != text.size() || w == 0) {
+          for (std::string* t : {&got, &expected})
+            for (std::size_t at = t->find("|p"); at != std::string::npos; at = t->find("|p", at)) (*t)[at + 1] = 'n';
+        }
+        ASSERT_EQ(got, expected) << "width " << w << ", chunks of " << chunk << ":\n" << text;
+      }
+    }
+  }
+  EXPECT_TRUE(detail::use_block_scan(widest));
+}
+
 TEST(TraceSplitter, RefusesWhatCannotBeATrace) {
   for (const std::string_view bad : {"hello", R"({"traceEvents": [1, 2]})", R"({"traceEvents" 1})", R"({5: 1})"}) {
-    detail::TraceSplitter s([](std::string_view) {}, [](std::string_view, std::string_view) {});
+    detail::TraceSplitter s([](std::string_view, const detail::EventShape&) {},
+                            [](std::string_view, std::string_view) {});
     EXPECT_THROW(s.feed(bad), trainfit::InputError) << bad;
   }
 }
@@ -245,6 +390,62 @@ TEST(TraceAnalysis, MalformedAndUnknownEventsAreSkippedAndCounted) {
   bool said = false;
   for (const auto& w : r.warnings) said |= w.find("\"Q\"") != std::string::npos;
   EXPECT_TRUE(said);
+}
+
+// Most events are read by the fast path, straight from the text; those with an escape in a field
+// it reads, a non-ASCII byte, or fields in another order go to simdjson or the fast path's slower
+// steps. The figures are the same whichever way an event went.
+TEST(TraceAnalysis, EveryWayOfReadingAnEventGivesTheSameFigures) {
+  const std::string text = R"({"traceEvents": [
+    {"args": {"device": 0, "grid": [1, {"a": "}"}]}, "ph": "X", "name": "gemm", "cat": "kernel", "ts": 100, "dur": 50, "pid": 0},
+    {"ph": "X", "cat": "kernel", "name": "gemm", "args": {"device": 0}, "ts": 200, "dur": 50},
+    {"ph": "X", "cat": "kernel", "name": "ge\u006dm", "ts": 300, "dur": 50, "args": {"device": 0}},
+    {"ph": "X", "cat": "kernel", "name": "gemm", "ts": 400, "dur": 50, "args": {"x": "caf\u00e9", "device": 0}},
+    {"ph": "X", "cat": "kernel", "name": "gemm", "ts": 500, "dur": 50, "args": {"x": "café", "device": 0}},
+    {"ph": "X", "cat": "kernel", "name": "gemm", "ts": 600, "dur": 5e1, "args": {"device": 0}},
+    {"ph": "X", "cat": "kernel", "name": "gemm", "ts": 700, "dur": 50, "args": {"device": 0}, "tid": 7},
+    {"ph": "X", "cat": "kernel", "name": "gemm", "ts": 800, "dur": 50, "args": {"device": 0}, "ph": "i"}]})";
+  const RankTrace r = analyse_trace_text(text, "mixed");
+  EXPECT_EQ(r.counts.events, 8u);
+  EXPECT_EQ(r.counts.malformed, 0u);
+  EXPECT_EQ(r.counts.gpu_activities, 7u);  // the last one's second "ph" wins, as in simdjson
+  ASSERT_EQ(r.steps.size(), 1u);
+  EXPECT_NEAR(r.steps[0].gpu_busy_s, 7 * 50e-9 * 1000, 1e-12);
+  ASSERT_EQ(r.kernels_top.size(), 1u);
+  EXPECT_EQ(r.kernels_top[0].name, "gemm");
+  EXPECT_EQ(r.kernels_top[0].count, 7u);
+
+  // A real-sized trace, then the same with every event made non-ASCII (simdjson reads them all)
+  // and with an escape in the GPU activities' args (the fast path gives them to simdjson).
+  SyntheticTrace t;
+  t.steps = 4;
+  t.collective_us = 300;
+  const std::string plain = synthetic_trace_text(t);
+  const auto replaced = [&](std::string_view from, std::string_view to) {
+    std::string out = plain;
+    for (std::size_t at = out.find(from); at != std::string::npos; at = out.find(from, at + to.size()))
+      out.replace(at, from.size(), to);
+    return out;
+  };
+  const RankTrace want = analyse_trace_text(plain, "plain");
+  for (const std::string& other : {replaced("\"args\": {", "\"args\": {\"note\": \"\xc3\xa9\", "),
+                                   replaced("\"queued\": 0", "\"q\\u0075eued\": 0")}) {
+    const RankTrace got = analyse_trace_text(other, "other");
+    ASSERT_EQ(got.steps.size(), want.steps.size());
+    for (std::size_t k = 0; k < want.steps.size(); ++k) {
+      EXPECT_EQ(got.steps[k].gpu_busy_s, want.steps[k].gpu_busy_s) << k;
+      EXPECT_EQ(got.steps[k].communication_overlapped_s, want.steps[k].communication_overlapped_s) << k;
+      EXPECT_EQ(got.steps[k].launch_gap_median_s, want.steps[k].launch_gap_median_s) << k;
+      EXPECT_EQ(got.steps[k].verdict, want.steps[k].verdict) << k;
+    }
+    EXPECT_EQ(got.counts.gpu_activities, want.counts.gpu_activities);
+    EXPECT_EQ(got.counts.malformed, 0u);
+    ASSERT_EQ(got.kernels_top.size(), want.kernels_top.size());
+    for (std::size_t k = 0; k < want.kernels_top.size(); ++k) {
+      EXPECT_EQ(got.kernels_top[k].name, want.kernels_top[k].name);
+      EXPECT_EQ(got.kernels_top[k].count, want.kernels_top[k].count);
+    }
+  }
 }
 
 TEST(TraceAnalysis, ATruncatedFileGivesTheStepsBeforeTheCut) {
