@@ -19,7 +19,7 @@ from trainfit_runner import layouts, objectives, run, setup_schema  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 CLI = os.environ.get("TRAINFIT_CLI", "trainfit")
-CHECK_RUNNER = "%s %s" % (sys.executable, Path(__file__).with_name("objective_check_runner.py"))
+CHECK_RUNNER = "%s %s" % (sys.executable, Path(__file__).with_name("check_runner.py"))
 
 
 def config(**settings):

@@ -1,5 +1,5 @@
 """Every config of the shipped scale-out plans is one the runner accepts, as `trainfit bench` hands
-it over: each plan runs through `trainfit bench` with layout_check_runner.py as the runner (it
+it over: each plan runs through `trainfit bench` with check_runner.py as the runner (it
 checks the config as the real runner does and runs nothing), and every row must come back `ok`
 with the layout its label names. A plan whose matrix or exclusions drift, or a config the runner
 would refuse on the GPU machine, fails here instead of there.
@@ -16,7 +16,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 CLI = os.environ.get("TRAINFIT_CLI", "trainfit")
-CHECK_RUNNER = "%s %s" % (sys.executable, Path(__file__).with_name("layout_check_runner.py"))
+CHECK_RUNNER = "%s %s" % (sys.executable, Path(__file__).with_name("check_runner.py"))
 
 # plan: (configs, the layouts its labels name, each with the runner's API for it)
 PLANS = {

@@ -1,10 +1,10 @@
 """A bench runner that runs nothing: it reads the config `trainfit bench` wrote, as the real runner
-does (setup_schema.complete, layouts.check), and writes a row saying whether the runner would run
-it and how (measured.layout), or why not. test_scale_runner.py runs the shipped scale-out plans
-through it, so that every config those plans hand the runner on a GPU machine is known to be
-accepted by it.
+does (setup_schema.complete, layouts.check, objectives.check), and writes a row saying whether the
+runner would run it and how (measured.layout, measured.objective), or why not. test_scale_plans.py
+and test_objectives.py run the shipped plans through it, so that every config those plans hand the
+runner on a GPU machine is known to be accepted by it.
 
-    trainfit bench PLAN.toml --runner "python3 python/tests/layout_check_runner.py" --results DIR
+    trainfit bench PLAN.toml --runner "python3 python/tests/check_runner.py" --results DIR
 """
 import argparse
 import json
@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from trainfit_runner import layouts, run, setup_schema  # noqa: E402
+from trainfit_runner import layouts, objectives, run, setup_schema  # noqa: E402
 
 
 def main(argv=None):
@@ -24,8 +24,9 @@ def main(argv=None):
     measured = {"status": "ok", "peak_allocated_mib": 1.0, "step_seconds_median": 1.0}
     try:
         measured["layout"] = layouts.describe(cfg, layouts.check(cfg, run.model_json(cfg["model"])))
-    except layouts.LayoutError as e:
-        measured = {"status": "error", "error": "LayoutError: %s" % e}
+        measured["objective"] = objectives.describe(objectives.check(cfg))
+    except (layouts.LayoutError, objectives.ObjectiveError) as e:
+        measured = {"status": "error", "error": "%s: %s" % (type(e).__name__, e)}
     run.write_row(args.out, {"config": cfg, "stack": {}, "measured": measured})
     return 0
 
