@@ -59,6 +59,10 @@ std::vector<std::string> plan_warnings(const ModelSpec& model, const TrainingSet
 Verdict judge(std::int64_t peak_allocated_bytes, std::int64_t device_used_bytes, std::int64_t capacity_bytes,
               double headroom, Platform platform);
 
+// Host memory a GPU's share of a server has for offloaded states: an 8-GPU DGX or HGX H100/H200
+// server has 2 TiB, 256 GiB a GPU. advise does not offer a layout that needs more; plan warns.
+inline constexpr double kTypicalHostBytesPerGpu = 256.0 * 1024 * 1024 * 1024;
+
 struct PlanOptions {
   bool suggest = true;
   std::optional<TimeProfile> profile;  // default: default_profile(gpu)

@@ -72,9 +72,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Host memory advise assumes a GPU's host has for offloaded states: an 8-GPU DGX or HGX H100/H200
-// server has 2 TiB, 256 GiB a GPU. A layout needing more is not offered.
-constexpr double kAssumedHostBytesPerGpu = 256.0 * static_cast<double>(kGiB);
 
 // The layouts advise tries on several GPUs when `parallel` is free: each shards or offloads more
 // than the one before.
@@ -344,7 +341,7 @@ class Search {
         continue;  // a combination the setup does not allow (QLoRA with FSDP, targets the model lacks)
       }
       // Offloading needs the host memory to hold what it moves there (docs/advise.md).
-      if (priced->host_bytes() > kAssumedHostBytesPerGpu * static_cast<double>(s.gpus / s.nodes)) continue;
+      if (priced->host_bytes() > kTypicalHostBytesPerGpu * static_cast<double>(s.gpus / s.nodes)) continue;
       bool any_fits = false;
       for (const bool ckpt : checkpointing_) {
         for (const auto& [batch, accum] : pairs) {

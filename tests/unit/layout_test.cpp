@@ -3,6 +3,8 @@
 // own estimators; combinations that cannot run are refused with the reason.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <map>
 #include <string>
 #include <utility>
@@ -115,6 +117,16 @@ TEST(Layout, SeventyBillionFullFineTuningFitsEightH100sUnderZeroThreeWithTheOpti
   const Plan plan = make_plan(m, s, h100);
   EXPECT_EQ(plan.verdict, Verdict::fits);
   EXPECT_GT(plan.memory.host_bytes, 500LL * kGiB);
+  // About 1 TiB on the host, 131 GiB a GPU: within what an 8-GPU server has, no warning. On two
+  // GPUs the same states need 526 GiB a GPU: the plan says so.
+  const auto host_warning = [](const Plan& p) {
+    return std::any_of(p.warnings.begin(), p.warnings.end(),
+                       [](const std::string& w) { return w.find("host memory") != std::string::npos; });
+  };
+  EXPECT_FALSE(host_warning(plan));
+  TrainingSetup two = s;
+  two.gpus = 2;
+  EXPECT_TRUE(host_warning(make_plan(m, two, h100)));
   s.offload = Offload::none;
   s.parallel = Parallel::ddp;
   EXPECT_EQ(make_plan(m, s, h100).verdict, Verdict::oom);
