@@ -88,6 +88,10 @@ constexpr double kReferenceLogpWidthsPerLogit = 3.0;
 
 }  // namespace
 
+// Operations a mixture-of-experts layer adds to a dense one's under transformers 5's grouped_mm
+// experts: 6 for the router, 29 counted in grouped_mm_experts_forward (integrations/moe.py).
+constexpr double kGroupedMoeOps = 35.0;
+
 namespace detail {
 namespace {
 
@@ -271,7 +275,13 @@ WorkBasis work_basis(const ModelSpec& model, const TrainingSetup& user_setup, co
   // Autocast casts each matmul's input (and, once per forward, its weight): two more operations
   // per linear module.
   if (setup.amp) layer_ops += 2.0 * static_cast<double>(linears.dense.size());
-  if (model.is_moe()) layer_ops += 10.0 + 6.0 * as_d(model.num_experts);  // router, then a loop over experts
+  // transformers 5 runs the experts with grouped_mm (config._experts_implementation, checked with
+  // 5.17 on Qwen3-MoE, PhiMoE and DeepSeek-V2): the router's operations (linear, softmax, top-k,
+  // renormalisation, cast) and grouped_mm_experts_forward's (the token permutation: two argsorts,
+  // the gathers, a histogram and its cumulative sum; two torch._grouped_mm; the activation and the
+  // routing weights; the inverse permutation and index_add_), whatever the number of experts. Not
+  // a loop over the experts, as transformers 4 ran them.
+  if (model.is_moe()) layer_ops += kGroupedMoeOps * linears.moe_layers / L;
   b.layer_ops = layer_ops;
   b.forward_ops = L * layer_ops + kModelForwardOps;
   // Fused AdamW: a handful of multi-tensor launches; zero_grad touches every parameter tensor.
