@@ -3,6 +3,8 @@
 // LayerNorms, Gemma 3's two rotary tables; which modules all-linear reaches; the plan's warnings.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <string>
 #include <vector>
 
@@ -171,6 +173,25 @@ TEST(MoeStep, TheHostsOperationsDoNotGrowWithTheExperts) {
   };
   EXPECT_GT(host_seconds(16), 0.0);
   EXPECT_DOUBLE_EQ(host_seconds(16), host_seconds(64));
+}
+
+// all-linear LoRA on fused experts: PEFT 0.21 wraps them and refuses dropout; the plan says so,
+// and says nothing when the targets are named.
+TEST(MoeStep, AllLinearOnFusedExpertsWarnsOfPeftsParamWrapper) {
+  const ModelSpec m = load_model("qwen3-30b-a3b");
+  TrainingSetup s;
+  s.method = Method::lora;
+  const auto warned = [&](const TrainingSetup& t, const std::string& what) {
+    const Plan p = make_plan(m, t, find_gpu("h200"));
+    return std::any_of(p.warnings.begin(), p.warnings.end(),
+                       [&](const std::string& w) { return w.find(what) != std::string::npos; });
+  };
+  EXPECT_TRUE(warned(s, "refuses to build the model"));
+  s.lora.dropout = 0;
+  EXPECT_TRUE(warned(s, "adapter parameters more"));
+  EXPECT_FALSE(warned(s, "refuses"));
+  s.lora.targets = parse_lora_targets("q,k,v,o");
+  EXPECT_FALSE(warned(s, "ParamWrapper"));
 }
 
 }  // namespace
