@@ -279,6 +279,12 @@ Plan make_plan(const ModelSpec& model, const TrainingSetup& setup, const GpuSpec
                           "(lora.ParamWrapper): the experts get {} adapter parameters more, which this plan does "
                           "not count",
                           plan.memory.untargeted_expert_adapter_parameters));
+  // PhiMoE's router is an nn.Linear subclass whose forward returns a tuple: all-linear wraps it and
+  // PEFT's LoRA forward fails on it ("'tuple' object has no attribute 'dtype'", on the GPU machine).
+  if (setup.method != Method::full && all_linear && model.model_type == "phimoe")
+    plan.warnings.push_back(
+        "PEFT 0.21's all-linear wraps PhiMoE's router (mlp.router, an nn.Linear whose forward returns a tuple) and "
+        "its LoRA forward fails there; name the targets, e.g. --lora-targets q,k,v,o");
   // Offloaded states live in the host's memory: past what a server typically has per GPU, the
   // run needs a larger host (or NVMe), whatever the GPU's verdict says.
   const double gpus_per_host = static_cast<double>(std::max<std::int64_t>(1, setup.gpus / std::max<std::int64_t>(1, setup.nodes)));

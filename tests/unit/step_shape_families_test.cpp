@@ -192,6 +192,17 @@ TEST(MoeStep, AllLinearOnFusedExpertsWarnsOfPeftsParamWrapper) {
   EXPECT_FALSE(warned(s, "refuses"));
   s.lora.targets = parse_lora_targets("q,k,v,o");
   EXPECT_FALSE(warned(s, "ParamWrapper"));
+  // PhiMoE's router: all-linear fails in PEFT's forward; named targets do not.
+  TrainingSetup phi;
+  phi.method = Method::lora;
+  const auto phi_warned = [&](const TrainingSetup& t) {
+    const Plan p = make_plan(load_model("phi3.5-moe"), t, find_gpu("h200"));
+    return std::any_of(p.warnings.begin(), p.warnings.end(),
+                       [](const std::string& w) { return w.find("PhiMoE's router") != std::string::npos; });
+  };
+  EXPECT_TRUE(phi_warned(phi));
+  phi.lora.targets = parse_lora_targets("q,k,v,o");
+  EXPECT_FALSE(phi_warned(phi));
 }
 
 }  // namespace
