@@ -12,7 +12,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from _jobs import Probe, square_loss_step
+from _jobs import Probe, all_ranks_done, common_start, ddp_linear_stack, join_ddp, square_loss_step
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--seconds", type=float, default=40)
@@ -22,30 +22,16 @@ ap.add_argument("--layers", type=int, default=8)
 ap.add_argument("--rows", type=int, default=64)
 args = ap.parse_args()
 
-local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-torch.cuda.set_device(local_rank)
-dist.init_process_group("nccl")
-rank = dist.get_rank()
+rank, local_rank = join_ddp()
 probe = Probe()
 if rank == 0:
     probe.phase("warmup")
-torch.manual_seed(0)
-model = torch.nn.Sequential(*[torch.nn.Linear(args.width, args.width, bias=False) for _ in range(args.layers)])
-model = model.to(device="cuda", dtype=torch.bfloat16)
-model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[local_rank])
+model = ddp_linear_stack(args.width, args.layers, local_rank)
 opt = torch.optim.SGD(model.parameters(), lr=1e-6)
 x = torch.randn(args.rows, args.width, device="cuda", dtype=torch.bfloat16)
-# Every rank starts its clock together and runs the same number of steps (a rank stopping early
-# would leave the other waiting in an all-reduce for ever).
-start = torch.tensor([time.time()], dtype=torch.float64, device="cuda")
-dist.broadcast(start, 0)
-start = start.item()
+start = common_start()
 step, steady = 0, False
-while True:
-    done = torch.tensor([1.0 if time.time() - start >= args.seconds else 0.0], device="cuda")
-    dist.all_reduce(done, op=dist.ReduceOp.MAX)
-    if done.item() > 0:
-        break
+while not all_ranks_done(start, args.seconds):
     t0 = time.perf_counter()
     square_loss_step(model, opt, x)
     step += 1

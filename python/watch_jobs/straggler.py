@@ -6,13 +6,12 @@ tagged with its rank and GPU; rank 0 writes the phase markers.
 
     trainfit watch -- torchrun --nproc-per-node 2 straggler.py"""
 import argparse
-import os
 import time
 
 import torch
 import torch.distributed as dist
 
-from _jobs import Probe
+from _jobs import Probe, all_ranks_done, common_start, ddp_linear_stack, join_ddp, square_loss_step
 
 
 class Batches(torch.utils.data.Dataset):
@@ -36,39 +35,24 @@ ap.add_argument("--layers", type=int, default=8)
 ap.add_argument("--rows", type=int, default=8192)
 args = ap.parse_args()
 
-local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-torch.cuda.set_device(local_rank)
-dist.init_process_group("nccl")
-rank = dist.get_rank()
+rank, local_rank = join_ddp()
 probe = Probe()
 if rank == 0:
     probe.phase("warmup")
-torch.manual_seed(0)
-model = torch.nn.Sequential(*[torch.nn.Linear(args.width, args.width, bias=False) for _ in range(args.layers)])
-model = torch.nn.parallel.DistributedDataParallel(model.to(device="cuda", dtype=torch.bfloat16), device_ids=[local_rank])
+model = ddp_linear_stack(args.width, args.layers, local_rank)
 opt = torch.optim.SGD(model.parameters(), lr=1e-6)
 loader = torch.utils.data.DataLoader(Batches(args.rows, args.width, args.slow_batch_seconds if rank == 0 else 0.0),
                                      batch_size=None, num_workers=1, pin_memory=True, prefetch_factor=2,
                                      persistent_workers=True)
 it = iter(loader)
-start = torch.tensor([time.time()], dtype=torch.float64, device="cuda")
-dist.broadcast(start, 0)
-start = start.item()
+start = common_start()
 step, steady = 0, False
 last = time.perf_counter()
-while True:
-    done = torch.tensor([1.0 if time.time() - start >= args.seconds else 0.0], device="cuda")
-    dist.all_reduce(done, op=dist.ReduceOp.MAX)
-    if done.item() > 0:
-        break
+while not all_ranks_done(start, args.seconds):
     t0 = time.perf_counter()
     x = next(it)
     data = time.perf_counter() - t0
-    x = x.to("cuda", dtype=torch.bfloat16, non_blocking=True)
-    model(x).float().square().mean().backward()
-    opt.step()
-    opt.zero_grad(set_to_none=True)
-    torch.cuda.synchronize()
+    square_loss_step(model, opt, x.to("cuda", dtype=torch.bfloat16, non_blocking=True))
     now = time.perf_counter()
     step += 1
     if rank == 0 and not steady and time.time() - start >= args.warmup:
