@@ -587,9 +587,8 @@ void judge_ranks(std::span<Diagnosis> same_window) {
   std::vector<double> others;
   for (const Diagnosis* d : probed)
     if (d != slowest) others.push_back(*d->stats.data_share);
-  std::sort(others.begin(), others.end());
   const std::size_t n = others.size();
-  const double median = n % 2 ? others[n / 2] : (others[n / 2 - 1] + others[n / 2]) / 2;
+  const double median = detail::median(others).value_or(0);
   const double share = *slowest->stats.data_share;
   if (share < kDataShare || share - median < kStragglerDataGap) return;
   const int gpu = slowest->gpu;

@@ -512,7 +512,6 @@ WatchResult WatchSession::run(const WatchOutput& output, const std::atomic<int>&
     const std::vector<Sample> window(history.begin(), history.end());
     const std::vector<HostSample> host_window(host.begin(), host.end());
     const bool tagged = std::any_of(steps.begin(), steps.end(), [](const StepEvent& e) { return e.device; });
-    std::vector<Diagnosis> now_verdicts;
     std::vector<Diagnosis> judged;
     for (const GpuInfo& g : gpus) {
       if (!watched().empty() && !watched().count(g.index)) continue;
@@ -524,7 +523,7 @@ WatchResult WatchSession::run(const WatchOutput& output, const std::atomic<int>&
     // Then the job's GPUs together: a straggler, or ranks waiting in the collectives, is a relation
     // between them (known to be one job's when the probe tags its steps or the job's GPUs are known).
     if (tagged || !watched().empty()) judge_ranks(judged);
-    for (Diagnosis& d : judged) {
+    for (const Diagnosis& d : judged) {
       if (jsonl) jsonl.add(diagnosis_to_json(d));
       const auto prev = current.find(d.gpu);
       // A job's own output shares the terminal: only changes of verdict are worth a line there.
@@ -539,9 +538,8 @@ WatchResult WatchSession::run(const WatchOutput& output, const std::atomic<int>&
       }
       current[d.gpu] = d;
       timeline.add(d);
-      now_verdicts.push_back(std::move(d));
     }
-    if (s.server && !history.empty()) s.server->publish(render_prometheus(gpus, history.back(), now_verdicts));
+    if (s.server && !history.empty()) s.server->publish(render_prometheus(gpus, history.back(), judged));
     if (live && !history.empty()) {
       std::vector<const GpuReading*> latest(gpus.size(), nullptr);
       for (std::size_t i = 0; i < gpus.size(); ++i)
