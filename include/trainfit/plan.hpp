@@ -10,6 +10,7 @@
 #include "trainfit/model.hpp"
 #include "trainfit/setup.hpp"
 #include "trainfit/time.hpp"
+#include "trainfit/units.hpp"
 
 namespace trainfit {
 
@@ -61,7 +62,7 @@ Verdict judge(std::int64_t peak_allocated_bytes, std::int64_t device_used_bytes,
 
 // Host memory a GPU's share of a server has for offloaded states: an 8-GPU DGX or HGX H100/H200
 // server has 2 TiB, 256 GiB a GPU. advise does not offer a layout that needs more; plan warns.
-inline constexpr double kTypicalHostBytesPerGpu = 256.0 * 1024 * 1024 * 1024;
+inline constexpr double kTypicalHostBytesPerGpu = 256.0 * static_cast<double>(kGiB);
 
 struct PlanOptions {
   bool suggest = true;

@@ -288,13 +288,13 @@ Plan make_plan(const ModelSpec& model, const TrainingSetup& setup, const GpuSpec
   // Offloaded states live in the host's memory: past what a server typically has per GPU, the
   // run needs a larger host (or NVMe), whatever the GPU's verdict says.
   const double gpus_per_host = static_cast<double>(std::max<std::int64_t>(1, setup.gpus / std::max<std::int64_t>(1, setup.nodes)));
+  const double gib = static_cast<double>(kGiB);
   if (static_cast<double>(plan.memory.host_bytes) > kTypicalHostBytesPerGpu * gpus_per_host)
     plan.warnings.push_back(fmt::format(
         "the offloaded states need {:.0f} GiB of host memory on each host ({:.0f} GiB a GPU), more than the {:.0f} GiB "
         "a GPU that 8-GPU servers typically have: check the host's memory, or offload to NVMe",
-        static_cast<double>(plan.memory.host_bytes) / (1024.0 * 1024 * 1024),
-        static_cast<double>(plan.memory.host_bytes) / (1024.0 * 1024 * 1024) / gpus_per_host,
-        kTypicalHostBytesPerGpu / (1024.0 * 1024 * 1024)));
+        static_cast<double>(plan.memory.host_bytes) / gib,
+        static_cast<double>(plan.memory.host_bytes) / gib / gpus_per_host, kTypicalHostBytesPerGpu / gib));
   if (options.suggest && plan.verdict != Verdict::fits) plan.suggestions = alternatives(model, setup, gpu, plan.profile);
   return plan;
 }
