@@ -9,6 +9,7 @@
 
 #include "memory/memory_model.hpp"
 #include "memory/step_shape.hpp"
+#include "support/memory_checks.hpp"
 #include "trainfit/trainfit.hpp"
 
 namespace trainfit {
@@ -245,12 +246,7 @@ TEST(Objective, TheBreakdownSumsToThePeakForEveryObjective) {
         s.grad_ckpt = ckpt;
         SCOPED_TRACE(setup_label(s));
         const MemoryEstimate e = estimate(s);
-        std::int64_t sum = 0;
-        for (const auto& t : e.breakdown) sum += t.bytes;
-        EXPECT_NEAR(static_cast<double>(sum), static_cast<double>(e.peak_allocated_bytes), 16.0);
-        std::int64_t phase_max = 0;
-        for (const auto& p : e.phases) phase_max = std::max(phase_max, p.allocated_bytes);
-        EXPECT_EQ(phase_max, e.peak_allocated_bytes);
+        trainfit::testing::expect_breakdown_and_phases_make_the_peak(e);
       }
     }
   }
