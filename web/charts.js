@@ -254,6 +254,23 @@ const TrainfitCharts = (() => {
     return html("div", {}, null, root);
   }
 
+  // A table of text: `headers`, then `rows` of cells (each shown as String(cell)); `cellClass(r, c)`
+  // may give a cell its class (a verdict's colour, a command's font).
+  function textTable(parent, headers, rows, cellClass) {
+    const t = html("table", {}, null, parent);
+    const head = html("tr", {}, null, html("thead", {}, null, t));
+    for (const h of headers) html("th", {}, h, head);
+    const body = html("tbody", {}, null, t);
+    rows.forEach((cells, r) => {
+      const tr = html("tr", {}, null, body);
+      cells.forEach((cell, c) => {
+        const cls = cellClass ? cellClass(r, c) : "";
+        html("td", cls ? {class: cls} : {}, String(cell), tr);
+      });
+    });
+    return t;
+  }
+
   // ---- reports -----------------------------------------------------------------------------------
   function renderPlan(root, data) {
     const plan = data.plan;
@@ -302,18 +319,9 @@ const TrainfitCharts = (() => {
 
   function renderBench(root, doc) {
     html("p", {class: "words"}, doc.plan.description || "", root);
-    const crit = section(root, "Criteria");
-    const t = html("table", {}, null, crit);
-    const hr = html("tr", {}, null, html("thead", {}, null, t));
-    for (const h of ["criterion", "outcome", "detail", "expression"]) html("th", {}, h, hr);
-    const tb = html("tbody", {}, null, t);
-    for (const c of doc.criteria) {
-      const tr = html("tr", {}, null, tb);
-      html("td", {}, `${c.name}: ${c.text}`, tr);
-      html("td", {class: "verdict-" + c.outcome}, c.outcome, tr);
-      html("td", {}, c.detail, tr);
-      html("td", {class: "command"}, c.expression, tr);
-    }
+    textTable(section(root, "Criteria"), ["criterion", "outcome", "detail", "expression"],
+              doc.criteria.map((c) => [`${c.name}: ${c.text}`, c.outcome, c.detail ?? "", c.expression ?? ""]),
+              (r, c) => (c === 1 ? "verdict-" + doc.criteria[r].outcome : c === 3 ? "command" : ""));
     const rows = doc.rows;
     const labels = rows.map((r) => r.bench.label);
     const measured = rows.map((r) => (r.measured.peak_allocated_mib !== undefined ? r.measured.peak_allocated_mib : null));
@@ -326,18 +334,13 @@ const TrainfitCharts = (() => {
                series: [{name: "measured", colour: "#1a7f37", x: idx, y: measured, points: true, title: (i) => labels[i]},
                         {name: "predicted", colour: "#0969da", x: idx, y: predicted, points: true, title: (i) => labels[i]}],
                hlines: capMiB ? [{y: capMiB, label: "card", colour: "#cf222e"}] : []});
-    const table = html("table", {}, null, section(root, "Configs"));
-    const head = html("tr", {}, null, html("thead", {}, null, table));
-    for (const h of ["#", "config", "status", "verdict", "peak MiB", "pred MiB", "s/step", "pred s"]) html("th", {}, h, head);
-    const body = html("tbody", {}, null, table);
-    rows.forEach((r, i) => {
-      const tr = html("tr", {}, null, body);
-      const p = r.predicted || {};
-      const cells = [i + 1, labels[i], r.measured.status, r.verdict || "", measured[i] ?? "-", predicted[i] !== null ? predicted[i].toFixed(1) : "-",
-                     r.measured.step_seconds_median !== undefined ? r.measured.step_seconds_median.toFixed(3) : "-",
-                     p.step_seconds !== undefined ? p.step_seconds.toFixed(3) : "-"];
-      cells.forEach((c) => html("td", {}, String(c), tr));
-    });
+    textTable(section(root, "Configs"), ["#", "config", "status", "verdict", "peak MiB", "pred MiB", "s/step", "pred s"],
+              rows.map((r, i) => {
+                const p = r.predicted || {};
+                return [i + 1, labels[i], r.measured.status, r.verdict || "", measured[i] ?? "-", predicted[i] !== null ? predicted[i].toFixed(1) : "-",
+                        r.measured.step_seconds_median !== undefined ? r.measured.step_seconds_median.toFixed(3) : "-",
+                        p.step_seconds !== undefined ? p.step_seconds.toFixed(3) : "-"];
+              }));
   }
 
   function renderValidate(root, data) {
@@ -361,16 +364,10 @@ const TrainfitCharts = (() => {
                         {name: "step time error", colour: "#bf8700", pointsOnly: true, points: true, x: rows.map((_, i) => i + 1),
                          y: rows.map((r) => (r.measured_step_seconds === null ? null : r.step_error))}],
                hlines: [{y: 0, label: "", colour: "#8c959f"}]});
-    const table = html("table", {}, null, section(root, "Rows"));
-    const head = html("tr", {}, null, html("thead", {}, null, table));
-    for (const h of ["line", "model", "MiB measured", "MiB predicted", "error", "s measured", "s predicted", "error", "bottleneck"]) html("th", {}, h, head);
-    const body = html("tbody", {}, null, table);
-    for (const r of rows) {
-      const tr = html("tr", {}, null, body);
-      [r.line, r.model, r.measured_peak_allocated_mib.toFixed(1), r.predicted_peak_allocated_mib.toFixed(1), (100 * r.error).toFixed(1) + "%",
-       r.measured_step_seconds === null ? "-" : r.measured_step_seconds.toFixed(4), r.predicted_step_seconds.toFixed(4),
-       r.measured_step_seconds === null ? "-" : (100 * r.step_error).toFixed(0) + "%", r.predicted_bottleneck].forEach((c) => html("td", {}, String(c), tr));
-    }
+    textTable(section(root, "Rows"), ["line", "model", "MiB measured", "MiB predicted", "error", "s measured", "s predicted", "error", "bottleneck"],
+              rows.map((r) => [r.line, r.model, r.measured_peak_allocated_mib.toFixed(1), r.predicted_peak_allocated_mib.toFixed(1), (100 * r.error).toFixed(1) + "%",
+                               r.measured_step_seconds === null ? "-" : r.measured_step_seconds.toFixed(4), r.predicted_step_seconds.toFixed(4),
+                               r.measured_step_seconds === null ? "-" : (100 * r.step_error).toFixed(0) + "%", r.predicted_bottleneck]));
   }
 
   const watchColours = {"compute-bound": "#1a7f37", "input-pipeline-bound": "#bf8700", "communication-bound": "#8250df",
@@ -396,14 +393,8 @@ const TrainfitCharts = (() => {
       plot(section(root, "Step time (probe)"), {xLabel: "seconds", xFormat: (v) => v.toFixed(0), yFormat: seconds, width: 900,
                series: [{name: "step seconds", colour: "#8250df", x: data.steps.map((s) => s.time), y: data.steps.map((s) => s.step_seconds), points: true}]});
     }
-    const table = html("table", {}, null, section(root, "Verdicts over time"));
-    const head = html("tr", {}, null, html("thead", {}, null, table));
-    for (const h of ["GPU", "from s", "to s", "verdict", "evidence", "what to try"]) html("th", {}, h, head);
-    const body = html("tbody", {}, null, table);
-    for (const v of data.verdicts) {
-      const tr = html("tr", {}, null, body);
-      [v.gpu, v.begin.toFixed(0), v.end.toFixed(0), v.verdict, v.evidence, v.advice].forEach((c) => html("td", {}, String(c), tr));
-    }
+    textTable(section(root, "Verdicts over time"), ["GPU", "from s", "to s", "verdict", "evidence", "what to try"],
+              data.verdicts.map((v) => [v.gpu, v.begin.toFixed(0), v.end.toFixed(0), v.verdict, v.evidence, v.advice]));
   }
 
   // The letters of a step's timeline (docs/trace.md, StepTrace::timeline) and their colours.
@@ -450,14 +441,8 @@ const TrainfitCharts = (() => {
                             {name: "communication", colour: "#cf222e", x: steps, y: r.steps.map((st) => st.communication_s), points: true}]});
       }
       if (r.kernels_top && r.kernels_top.length) {
-        const t = html("table", {}, null, section(box, "Top kernels"));
-        const head = html("tr", {}, null, html("thead", {}, null, t));
-        for (const h of ["total", "count", "category", "name"]) html("th", {}, h, head);
-        const body = html("tbody", {}, null, t);
-        for (const k of r.kernels_top) {
-          const tr = html("tr", {}, null, body);
-          [seconds(k.total_s), k.count, k.category, k.name.length > 140 ? k.name.slice(0, 140) + "..." : k.name].forEach((c) => html("td", {}, String(c), tr));
-        }
+        textTable(section(box, "Top kernels"), ["total", "count", "category", "name"],
+                  r.kernels_top.map((k) => [seconds(k.total_s), k.count, k.category, k.name.length > 140 ? k.name.slice(0, 140) + "..." : k.name]));
       }
       for (const w of r.warnings || []) html("p", {class: "note"}, "note: " + w, box);
     }
@@ -474,14 +459,8 @@ const TrainfitCharts = (() => {
       stackedBar(box, parts, [], total, mib);
       legend(box, parts.map(([k, b, c]) => [`${k} ${mib(b)}`, c]));
       if (snap.top_stacks && snap.top_stacks.length) {
-        const t = html("table", {}, null, section(box, "Largest allocation stacks at the peak"));
-        const head = html("tr", {}, null, html("thead", {}, null, t));
-        for (const h of ["MiB", "blocks", "category", "frames"]) html("th", {}, h, head);
-        const body = html("tbody", {}, null, t);
-        for (const a of snap.top_stacks) {
-          const tr = html("tr", {}, null, body);
-          [(a.bytes / MiB).toFixed(1), a.blocks, a.category, a.frames].forEach((c) => html("td", {}, String(c), tr));
-        }
+        textTable(section(box, "Largest allocation stacks at the peak"), ["MiB", "blocks", "category", "frames"],
+                  snap.top_stacks.map((a) => [(a.bytes / MiB).toFixed(1), a.blocks, a.category, a.frames]));
       }
     }
     if (data.plan) {
@@ -490,14 +469,8 @@ const TrainfitCharts = (() => {
       for (const [what, format] of [["time", seconds], ["memory", mib]]) {
         const rows = data.plan[what] || [];
         if (!rows.length) continue;
-        const t = html("table", {}, null, box);
-        const head = html("tr", {}, null, html("thead", {}, null, t));
-        for (const h of [what + " term", "measured", "predicted"]) html("th", {}, h, head);
-        const body = html("tbody", {}, null, t);
-        for (const row of rows) {
-          const tr = html("tr", {}, null, body);
-          [row.term, format(row.measured), format(row.predicted)].forEach((c) => html("td", {}, String(c), tr));
-        }
+        textTable(box, [what + " term", "measured", "predicted"],
+                  rows.map((row) => [row.term, format(row.measured), format(row.predicted)]));
       }
     }
   }
@@ -506,17 +479,11 @@ const TrainfitCharts = (() => {
   // against the card, then the table the CLI prints.
   function renderPlans(root, doc) {
     html("p", {class: "words"}, doc.title, root);
-    const table = html("table", {}, null, section(root, "Plans"));
-    const head = html("tr", {}, null, html("thead", {}, null, table));
-    for (const h of ["model", "checkpointing", "peak allocated", "of card", "device used", "verdict", "step", "bottleneck"]) html("th", {}, h, head);
-    const body = html("tbody", {}, null, table);
-    for (const p of doc.plans) {
-      const tr = html("tr", {}, null, body);
-      const cells = [p.model.name, p.setup.grad_ckpt ? "on" : "off", mib(p.memory.peak_allocated_bytes),
-                     percent(p.memory.peak_allocated_bytes / p.device.capacity_bytes), mib(p.memory.device_used_bytes), p.verdict,
-                     p.time ? seconds(p.time.step_seconds) : "-", p.time ? p.time.bottleneck : "-"];
-      cells.forEach((c, i) => html("td", i === 5 ? {class: "verdict-" + p.verdict} : {}, String(c), tr));
-    }
+    textTable(section(root, "Plans"), ["model", "checkpointing", "peak allocated", "of card", "device used", "verdict", "step", "bottleneck"],
+              doc.plans.map((p) => [p.model.name, p.setup.grad_ckpt ? "on" : "off", mib(p.memory.peak_allocated_bytes),
+                                    percent(p.memory.peak_allocated_bytes / p.device.capacity_bytes), mib(p.memory.device_used_bytes), p.verdict,
+                                    p.time ? seconds(p.time.step_seconds) : "-", p.time ? p.time.bottleneck : "-"]),
+              (r, c) => (c === 5 ? "verdict-" + doc.plans[r].verdict : ""));
     // One scale for every bar, so that the bars compare.
     const scale = Math.max(...doc.plans.map((p) => Math.max(p.device.capacity_bytes, p.memory.device_used_bytes))) * 1.06;
     for (const p of doc.plans) {
