@@ -3,7 +3,6 @@
 // samples it queues) and, on a GPU machine with TRAINFIT_BENCH_REAL_NVML=1, against the real driver.
 // Each run samples for a few seconds of wall time; the counter core_pct is what the summary prints.
 #include <benchmark/benchmark.h>
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -13,6 +12,7 @@
 #include <string>
 #include <thread>
 
+#include "telemetry/thread_cpu.hpp"
 #include "trainfit/telemetry.hpp"
 
 namespace {
@@ -86,13 +86,6 @@ void BM_SamplerRealDriver(benchmark::State& state) {
 }
 BENCHMARK(BM_SamplerRealDriver)->Iterations(1)->Unit(benchmark::kSecond);
 
-double thread_cpu_seconds() {
-  rusage u{};
-  getrusage(RUSAGE_THREAD, &u);
-  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
-         1e-6 * static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
-}
-
 // The driver's part of watching N GPUs, on a machine with fewer: the sampler's per-GPU work is one
 // Nvml::read a tick (the slow set once a second), so this thread makes N of them on GPU 0 at the
 // sampler's cadence and reports their CPU time as a share of a core. A machine of one GPU so gives
@@ -110,14 +103,14 @@ void BM_RealDriverReadsForGpus(benchmark::State& state) {
     std::int64_t reads = 0;
     for (auto _ : state) {
       const auto start = std::chrono::steady_clock::now();
-      const double cpu0 = thread_cpu_seconds();
+      const double cpu0 = trainfit::telemetry::detail::thread_cpu_seconds();
       for (int tick = 0; tick < 100; ++tick) {  // 10 s at 10 Hz
         const bool slow = tick % 10 == 0;
         for (int g = 0; g < gpus; ++g) benchmark::DoNotOptimize(nvml->read(0, slow));
         reads += gpus;
         std::this_thread::sleep_until(start + std::chrono::milliseconds(100 * (tick + 1)));
       }
-      cpu = thread_cpu_seconds() - cpu0;
+      cpu = trainfit::telemetry::detail::thread_cpu_seconds() - cpu0;
       wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     }
     state.counters["gpus"] = gpus;

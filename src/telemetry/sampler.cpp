@@ -7,20 +7,22 @@
 #include <mutex>
 #include <thread>
 
+#include "telemetry/thread_cpu.hpp"
 #include "trainfit/telemetry.hpp"
 
 namespace trainfit::telemetry {
-namespace {
 
-// A consumer that stops taking must not grow memory without bound: at 10 Hz this is over an hour.
-constexpr std::size_t kMaxQueued = 40000;
-
-double thread_cpu_seconds() {
+double detail::thread_cpu_seconds() {
   rusage u{};
   getrusage(RUSAGE_THREAD, &u);
   auto sec = [](const timeval& t) { return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) * 1e-6; };
   return sec(u.ru_utime) + sec(u.ru_stime);
 }
+
+namespace {
+
+// A consumer that stops taking must not grow memory without bound: at 10 Hz this is over an hour.
+constexpr std::size_t kMaxQueued = 40000;
 
 double wall_now() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -77,7 +79,7 @@ struct Sampler::State {
       queue.push_back(std::move(s));
       if (queue.size() > kMaxQueued) queue.pop_front();
       ++cost.samples;
-      cost.cpu_seconds = thread_cpu_seconds();
+      cost.cpu_seconds = detail::thread_cpu_seconds();
       cost.wall_seconds = std::chrono::duration<double>(clock::now() - started).count();
       if (wake.wait_until(lock, next, [this] { return stopping; })) return;
     }
