@@ -43,6 +43,7 @@ section reports:
 """
 import argparse
 import contextlib
+import datetime
 import gc
 import json
 import os
@@ -92,6 +93,12 @@ def section(name, fn, out):
 # ---------------------------------------------------------------------------------------------
 # DTensor dispatch
 
+def scalar(y):
+    """A plain scalar to call backward on: a DTensor's local part (its backward rewraps the gradient
+    with the same placements), summed in fp32."""
+    from torch.distributed.tensor import DTensor
+    return (y.to_local() if isinstance(y, DTensor) else y).float().sum()
+
 def dtensor_costs(device, world):
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import Replicate, Shard, distribute_tensor
@@ -109,8 +116,7 @@ def dtensor_costs(device, world):
 
     def fwd_bwd(x):
         def step():
-            y = chain(x)
-            y.sum().backward()
+            scalar(chain(x)).backward()
             x.grad = None
         return step
 
@@ -137,7 +143,7 @@ def dtensor_costs(device, world):
             y = x
             for _ in range(m):
                 y = torch.nn.functional.linear(x, w)
-            y.float().sum().backward()
+            scalar(y).backward()
         return step
 
     ops = count_dtensor_ops(linears(x_dt, w_dt))
@@ -189,7 +195,9 @@ class _Counter:
     @contextlib.contextmanager
     def active(self):
         D = self.DTensor
-        orig = {"from_local": D.__dict__["from_local"], "to_local": D.to_local, "redistribute": D.redistribute}
+        import inspect
+        orig = {"from_local": inspect.getattr_static(D, "from_local"), "to_local": D.to_local,
+                "redistribute": D.redistribute}
         calls = self.calls
         from_local_fn = orig["from_local"].__func__ if isinstance(orig["from_local"], staticmethod) else None
 
@@ -469,15 +477,22 @@ def fsdp_costs(device, world):
         def fwd_bwd():
             net(x).backward()
 
-        def optim():
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-
         fwd_bwd()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
         t = median_time(fwd_bwd, repeats=5, warmup=2)
-        o = median_time(optim, repeats=5, warmup=1)
+        steps = []
+        for _ in range(5):  # the optimizer step alone, each after a backward that made gradients
+            opt.zero_grad(set_to_none=True)
+            fwd_bwd()
+            dist.barrier()
+            cuda_sync()
+            t0 = time.perf_counter()
+            opt.step()
+            cuda_sync()
+            steps.append(time.perf_counter() - t0)
         del net, opt
-        return t, o
+        return t, statistics.median(steps)
 
     design = [(8, 2), (8, 8), (32, 2), (32, 8)]
     out = {"how": "step host seconds of k blocks of q %dx%d matmuls (fully_shard per block and on the root) "
@@ -585,7 +600,9 @@ def main():
     ap.add_argument("--out", help="also write the JSON here")
     ap.add_argument("--only", help="comma-separated sections (dtensor,tp_plan,collectives,fsdp,pipeline,gc)")
     args = ap.parse_args()
-    dist.init_process_group("nccl")
+    # A section that fails on one rank inside a collective would leave the other waiting: three
+    # minutes, then the process group gives up (run the whole under `timeout 300` as well).
+    dist.init_process_group("nccl", timeout=datetime.timedelta(seconds=180))
     rank, world = dist.get_rank(), dist.get_world_size()
     local = int(os.environ.get("LOCAL_RANK", "0"))
     torch.cuda.set_device(local)
