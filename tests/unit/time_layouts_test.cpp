@@ -34,15 +34,16 @@ const GpuSpec& h200() { return find_gpu("h200"); }
 // work starts when its host starts dispatching it, its GPU is free and its input has arrived (the
 // previous stage's forward, the next stage's backward), runs g, and ends no earlier than its
 // dispatch does.
-double simulate_1f1b(int p, int m, double hf, double hb, double gf, double gb) {
+double simulate_1f1b(int stages, int microbatches, double hf, double hb, double gf, double gb) {
+  const auto p = static_cast<std::size_t>(stages), m = static_cast<std::size_t>(microbatches);
   struct Phase {
     bool forward;
-    int micro;
+    std::size_t micro;
   };
   std::vector<std::vector<Phase>> order(p);
-  for (int s = 0; s < p; ++s) {
-    const int warm = std::min(m, p - s);
-    int f = 0, b = 0;
+  for (std::size_t s = 0; s < p; ++s) {
+    const std::size_t warm = std::min(m, p - s);
+    std::size_t f = 0, b = 0;
     for (; f < warm; ++f) order[s].push_back({true, f});
     while (true) {
       order[s].push_back({false, b++});
@@ -59,12 +60,12 @@ double simulate_1f1b(int p, int m, double hf, double hb, double gf, double gb) {
   for (const auto& o : order) left += o.size();
   while (left > 0) {
     bool progressed = false;
-    for (int s = 0; s < p; ++s) {
+    for (std::size_t s = 0; s < p; ++s) {
       if (next[s] >= order[s].size()) continue;
       const Phase ph = order[s][next[s]];
       double ready = 0;
       if (ph.forward && s > 0) ready = done[s - 1][0][ph.micro];
-      if (!ph.forward) ready = s < p - 1 ? done[s + 1][1][ph.micro] : done[s][0][ph.micro];
+      if (!ph.forward) ready = s + 1 < p ? done[s + 1][1][ph.micro] : done[s][0][ph.micro];
       if (ready < 0) continue;
       const double h = ph.forward ? hf : hb, g = ph.forward ? gf : gb;
       const double host_start = host[s];
@@ -76,8 +77,10 @@ double simulate_1f1b(int p, int m, double hf, double hb, double gf, double gb) {
       --left;
       progressed = true;
     }
-    if (!progressed) ADD_FAILURE() << "the schedule deadlocked";
-    if (!progressed) return 0;
+    if (!progressed) {
+      ADD_FAILURE() << "the schedule deadlocked";
+      return 0;
+    }
   }
   return *std::max_element(gpu.begin(), gpu.end());
 }
