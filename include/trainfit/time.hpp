@@ -56,16 +56,20 @@ struct TimeProfile {
   double all_reduce_efficiency = 0.72;  // DDP's gradient all-reduce
   double all_gather_efficiency = 0.59;  // FSDP's all-gather and reduce-scatter
   // Host time an operation on DTensors (tensor parallelism: torch.distributed.tensor) takes beyond a
-  // plain tensor's: the __torch_dispatch__ of DTensor's op dispatcher, its sharding propagation
-  // (a cache hit in the steady state), unwrapping the local tensors and wrapping the result.
-  // AWAITS MEASUREMENT (python/trainfit_runner/measure_dispatch.py, `dtensor_seconds_per_op`). Until
-  // then: PyTorch's own dispatch-overhead test expects 90 us for a DTensor add with a sharding-cache
-  // hit (test/distributed/tensor/test_dtensor_dispatch_overhead.py, expected_dispatch_time), less the
-  // 10 us a bare operation takes on the H200 host (h200-rates-2026-11-30.json, forward_op_seconds).
-  double dtensor_seconds_per_op = 80e-6;
+  // plain tensor's: DTensor's op dispatcher (sharding propagation, a cache hit in the steady state,
+  // unwrapping the local tensors and wrapping the result) and everything else the plan adds to a
+  // layer (the parallel styles' module hooks, from_local / to_local / redistribute), per operation
+  // the plan dispatches on DTensors. Measured in situ on one H200's host (measure_dispatch.py's
+  // tp_plan, data/bench/h200-dispatch-costs-world1-2026-12-01.json, in_situ_dtensor_seconds_per_op):
+  // the host time of a step (forward and backward) of Qwen2.5-1.5B-shaped models of 2 and 6 layers
+  // under the runner's plan, less the same models' without it, 18.2 ms a layer, over the 195
+  // operations and calls a layer's step dispatches on DTensors there. At world size 1: the
+  // collectives a redistribute issues at two GPUs are skipped (their launch is not in it).
+  double dtensor_seconds_per_op = 93.4e-6;
   // One collective issued from Python by itself (torch.distributed.broadcast(..., async_op=True)):
   // host time to launch it, and the GPU time of a small NCCL collective. AWAIT MEASUREMENT
-  // (measure_dispatch.py, `collective_launch_seconds`, `collective_latency_seconds`). Until then:
+  // (measure_dispatch.py, `collective_launch_seconds`, `collective_latency_seconds`, which needs two
+  // GPUs: the one-GPU run of 2026-12-01 could not measure them). Until then:
   // one small collective issued alone takes 57 us end to end at 1 and 4 MiB (all-gather,
   // data/measurements/h200x2-collectives-2026-11-30.json: launch, GPU latency and the
   // synchronisation together), taken as half launch, half GPU.

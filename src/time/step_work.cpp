@@ -67,24 +67,27 @@ constexpr double kFsdpOpsPerParameter = 8.0;
 // prepare_for_backward ran, which DDP's forward calls only when require_backward_grad_sync).
 constexpr double kDdpOpsPerGradient = 2.0;
 // Tensor parallelism as the runner lays it out (python/trainfit_runner/parallel.py, PyTorch's
-// ColwiseParallel, RowwiseParallel and SequenceParallel styles): the operations one decoder layer's
-// forward dispatches on DTensors, each through DTensor's op dispatcher. Counted from the plan;
-// python/trainfit_runner/measure_dispatch.py counts them on the GPU machine (AWAITS MEASUREMENT):
-//  - the two RMSNorms under SequenceParallel: their 8 operations each on DTensors, the input
-//    wrapped (DTensor.from_local) and the output unwrapped (to_local): 2 x 10;
-//  - the sequence-parallel all-gathers before attention and before the MLP (the runner's
-//    pre-hooks): wrap, redistribute to Replicate, unwrap: 2 x 3;
-//  - five ColwiseParallel projections (q, k, v, gate, up): the input wrapped, the linear as four
-//    DTensor operations (aten::linear is composite: the weight's transpose, the input's view, the
-//    (add)mm, the output's view), the output unwrapped: 5 x 6;
-//  - two RowwiseParallel projections (o, down): the same and the output's reduce-scatter: 2 x 7.
+// ColwiseParallel, RowwiseParallel and SequenceParallel styles): what a step dispatches on
+// DTensors, each through DTensor's op dispatcher. Measured: measure_dispatch.py's tp_plan section
+// ran the runner's plan on Qwen2.5-1.5B-shaped models of 2 and 4 layers and counted, with a
+// TorchDispatchMode, the operations dispatched with a DTensor argument, and the calls of
+// DTensor.from_local, to_local and redistribute (data/bench/h200-dispatch-costs-world1-2026-12-01.json,
+// tp_plan.per_layer and outside_layers, the difference between 4 and 2 layers). Per decoder layer:
+//  - forward: 46 operations (the two SequenceParallel RMSNorms' and the seven projections'
+//    composite linears: t, view, (add)mm, _unsafe_view), 11 from_local (the norms' and the
+//    projections' inputs, the runner's two sequence-parallel pre-hooks), 11 to_local and 9
+//    redistribute (the projections' outputs, the pre-hooks' all-gathers): 77;
+//  - backward: 112 operations and 6 to_local, less the 12 add_ that accumulated the layer's 12
+//    parameter gradients into the previous step's (the script never zeroes them; the runner's
+//    steps set them to None first, so a real step has no such add_): 106.
+// Outside the layers (embedding, final norm, output layer): forward 14 + 4 + 4 + 4 = 26;
+// backward 31 + 3, less the 2 add_ of the embedding's and the final norm's gradients: 32.
 // Attention itself, the rotary embedding, the activation and the residual adds run on the local
 // tensors (plain operations, already counted).
-constexpr double kDTensorOpsPerLayer = 2 * 10 + 2 * 3 + 5 * 6 + 2 * 7;
-// Outside the layers: the embedding (RowwiseParallel: wrap, the masked lookup, its all-reduce,
-// unwrap: 4), the final norm (SequenceParallel: 10), the output layer (ColwiseParallel from the
-// sequence-sharded norm: wrap, all-gather, the linear's 4, the logits all-gathered, unwrap: 8).
-constexpr double kDTensorOpsOutside = 4 + 10 + 8;
+constexpr double kDTensorForwardOpsPerLayer = 46 + 11 + 11 + 9;
+constexpr double kDTensorBackwardOpsPerLayer = 112 - 12 + 6;
+constexpr double kDTensorForwardOpsOutside = 14 + 4 + 4 + 4;
+constexpr double kDTensorBackwardOpsOutside = 31 - 2 + 3;
 // DeepSpeed's ZeRO-1/2 all-gather the updated parameters after the step in pieces of
 // allgather_bucket_size elements (5e8 by default; docs of the DeepSpeed config). Unmeasured.
 constexpr double kDeepSpeedAllgatherBucket = 5e8;
@@ -420,7 +423,8 @@ WorkBasis work_basis(const ModelSpec& model, const TrainingSetup& user_setup, co
       // all-reduced, and the output layer's logits all-gathered whole on every GPU (the runner's
       // plan and the Hugging Face plans' "colwise_rep"; its backward is a local slice).
       b.tp_outside_bytes_per_token = (lay.tp - 1.0) / lay.tp * (2.0 * b.hidden + b.vocab) * c / lay.cp;
-      b.dtensor_forward_ops = L * kDTensorOpsPerLayer + kDTensorOpsOutside;
+      b.dtensor_forward_ops = L * kDTensorForwardOpsPerLayer + kDTensorForwardOpsOutside;
+      b.dtensor_backward_ops = L * kDTensorBackwardOpsPerLayer + kDTensorBackwardOpsOutside;
     }
     if (lay.pp > 1) {
       const PipelineStage first = first_stage(model, lay), last = last_stage(model, lay);
@@ -529,7 +533,10 @@ StepWork step_work(const WorkBasis& b, double tokens, double batch, bool grad_ck
   w.optimizer_ops = b.optimizer_ops;
   w.all_reduce_bytes = b.all_reduce_bytes;
   w.all_gather_bytes = b.all_gather_bytes;
-  w.dtensor_ops = b.dtensor_forward_ops * (1.0 + kBackwardOpsPerForwardOp);
+  // Operations on DTensors: the forward's, the backward's and, under checkpointing, the layers'
+  // forward again (the recompute runs the plan's hooks and operations as the forward did).
+  w.dtensor_ops = b.dtensor_forward_ops + b.dtensor_backward_ops +
+                  (ckpt && b.dtensor_forward_ops > 0 ? b.dtensor_forward_ops - kDTensorForwardOpsOutside : 0.0);
   // How the micro-batch's work divides between its forward and its backward (a pipeline's fill
   // and drain wait on the one and the other): FLOPs on the GPU, operations on the host.
   const double flops = matmul + attn;
@@ -561,7 +568,7 @@ StepWork step_work(const WorkBasis& b, double tokens, double batch, bool grad_ck
     const double out_bytes = b.outside_per_token * T * (kTrafficPerSavedByteForward + kTrafficPerSavedByteBackward) +
                              (b.quantised ? 0.0 : b.weight_read_bytes * V * h * passes);
     const double out_ops = kModelForwardOps * (1.0 + kBackwardOpsPerForwardOp);
-    const double out_dtensor = kDTensorOpsOutside * (1.0 + kBackwardOpsPerForwardOp);
+    const double out_dtensor = kDTensorForwardOpsOutside + kDTensorBackwardOpsOutside;
     double& linear_flops = fp32_compute ? w.fp32_flops : w.tensor_flops;
     linear_flops = per_gpu(linear_flops, out_matmul, out_matmul / tpcp, tpcp);
     if (!fp32_compute) w.attention_flops = per_gpu(w.attention_flops, 0.0, 0.0, tpcp);
@@ -574,8 +581,8 @@ StepWork step_work(const WorkBasis& b, double tokens, double batch, bool grad_ck
     if (w.dtensor_ops > 0) w.dtensor_ops = per_gpu(w.dtensor_ops, out_dtensor, out_dtensor, 1.0);
     if (piped) {
       const double forward = per_gpu(b.forward_ops, kModelForwardOps, kModelForwardOps, 1.0) +
-                             (w.dtensor_ops > 0 ? per_gpu(b.dtensor_forward_ops, kDTensorOpsOutside,
-                                                          kDTensorOpsOutside, 1.0)
+                             (w.dtensor_ops > 0 ? per_gpu(b.dtensor_forward_ops, kDTensorForwardOpsOutside,
+                                                          kDTensorForwardOpsOutside, 1.0)
                                                 : 0.0);
       w.host_forward_fraction = forward / (w.ops + w.dtensor_ops);
     }

@@ -38,6 +38,7 @@ struct WorkBasis {
   double parallel_ops = 0;                // FSDP2's per-parameter work (every micro-batch)
   double parallel_step_ops = 0;           // DDP's bucket copies (once a step: the synchronising micro-batch)
   double dtensor_forward_ops = 0;         // operations on DTensors in one forward (tensor parallelism)
+  double dtensor_backward_ops = 0;        // and in one backward
   double all_reduce_bytes = 0, all_gather_bytes = 0;
   double step_collective_bytes = 0, network_bytes = 0;
   double post_step_collective_bytes = 0, post_step_collectives = 0;  // ZeRO-1/2's parameters after the step

@@ -187,7 +187,9 @@ TEST(TimeTensorParallel, EveryOperationOnDTensorsPaysTheDispatch) {
   s.tp = 2;
   const StepWork tp = step_work(m, s);
   EXPECT_NEAR(tp.ops, one.ops, 1e-9 * one.ops);  // every GPU dispatches every operation; no data-parallel wrapper
-  EXPECT_NEAR(tp.dtensor_ops, 2.0 * (28 * 70 + 22), 1e-9);
+  // The counts measured on the runner's plan (data/bench/h200-dispatch-costs-world1-2026-12-01.json):
+  // 77 a layer's forward, 106 its backward, 26 and 32 outside the layers.
+  EXPECT_NEAR(tp.dtensor_ops, 28 * (77 + 106) + 26 + 32, 1e-9);
   const GpuSpec& g = h200();
   TimeProfile prof = default_profile(g);
   const TimeEstimate t = estimate_time(m, s, g, prof, false);
@@ -201,6 +203,38 @@ TEST(TimeTensorParallel, EveryOperationOnDTensorsPaysTheDispatch) {
               tp.dtensor_ops * prof.dtensor_seconds_per_op / 2, 1e-9);
   // The logits are gathered whole: every GPU's loss moves all 40 bytes a logit.
   EXPECT_GT(tp.memory_bytes, 40.0 * 2048 * 151936);
+}
+
+// The recompute runs the layers' forward again, its DTensor operations included; the host's
+// forward share counts the forward's DTensor operations.
+TEST(TimeTensorParallel, CheckpointingDispatchesTheLayersForwardOnDTensorsAgain) {
+  const ModelSpec m = load_model("qwen2.5-1.5b");
+  TrainingSetup s = full_2048(2);
+  s.tp = 2;
+  const StepWork plain = step_work(m, s);
+  s.grad_ckpt = true;
+  const StepWork ckpt = step_work(m, s);
+  EXPECT_NEAR(ckpt.dtensor_ops - plain.dtensor_ops, 28 * 77, 1e-9);
+  const double forward_ops = 28 * 50 + 32;  // the plain forward's operations (docs/model.md)
+  EXPECT_NEAR(plain.host_forward_fraction, (forward_ops + 28 * 77 + 26) / (plain.ops + plain.dtensor_ops), 1e-12);
+  // Under a pipeline, the busiest stage's DTensor operations: 14 layers', and those outside the
+  // layers (the last stage's, as with the plain operations).
+  s.grad_ckpt = false;
+  s.gpus = 4;
+  s.pp = 2;
+  const StepWork piped = step_work(m, s);
+  EXPECT_NEAR(piped.dtensor_ops, 14 * (77 + 106) + 26 + 32, 1e-9);
+}
+
+// The profile's price per DTensor operation is the in-situ measurement: a layer's step took
+// 18.2 ms more host time under the plan than without it, over the 195 operations and calls the
+// script counted there (its 12 gradient-accumulation add_ included, which a real step does not
+// dispatch and the counts above leave out).
+TEST(TimeTensorParallel, DispatchCostIsTheInSituMeasurement) {
+  const TimeProfile prof = default_profile(h200());
+  EXPECT_NEAR(prof.dtensor_seconds_per_op * (46 + 11 + 11 + 9 + 112 + 6), 0.018208, 0.0001);
+  // What the model prices a layer's step at: the 183 operations a real step dispatches.
+  EXPECT_NEAR(prof.dtensor_seconds_per_op * (77 + 106), 0.018208 * 183 / 195, 0.0001);
 }
 
 // ---------------------------------------------------------------------------------------------
