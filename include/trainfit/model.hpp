@@ -68,6 +68,14 @@ struct ModelSpec {
   // (F.linear), never calling a LoRA-wrapped module's forward.
   bool router_in_fp32 = false;
   std::int64_t max_position_embeddings = 0;
+  // Sliding-window attention: how many layers attend to the last `sliding_window` tokens only
+  // (gemma2 every other layer, gemma3 five of six, mistral and mixtral all when the config sets a
+  // window). 0: none.
+  std::int64_t sliding_window = 0;
+  std::int64_t sliding_layers = 0;
+  // Whether a step of `seq` tokens runs its sliding layers with an explicit mask: transformers skips
+  // the mask (SDPA's is_causal instead) while the sequence is shorter than the window.
+  bool sliding_mask_at(std::int64_t seq) const { return sliding_layers > 0 && seq >= sliding_window; }
   // Multi-head latent attention (deepseek_v2, deepseek_v3): queries through a low-rank pair (q_a_proj,
   // q_a_layernorm, q_b_proj) or one q_proj when q_lora_rank is 0; keys and values expanded by kv_b_proj
   // from one compressed projection (kv_a_proj_with_mqa, kv_lora_rank wide plus the shared rotary key).

@@ -181,6 +181,8 @@ constexpr std::int64_t kGemma3Heads = 8;
 constexpr std::int64_t kGemma3KvHeads = 4;
 constexpr std::int64_t kGemma3MaxPositions = 131'072;
 constexpr std::int64_t kGemma3SlidingWindowPattern = 6;
+// Gemma2Config's and Gemma3TextConfig's default window (the published configs set their own).
+constexpr std::int64_t kGemmaSlidingWindow = 4096;
 // DeepseekV2Config's and DeepseekV3Config's shared defaults for the latent attention.
 constexpr std::int64_t kDeepseekQLoraRank = 1536;
 constexpr std::int64_t kDeepseekKvLoraRank = 512;
@@ -328,6 +330,40 @@ std::int64_t gemma3_rotary_tables(const ConfigReader& r, std::int64_t layers) {
   return sliding && full ? 2 : 1;
 }
 
+// Layers of kind "sliding_attention" in the config's layer_types; -1 without the list.
+std::int64_t sliding_layers_listed(const ConfigReader& r) {
+  const json* types = r.find("layer_types");
+  if (!types || !types->is_array()) return -1;
+  std::int64_t n = 0;
+  for (const json& kind : *types)
+    if (kind.is_string() && kind.get_ref<const std::string&>() == "sliding_attention") ++n;
+  return n;
+}
+
+// Sliding-window layers as transformers 5 assigns them: gemma2 the even layers (Gemma2Config's
+// default layer_types), gemma3 all but every sliding_window_pattern-th, mistral and mixtral every layer;
+// layer_types, when the config lists them, decide. A null sliding_window turns it off.
+void read_sliding_window(const ConfigReader& r, ModelSpec& m, bool gemma3) {
+  const std::string& t = m.model_type;
+  const bool every_layer = t == "mistral" || t == "mixtral";
+  if (t != "gemma2" && !gemma3 && !every_layer) return;
+  // MistralConfig defaults to a 4096-token window, MixtralConfig to none.
+  if (r.is_explicit_null("sliding_window") || (t == "mixtral" && !r.find("sliding_window"))) return;
+  m.sliding_window = r.optional_int("sliding_window", kGemmaSlidingWindow, 1, kMaxPositions);
+  const std::int64_t L = m.num_layers;
+  if (const std::int64_t listed = sliding_layers_listed(r); listed >= 0) {
+    m.sliding_layers = listed;
+  } else if (t == "gemma2") {
+    m.sliding_layers = (L + 1) / 2;
+  } else if (gemma3) {
+    const std::int64_t pattern =
+        r.optional_int("sliding_window_pattern", kGemma3SlidingWindowPattern, 1, kMaxLayers);
+    m.sliding_layers = pattern > 1 ? L - L / pattern : 0;
+  } else {
+    m.sliding_layers = L;
+  }
+}
+
 // The decoder of one family, from its config object (the whole file, or a multimodal config's text_config).
 ModelSpec read_decoder(const ConfigReader& r, std::string model_type) {
   ModelSpec m;
@@ -370,6 +406,7 @@ ModelSpec read_decoder(const ConfigReader& r, std::string model_type) {
   }
   m.max_position_embeddings =
       r.optional_int("max_position_embeddings", gemma3 ? kGemma3MaxPositions : 0, 0, kMaxPositions);
+  read_sliding_window(r, m, gemma3);
   return m;
 }
 

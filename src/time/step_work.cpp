@@ -246,6 +246,7 @@ WorkBasis work_basis(const ModelSpec& model, const TrainingSetup& user_setup, co
   b.fp32_compute = (full && !setup.amp && setup.weights == DType::fp32) ||
                    (setup.method == Method::lora && setup.weights == DType::fp32);
   b.eager = setup.attention == Attention::eager;
+  if (model.sliding_mask_at(setup.seq)) b.masked_layers = as_d(model.sliding_layers);
   b.quantised = setup.method == Method::qlora;
 
   // Linear layers (average over dense and MoE layers), with the LoRA targets among them.
@@ -488,7 +489,9 @@ StepWork step_work(const WorkBasis& b, double tokens, double batch, bool grad_ck
   // Attention: QK^T and PV, 2*S*d FLOPs each per token and head. The fused kernels skip the
   // masked half of a causal sequence; eager computes all of it. Backward: fused 2.5x, eager 2x.
   const bool eager = b.eager;
-  const double attn_fwd = L * (eager ? 4.0 : 2.0) * B * S * S * nq * d;
+  // A sliding-window layer's mask keeps SDPA off the causal kernels: the memory-efficient kernel
+  // computes the whole seq x seq, masked part included (the window saves no work).
+  const double attn_fwd = (eager ? 4.0 * L : 2.0 * (L + b.masked_layers)) * B * S * S * nq * d;
   const double attn = attn_fwd * (1.0 + (eager ? 2.0 : 2.5) + (ckpt ? 1.0 : 0.0));
   (fp32_compute ? w.fp32_flops : w.attention_flops) += attn;
 

@@ -21,6 +21,7 @@ struct WorkBasis {
   bool full = false;          // full fine-tuning: the base's weight gradients are computed
   bool fp32_compute = false;  // matmuls on CUDA cores (pure fp32 training)
   bool eager = false;         // eager attention
+  double masked_layers = 0;   // sliding-window layers run with an explicit mask (ModelSpec::sliding_mask_at)
   bool quantised = false;     // a 4-bit or 8-bit base, dequantised in every pass
   // Sums over the decoder layers' linear modules (MoE: the routed share), per token.
   double linear_flops_per_token = 0;

@@ -205,5 +205,49 @@ TEST(MoeStep, AllLinearOnFusedExpertsWarnsOfPeftsParamWrapper) {
   EXPECT_FALSE(phi_warned(phi));
 }
 
+// Which layers attend through a sliding window, as transformers 5 assigns them.
+TEST(SlidingWindow, LayersAndWindowFromTheConfig) {
+  const std::string dims = R"("hidden_size": 256, "num_hidden_layers": 26, "num_attention_heads": 4,
+      "num_key_value_heads": 1, "intermediate_size": 512, "vocab_size": 1000)";
+  const ModelSpec g3 = parse_model_config(
+      R"({"model_type": "gemma3_text", "sliding_window": 512, "sliding_window_pattern": 6, )" + dims + "}", "g3");
+  EXPECT_EQ(g3.sliding_window, 512);
+  EXPECT_EQ(g3.sliding_layers, 22);  // every sixth layer is full: 26 - 4
+  const ModelSpec g2 = parse_model_config(R"({"model_type": "gemma2", )" + dims + "}", "g2");
+  EXPECT_EQ(g2.sliding_window, 4096);  // Gemma2Config's default
+  EXPECT_EQ(g2.sliding_layers, 13);    // the even layers
+  const ModelSpec listed = parse_model_config(
+      R"({"model_type": "gemma3_text", "sliding_window": 1024, "layer_types": ["sliding_attention",
+      "full_attention", "sliding_attention"], "hidden_size": 256, "num_hidden_layers": 3, "num_attention_heads": 4,
+      "num_key_value_heads": 1, "intermediate_size": 512, "vocab_size": 1000})",
+      "listed");
+  EXPECT_EQ(listed.sliding_layers, 2);
+  EXPECT_EQ(parse_model_config(R"({"model_type": "mistral", "sliding_window": null, )" + dims + "}", "m")
+                .sliding_layers,
+            0);
+  const ModelSpec mistral = parse_model_config(R"({"model_type": "mistral", )" + dims + "}", "m");
+  EXPECT_EQ(mistral.sliding_window, 4096);  // MistralConfig's default
+  EXPECT_EQ(mistral.sliding_layers, 26);
+  EXPECT_EQ(parse_model_config(R"({"model_type": "llama", )" + dims + "}", "l").sliding_layers, 0);
+  // The mask only exists once the sequence reaches the window.
+  EXPECT_FALSE(g3.sliding_mask_at(511));
+  EXPECT_TRUE(g3.sliding_mask_at(512));
+}
+
+TEST(SlidingWindow, TheMaskIsKeptAsABiasByEachSlidingLayerUnderSdpa) {
+  const ModelSpec g3 = parse_model_config(R"({"model_type": "gemma3_text", "sliding_window": 512,
+      "hidden_size": 256, "num_hidden_layers": 26, "num_attention_heads": 4, "num_key_value_heads": 1,
+      "intermediate_size": 512, "vocab_size": 1000})",
+                                          "g3");
+  TrainingSetup s;
+  s.method = Method::full;
+  s.seq = 4096;
+  // bf16 bias, seq bytes x 2 per token, in 22 of the 26 layers (the per-layer figure is their average).
+  EXPECT_DOUBLE_EQ(kept(describe_step(g3, s).layer_activations, "sliding-window mask (additive bias)"),
+                   2.0 * 4096 * 22 / 26);
+  s.seq = 256;  // shorter than the window: SDPA's causal kernels, no mask
+  EXPECT_EQ(kept(describe_step(g3, s).layer_activations, "sliding-window mask (additive bias)"), -1);
+}
+
 }  // namespace
 }  // namespace trainfit::detail
