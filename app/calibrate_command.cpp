@@ -1,13 +1,13 @@
 // `trainfit calibrate FILE...`: fit a time profile to measured steps and write it.
 // `trainfit calibrate --host`: measure this machine's host dispatch time per operation on its GPU
 // and write the card's default profile with it (docs/model.md, "Host dispatch, measured").
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include <iostream>
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <fmt/format.h>
-#include <fmt/ranges.h>
 
 #include "commands.hpp"
 #include "common/text.hpp"
@@ -43,9 +43,10 @@ void calibrate_from_files(const CalibrateFlags& flags) {
   }
   const std::string sources = fmt::format("{}", fmt::join(flags.files, ", "));
   if (steps.empty())
-    throw InputError(fmt::format("{}: no timed rows: no row has status \"ok\" and a measured step time "
-                                 "(\"measured\": {{\"step_seconds_median\": ...}}); nothing to fit",
-                                 sources));
+    throw InputError(
+        fmt::format("{}: no timed rows: no row has status \"ok\" and a measured step time "
+                    "(\"measured\": {{\"step_seconds_median\": ...}}); nothing to fit",
+                    sources));
   TimeProfile start = default_profile(steps.front().gpu);
   start.name = flags.name.empty() ? "calibrated" : flags.name;
   const CalibrationResult r = calibrate(steps, start, flags.fit);
@@ -61,10 +62,14 @@ void calibrate_from_files(const CalibrateFlags& flags) {
 }
 
 void calibrate_host(CalibrateFlags flags) {
-  if (flags.method == "both") flags.probe.methods = {Method::full, Method::lora};
-  else if (flags.method == "full") flags.probe.methods = {Method::full};
-  else if (flags.method == "lora") flags.probe.methods = {Method::lora};
-  else throw InputError(fmt::format("--method: '{}' is not full, lora or both", flags.method));
+  if (flags.method == "both")
+    flags.probe.methods = {Method::full, Method::lora};
+  else if (flags.method == "full")
+    flags.probe.methods = {Method::full};
+  else if (flags.method == "lora")
+    flags.probe.methods = {Method::lora};
+  else
+    throw InputError(fmt::format("--method: '{}' is not full, lora or both", flags.method));
   flags.probe.busy_check = !flags.no_busy_check;
   const nlohmann::json request = host_probe_request(flags.probe);
   if (flags.print_request) {
@@ -87,9 +92,10 @@ void calibrate_host(CalibrateFlags flags) {
     try {
       card = find_gpu(d.gpu);
     } catch (const InputError&) {
-      std::cerr << fmt::format("trainfit calibrate --host: '{}' is not in the GPU catalogue (`trainfit gpus`); the "
-                               "profile takes the default rates; --gpu names the card\n",
-                               detail::printable(d.gpu));
+      std::cerr << fmt::format(
+          "trainfit calibrate --host: '{}' is not in the GPU catalogue (`trainfit gpus`); the "
+          "profile takes the default rates; --gpu names the card\n",
+          detail::printable(d.gpu));
     }
   }
   const GpuSpec gpu = card.value_or(GpuSpec{});
@@ -105,9 +111,10 @@ void calibrate_host(CalibrateFlags flags) {
     for (const auto& r : d.runs) {
       const TimeEstimate t = estimate_time(model, r.setup, gpu, p, false);
       if (t.bottleneck != Bottleneck::launch_overhead)
-        std::cerr << fmt::format("trainfit calibrate --host: the time model prices the probe's {} step as {}-bound "
-                                 "on {} at this rate ({:.4f} s of GPU work): its operations may be under-counted\n",
-                                 r.name, to_string(t.bottleneck), gpu.id, t.gpu_seconds);
+        std::cerr << fmt::format(
+            "trainfit calibrate --host: the time model prices the probe's {} step as {}-bound "
+            "on {} at this rate ({:.4f} s of GPU work): its operations may be under-counted\n",
+            r.name, to_string(t.bottleneck), gpu.id, t.gpu_seconds);
     }
   }
   if (!flags.output.empty()) save_profile(p, flags.output);
@@ -136,10 +143,13 @@ void add_calibrate_command(CLI::App& app, int& exit_code) {
                 "measure host_seconds_per_op on this machine: host-bound training steps of a tiny Qwen2 through the\n"
                 "bench runner (python/trainfit_runner), timed, divided by the operations trainfit counts for them\n"
                 "(a few seconds; needs a CUDA GPU, torch, transformers and peft)");
-  cmd->add_option("--gpu", flags->gpu, "with --host: the card whose default profile takes the figure (default: the one the runner ran on)");
+  cmd->add_option("--gpu", flags->gpu,
+                  "with --host: the card whose default profile takes the figure (default: the one the runner ran on)");
   cmd->add_option("--method", flags->method, "with --host: the steps timed: full, lora or both")->capture_default_str();
-  cmd->add_option("--layers", flags->probe.layers, "with --host: the tiny model's decoder layers")->capture_default_str();
-  cmd->add_option("--steps", flags->probe.steps, "with --host: timed steps of each setup, after the warm-up")->capture_default_str();
+  cmd->add_option("--layers", flags->probe.layers, "with --host: the tiny model's decoder layers")
+      ->capture_default_str();
+  cmd->add_option("--steps", flags->probe.steps, "with --host: timed steps of each setup, after the warm-up")
+      ->capture_default_str();
   cmd->add_option("--warmup", flags->probe.warmup, "with --host: warm-up steps of each setup")->capture_default_str();
   cmd->add_option("--device", flags->probe.device,
                   "with --host: cuda, or cpu to test the pipeline without a GPU (the CPU's own time per operation,\n"
@@ -149,7 +159,8 @@ void add_calibrate_command(CLI::App& app, int& exit_code) {
                   "with --host: runner command; gets --host-probe REQUEST --out PATH (default: $TRAINFIT_RUNNER, else\n"
                   "python3 -m trainfit_runner, as bench)");
   cmd->add_option("--timeout", flags->timeout, "with --host: seconds the probe may take")->capture_default_str();
-  cmd->add_option("--record", flags->record, "with --host: also write the runner's record (every step's time) here (JSON)");
+  cmd->add_option("--record", flags->record,
+                  "with --host: also write the runner's record (every step's time) here (JSON)");
   cmd->add_flag("--print-request", flags->print_request,
                 "with --host: print the probe's request (the tiny model, the setups) and run nothing");
   cmd->add_flag("--no-busy-check", flags->no_busy_check,
@@ -162,8 +173,8 @@ void add_calibrate_command(CLI::App& app, int& exit_code) {
     } else {
       if (flags->files.empty())
         throw InputError("calibrate: give measurement files to fit, or --host to measure this machine's host dispatch");
-      for (const char* opt : {"--gpu", "--method", "--layers", "--steps", "--warmup", "--device", "--runner", "--timeout",
-                              "--record", "--print-request", "--no-busy-check"})
+      for (const char* opt : {"--gpu", "--method", "--layers", "--steps", "--warmup", "--device", "--runner",
+                              "--timeout", "--record", "--print-request", "--no-busy-check"})
         if (cmd->count(opt) > 0) throw InputError(fmt::format("calibrate: {} goes with --host", opt));
       calibrate_from_files(*flags);
     }

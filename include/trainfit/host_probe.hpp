@@ -12,11 +12,10 @@
 //   host_seconds_per_op = median step seconds / host_operations(step_work(tiny model, setup))
 //
 // which is what the time model multiplies operations by (host = operations x host_seconds_per_op).
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "trainfit/error.hpp"
 #include "trainfit/hardware.hpp"
@@ -29,7 +28,7 @@ struct HostProbeOptions {
   // Decoder layers of the tiny model: Qwen2.5-0.5B's 24 by default, so that the probe's mix of
   // per-layer and per-step operations is that of the small models whose steps are host-bound.
   int layers = 24;
-  int steps = 15;   // timed steps a setup, after the warm-up
+  int steps = 15;  // timed steps a setup, after the warm-up
   int warmup = 3;
   // "cuda"; "cpu" measures the CPU's own time per operation (operations run as they are
   // dispatched there): a test of the pipeline, not a GPU's dispatch cost.
@@ -52,15 +51,15 @@ double host_operations(const StepWork& work, const TrainingSetup& setup);
 inline constexpr double kMaxHostProbeBusyFraction = 0.5;
 
 struct HostProbeRun {
-  std::string name;                   // "full", "lora"
+  std::string name;  // "full", "lora"
   TrainingSetup setup;
-  double operations = 0;              // host_operations of the step, counted by trainfit
-  double kernels = 0;                 // kernels the time model counts for it
-  std::vector<double> step_seconds;   // the timed steps, warm-up left out
+  double operations = 0;             // host_operations of the step, counted by trainfit
+  double kernels = 0;                // kernels the time model counts for it
+  std::vector<double> step_seconds;  // the timed steps, warm-up left out
   double median_seconds = 0;
-  double seconds_per_op = 0;          // median_seconds / operations
-  double low = 0, high = 0;           // the quartiles of step seconds / operations
-  double min = 0, max = 0;            // the fastest and slowest step / operations
+  double seconds_per_op = 0;                // median_seconds / operations
+  double low = 0, high = 0;                 // the quartiles of step seconds / operations
+  double min = 0, max = 0;                  // the fastest and slowest step / operations
   std::optional<double> gpu_busy_seconds;   // a step's GPU busy time (union of its kernels), measured
   std::optional<double> gpu_busy_fraction;  // gpu_busy_seconds / median_seconds
   std::optional<double> gpu_kernels;        // kernels a step, as the profiler saw them
@@ -72,13 +71,13 @@ struct HostDispatch {
   double seconds_per_op = 0;
   double low = 0, high = 0;
   std::vector<HostProbeRun> runs;
-  std::string device;       // cuda or cpu
-  std::string gpu;          // as torch names it ("NVIDIA H200")
-  std::string cpu;          // /proc/cpuinfo's model name
+  std::string device;  // cuda or cpu
+  std::string gpu;     // as torch names it ("NVIDIA H200")
+  std::string cpu;     // /proc/cpuinfo's model name
   std::string torch, transformers, peft;
-  std::string measured_at;  // UTC, ISO 8601
-  int layers = 0;           // the tiny model's
-  double probe_seconds = 0; // the runner's wall time for the probe
+  std::string measured_at;   // UTC, ISO 8601
+  int layers = 0;            // the tiny model's
+  double probe_seconds = 0;  // the runner's wall time for the probe
   bool busy_checked = false;
   std::optional<double> max_busy_fraction;
 };

@@ -1,5 +1,6 @@
 // `trainfit calibrate --host`: the host probe's steps run through the bench's runner, in a scratch
 // folder, with a time limit (include/trainfit/bench.hpp, run_host_probe).
+#include <fmt/format.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/wait.h>
@@ -11,8 +12,6 @@
 #include <filesystem>
 #include <system_error>
 #include <thread>
-
-#include <fmt/format.h>
 
 #include "common/subprocess.hpp"
 #include "common/text.hpp"
@@ -63,16 +62,17 @@ std::string output_tail(const fs::path& log) {
 RunnerCommand runner_command(std::string_view given, std::string_view plan_runner) {
   RunnerCommand r;
   const char* env_runner = std::getenv("TRAINFIT_RUNNER");
-  r.text = !given.empty()                               ? std::string(given)
-           : !plan_runner.empty()                       ? std::string(plan_runner)
-           : env_runner != nullptr                      ? std::string(env_runner)
-                                                        : std::string("python3 -m trainfit_runner");
+  r.text = !given.empty()          ? std::string(given)
+           : !plan_runner.empty()  ? std::string(plan_runner)
+           : env_runner != nullptr ? std::string(env_runner)
+                                   : std::string("python3 -m trainfit_runner");
   r.argv = split_command(r.text);
   if (r.argv.empty()) throw InputError("--runner: empty command");
   // The runner package: share/trainfit/python beside this binary, or $TRAINFIT_PYTHON_DIR.
   if (const auto python_dir = runner_python_dir()) {
     const char* pythonpath = std::getenv("PYTHONPATH");  // kept after it; an empty one would add the cwd
-    r.env.emplace_back("PYTHONPATH", python_dir->string() + (pythonpath && *pythonpath ? std::string(":") + pythonpath : ""));
+    r.env.emplace_back("PYTHONPATH",
+                       python_dir->string() + (pythonpath && *pythonpath ? std::string(":") + pythonpath : ""));
   }
   r.env.emplace_back("PYTHONUNBUFFERED", "1");
   return r;

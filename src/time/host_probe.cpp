@@ -1,15 +1,16 @@
 // The host's dispatch time per operation from timed host-bound steps (include/trainfit/host_probe.hpp):
 // the request the runner runs, and the division of its step times by trainfit's own operation counts.
+#include "trainfit/host_probe.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
 
-#include <fmt/format.h>
-#include <fmt/ranges.h>
-
 #include "common/statistics.hpp"
-#include "trainfit/host_probe.hpp"
 #include "trainfit/model.hpp"
 #include "trainfit/settings.hpp"
 
@@ -51,7 +52,9 @@ json tiny_model(int layers) {
           {"use_cache", false}};
 }
 
-std::string method_name(Method m) { return to_string(m); }
+std::string method_name(Method m) {
+  return to_string(m);
+}
 
 TrainingSetup probe_setup(Method method) {
   TrainingSetup s;
@@ -93,7 +96,9 @@ double quantile(std::vector<double> v, double p) {
   return v[i] + (at - static_cast<double>(i)) * (v[j] - v[i]);
 }
 
-std::string us(double seconds) { return fmt::format("{:.1f} us", seconds * 1e6); }
+std::string us(double seconds) {
+  return fmt::format("{:.1f} us", seconds * 1e6);
+}
 
 }  // namespace
 
@@ -127,10 +132,11 @@ HostDispatch host_dispatch_from_probe(const nlohmann::json& record, const HostPr
   const std::string status = text_or_empty(record, "status");
   if (status != "ok") {
     const std::string error = text_or_empty(record, "error");
-    throw HostProbeFailed(fmt::format("the host probe failed: {}", error.empty() ? "status " + (status.empty() ? std::string("missing") : status) : error));
+    throw HostProbeFailed(
+        fmt::format("the host probe failed: {}",
+                    error.empty() ? "status " + (status.empty() ? std::string("missing") : status) : error));
   }
-  if (text_or_empty(record, "schema") != kRecordSchema)
-    bad("schema", fmt::format("must be \"{}\"", kRecordSchema));
+  if (text_or_empty(record, "schema") != kRecordSchema) bad("schema", fmt::format("must be \"{}\"", kRecordSchema));
   const json& request = member(record, "request", "");
   const json& model_json = member(request, "model", "request.");
   if (!model_json.is_object()) bad("request.model", "must be an object (a config.json)");
@@ -184,7 +190,8 @@ HostDispatch host_dispatch_from_probe(const nlohmann::json& record, const HostPr
       if (static_cast<double>(k) >= warmup) run.step_seconds.push_back(steps[k].get<double>());
     }
     if (run.step_seconds.size() < 3)
-      bad(where + "step_seconds", fmt::format("has {} steps after the warm-up: at least 3 are needed", run.step_seconds.size()));
+      bad(where + "step_seconds",
+          fmt::format("has {} steps after the warm-up: at least 3 are needed", run.step_seconds.size()));
     run.median_seconds = *detail::median(run.step_seconds);
     run.seconds_per_op = run.median_seconds / run.operations;
     run.low = quantile(run.step_seconds, 0.25) / run.operations;
@@ -245,7 +252,7 @@ TimeProfile host_profile(const HostDispatch& d, const GpuSpec& gpu, const std::s
                         : ", " + (d.gpu.empty() ? std::string("a GPU") : d.gpu),
       software, us(d.seconds_per_op), us(d.low), us(d.high), fmt::format("{}", fmt::join(runs, ", ")), d.layers,
       d.runs.empty() ? 0 : d.runs.front().step_seconds.size(),
-      d.max_busy_fraction ? fmt::format(", GPU busy at most {:.0f}% of a step", 100.0 * *d.max_busy_fraction)
+      d.max_busy_fraction  ? fmt::format(", GPU busy at most {:.0f}% of a step", 100.0 * *d.max_busy_fraction)
       : d.device == "cuda" ? ", GPU busy time not checked"
                            : "",
       rest);
@@ -253,19 +260,23 @@ TimeProfile host_profile(const HostDispatch& d, const GpuSpec& gpu, const std::s
 }
 
 std::string describe_host_dispatch(const HostDispatch& d, const TimeProfile& reference) {
-  std::string s = fmt::format("# host dispatch: {} per operation (quartiles {}-{}), on {}, {}{}\n", us(d.seconds_per_op),
-                              us(d.low), us(d.high), d.cpu.empty() ? "an unknown CPU" : d.cpu,
+  std::string s = fmt::format("# host dispatch: {} per operation (quartiles {}-{}), on {}, {}{}\n",
+                              us(d.seconds_per_op), us(d.low), us(d.high), d.cpu.empty() ? "an unknown CPU" : d.cpu,
                               d.device == "cpu" ? "the CPU (no GPU)" : d.gpu, fmt::format(", torch {}", d.torch));
   for (const auto& r : d.runs) {
     std::string busy = "GPU busy not measured";
     if (r.gpu_busy_fraction) busy = fmt::format("GPU busy {:.0f}%", 100.0 * *r.gpu_busy_fraction);
     if (d.device == "cpu") busy = "on the CPU";
     const std::string kernels =
-        r.gpu_kernels ? fmt::format(", {:.0f} GPU activities a step (the time model counts {:.0f} kernels outside the optimizer)", *r.gpu_kernels, r.kernels) : "";
-    s += fmt::format("#   {:<5} {:>8.1f} operations counted, median {:.4f} s of {} steps ({:.4f}-{:.4f} s): {} per operation "
-                     "(quartiles {}-{}), {}{}\n",
-                     r.name, r.operations, r.median_seconds, r.step_seconds.size(), r.low * r.operations,
-                     r.high * r.operations, us(r.seconds_per_op), us(r.low), us(r.high), busy, kernels);
+        r.gpu_kernels
+            ? fmt::format(", {:.0f} GPU activities a step (the time model counts {:.0f} kernels outside the optimizer)",
+                          *r.gpu_kernels, r.kernels)
+            : "";
+    s += fmt::format(
+        "#   {:<5} {:>8.1f} operations counted, median {:.4f} s of {} steps ({:.4f}-{:.4f} s): {} per operation "
+        "(quartiles {}-{}), {}{}\n",
+        r.name, r.operations, r.median_seconds, r.step_seconds.size(), r.low * r.operations, r.high * r.operations,
+        us(r.seconds_per_op), us(r.low), us(r.high), busy, kernels);
   }
   // Full fine-tuning against LoRA: the operations LoRA adds (its branches, the adapters' optimizer
   // work, less the base's) priced by the difference of the two steps.
@@ -278,7 +289,8 @@ std::string describe_host_dispatch(const HostDispatch& d, const TimeProfile& ref
   if (full && lora && lora->operations > full->operations) {
     const double extra = (lora->median_seconds - full->median_seconds) / (lora->operations - full->operations);
     s += fmt::format(
-        "#   full and lora differ by {:+.0f}%: the {:.1f} operations LoRA adds take {} each against the full step's {}\n",
+        "#   full and lora differ by {:+.0f}%: the {:.1f} operations LoRA adds take {} each against the full step's "
+        "{}\n",
         100.0 * (lora->seconds_per_op / full->seconds_per_op - 1.0), lora->operations - full->operations, us(extra),
         us(full->seconds_per_op));
   }

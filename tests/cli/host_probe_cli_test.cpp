@@ -7,9 +7,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "bench_test_files.hpp"
 #include "run_cli.hpp"
@@ -59,7 +58,8 @@ TEST(HostProbeCli, FakeRunnersStepTimeOverTrainfitsOperationsIsTheProfilesFigure
   expected.name = "h200-hf-peft-host";
   expected.source = p.source;
   EXPECT_EQ(profile_to_toml(p), profile_to_toml(expected));
-  for (const char* text : {"Fake CPU 9000", "torch 2.11.0+cu130", "2026-12-01T12:00:00Z", "NVIDIA H200", "GPU busy at most 10%"})
+  for (const char* text :
+       {"Fake CPU 9000", "torch 2.11.0+cu130", "2026-12-01T12:00:00Z", "NVIDIA H200", "GPU busy at most 10%"})
     EXPECT_NE(p.source.find(text), std::string::npos) << text << " not in " << p.source;
   // What was measured is printed beside the profile.
   EXPECT_NE(r.out.find("# host dispatch:"), std::string::npos) << r.out;
@@ -82,7 +82,8 @@ TEST(HostProbeCli, BothMethodsWeighTheirSteps) {
   ASSERT_EQ(mine.code, 0) << mine.out;
   const double ratio = json::parse(mine.out)["time"]["step_seconds"].get<double>() /
                        json::parse(plain.out)["time"]["step_seconds"].get<double>();
-  EXPECT_NEAR(ratio, load_profile(out).host_seconds_per_op / default_profile(find_gpu("h200")).host_seconds_per_op, 1e-6);
+  EXPECT_NEAR(ratio, load_profile(out).host_seconds_per_op / default_profile(find_gpu("h200")).host_seconds_per_op,
+              1e-6);
 }
 
 TEST(HostProbeCli, NoGpuNoTorchAndBusyGpusAreRefused) {
@@ -141,7 +142,8 @@ TEST(HostProbeCli, RealRunnerWithoutAGpuSaysWhatIsMissing) {
       << r.out;
   // On the CPU, asked for: it runs where transformers and peft are installed, and says it is the
   // CPU's figure; elsewhere it names what is missing.
-  const auto cpu = run_cli("calibrate --host --device cpu --steps 3 --warmup 1 --layers 2 --runner 'python3 -m trainfit_runner'");
+  const auto cpu =
+      run_cli("calibrate --host --device cpu --steps 3 --warmup 1 --layers 2 --runner 'python3 -m trainfit_runner'");
   if (cpu.code == 0) {
     EXPECT_NE(cpu.out.find("measured on the CPU"), std::string::npos) << cpu.out;
   } else {
@@ -196,9 +198,12 @@ TEST(HostProbeCli, ValidateUsesTheRowsOwnHostFigure) {
   const json record = json::parse(f);
   const double per_op = 0.2 / operations(record["request"], "lora");
   const std::string rows = temp("rows.jsonl");
-  std::ofstream(rows) << json{{"config", {{"model", "qwen2.5-0.5b"}, {"method", "lora"}, {"seq", 512}, {"gpu", "h200"}}},
+  std::ofstream(rows) << json{{"config",
+                               {{"model", "qwen2.5-0.5b"}, {"method", "lora"}, {"seq", 512}, {"gpu", "h200"}}},
                               {"measured",
-                               {{"status", "ok"}, {"peak_allocated_mib", 9000.0}, {"step_seconds_median", 0.2},
+                               {{"status", "ok"},
+                                {"peak_allocated_mib", 9000.0},
+                                {"step_seconds_median", 0.2},
                                 {"host_probe", record}}}}
                              .dump()
                       << "\n";

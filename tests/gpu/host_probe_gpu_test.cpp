@@ -8,9 +8,8 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "trainfit/trainfit.hpp"
 
@@ -30,9 +29,9 @@ TEST(GpuHostProbe, MeasuresAHostBoundStepOnThisGpu) {
   const std::string dir = ::testing::TempDir() + "/host-probe-gpu-" + std::to_string(::getpid());
   std::filesystem::create_directories(dir);
   std::string out;
-  const int code = run(std::string(TRAINFIT_CLI) + " calibrate --host --out " + dir + "/host.toml --record " + dir +
-                           "/record.json",
-                       out);
+  const int code =
+      run(std::string(TRAINFIT_CLI) + " calibrate --host --out " + dir + "/host.toml --record " + dir + "/record.json",
+          out);
   std::cout << out;
   ASSERT_EQ(code, 0) << out;
   const trainfit::TimeProfile p = trainfit::load_profile(dir + "/host.toml");

@@ -2,9 +2,8 @@
 // counts for them, and the division of a runner's step times by those counts.
 #include <gtest/gtest.h>
 
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "trainfit/trainfit.hpp"
 
@@ -17,14 +16,22 @@ using nlohmann::json;
 json record_for(const json& request, double seconds, std::optional<double> busy = 0.1) {
   json runs = json::array();
   for (const auto& r : request["runs"]) {
-    json run = {{"name", r["name"]},
-                {"step_seconds", std::vector<double>(request["warmup"].get<std::size_t>() + request["steps"].get<std::size_t>(), seconds)},
-                {"warmup", request["warmup"]}};
+    json run = {
+        {"name", r["name"]},
+        {"step_seconds",
+         std::vector<double>(request["warmup"].get<std::size_t>() + request["steps"].get<std::size_t>(), seconds)},
+        {"warmup", request["warmup"]}};
     if (busy) run["gpu_busy_seconds"] = *busy * seconds;
     runs.push_back(run);
   }
-  return {{"schema", "trainfit.host_probe/1"}, {"status", "ok"}, {"request", request}, {"device", "cuda"},
-          {"gpu", "NVIDIA H200"}, {"cpu", "Test CPU 1"}, {"torch", "2.11.0"}, {"measured_at", "2026-12-01T00:00:00Z"},
+  return {{"schema", "trainfit.host_probe/1"},
+          {"status", "ok"},
+          {"request", request},
+          {"device", "cuda"},
+          {"gpu", "NVIDIA H200"},
+          {"cpu", "Test CPU 1"},
+          {"torch", "2.11.0"},
+          {"measured_at", "2026-12-01T00:00:00Z"},
           {"runs", runs}};
 }
 
@@ -94,8 +101,8 @@ TEST(HostProbe, FigureIsStepTimeOverOperations) {
   // A time model at that rate gives the probe's own steps back: they are host-bound in it too.
   TimeProfile p = default_profile(find_gpu("h200"));
   p.host_seconds_per_op = d.runs[1].seconds_per_op;
-  const TimeEstimate t = estimate_time(parse_model_config(request["model"].dump(), "probe"), d.runs[1].setup,
-                                       find_gpu("h200"), p, false);
+  const TimeEstimate t =
+      estimate_time(parse_model_config(request["model"].dump(), "probe"), d.runs[1].setup, find_gpu("h200"), p, false);
   EXPECT_NEAR(t.step_seconds, 0.08, 1e-12);
   EXPECT_EQ(t.bottleneck, Bottleneck::launch_overhead);
 }
@@ -194,7 +201,9 @@ TEST(HostProbe, ValidatePricesARowWithItsOwnHostFigure) {
   const double per_op = 40e-6;
   json row = {{"config", {{"model", "qwen2.5-0.5b"}, {"method", "lora"}, {"seq", 512}, {"gpu", "h200"}}},
               {"measured",
-               {{"status", "ok"}, {"peak_allocated_mib", 9000.0}, {"step_seconds_median", 0.2},
+               {{"status", "ok"},
+                {"peak_allocated_mib", 9000.0},
+                {"step_seconds_median", 0.2},
                 {"host_probe", record_for(request, per_op * ops)}}}};
   const auto steps = parse_measurements(row.dump() + "\n", "rows.jsonl");
   ASSERT_EQ(steps.size(), 1u);
