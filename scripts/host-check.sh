@@ -27,8 +27,15 @@ if [[ $stage == calibrate || $stage == all ]]; then
   "$TRAINFIT" calibrate --host --gpu h200 --record "$OUT/record-again.json" > "$OUT/calibrate-again.txt" 2>&1 || true
   "$TRAINFIT" calibrate --host --gpu h200 --layers 4 --record "$OUT/record-4-layers.json" > "$OUT/calibrate-4-layers.txt" 2>&1 || true
   # The held-out host-bound rows measured before (another day, perhaps another host of the same kind).
-  grep -h '"model": "qwen2.5-0.5b"' data/bench/h200-wide-2026-11-30.jsonl data/bench/h200-wide-quick-2026-11-30.jsonl |
-    grep '"method": "lora"' > "$OUT/heldout-0.5b-lora.jsonl"
+  python3 - data/bench/h200-wide-2026-11-30.jsonl data/bench/h200-wide-quick-2026-11-30.jsonl \
+    > "$OUT/heldout-0.5b-lora.jsonl" <<'PY'
+import json, sys
+for path in sys.argv[1:]:
+    for line in open(path):
+        c = json.loads(line)["config"] if line.strip() else {}
+        if c.get("model") == "qwen2.5-0.5b" and c.get("method") == "lora":
+            print(line.rstrip("\n"))
+PY
   "$TRAINFIT" validate "$OUT/heldout-0.5b-lora.jsonl" > "$OUT/heldout-default.txt"
   "$TRAINFIT" validate "$OUT/heldout-0.5b-lora.jsonl" --profile "$OUT/h200-host.toml" > "$OUT/heldout-measured.txt"
   tail -n 3 "$OUT"/heldout-*.txt

@@ -48,6 +48,20 @@ class PackagedRequest(unittest.TestCase):
                          "--print-request > python/trainfit_runner/host_probe_request.json")
 
 
+class BusyTime(unittest.TestCase):
+    def test_the_union_of_what_ran_on_the_gpu(self):
+        events = [{"ph": "X", "cat": "kernel", "ts": 100, "dur": 10},
+                  {"ph": "X", "cat": "kernel", "ts": 105, "dur": 10},       # overlaps the first: 100-115
+                  {"ph": "X", "cat": "gpu_memcpy", "ts": 200, "dur": 5},
+                  {"ph": "X", "cat": "gpu_memset", "ts": 300, "dur": 1},
+                  {"ph": "X", "cat": "gpu_user_annotation", "ts": 0, "dur": 1000},  # a range's mirror: not work
+                  {"ph": "X", "cat": "cpu_op", "ts": 0, "dur": 1000},
+                  {"ph": "f", "cat": "kernel", "ts": 400}]
+        busy, kernels = host_probe.busy_of_trace(events)
+        self.assertAlmostEqual(busy, 21e-6)
+        self.assertEqual(kernels, 2)
+
+
 class CpuModel(unittest.TestCase):
     def test_reads_proc_cpuinfo(self):
         name = host_probe.cpu_model()

@@ -72,11 +72,17 @@ def _failed(rec, message):
     return rec
 
 
-def busy_seconds(torch, prof):
-    """(busy seconds, kernel count) of a torch.profiler run: the union of the intervals of the
-    events that ran on the GPU (kernels, copies, sets), so that overlapping ones count once."""
-    cuda = torch.autograd.DeviceType.CUDA
-    intervals = sorted((e.time_range.start, e.time_range.end) for e in prof.events() if e.device_type == cuda)
+# What ran on the GPU in a Kineto trace: kernels, copies and sets (not the GPU-side mirrors of
+# record_function ranges, "gpu_user_annotation", which span the kernels of a range and its gaps).
+GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
+
+
+def busy_of_trace(events):
+    """(busy seconds, kernels) of a Kineto trace's events (the chrome trace's "traceEvents"): the
+    union of the intervals of what ran on the GPU, so that overlapping ones count once, and how
+    many of them were kernels."""
+    intervals = sorted((float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0))) for e in events
+                       if e.get("ph") == "X" and e.get("cat") in GPU_CATEGORIES)
     busy, end = 0.0, None
     for a, b in intervals:
         if end is None or a > end:
@@ -85,7 +91,19 @@ def busy_seconds(torch, prof):
         elif b > end:
             busy += b - end
             end = b
-    return busy * 1e-6, len(intervals)  # the profiler's times are microseconds
+    kernels = sum(1 for e in events if e.get("ph") == "X" and e.get("cat") == "kernel")
+    return busy * 1e-6, kernels  # the trace's times are microseconds
+
+
+def busy_seconds(prof):
+    """busy_of_trace of a finished torch.profiler run, through its chrome trace (the format
+    `trainfit trace` reads; stable across torch versions)."""
+    with tempfile.TemporaryDirectory(prefix="trainfit-host-probe-trace-") as tmp:
+        path = os.path.join(tmp, "trace.json")
+        prof.export_chrome_trace(path)
+        with open(path) as f:
+            trace = json.load(f)
+    return busy_of_trace(trace["traceEvents"] if isinstance(trace, dict) else trace)
 
 
 def measure_run(torch, device, run, model_path, request):
@@ -108,9 +126,9 @@ def measure_run(torch, device, run, model_path, request):
             with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
                 runner.run_steps(torch, model, dict(cfg, steps=BUSY_STEPS, warmup=0), device, vocab, (None, None),
                                  busy_res, None)
-            busy, kernels = busy_seconds(torch, prof)
+            busy, kernels = busy_seconds(prof)
             if kernels == 0:
-                raise RuntimeError("the profiler saw nothing run on the GPU")
+                raise RuntimeError("the profiler saw no kernel run on the GPU")
             out["gpu_busy_seconds"] = round(busy / BUSY_STEPS, 7)
             out["gpu_kernels"] = round(kernels / BUSY_STEPS, 1)
             out["busy_steps"] = BUSY_STEPS
