@@ -55,7 +55,7 @@ class NvmlSampler : public bench::ConfigSampler {
   }
   void tick() override {
     for (const std::size_t i : positions_) {
-      const GpuReading r = nvml_.read(i, false);
+      const GpuReading r = nvml_.read(i, telemetry::read_set::kActivity | telemetry::read_set::kMemory);
       if (r.memory_used_bytes) used_max_ = std::max(used_max_.value_or(0), *r.memory_used_bytes);
       if (r.gpu_util_percent) {
         util_sum_ += *r.gpu_util_percent;

@@ -12,7 +12,6 @@
 #include <string>
 #include <thread>
 
-#include "telemetry/thread_cpu.hpp"
 #include "trainfit/telemetry.hpp"
 
 namespace {
@@ -85,41 +84,5 @@ void BM_SamplerRealDriver(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_SamplerRealDriver)->Iterations(1)->Unit(benchmark::kSecond);
-
-// The driver's part of watching N GPUs, on a machine with fewer: the sampler's per-GPU work is one
-// Nvml::read a tick (the slow set once a second), so this thread makes N of them on GPU 0 at the
-// sampler's cadence and reports their CPU time as a share of a core. A machine of one GPU so gives
-// the real driver's cost for eight; the sampler's own overhead (wake-ups, queueing) is
-// BM_SamplerRealDriver's figure at one GPU less its one read a tick.
-void BM_RealDriverReadsForGpus(benchmark::State& state) {
-  if (!std::getenv("TRAINFIT_BENCH_REAL_NVML")) {
-    state.SkipWithError("set TRAINFIT_BENCH_REAL_NVML=1 on a machine with NVIDIA GPUs");
-    return;
-  }
-  const auto gpus = static_cast<int>(state.range(0));
-  try {
-    auto nvml = Nvml::open();
-    double cpu = 0, wall = 0;
-    std::int64_t reads = 0;
-    for (auto _ : state) {
-      const auto start = std::chrono::steady_clock::now();
-      const double cpu0 = trainfit::telemetry::detail::thread_cpu_seconds();
-      for (int tick = 0; tick < 100; ++tick) {  // 10 s at 10 Hz
-        const bool slow = tick % 10 == 0;
-        for (int g = 0; g < gpus; ++g) benchmark::DoNotOptimize(nvml->read(0, slow));
-        reads += gpus;
-        std::this_thread::sleep_until(start + std::chrono::milliseconds(100 * (tick + 1)));
-      }
-      cpu = trainfit::telemetry::detail::thread_cpu_seconds() - cpu0;
-      wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    }
-    state.counters["gpus"] = gpus;
-    state.counters["core_pct"] = 100 * cpu / wall;
-    state.counters["cpu_us_per_read"] = 1e6 * cpu / static_cast<double>(std::max<std::int64_t>(reads, 1));
-  } catch (const trainfit::telemetry::TelemetryUnavailable& e) {
-    state.SkipWithError(e.what());
-  }
-}
-BENCHMARK(BM_RealDriverReadsForGpus)->ArgName("gpus")->Arg(1)->Arg(8)->Iterations(1)->Unit(benchmark::kSecond);
 
 }  // namespace

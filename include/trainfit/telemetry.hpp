@@ -78,6 +78,20 @@ inline constexpr std::uint64_t kThermalOrHardware = kHwSlowdown | kSwThermal | k
 }  // namespace throttle
 std::string describe_throttle(std::uint64_t bits);  // "sw-power-cap+hw-thermal", "none"
 
+// The metrics of a reading grouped by how often they are worth asking the driver for (docs/watch.md,
+// "Cost", has each call's measured CPU cost). A driver query costs most when it is the device's first
+// in a while: the driver asks the GPU's firmware again instead of answering from its recent copy.
+namespace read_set {
+inline constexpr unsigned kActivity = 1U;  // utilisation and power: the cheap calls, every tick
+inline constexpr unsigned kMemory = 2U;    // memory total/used/free: ~70 us of CPU after 100 ms without one
+inline constexpr unsigned kState = 4U;     // SM and memory clocks, throttle reasons, temperature, power limit
+inline constexpr unsigned kCounters = 8U;  // PCIe and NVLink byte counters (~0.6-0.8 ms), the process list
+inline constexpr unsigned kAll = kActivity | kMemory | kState | kCounters;
+}  // namespace read_set
+// Copies into `reading` the metrics of the sets it was not read with, from `previous`: a sample
+// between two reads of a set shows the last value read.
+void carry_unread(unsigned sets_read, const GpuReading& previous, GpuReading& reading);
+
 // An initialised NVML. Thread-safe for reads (NVML is).
 class Nvml {
  public:
@@ -90,11 +104,9 @@ class Nvml {
 
   const std::vector<GpuInfo>& gpus() const;
   std::string driver_version() const;  // "" when refused
-  // Reads GPU `position` (an index into gpus()). `slow` also reads what changes slowly or costs more
-  // (memory clock, temperature, power limit, PCIe and NVLink counters, processes); otherwise those
-  // stay empty.
-  // Link rates are averages since the previous slow read of that GPU.
-  GpuReading read(std::size_t position, bool slow = true);
+  // Reads the `sets` (read_set:: bits below) of GPU `position` (an index into gpus()); the metrics of
+  // the other sets stay empty. Link rates are averages since the previous read of the counters.
+  GpuReading read(std::size_t position, unsigned sets = read_set::kAll);
 
   struct Impl;
 
@@ -104,20 +116,29 @@ class Nvml {
 };
 
 struct SamplerCost {
-  double cpu_seconds = 0;   // user + system time of the sampling thread (getrusage RUSAGE_THREAD)
+  double cpu_seconds = 0;   // run time of the sampling thread (CLOCK_THREAD_CPUTIME_ID)
   double wall_seconds = 0;  // since start()
   std::int64_t samples = 0;
   double core_fraction() const { return wall_seconds > 0 ? cpu_seconds / wall_seconds : 0; }
 };
 
-// Reads every GPU on its own thread every `interval`, the slow metrics every `slow_interval`
-// (carried forward in between), and keeps the samples until take().
+// How often the sampler reads each read_set beyond kActivity (read every tick). Each period is as
+// long as what the metric shows allows: device memory is what the processes' caching allocators
+// hold, which grows in large steps and stays; clocks, temperature and throttle reasons are judged
+// over windows of seconds; the link counters are cumulative, so a read every few seconds gives the
+// exact mean rate over those seconds; the process list only changes when a process starts or ends.
+struct ReadPeriods {
+  std::chrono::duration<double> memory = std::chrono::seconds(1);
+  std::chrono::duration<double> state = std::chrono::seconds(1);
+  std::chrono::duration<double> counters = std::chrono::seconds(5);
+};
+
+// Reads every GPU on its own thread every `interval` (each set at its period, carried forward in
+// between), and keeps the samples until take().
 class Sampler {
  public:
-  // The slow set every second: the link counters are averages since the previous slow read anyway,
-  // and the process list (the costliest call) is matched against the job's tree once a second.
   explicit Sampler(Nvml& nvml, std::chrono::duration<double> interval = std::chrono::milliseconds(100),
-                   std::chrono::duration<double> slow_interval = std::chrono::seconds(1));
+                   ReadPeriods periods = {});
   ~Sampler();
   Sampler(const Sampler&) = delete;
   Sampler& operator=(const Sampler&) = delete;

@@ -55,6 +55,22 @@ struct TimeProfile {
   // 325 GB/s, all-gather 267, reduce-scatter 259 (data/measurements/h200x2-collectives-2026-11-30.json).
   double all_reduce_efficiency = 0.72;  // DDP's gradient all-reduce
   double all_gather_efficiency = 0.59;  // FSDP's all-gather and reduce-scatter
+  // Host time an operation on DTensors (tensor parallelism: torch.distributed.tensor) takes beyond a
+  // plain tensor's: the __torch_dispatch__ of DTensor's op dispatcher, its sharding propagation
+  // (a cache hit in the steady state), unwrapping the local tensors and wrapping the result.
+  // AWAITS MEASUREMENT (python/trainfit_runner/measure_dispatch.py, `dtensor_seconds_per_op`). Until
+  // then: PyTorch's own dispatch-overhead test expects 90 us for a DTensor add with a sharding-cache
+  // hit (test/distributed/tensor/test_dtensor_dispatch_overhead.py, expected_dispatch_time), less the
+  // 10 us a bare operation takes on the H200 host (h200-rates-2026-11-30.json, forward_op_seconds).
+  double dtensor_seconds_per_op = 80e-6;
+  // One collective issued from Python by itself (torch.distributed.broadcast(..., async_op=True)):
+  // host time to launch it, and the GPU time of a small NCCL collective. AWAIT MEASUREMENT
+  // (measure_dispatch.py, `collective_launch_seconds`, `collective_latency_seconds`). Until then:
+  // one small collective issued alone takes 57 us end to end at 1 and 4 MiB (all-gather,
+  // data/measurements/h200x2-collectives-2026-11-30.json: launch, GPU latency and the
+  // synchronisation together), taken as half launch, half GPU.
+  double collective_launch_seconds = 25e-6;
+  double collective_latency_seconds = 25e-6;
 };
 
 // The range every rate of a profile must lie in: above 0 and at most 1. Efficiencies are fractions
@@ -94,6 +110,13 @@ struct StepWork {
   double optimizer_bytes = 0;  // bytes the optimizer update reads and writes
   double ops = 0;              // operations the host dispatches (forward, backward, recompute)
   double optimizer_ops = 0;    // host operations of the optimizer step, in forward-operation equivalents
+  // Host operations once an optimizer step, outside the optimizer: DDP's copies of each gradient
+  // into its bucket and back, which run only in the micro-batch that synchronises (the others run
+  // under no_sync). Spread over the step's micro-batches, as once-a-step collectives are.
+  double step_ops = 0;
+  // Operations dispatched on DTensors (tensor parallelism), per micro-batch: each costs the
+  // profile's dtensor_seconds_per_op on top of the plain operation the others count.
+  double dtensor_ops = 0;
   double kernels = 0;          // kernels the GPU runs
   double model_flops = 0;      // the training math alone (no recomputation): for model FLOP utilisation
   double layer_working_set_bytes = 0;  // weights + activations one layer's pass touches (for spill)
@@ -105,6 +128,11 @@ struct StepWork {
   // gradient reduction and parameter all-gather; HSDP's all-reduce between hosts (network_bytes).
   double step_collective_bytes = 0;
   double network_bytes = 0;
+  // After the optimizer step, in series with nothing: ZeRO-1/2 send the parameters each GPU
+  // updated to the others (bus bytes a GPU), in this many collectives (ZeroRedundancyOptimizer:
+  // one broadcast a parameter tensor).
+  double post_step_collective_bytes = 0;
+  double post_step_collectives = 0;
   // Model parallelism, per micro-batch: tensor parallelism's all-gathers and reduce-scatters,
   // context parallelism's key/value ring, pipeline parallelism's activations between stages.
   double model_parallel_bytes = 0;
@@ -113,9 +141,13 @@ struct StepWork {
   double offload_micro_bytes = 0;
   double offload_step_bytes = 0;
   double host_optimizer_bytes = 0;
-  // Pipeline parallelism: stages, and micro-batches a step runs through them (1F1B).
+  // Pipeline parallelism: stages, and micro-batches a step runs through them (1F1B). The work
+  // above is then the busiest stage's (the first with the extra layers, or the last with the
+  // output layer and the loss), and gpu_forward_fraction the share of its GPU work in the forward.
   double pipeline_stages = 1;
   double pipeline_microbatches = 1;
+  double gpu_forward_fraction = 1.0 / 3.0;   // of the micro-batch's GPU work, by FLOPs
+  double host_forward_fraction = 0.5;        // of its host operations, by count
   double data_parallel = 1;  // replicas that each run the step's micro-batches (tokens per step)
   double sequences_per_example = 1;  // sequences trained per example of a micro-batch (2: dpo, orpo, reward)
   bool dp_crosses_hosts = false;  // the data-parallel group spans hosts: its collectives cross the network

@@ -21,6 +21,7 @@ CHECK_RUNNER = "%s %s" % (sys.executable, Path(__file__).with_name("check_runner
 # plan: (configs, the layouts its labels name, each with the runner's API for it)
 PLANS = {
     "scale-out-h200x2": 20,
+    "scale-out-time-h200x2": 20,
     "scale-out-h200x4": 28,
     "scale-out-h200x8": 24,
 }

@@ -295,7 +295,7 @@ std::unique_ptr<Nvml> Nvml::open(const std::string& library) {
   if (api.driver_version && api.driver_version(driver.data(), driver.size()) == kSuccess) impl->driver = driver.data();
   auto nvml = std::unique_ptr<Nvml>(new Nvml(std::move(impl)));
   for (std::size_t i = 0; i < nvml->impl_->devices.size(); ++i) {  // memory total comes with a reading
-    auto r = nvml->read(i, true);
+    auto r = nvml->read(i, read_set::kAll);
     nvml->impl_->devices[i]->info.memory_total_bytes = r.memory_total_bytes;
     nvml->impl_->infos.push_back(nvml->impl_->devices[i]->info);
   }
@@ -311,7 +311,7 @@ std::string Nvml::driver_version() const {
   return impl_->driver;
 }
 
-GpuReading Nvml::read(std::size_t position, bool slow) {
+GpuReading Nvml::read(std::size_t position, unsigned sets) {
   const Api& api = impl_->api;
   Device& dev = *impl_->devices.at(position);
   const std::lock_guard lock(dev.mutex);
@@ -319,37 +319,42 @@ GpuReading Nvml::read(std::size_t position, bool slow) {
   GpuReading g;
   g.index = dev.info.index;
 
-  if (dev.memory_v2_ok && api.memory_v2) {
-    nvmlMemory_v2_t m{};
-    m.version = kMemoryV2Version;
-    if (api.memory_v2(d, &m) == kSuccess) {
-      g.memory_total_bytes = static_cast<std::int64_t>(m.total);
-      g.memory_free_bytes = static_cast<std::int64_t>(m.free);
-      g.memory_used_bytes = static_cast<std::int64_t>(m.used);  // excludes the driver's reservation
-    } else {
-      dev.memory_v2_ok = false;  // an older driver: v1 from now on
+  if (sets & read_set::kActivity) {
+    if (auto u = ask<nvmlUtilization_t>(api.utilization, d)) {
+      g.gpu_util_percent = u->gpu;
+      g.memory_util_percent = u->memory;
+    }
+    g.power_watts = watts(api.power, d);
+  }
+  if (sets & read_set::kMemory) {
+    if (dev.memory_v2_ok && api.memory_v2) {
+      nvmlMemory_v2_t m{};
+      m.version = kMemoryV2Version;
+      if (api.memory_v2(d, &m) == kSuccess) {
+        g.memory_total_bytes = static_cast<std::int64_t>(m.total);
+        g.memory_free_bytes = static_cast<std::int64_t>(m.free);
+        g.memory_used_bytes = static_cast<std::int64_t>(m.used);  // excludes the driver's reservation
+      } else {
+        dev.memory_v2_ok = false;  // an older driver: v1 from now on
+      }
+    }
+    if (!g.memory_total_bytes && api.memory_v1) {
+      if (auto m = ask<nvmlMemory_t>(api.memory_v1, d)) {
+        g.memory_total_bytes = static_cast<std::int64_t>(m->total);
+        g.memory_free_bytes = static_cast<std::int64_t>(m->free);
+        g.memory_used_bytes = static_cast<std::int64_t>(m->used);
+      }
     }
   }
-  if (!g.memory_total_bytes && api.memory_v1) {
-    if (auto m = ask<nvmlMemory_t>(api.memory_v1, d)) {
-      g.memory_total_bytes = static_cast<std::int64_t>(m->total);
-      g.memory_free_bytes = static_cast<std::int64_t>(m->free);
-      g.memory_used_bytes = static_cast<std::int64_t>(m->used);
-    }
+  if (sets & read_set::kState) {
+    g.sm_clock_mhz = mhz(api.clock, d, kClockSm);
+    g.memory_clock_mhz = mhz(api.clock, d, kClockMem);
+    g.throttle_reasons = ask<unsigned long long>(api.clock_reasons, d);
+    g.power_limit_watts = watts(api.power_limit, d);
+    if (auto t = ask<unsigned int>(api.temperature, d, kTemperatureGpu)) g.temperature_c = *t;
   }
-  if (auto u = ask<nvmlUtilization_t>(api.utilization, d)) {
-    g.gpu_util_percent = u->gpu;
-    g.memory_util_percent = u->memory;
-  }
-  g.sm_clock_mhz = mhz(api.clock, d, kClockSm);
-  g.power_watts = watts(api.power, d);
-  g.throttle_reasons = ask<unsigned long long>(api.clock_reasons, d);
-  if (!slow) return g;
+  if (!(sets & read_set::kCounters)) return g;
 
-  // The memory clock only moves with the performance state: read with the slow set.
-  g.memory_clock_mhz = mhz(api.clock, d, kClockMem);
-  g.power_limit_watts = watts(api.power_limit, d);
-  if (auto t = ask<unsigned int>(api.temperature, d, kTemperatureGpu)) g.temperature_c = *t;
   const double t = now_seconds();
   // PCIe and NVLink: their cumulative counters in one driver call (each field answers on its own);
   // PCIe falls back to the blocking throughput query, NVLink from the KiB throughput counters summed
@@ -413,6 +418,33 @@ GpuReading Nvml::read(std::size_t position, bool slow) {
   else if (api.procs_v1)
     g.processes = processes<nvmlProcessInfo_v1_t>(api.procs_v1, d);
   return g;
+}
+
+void carry_unread(unsigned sets_read, const GpuReading& previous, GpuReading& reading) {
+  if (!(sets_read & read_set::kActivity)) {
+    reading.gpu_util_percent = previous.gpu_util_percent;
+    reading.memory_util_percent = previous.memory_util_percent;
+    reading.power_watts = previous.power_watts;
+  }
+  if (!(sets_read & read_set::kMemory)) {
+    reading.memory_total_bytes = previous.memory_total_bytes;
+    reading.memory_used_bytes = previous.memory_used_bytes;
+    reading.memory_free_bytes = previous.memory_free_bytes;
+  }
+  if (!(sets_read & read_set::kState)) {
+    reading.sm_clock_mhz = previous.sm_clock_mhz;
+    reading.memory_clock_mhz = previous.memory_clock_mhz;
+    reading.throttle_reasons = previous.throttle_reasons;
+    reading.power_limit_watts = previous.power_limit_watts;
+    reading.temperature_c = previous.temperature_c;
+  }
+  if (!(sets_read & read_set::kCounters)) {
+    reading.pcie_rx_bytes_per_s = previous.pcie_rx_bytes_per_s;
+    reading.pcie_tx_bytes_per_s = previous.pcie_tx_bytes_per_s;
+    reading.nvlink_rx_bytes_per_s = previous.nvlink_rx_bytes_per_s;
+    reading.nvlink_tx_bytes_per_s = previous.nvlink_tx_bytes_per_s;
+    reading.processes = previous.processes;
+  }
 }
 
 std::string describe_throttle(std::uint64_t bits) {

@@ -1,7 +1,8 @@
 // The sampling thread. It only reads NVML and queues samples: writing files, serving metrics and
 // diagnosing happen on the caller's thread, so the cost measured here is the cost of watching.
-#include <sys/resource.h>
+#include <time.h>
 
+#include <array>
 #include <condition_variable>
 #include <deque>
 #include <mutex>
@@ -13,10 +14,11 @@
 namespace trainfit::telemetry {
 
 double detail::thread_cpu_seconds() {
-  rusage u{};
-  getrusage(RUSAGE_THREAD, &u);
-  auto sec = [](const timeval& t) { return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) * 1e-6; };
-  return sec(u.ru_utime) + sec(u.ru_stime);
+  // The scheduler's own count of the thread's run time, to the nanosecond. getrusage(RUSAGE_THREAD)
+  // is sampled at the timer tick on many kernels and reads 0 for a 70 us driver call.
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) * 1e-9;
 }
 
 namespace {
@@ -32,7 +34,8 @@ double wall_now() {
 
 struct Sampler::State {
   Nvml& nvml;
-  std::chrono::duration<double> interval, slow_interval;
+  std::chrono::duration<double> interval;
+  ReadPeriods periods;
   std::thread thread;
   mutable std::mutex mutex;
   std::condition_variable wake;
@@ -41,36 +44,38 @@ struct Sampler::State {
   SamplerCost cost;
   std::chrono::steady_clock::time_point started;
 
-  State(Nvml& n, std::chrono::duration<double> i, std::chrono::duration<double> s)
-      : nvml(n), interval(i), slow_interval(s) {}
+  State(Nvml& n, std::chrono::duration<double> i, ReadPeriods p) : nvml(n), interval(i), periods(p) {}
 
   void run() {
     using clock = std::chrono::steady_clock;
     const auto n = nvml.gpus().size();
-    std::vector<GpuReading> last_slow(n);
+    std::vector<GpuReading> last(n);
     auto next = clock::now();
-    auto next_slow = next;
+    // When each set is next due: all of them on the first tick.
+    struct Due {
+      unsigned set;
+      std::chrono::duration<double> period;
+      clock::time_point at;
+    };
+    std::array<Due, 3> due{{{read_set::kMemory, periods.memory, next},
+                            {read_set::kState, periods.state, next},
+                            {read_set::kCounters, periods.counters, next}}};
     for (;;) {
-      const bool slow = clock::now() >= next_slow;
-      if (slow) next_slow += std::chrono::duration_cast<clock::duration>(slow_interval);
+      const auto now = clock::now();
+      unsigned sets = read_set::kActivity;
+      for (Due& d : due)
+        if (now >= d.at) {
+          sets |= d.set;
+          d.at += std::chrono::duration_cast<clock::duration>(d.period);
+          if (d.at < now) d.at = now;  // fell behind: the next read a period from now, not a burst
+        }
       Sample s;
       s.time = wall_now();
       s.gpus.reserve(n);
       for (std::size_t i = 0; i < n; ++i) {
-        GpuReading g = nvml.read(i, slow);
-        if (slow) {
-          last_slow[i] = g;
-        } else {  // carry the slow metrics forward: they are averages over the slow interval anyway
-          const GpuReading& l = last_slow[i];
-          g.memory_clock_mhz = l.memory_clock_mhz;
-          g.power_limit_watts = l.power_limit_watts;
-          g.temperature_c = l.temperature_c;
-          g.pcie_rx_bytes_per_s = l.pcie_rx_bytes_per_s;
-          g.pcie_tx_bytes_per_s = l.pcie_tx_bytes_per_s;
-          g.nvlink_rx_bytes_per_s = l.nvlink_rx_bytes_per_s;
-          g.nvlink_tx_bytes_per_s = l.nvlink_tx_bytes_per_s;
-          g.processes = l.processes;
-        }
+        GpuReading g = nvml.read(i, sets);
+        carry_unread(sets, last[i], g);
+        last[i] = g;
         s.gpus.push_back(std::move(g));
       }
       next += std::chrono::duration_cast<clock::duration>(interval);
@@ -86,8 +91,8 @@ struct Sampler::State {
   }
 };
 
-Sampler::Sampler(Nvml& nvml, std::chrono::duration<double> interval, std::chrono::duration<double> slow_interval)
-    : state_(std::make_unique<State>(nvml, interval, slow_interval)) {}
+Sampler::Sampler(Nvml& nvml, std::chrono::duration<double> interval, ReadPeriods periods)
+    : state_(std::make_unique<State>(nvml, interval, periods)) {}
 
 Sampler::~Sampler() {
   stop();

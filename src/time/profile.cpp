@@ -35,7 +35,8 @@ TimeProfile parse_profile(std::string_view text, std::string_view src) {
   r.reject_unknown(t, "",
                    {"name", "source", "matmul_efficiency", "attention_efficiency", "fp32_efficiency",
                     "bandwidth_efficiency", "host_seconds_per_op", "kernel_floor_seconds", "spill_efficiency",
-                    "all_reduce_efficiency", "all_gather_efficiency"});
+                    "all_reduce_efficiency", "all_gather_efficiency", "dtensor_seconds_per_op",
+                    "collective_launch_seconds", "collective_latency_seconds"});
   // Every field left out keeps TimeProfile's value: the shipped (H200) one.
   TimeProfile p;
   if (const auto* n = t.get("name")) p.name = r.text(*n, "name");
@@ -54,6 +55,9 @@ TimeProfile parse_profile(std::string_view text, std::string_view src) {
   rate("spill_efficiency", p.spill_efficiency);
   rate("all_reduce_efficiency", p.all_reduce_efficiency);
   rate("all_gather_efficiency", p.all_gather_efficiency);
+  rate("dtensor_seconds_per_op", p.dtensor_seconds_per_op);
+  rate("collective_launch_seconds", p.collective_launch_seconds);
+  rate("collective_latency_seconds", p.collective_latency_seconds);
   return p;
 }
 
@@ -72,7 +76,10 @@ std::string profile_to_toml(const TimeProfile& p) {
                 {"kernel_floor_seconds", p.kernel_floor_seconds},
                 {"spill_efficiency", p.spill_efficiency},
                 {"all_reduce_efficiency", p.all_reduce_efficiency},
-                {"all_gather_efficiency", p.all_gather_efficiency}};
+                {"all_gather_efficiency", p.all_gather_efficiency},
+                {"dtensor_seconds_per_op", p.dtensor_seconds_per_op},
+                {"collective_launch_seconds", p.collective_launch_seconds},
+                {"collective_latency_seconds", p.collective_latency_seconds}};
   std::ostringstream out;
   out << "# trainfit time profile (docs/model.md, \"The time model\")\n" << t << "\n";
   return out.str();

@@ -60,8 +60,34 @@ constexpr double kLossBytesPerLogit = 40.0;
 // (data/bench/h200x2-data-parallel-2026-11-30.jsonl) took a median of 262 us more per parameter
 // tensor than the same steps on one GPU, 8 operations at the profile's 32.8 us.
 constexpr double kFsdpOpsPerParameter = 8.0;
-// DDP without gradient_as_bucket_view copies each gradient into its bucket and back.
+// DDP without gradient_as_bucket_view copies each gradient into its bucket and back. Its reducer
+// does so only in the backward that synchronises: under no_sync (every micro-batch of an
+// accumulation but the last) the autograd hooks return at once and the gradients accumulate in
+// place (torch/csrc/distributed/c10d/reducer.cpp: autograd_hook returns unless
+// prepare_for_backward ran, which DDP's forward calls only when require_backward_grad_sync).
 constexpr double kDdpOpsPerGradient = 2.0;
+// Tensor parallelism as the runner lays it out (python/trainfit_runner/parallel.py, PyTorch's
+// ColwiseParallel, RowwiseParallel and SequenceParallel styles): the operations one decoder layer's
+// forward dispatches on DTensors, each through DTensor's op dispatcher. Counted from the plan;
+// python/trainfit_runner/measure_dispatch.py counts them on the GPU machine (AWAITS MEASUREMENT):
+//  - the two RMSNorms under SequenceParallel: their 8 operations each on DTensors, the input
+//    wrapped (DTensor.from_local) and the output unwrapped (to_local): 2 x 10;
+//  - the sequence-parallel all-gathers before attention and before the MLP (the runner's
+//    pre-hooks): wrap, redistribute to Replicate, unwrap: 2 x 3;
+//  - five ColwiseParallel projections (q, k, v, gate, up): the input wrapped, the linear as four
+//    DTensor operations (aten::linear is composite: the weight's transpose, the input's view, the
+//    (add)mm, the output's view), the output unwrapped: 5 x 6;
+//  - two RowwiseParallel projections (o, down): the same and the output's reduce-scatter: 2 x 7.
+// Attention itself, the rotary embedding, the activation and the residual adds run on the local
+// tensors (plain operations, already counted).
+constexpr double kDTensorOpsPerLayer = 2 * 10 + 2 * 3 + 5 * 6 + 2 * 7;
+// Outside the layers: the embedding (RowwiseParallel: wrap, the masked lookup, its all-reduce,
+// unwrap: 4), the final norm (SequenceParallel: 10), the output layer (ColwiseParallel from the
+// sequence-sharded norm: wrap, all-gather, the linear's 4, the logits all-gathered, unwrap: 8).
+constexpr double kDTensorOpsOutside = 4 + 10 + 8;
+// DeepSpeed's ZeRO-1/2 all-gather the updated parameters after the step in pieces of
+// allgather_bucket_size elements (5e8 by default; docs of the DeepSpeed config). Unmeasured.
+constexpr double kDeepSpeedAllgatherBucket = 5e8;
 // Dequantising a 4-bit weight reads half a byte and writes two; the GEMM then reads the two.
 constexpr double kDequantBytesPerWeight = 4.5;
 // TRL's log-probabilities, per logit, in multiples of the logits' byte width c (docs/model.md,
@@ -254,7 +280,11 @@ WorkBasis work_basis(const ModelSpec& model, const TrainingSetup& user_setup, co
 
   // Optimizer: read parameter, gradient and states; write parameter and states.
   const double tp = st.params.trainable_params;
-  const double pb = st.params.trainable_bytes_each;
+  // Under a mixed-precision layout (FSDP's MixedPrecisionPolicy over fp32 weights, DeepSpeed's
+  // fp32 master weights) the optimizer steps the fp32 storage, not the compute copies.
+  const double pb = full && lay.fp32_master  ? 4.0
+                    : full && lay.compute_dtype ? bytes_per_element(user_setup.weights)
+                                                : st.params.trainable_bytes_each;
   switch (setup.optimizer) {
     case Optimizer::adamw: b.optimizer_bytes = tp * (3.0 * pb + 4.0 * pb); break;
     case Optimizer::adamw_8bit: b.optimizer_bytes = tp * (3.0 * pb + 4.0); break;
@@ -304,7 +334,15 @@ WorkBasis work_basis(const ModelSpec& model, const TrainingSetup& user_setup, co
   // gradients in every micro-batch.
   if (lay.several) {
     const double n = lay.dp * lay.cp;  // GPUs holding the same parameters
-    const double grads = st.gradients;
+    // A data-parallel wrapper (DDP, FSDP2) runs only when several GPUs hold the same parameters:
+    // a layout of tensor or pipeline parallelism alone has none (the runner wraps a stage or a
+    // tensor-parallel model only over its data-parallel replicas).
+    const bool replicated = n > 1;
+    // The gradients as they are reduced: FSDP's reduce_dtype (an fp32 reduce-scatter of bf16
+    // gradients moves twice their bytes), else the compute dtype.
+    const double grads = lay.reduce_dtype && full && st.params.trainable_bytes_each > 0
+                             ? st.gradients * bytes_per_element(*lay.reduce_dtype) / st.params.trainable_bytes_each
+                             : st.gradients;
     const double params = st.params.weights + st.params.adapters;  // compute dtype, this GPU's tp share
     const double root = st.params.root_weights;
     switch (user_setup.parallel) {
@@ -316,11 +354,24 @@ WorkBasis work_basis(const ModelSpec& model, const TrainingSetup& user_setup, co
           b.all_reduce_bytes = 2.0 * moved * grads;
         } else {
           // ZeRO-1 all-reduces the gradients as DDP does, ZeRO-2 reduce-scatters them; both then
-          // all-gather the parameters each GPU updated (ZeroRedundancyOptimizer broadcasts them).
-          const double reduce = user_setup.parallel == Parallel::zero1 ? 2.0 * moved * grads : moved * grads;
-          b.step_collective_bytes = reduce + moved * (user_setup.method == Method::full ? params : st.params.adapters);
+          // send the parameters each GPU updated to the others once the optimizer step is done:
+          // nothing is left to overlap them with. ZeroRedundancyOptimizer (parameters_as_bucket_view
+          // off, its default) broadcasts every parameter tensor on its own; DeepSpeed all-gathers
+          // in buckets.
+          b.step_collective_bytes = user_setup.parallel == Parallel::zero1 ? 2.0 * moved * grads : moved * grads;
+          const double trainable = user_setup.method == Method::full ? params : st.params.adapters;
+          b.post_step_collective_bytes = moved * trainable;
+          if (replicated)
+            b.post_step_collectives = user_setup.parallel == Parallel::zero1
+                                          ? param_tensors
+                                          : std::ceil(st.params.trainable_params / kDeepSpeedAllgatherBucket);
         }
-        b.parallel_ops = kDdpOpsPerGradient * param_tensors;
+        // PyTorch's DDP (ddp, and zero1 over it) copies the gradients in the synchronising
+        // micro-batch only; DeepSpeed's stage 2 (unmeasured) is left at every micro-batch.
+        if (replicated) {
+          if (user_setup.parallel == Parallel::zero2) b.parallel_ops = kDdpOpsPerGradient * param_tensors;
+          else b.parallel_step_ops = kDdpOpsPerGradient * param_tensors;
+        }
         break;
       }
       case Parallel::fsdp:
@@ -337,7 +388,7 @@ WorkBasis work_basis(const ModelSpec& model, const TrainingSetup& user_setup, co
           const double replicas = as_d(user_setup.nodes);
           b.network_bytes = 2.0 * (replicas - 1.0) / replicas * grads / shard;
         }
-        b.parallel_ops = kFsdpOpsPerParameter * (model_tensors + adapter_tensors);
+        if (replicated) b.parallel_ops = kFsdpOpsPerParameter * (model_tensors + adapter_tensors);
         break;
       }
     }
@@ -364,7 +415,36 @@ WorkBasis work_basis(const ModelSpec& model, const TrainingSetup& user_setup, co
                                                ((as_d(model.head_dim) + as_d(model.value_head_dim())) / 2.0) * c /
                                                lay.tp;  // keys and values
     if (lay.pp > 1) b.pipeline_bytes_per_token = 2.0 * b.hidden * c / (lay.tp * lay.cp);
+    if (lay.tp > 1) {
+      // Outside the layers, once a micro-batch: the vocabulary-sharded embedding's output
+      // all-reduced, and the output layer's logits all-gathered whole on every GPU (the runner's
+      // plan and the Hugging Face plans' "colwise_rep"; its backward is a local slice).
+      b.tp_outside_bytes_per_token = (lay.tp - 1.0) / lay.tp * (2.0 * b.hidden + b.vocab) * c / lay.cp;
+      b.dtensor_forward_ops = L * kDTensorOpsPerLayer + kDTensorOpsOutside;
+    }
+    if (lay.pp > 1) {
+      const PipelineStage first = first_stage(model, lay), last = last_stage(model, lay);
+      b.first_stage_layers = first.layers;
+      b.last_stage_layers = last.layers;
+      // Each stage steps the optimizer over its own parameters: its layers' share, and in full
+      // fine-tuning a vocabulary matrix each for the first (the embedding) and the last (the
+      // output layer, its own copy when tied).
+      const double trainable = st.params.trainable_params;
+      const double vocab_matrix = user_setup.method == Method::full ? b.vocab * b.hidden / lay.tp : 0.0;
+      const double outside = user_setup.method == Method::full
+                                 ? vocab_matrix * (model.tie_word_embeddings ? 1.0 : 2.0)
+                                 : 0.0;
+      const double layer_params = std::max(0.0, trainable - outside);
+      const double busiest = std::max(first.layers, last.layers) / L * layer_params + vocab_matrix;
+      b.stage_trainable_share = trainable > 0 ? std::min(1.0, busiest / trainable) : 1.0;
+      b.optimizer_bytes *= b.stage_trainable_share;
+      b.optimizer_ops *= b.stage_trainable_share;
+      b.parallel_ops *= b.stage_trainable_share;
+      b.parallel_step_ops *= b.stage_trainable_share;
+    }
     b.work_divisor = lay.tp * lay.cp * lay.pp;
+    b.tensor_parallel = lay.tp;
+    b.context_parallel = lay.cp;
     b.pipeline_stages = lay.pp;
     b.pipeline_microbatches = lay.microbatches;
     b.data_parallel = lay.dp;
@@ -449,21 +529,63 @@ StepWork step_work(const WorkBasis& b, double tokens, double batch, bool grad_ck
   w.optimizer_ops = b.optimizer_ops;
   w.all_reduce_bytes = b.all_reduce_bytes;
   w.all_gather_bytes = b.all_gather_bytes;
-  w.ops += b.parallel_ops;
+  w.dtensor_ops = b.dtensor_forward_ops * (1.0 + kBackwardOpsPerForwardOp);
+  // How the micro-batch's work divides between its forward and its backward (a pipeline's fill
+  // and drain wait on the one and the other): FLOPs on the GPU, operations on the host.
+  const double flops = matmul + attn;
+  w.gpu_forward_fraction = flops > 0 ? (fwd + attn_fwd) / flops : 1.0 / 3.0;
+  w.host_forward_fraction = (b.forward_ops + b.dtensor_forward_ops) / (w.ops + w.dtensor_ops);
+  double max_stage_layers = L;
 
-  // Model parallelism: each GPU computes its share of the micro-batch (1/tp of every matrix,
-  // 1/cp of the tokens, 1/pp of the layers) and dispatches its share of the layers' operations.
+  // Model parallelism: each GPU computes its share of the micro-batch: 1/tp of every matrix, 1/cp
+  // of the tokens, under pp its stage's layers. Every tensor-parallel GPU dispatches every
+  // operation of its layers and computes the loss over the whole vocabulary (the logits are
+  // gathered whole). A pipeline's busiest stage sets its pace: each quantity is the larger of the
+  // first stage's (the extra layers when they do not divide) and the last stage's (its layers,
+  // the final norm, the output layer and the loss; the embedding's work is left out).
   if (b.work_divisor > 1) {
-    const double share = 1.0 / b.work_divisor;
-    for (double* v : {&w.tensor_flops, &w.attention_flops, &w.fp32_flops, &w.adapter_bytes, &w.memory_bytes,
-                      &w.model_flops})
-      *v *= share;
-    w.ops /= b.pipeline_stages;
-    w.kernels /= b.pipeline_stages;
-    w.layer_passes /= b.pipeline_stages;
+    const double tpcp = b.tensor_parallel * b.context_parallel;
+    const bool piped = b.pipeline_stages > 1;
+    const double first_layers = piped ? b.first_stage_layers : L;
+    const double last_layers = piped ? b.last_stage_layers : L;
+    max_stage_layers = std::max(first_layers, last_layers);
+    // `outside` is a quantity's part outside the decoder layers, `outside_here` that part on one
+    // GPU of the last stage.
+    auto per_gpu = [&](double total, double outside, double outside_here, double divisor) {
+      const double per_layer = (total - outside) / divisor / L;
+      const double last = per_layer * last_layers + outside_here;
+      return piped ? std::max(per_layer * first_layers, last) : last;
+    };
+    const double out_matmul = lm_flops * (2.0 + (full ? 1.0 : 0.0));
+    const double out_model_flops = lm_flops * (2.0 + (full ? 1.0 : 0.0));
+    const double out_bytes = b.outside_per_token * T * (kTrafficPerSavedByteForward + kTrafficPerSavedByteBackward) +
+                             (b.quantised ? 0.0 : b.weight_read_bytes * V * h * passes);
+    const double out_ops = kModelForwardOps * (1.0 + kBackwardOpsPerForwardOp);
+    const double out_dtensor = kDTensorOpsOutside * (1.0 + kBackwardOpsPerForwardOp);
+    double& linear_flops = fp32_compute ? w.fp32_flops : w.tensor_flops;
+    linear_flops = per_gpu(linear_flops, out_matmul, out_matmul / tpcp, tpcp);
+    if (!fp32_compute) w.attention_flops = per_gpu(w.attention_flops, 0.0, 0.0, tpcp);
+    w.adapter_bytes = per_gpu(w.adapter_bytes, 0.0, 0.0, tpcp);
+    w.memory_bytes = per_gpu(w.memory_bytes, out_bytes + loss_bytes,
+                             out_bytes / tpcp + loss_bytes / b.context_parallel, tpcp);
+    w.model_flops = per_gpu(w.model_flops, out_model_flops, out_model_flops / tpcp, tpcp);
+    w.ops = per_gpu(w.ops, out_ops, out_ops, 1.0);
+    w.kernels = kKernelsPerOp * w.ops;
+    if (w.dtensor_ops > 0) w.dtensor_ops = per_gpu(w.dtensor_ops, out_dtensor, out_dtensor, 1.0);
+    if (piped) {
+      const double forward = per_gpu(b.forward_ops, kModelForwardOps, kModelForwardOps, 1.0) +
+                             (w.dtensor_ops > 0 ? per_gpu(b.dtensor_forward_ops, kDTensorOpsOutside,
+                                                          kDTensorOpsOutside, 1.0)
+                                                : 0.0);
+      w.host_forward_fraction = forward / (w.ops + w.dtensor_ops);
+    }
   }
-  w.model_parallel_bytes = b.model_parallel_bytes_per_token_pass * T * (passes / b.pipeline_stages) +
-                           b.pipeline_bytes_per_token * T;
+  w.ops += b.parallel_ops;
+  w.step_ops = b.parallel_step_ops;
+  w.model_parallel_bytes = b.model_parallel_bytes_per_token_pass * T * passes * (max_stage_layers / L) +
+                           (b.pipeline_bytes_per_token + b.tp_outside_bytes_per_token) * T;
+  w.post_step_collective_bytes = b.post_step_collective_bytes;
+  w.post_step_collectives = b.post_step_collectives;
   w.step_collective_bytes = b.step_collective_bytes;
   w.network_bytes = b.network_bytes;
   w.offload_micro_bytes = b.offload_micro_bytes;
@@ -476,7 +598,7 @@ StepWork step_work(const WorkBasis& b, double tokens, double batch, bool grad_ck
 
   // What one layer's pass touches: its weights and its activations (for the spill model).
   w.layer_working_set_bytes = b.weight_bytes_per_layer + b.layer_activation_per_token * T;
-  w.layer_passes = L * passes;
+  w.layer_passes = max_stage_layers * passes;
   objective_step_work(w, b, T, attn_fwd, lora_forward, passes);
   return w;
 }

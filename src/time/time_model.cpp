@@ -55,6 +55,13 @@ StepSeconds step_seconds(const StepWork& w, const StepCounts& counts, const GpuS
                w.network_bytes / accum / (prof.all_reduce_efficiency * network) +
                w.model_parallel_bytes / (prof.all_gather_efficiency * link);
     }
+    // After the optimizer step, ZeRO-1/2 send each GPU's updated parameters to the others: in
+    // series with the step (nothing is left to overlap them with), each collective launched from
+    // Python on the host and taking at least a small collective's latency on the GPU.
+    if (link > 0 && w.post_step_collectives > 0) {
+      t.post_comm_gpu = w.post_step_collective_bytes / gather_rate + w.post_step_collectives * prof.collective_latency_seconds;
+      t.post_comm_host = w.post_step_collectives * prof.collective_launch_seconds;
+    }
     // Offloading: pinned copies over the host link, and the optimizer step on the CPU.
     if (gpu.host_link_bytes_per_s > 0) {
       const double host_link = kPinnedCopyEfficiency * gpu.host_link_bytes_per_s;
@@ -63,16 +70,36 @@ StepSeconds step_seconds(const StepWork& w, const StepCounts& counts, const GpuS
     }
   }
   t.gpu_micro = t.matmul + t.attention + t.fp32 + t.traffic + t.floor + t.comm + t.offload_micro;
-  t.host_micro = w.ops * prof.host_seconds_per_op;
+  // Host: the micro-batch's operations, its share of the once-a-step ones (DDP's bucket copies,
+  // in the synchronising micro-batch), and DTensor's dispatch on top of the operations on DTensors.
+  t.host_micro = (w.ops + w.step_ops / accum) * prof.host_seconds_per_op + w.dtensor_ops * prof.dtensor_seconds_per_op;
   t.opt_gpu = w.optimizer_bytes / bw + t.offload_step;
   t.opt_host = w.optimizer_ops * prof.host_seconds_per_op;
 
   // Kernels run asynchronously: the GPU and the host work side by side, and the slower of the
-  // two sets the pace of each micro-batch and of the optimizer step. A pipeline of p stages runs
-  // m micro-batches in m + p - 1 slots of one stage's micro-batch (1F1B): p - 1 are its bubble.
+  // two sets the pace of each micro-batch and of the optimizer step (with what follows it).
   const double slot = std::max(t.gpu_micro, t.host_micro);
-  t.bubble = accum * (w.pipeline_stages - 1.0) * slot;
-  t.fitting = accum * w.pipeline_microbatches * slot + t.bubble + std::max(t.opt_gpu, t.opt_host);
+  double micro_batches = accum * slot;
+  if (w.pipeline_stages > 1) {
+    // 1F1B over p stages, m micro-batches, each stage its own process (docs/model.md, "The
+    // step"): a stage's host never waits for another's (the schedule's receives make the GPU
+    // stream wait, not the host), so the host dispatches its m micro-batches back to back, while
+    // the GPUs fill and drain. The last stage starts once every stage before it has run its first
+    // forward, runs its m micro-batches, and the last backward walks back through the p - 1
+    // stages before it. With g, h a micro-batch's GPU and host time on the busiest stage and f, b
+    // their forward and backward parts:
+    //   pipeline = max(m h, m g + max(h_f, g_f) + (p - 2) g_f) + (p - 1) g_b
+    // Host-bound (h > g): m h + (p - 1) g_b, no bubble for the host; GPU-bound: (m + p - 1) g,
+    // the classic bubble. Within 5% of an event simulation of the schedule (every stage's host
+    // and GPU, p = 2..8, m = p..64, g/h = 0.1..4; tests/unit/time_layouts_test.cpp has it).
+    const double m = w.pipeline_microbatches, p = w.pipeline_stages;
+    const double g = t.gpu_micro, h = t.host_micro;
+    const double gf = w.gpu_forward_fraction * g, gb = g - gf, hf = w.host_forward_fraction * h;
+    const double pipeline = std::max(m * h, m * g + std::max(hf, gf) + (p - 2.0) * gf) + (p - 1.0) * gb;
+    t.bubble = accum * (pipeline - m * slot);
+    micro_batches = accum * pipeline;
+  }
+  t.fitting = micro_batches + std::max(t.opt_gpu + t.post_comm_gpu, t.opt_host + t.post_comm_host);
 
   // Over capacity with a system-memory fallback, layers are visited in a cycle larger than the
   // card, so a least-recently-used pager evicts exactly what the next pass needs: every layer
@@ -114,9 +141,9 @@ TimeEstimate estimate_time(const StepWork& w, const TrainingSetup& setup, const 
   t.spill_seconds = s.spill;
   t.spill_slowdown = t.step_seconds / s.fitting;
   const double micro = accum * w.pipeline_microbatches;
-  t.gpu_seconds = micro * s.gpu_micro + s.opt_gpu;
-  t.host_seconds = micro * s.host_micro + s.opt_host;
-  t.communication_seconds = accum * w.pipeline_microbatches * s.comm;
+  t.gpu_seconds = micro * s.gpu_micro + s.opt_gpu + s.post_comm_gpu;
+  t.host_seconds = micro * s.host_micro + s.opt_host + s.post_comm_host;
+  t.communication_seconds = accum * w.pipeline_microbatches * s.comm + s.post_comm_gpu;
   t.pipeline_bubble_seconds = s.bubble;
   t.offload_seconds = accum * w.pipeline_microbatches * s.offload_micro + s.offload_step;
   t.tokens_per_second = s.tokens_per_second;

@@ -35,14 +35,23 @@ struct WorkBasis {
   double layer_saved_tensors = 0;  // tensors one layer saves (checkpointing hooks each)
   double optimizer_bytes = 0, optimizer_ops = 0;
   double layer_ops = 0, forward_ops = 0;  // host operations: one layer's forward, the whole forward
-  double parallel_ops = 0;                // DDP's bucket copies or FSDP2's per-parameter work
+  double parallel_ops = 0;                // FSDP2's per-parameter work (every micro-batch)
+  double parallel_step_ops = 0;           // DDP's bucket copies (once a step: the synchronising micro-batch)
+  double dtensor_forward_ops = 0;         // operations on DTensors in one forward (tensor parallelism)
   double all_reduce_bytes = 0, all_gather_bytes = 0;
   double step_collective_bytes = 0, network_bytes = 0;
+  double post_step_collective_bytes = 0, post_step_collectives = 0;  // ZeRO-1/2's parameters after the step
   double model_parallel_bytes_per_token_pass = 0;  // TP/CP collectives, per token and per pass
   double pipeline_bytes_per_token = 0;             // activations and their gradients between stages
+  double tp_outside_bytes_per_token = 0;           // TP outside the layers: the embedding's all-reduce, the logits' all-gather
   double offload_micro_bytes = 0, offload_step_bytes = 0, host_optimizer_bytes = 0;
   double work_divisor = 1;  // tp x cp x pp: each GPU's share of a micro-batch's compute
+  double tensor_parallel = 1, context_parallel = 1;
   double pipeline_stages = 1, pipeline_microbatches = 1, data_parallel = 1;
+  // Pipeline parallelism: the decoder layers of the first and of the last stage (the last also
+  // runs the final norm, the output layer and the loss), and the share of the trainable
+  // parameters the busier of the two steps in the optimizer.
+  double first_stage_layers = 0, last_stage_layers = 0, stage_trainable_share = 1;
   bool dp_crosses_hosts = false;
   double weight_bytes_per_layer = 0;
   // The objective (docs/model.md, "Objectives"): trained sequences per example (`tokens` and
@@ -96,6 +105,7 @@ struct StepSeconds {
   double gpu_micro = 0, host_micro = 0;                                          // one micro-batch, GPU and host
   double opt_gpu = 0, opt_host = 0;                                              // the optimizer step, GPU and host
   double offload_micro = 0, offload_step = 0;  // host-link copies a micro-batch, and copies + CPU optimizer a step
+  double post_comm_gpu = 0, post_comm_host = 0;  // collectives after the optimizer step (ZeRO-1/2's parameters)
   double bubble = 0;                           // pipeline fill and drain
   double accum = 0;
   double fitting = 0;  // the step when it fits in memory

@@ -60,6 +60,9 @@ INSTANTIATE_TEST_SUITE_P(H200, Recordings,
                                          // compute and input jobs again with the one probe and /proc.
                                          "h200_2026-12-01_compute.jsonl", "h200_2026-12-01_input.jsonl",
                                          "h200_2026-12-01_host.jsonl", "h200_2026-12-01_leak.jsonl",
+                                         // The sampler reading each metric set at its own period
+                                         // (memory and state 1 s, counters 5 s) instead of all at 1 s.
+                                         "h200_2026-12-01_cadence_compute.jsonl", "h200_2026-12-01_cadence_leak.jsonl",
                                          // Two H200s: DDP through host memory, and a straggling rank.
                                          "h200x2_2026-12-01_ddp.jsonl", "h200x2_2026-12-01_straggler.jsonl"));
 

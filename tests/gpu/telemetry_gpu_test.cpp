@@ -3,10 +3,13 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <iostream>
 #include <thread>
+#include <vector>
 
+#include "telemetry/thread_cpu.hpp"
 #include "trainfit/telemetry.hpp"
 
 namespace {
@@ -22,9 +25,9 @@ TEST(GpuTelemetry, ReadsTheRealDriver) {
     EXPECT_FALSE(info.name.empty());
     ASSERT_TRUE(info.memory_total_bytes);
     EXPECT_GT(*info.memory_total_bytes, 1LL << 30);
-    nvml->read(i, true);
+    nvml->read(i);
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    const GpuReading g = nvml->read(i, true);  // the second slow read has link rates
+    const GpuReading g = nvml->read(i);  // the second read of the counters has link rates
     EXPECT_TRUE(g.memory_used_bytes && g.memory_free_bytes);
     EXPECT_TRUE(g.gpu_util_percent);
     EXPECT_TRUE(g.sm_clock_mhz);
@@ -43,37 +46,63 @@ TEST(GpuTelemetry, ReadsTheRealDriver) {
   }
 }
 
-TEST(GpuTelemetry, CostOfOneReading) {
-  auto nvml = Nvml::open();
-  for (bool slow : {false, true}) {
-    constexpr int kReads = 200;
-    const auto t0 = std::chrono::steady_clock::now();
-    const std::clock_t c0 = std::clock();
-    for (int i = 0; i < kReads; ++i) nvml->read(0, slow);
-    const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / kReads;
-    const double cpu = static_cast<double>(std::clock() - c0) / CLOCKS_PER_SEC / kReads;
-    std::cout << fmt::format("MEASURED one {} reading of GPU 0: {:.1f} us wall, {:.1f} us CPU\n",
-                             slow ? "full" : "fast", wall * 1e6, cpu * 1e6);
+// What each read set costs one GPU, asked as the sampler asks it: after 100 ms without a query (the
+// driver's first query of a device after a while costs the most), CPU time of this thread.
+struct SetCost {
+  unsigned set;
+  const char* name;
+  double per_second;  // how often the sampler reads it by default (ReadPeriods)
+  double cpu_us = 0;
+};
+
+std::vector<SetCost> measure_set_costs(Nvml& nvml) {
+  const ReadPeriods periods;
+  std::vector<SetCost> sets{{read_set::kActivity, "activity", 10},
+                            {read_set::kMemory, "memory", 1 / periods.memory.count()},
+                            {read_set::kState, "state", 1 / periods.state.count()},
+                            {read_set::kCounters, "counters", 1 / periods.counters.count()}};
+  constexpr int kReads = 30;
+  for (SetCost& c : sets) {
+    std::vector<double> cpu;
+    for (int i = 0; i < kReads; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      const double c0 = trainfit::telemetry::detail::thread_cpu_seconds();
+      for (std::size_t g = 0; g < nvml.gpus().size(); ++g) nvml.read(g, c.set);
+      cpu.push_back((trainfit::telemetry::detail::thread_cpu_seconds() - c0) / static_cast<double>(nvml.gpus().size()));
+    }
+    std::sort(cpu.begin(), cpu.end());
+    c.cpu_us = 1e6 * cpu[cpu.size() / 2];
   }
+  return sets;
 }
 
-TEST(GpuTelemetry, SamplerCostAt10HzIsUnderOnePercentOfACore) {
+// The bound of issue 13: 0.5% of a core for eight GPUs at 10 Hz. Projected from this machine as
+// eight times one GPU's reads at the default periods (each device's queries cost their own, so N
+// GPUs cost N times one) plus the sampling thread's own work, measured as the sampler's cost here
+// less its GPUs' reads.
+TEST(GpuTelemetry, SamplerCostForEightGpusAt10HzIsUnderHalfAPercentOfACore) {
   auto nvml = Nvml::open();
-  for (double slow : {0.5, 0.1}) {  // the default, and every metric on every tick
-    Sampler sampler(*nvml, std::chrono::milliseconds(100), std::chrono::duration<double>(slow));
-    sampler.start();
-    std::this_thread::sleep_for(std::chrono::seconds(6));
-    sampler.stop();
-    const SamplerCost c = sampler.cost();
-    std::cout << fmt::format(
-        "MEASURED sampler 10 Hz, slow metrics every {} s, {} GPU(s): {} samples, {:.4f} s CPU over "
-        "{:.2f} s = {:.3f}% of a core\n",
-        slow, nvml->gpus().size(), c.samples, c.cpu_seconds, c.wall_seconds, 100 * c.core_fraction());
-    EXPECT_GE(c.samples, 50);
-    if (slow == 0.5) {
-      EXPECT_LT(c.core_fraction(), 0.01);
-    }
+  const auto sets = measure_set_costs(*nvml);
+  double per_gpu_us_per_s = 0;
+  for (const SetCost& c : sets) {
+    std::cout << fmt::format("MEASURED {} set, one GPU, after 100 ms: {:.1f} us CPU, {:.1f} a second\n", c.name,
+                             c.cpu_us, c.per_second);
+    per_gpu_us_per_s += c.cpu_us * c.per_second;
   }
+  Sampler sampler(*nvml, std::chrono::milliseconds(100));
+  sampler.start();
+  std::this_thread::sleep_for(std::chrono::seconds(10));
+  sampler.stop();
+  const SamplerCost c = sampler.cost();
+  const auto gpus = static_cast<double>(nvml->gpus().size());
+  const double own = std::max(0.0, c.core_fraction() - gpus * per_gpu_us_per_s * 1e-6);
+  const double eight = 8 * per_gpu_us_per_s * 1e-6 + own;
+  std::cout << fmt::format(
+      "MEASURED sampler 10 Hz, default periods, {} GPU(s): {} samples, {:.3f}% of a core; one GPU's reads "
+      "{:.3f}%, the thread's own work {:.3f}%; projected for 8 GPUs {:.3f}%\n",
+      gpus, c.samples, 100 * c.core_fraction(), 100 * per_gpu_us_per_s * 1e-6, 100 * own, 100 * eight);
+  EXPECT_GE(c.samples, 90);
+  EXPECT_LT(eight, 0.005);
 }
 
 }  // namespace

@@ -234,7 +234,7 @@ TEST(WatchHost, CudaVisibleDevicesIsTheHintWhenNvmlShowsNoProcessOfTheJob) {
 }
 
 TEST(WatchHost, TheSummaryListsMemoryGrowingWithItsRate) {
-  // Used memory rises 100 MB a reading (10 Hz: ~1 GB/s), cycling every 10 s.
+  // Used memory rises 100 MB a reading (memory is read once a second: ~100 MB/s), cycling every 100 s.
   std::string rising = "gpu0.memory_used";
   for (int i = 0; i < 100; ++i) rising += " " + std::to_string(2000000000LL + 100000000LL * i);
   WatchOptions o = fake_options(1, rising + "\n");
@@ -248,9 +248,9 @@ TEST(WatchHost, TheSummaryListsMemoryGrowingWithItsRate) {
   const auto& warnings = lines.back()["warnings"];
   ASSERT_FALSE(warnings.empty()) << lines.back().dump();
   EXPECT_EQ(warnings[0]["warning"], "memory-growing");
-  // ~1 GB/s of growth (the readings are ~0.1 s apart; their clock, not the driver's, times them).
-  EXPECT_GT(warnings[0]["growth_bytes_per_second_mean"].get<double>(), 0.2e9);
-  EXPECT_LT(warnings[0]["growth_bytes_per_second_mean"].get<double>(), 2e9);
+  // ~100 MB/s of growth (the readings are ~1 s apart; their clock, not the driver's, times them).
+  EXPECT_GT(warnings[0]["growth_bytes_per_second_mean"].get<double>(), 0.05e9);
+  EXPECT_LT(warnings[0]["growth_bytes_per_second_mean"].get<double>(), 0.2e9);
 }
 
 TEST(BesidePlan, NamesAGapBetweenTheMeasuredAndThePlannedStep) {

@@ -6,6 +6,7 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <set>
 #include <thread>
 
 #include "trainfit/telemetry.hpp"
@@ -139,12 +140,43 @@ TEST(Nvml, ReadsEveryMetric) {
   EXPECT_EQ((*g.processes)[2].used_bytes, 1048576);
 }
 
-TEST(Nvml, FastReadsLeaveTheSlowMetricsEmpty) {
+TEST(Nvml, EachSetReadsOnlyItsMetrics) {
   Script s(kFull);
   auto nvml = Nvml::open(TRAINFIT_FAKE_NVML);
-  const GpuReading g = nvml->read(0, false);
-  EXPECT_TRUE(g.gpu_util_percent && g.memory_used_bytes && g.power_watts && g.throttle_reasons);
-  EXPECT_FALSE(g.temperature_c || g.power_limit_watts || g.pcie_rx_bytes_per_s || g.processes);
+  const GpuReading activity = nvml->read(0, read_set::kActivity);
+  EXPECT_TRUE(activity.gpu_util_percent && activity.memory_util_percent && activity.power_watts);
+  EXPECT_FALSE(activity.memory_used_bytes || activity.sm_clock_mhz || activity.throttle_reasons ||
+               activity.temperature_c || activity.power_limit_watts || activity.pcie_rx_bytes_per_s ||
+               activity.processes);
+  const GpuReading memory = nvml->read(0, read_set::kMemory);
+  EXPECT_TRUE(memory.memory_used_bytes && memory.memory_free_bytes && memory.memory_total_bytes);
+  EXPECT_FALSE(memory.gpu_util_percent || memory.power_watts || memory.sm_clock_mhz || memory.processes);
+  const GpuReading state = nvml->read(0, read_set::kState);
+  EXPECT_TRUE(state.sm_clock_mhz && state.memory_clock_mhz && state.throttle_reasons && state.temperature_c &&
+              state.power_limit_watts);
+  EXPECT_FALSE(state.gpu_util_percent || state.memory_used_bytes || state.pcie_rx_bytes_per_s || state.processes);
+  const GpuReading counters = nvml->read(0, read_set::kCounters);
+  EXPECT_TRUE(counters.pcie_rx_bytes_per_s && counters.nvlink_rx_bytes_per_s && counters.processes);
+  EXPECT_FALSE(counters.gpu_util_percent || counters.memory_used_bytes || counters.sm_clock_mhz);
+}
+
+TEST(Nvml, UnreadSetsCarryThePreviousValues) {
+  GpuReading previous;
+  previous.gpu_util_percent = 50;
+  previous.memory_used_bytes = 7;
+  previous.temperature_c = 60;
+  previous.pcie_rx_bytes_per_s = 1e9;
+  previous.processes = std::vector<ProcessMemory>{{42, 1}};
+  GpuReading now;
+  now.gpu_util_percent = 90;
+  now.memory_used_bytes = 8;
+  carry_unread(read_set::kActivity | read_set::kMemory, previous, now);
+  EXPECT_EQ(now.gpu_util_percent, 90);  // read now: kept
+  EXPECT_EQ(now.memory_used_bytes, 8);
+  EXPECT_EQ(now.temperature_c, 60);  // not read: the last value read
+  EXPECT_EQ(now.pcie_rx_bytes_per_s, 1e9);
+  ASSERT_TRUE(now.processes);
+  EXPECT_EQ(now.processes->front().pid, 42u);
 }
 
 TEST(Nvml, RefusedMetricsAreUnknownNotZero) {
@@ -242,3 +274,33 @@ TEST(Sampler, SamplesAtTheRateAndCostsLittle) {
 }
 
 }  // namespace
+
+// Each set is asked for at its own period; a counter that answers each call with the next number
+// shows how many calls the sampler made.
+TEST(Sampler, ReadsEachSetAtItsPeriod) {
+  std::string numbers;
+  for (int i = 1; i <= 200; ++i) numbers += " " + std::to_string(i);
+  Script s("gpu0.util_gpu" + numbers + "\ngpu0.memory_used" + numbers + "\ngpu0.temperature" + numbers +
+           "\ngpu0.procs_many 3\n");
+  auto nvml = Nvml::open(TRAINFIT_FAKE_NVML);  // reads every set once
+  Sampler sampler(*nvml, std::chrono::milliseconds(100),
+                  ReadPeriods{std::chrono::milliseconds(500), std::chrono::seconds(1), std::chrono::seconds(5)});
+  sampler.start();
+  std::this_thread::sleep_for(std::chrono::milliseconds(2050));
+  sampler.stop();
+  const auto samples = sampler.take();
+  ASSERT_GE(samples.size(), 18u);
+  std::set<double> util, memory, temperature;
+  for (const Sample& x : samples) {
+    util.insert(x.gpus[0].gpu_util_percent.value_or(-1));
+    memory.insert(static_cast<double>(x.gpus[0].memory_used_bytes.value_or(-1)));
+    temperature.insert(x.gpus[0].temperature_c.value_or(-1));
+    ASSERT_TRUE(x.gpus[0].processes);  // read on the first tick, carried after
+  }
+  EXPECT_EQ(util.size(), samples.size());  // every tick
+  EXPECT_GE(memory.size(), 4u);            // at 0, 0.5, 1, 1.5 and 2 s
+  EXPECT_LE(memory.size(), 5u);
+  EXPECT_GE(temperature.size(), 2u);  // at 0, 1 and 2 s
+  EXPECT_LE(temperature.size(), 3u);
+  EXPECT_FALSE(util.count(-1) || memory.count(-1) || temperature.count(-1));
+}
