@@ -42,9 +42,10 @@ struct HostProbeOptions {
 // (layers 1-128, steps 3-1000, warmup 1-100, device cuda or cpu, at least one method, no qlora).
 nlohmann::json host_probe_request(const HostProbeOptions& options = {});
 
-// The operations the host dispatches in one step of `setup`, as the time model counts them: every
-// micro-batch's and the optimizer step's (in forward-operation equivalents). When the host sets
-// the pace, step seconds = host_operations x host_seconds_per_op.
+// The operations the host dispatches in one step of `setup` that the time model prices at
+// host_seconds_per_op: every micro-batch's, the once-a-step ones (DDP's bucket copies) and the
+// optimizer step's (in forward-operation equivalents); DTensor's dispatch has its own rate. When the
+// host sets the pace on one GPU, step seconds = host_operations x host_seconds_per_op.
 double host_operations(const StepWork& work, const TrainingSetup& setup);
 
 // A step that is not host-bound: the GPU was busy for more than this fraction of its wall time.

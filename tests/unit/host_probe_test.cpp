@@ -83,6 +83,12 @@ TEST(HostProbe, OperationsAreTheTimeModelsCounts) {
   s.grad_accum = 4;
   const StepWork w = step_work(load_model("qwen2.5-0.5b"), s);
   EXPECT_DOUBLE_EQ(host_operations(w, s), 4 * w.ops + w.optimizer_ops);
+  // DDP's bucket copies run once a step, in the micro-batch that synchronises.
+  TrainingSetup ddp = s;
+  ddp.gpus = 2;
+  const StepWork d = step_work(load_model("qwen2.5-0.5b"), ddp);
+  EXPECT_GT(d.step_ops, 0);
+  EXPECT_DOUBLE_EQ(host_operations(d, ddp), 4 * d.ops + d.step_ops + d.optimizer_ops);
 }
 
 TEST(HostProbe, FigureIsStepTimeOverOperations) {
