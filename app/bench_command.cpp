@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -17,6 +18,7 @@
 #include "common/text.hpp"
 #include "trainfit/bench.hpp"
 #include "trainfit/hardware.hpp"
+#include "trainfit/host_probe.hpp"
 #include "trainfit/report.hpp"
 #include "trainfit/telemetry.hpp"
 
@@ -33,6 +35,7 @@ struct BenchFlags {
   bool retry_failed = false;
   bool no_telemetry = false;
   bool judge_only = false;
+  bool host_probe = false;
   std::optional<std::string> devices;
 };
 
@@ -137,6 +140,10 @@ void add_bench_command(CLI::App& app, int& exit_code) {
   cmd->add_flag("--judge-only", flags->judge_only,
                 "run nothing: judge the rows --results already holds (measured elsewhere, or before a planner\n"
                 "change) and write results.json");
+  cmd->add_flag("--host-probe", flags->host_probe,
+                "each config's runner, after its steps, also times the host probe (what `trainfit calibrate --host`\n"
+                "measures: about 10 s a config) and its row carries this host's dispatch cost, which `validate`\n"
+                "prices that row's step with (docs/model.md, \"Host dispatch, measured\")");
   cmd->add_option("--devices", flags->devices,
                   "run configs concurrently on these GPUs (NVML indices, PCI bus order: 0,1 or all), each on its\n"
                   "`gpus` of them, started in plan order; the runner gets CUDA_VISIBLE_DEVICES and\n"
@@ -185,20 +192,17 @@ void add_bench_command(CLI::App& app, int& exit_code) {
       judge_and_report(done.rows, !done.run_in_progress);
       return;
     }
-    const char* env_runner = std::getenv("TRAINFIT_RUNNER");
-    std::string runner = !flags->runner.empty() ? flags->runner
-                         : !plan.runner.empty() ? plan.runner
-                         : env_runner != nullptr ? env_runner
-                                                 : "python3 -m trainfit_runner";
-    o.runner = bench::split_command(runner);
-    if (o.runner.empty()) throw InputError("--runner: empty command");
-    // The runner package: share/trainfit/python beside this binary, or $TRAINFIT_PYTHON_DIR.
-    if (const auto python_dir = bench::runner_python_dir()) {
-      const char* pythonpath = std::getenv("PYTHONPATH");  // kept after it; an empty one would add the cwd
-      o.env.emplace_back("PYTHONPATH",
-                         python_dir->string() + (pythonpath && *pythonpath ? std::string(":") + pythonpath : ""));
+    const bench::RunnerCommand runner = bench::runner_command(flags->runner, plan.runner);
+    o.runner = runner.argv;
+    o.env = runner.env;
+    if (flags->host_probe) {
+      // The request beside the results; each runner finds it through $TRAINFIT_HOST_PROBE.
+      const std::filesystem::path request = std::filesystem::absolute(o.results_dir) / "host-probe-request.json";
+      std::error_code ec;
+      std::filesystem::create_directories(request.parent_path(), ec);
+      detail::write_text_file(request.string(), host_probe_request().dump(2) + "\n");
+      o.env.emplace_back("TRAINFIT_HOST_PROBE", request.string());
     }
-    o.env.emplace_back("PYTHONUNBUFFERED", "1");
     o.retry_failed = flags->retry_failed;
     o.on_progress = print_progress;
     std::unique_ptr<Nvml> nvml;
@@ -222,7 +226,7 @@ void add_bench_command(CLI::App& app, int& exit_code) {
         return std::make_unique<NvmlSampler>(*nvml, devices);
       };
     std::cerr << fmt::format(
-        "{}: {} configs, results in {}/results.jsonl, runner: {}{}\n", plan.name, configs.size(), o.results_dir, runner,
+        "{}: {} configs, results in {}/results.jsonl, runner: {}{}\n", plan.name, configs.size(), o.results_dir, runner.text,
         o.devices.empty() ? ""
                           : fmt::format("; on GPUs {}, up to {} configs at once", fmt::join(o.devices, ","), o.devices.size()));
     judge_and_report(bench::run_configs(plan, configs, o), true);

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "commands.hpp"
+#include "common/text.hpp"
 #include "trainfit/trainfit.hpp"
 
 namespace trainfit::cli {
@@ -16,6 +17,7 @@ struct ValidateFlags {
   std::string path;
   std::string format = "table";
   std::string profile;
+  bool profile_host = false;
 };
 
 void print(const ComparisonSummary& summary, Format format, const std::string& source) {
@@ -53,6 +55,12 @@ void print(const ComparisonSummary& summary, Format format, const std::string& s
   if (summary.timed_rows > 0)
     std::cout << fmt::format("{} timed rows: step time median |error| {:.1f}%, max |error| {:.1f}%\n", summary.timed_rows,
                              100.0 * summary.median_abs_step_error, 100.0 * summary.max_abs_step_error);
+  if (summary.rows_with_own_host > 0)
+    std::cout << fmt::format("{} of them priced with their own host dispatch time (measured.host_probe; --profile-host "
+                             "takes the profile's instead)\n",
+                             summary.rows_with_own_host);
+  for (const auto& note : summary.host_probe_notes)
+    std::cout << fmt::format("host probe gave no figure: {}\n", detail::printable(note));
 }
 
 }  // namespace
@@ -64,11 +72,15 @@ void add_validate_command(CLI::App& app, int& exit_code) {
   cmd->add_option("file", flags->path, "measurements file")->required();
   cmd->add_option("--format", flags->format, "table | json | html")->capture_default_str();
   cmd->add_option("--profile", flags->profile, "time profile (TOML) for the step-time predictions");
+  cmd->add_flag("--profile-host", flags->profile_host,
+                "price every step with the profile's host_seconds_per_op, also rows that measured their own\n"
+                "(bench --host-probe: measured.host_probe)");
   cmd->callback([flags, &exit_code] {
     const Format format = parse_report_format(flags->format);
     std::optional<TimeProfile> profile;
     if (!flags->profile.empty()) profile = load_profile(flags->profile);
-    const ComparisonSummary summary = compare_with_measurements(load_measurements(flags->path), profile ? &*profile : nullptr);
+    const ComparisonSummary summary = compare_with_measurements(load_measurements(flags->path), profile ? &*profile : nullptr,
+                                                                {.row_host = !flags->profile_host});
     // Nothing compared is not a 0% error: an empty file, a file of failed runs or the wrong file.
     if (summary.rows.empty())
       throw InputError(fmt::format("{}: no rows to compare: no row has status \"ok\" and a measured peak "

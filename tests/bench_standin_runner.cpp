@@ -13,8 +13,8 @@
 // seconds (default 60), until x_peers runners have; status "error" if they never do),
 // x_spawn_child (fork a child that sleeps forever in the runner's process group; its pid goes to
 // PATH.child.pid). The row's measured.standin records CUDA_VISIBLE_DEVICES, CUDA_DEVICE_ORDER,
-// NCCL_NVLS_ENABLE and PYTHONPATH as the runner saw them (null when unset) and its start and end
-// (Unix seconds), and the options it was given (flags).
+// NCCL_NVLS_ENABLE, PYTHONPATH and TRAINFIT_HOST_PROBE as the runner saw them (null when unset)
+// and its start and end (Unix seconds), and the options it was given (flags).
 #include <signal.h>
 #include <unistd.h>
 
@@ -174,6 +174,7 @@ int main(int argc, char** argv) {
                          {"cuda_device_order", env_or_null("CUDA_DEVICE_ORDER")},
                          {"nccl_nvls_enable", env_or_null("NCCL_NVLS_ENABLE")},
                          {"pythonpath", env_or_null("PYTHONPATH")},
+                         {"host_probe", env_or_null("TRAINFIT_HOST_PROBE")},
                          {"flags", flags},
                          {"started_unix", started_unix},
                          {"ended_unix", unix_now()}};

@@ -160,6 +160,9 @@ struct Prediction {
   std::string bottleneck;
   std::optional<double> error;       // predicted / measured peak allocated - 1
   std::optional<double> step_error;  // predicted / measured step time - 1
+  // The row's own host dispatch time per operation (measured.host_probe, `--host-probe`), when the
+  // step time was priced with it instead of the profile's.
+  std::optional<double> host_seconds_per_op;
 };
 
 // One line of results.jsonl.
@@ -234,6 +237,25 @@ std::vector<std::string> split_command(std::string_view command);
 std::optional<std::filesystem::path> runner_python_dir();
 // The same lookup for a given program path and $TRAINFIT_PYTHON_DIR value (null or empty: unset).
 std::optional<std::filesystem::path> runner_python_dir(const std::filesystem::path& program, const char* override_dir);
+
+// The runner command `bench` and `calibrate --host` start: `given` (--runner), else the plan's, else
+// $TRAINFIT_RUNNER, else `python3 -m trainfit_runner`; its environment puts the runner package
+// (runner_python_dir) first on PYTHONPATH and makes Python unbuffered. Throws InputError on an
+// empty command.
+struct RunnerCommand {
+  std::string text;                                          // as given, for messages
+  std::vector<std::string> argv;
+  std::vector<std::pair<std::string, std::string>> env;      // added to the runner's environment
+};
+RunnerCommand runner_command(std::string_view given, std::string_view plan_runner = {});
+
+// `trainfit calibrate --host`: runs `RUNNER --host-probe REQUEST --out RECORD` in a scratch folder
+// (with this binary's setup schema, as bench's runners get it) and returns the record the runner
+// wrote (python/trainfit_runner/host_probe.py; host_dispatch_from_probe reads it). Throws
+// SystemError when the runner cannot be executed, runs past `timeout_seconds` (its process group
+// is killed) or ends without a record (with the end of its output), InputError when the record is
+// not a JSON object.
+nlohmann::json run_host_probe(const RunnerCommand& runner, const nlohmann::json& request, double timeout_seconds);
 
 // `--devices`: "0,1", "3", or "all". `available`: the NVML indices when NVML answers (an index
 // not among them is an error; "all" means them); null: the indices are taken as given, and "all"

@@ -29,6 +29,11 @@ struct Measurement {
   std::optional<double> alloc_retries;       // the caching allocator's cudaMalloc retries (memory pressure)
   std::optional<double> ooms;                // out-of-memory errors the allocator raised
   std::optional<double> oom_at_step;         // the step that ran out of memory
+  // This host's dispatch time per operation, measured with the row on its GPU ("host_probe": the
+  // record of `bench --host-probe` or of the probe's host_probe option, divided by trainfit's own
+  // operation counts: include/trainfit/host_probe.hpp); `validate` prices the row's step with it.
+  std::optional<double> host_seconds_per_op;
+  std::string host_probe_note;  // why the row's host probe gave no figure (failed, not host-bound, malformed, CPU)
 };
 
 // Reads a "measured" object. Throws InputError naming the field when one has the wrong type (a
@@ -58,6 +63,8 @@ std::vector<MeasuredStep> load_measurements(std::string_view path);
 
 struct Comparison {
   MeasuredStep measured;
+  double host_seconds_per_op = 0;  // what the step was priced with: the row's own, or the profile's
+  bool host_from_row = false;      // the row's own (measured.host_probe)
   std::int64_t predicted_allocated = 0;
   std::int64_t predicted_reserved = 0;
   std::int64_t predicted_device_used = 0;
@@ -77,12 +84,20 @@ struct ComparisonSummary {
   std::size_t timed_rows = 0;     // rows with a measured step time
   double median_abs_step_error = 0;
   double max_abs_step_error = 0;
+  std::size_t rows_with_own_host = 0;  // timed with their own host figure (compare options)
+  std::vector<std::string> host_probe_notes;  // "line N: why", rows whose host probe gave no figure
+};
+
+struct CompareOptions {
+  // Price each row's step with its own host figure (Measurement::host_seconds_per_op) when it has
+  // one, instead of the profile's host_seconds_per_op.
+  bool row_host = true;
 };
 
 // Time predictions use `profile`, or each card's default profile when it is null. An InputError
 // about a row (an unknown model or card, a setup the model refuses) names its source and line.
 ComparisonSummary compare_with_measurements(const std::vector<MeasuredStep>& steps,
-                                            const TimeProfile* profile = nullptr);
+                                            const TimeProfile* profile = nullptr, const CompareOptions& options = {});
 
 // The measured steps with a step time, ready for calibrate(); errors name the row as above.
 std::vector<TimedStep> timed_steps(const std::vector<MeasuredStep>& steps);

@@ -3,6 +3,7 @@
 #include "trainfit/advise.hpp"
 #include "trainfit/error.hpp"
 #include "trainfit/hardware.hpp"
+#include "trainfit/host_probe.hpp"
 #include "trainfit/memory.hpp"
 #include "trainfit/model.hpp"
 #include "trainfit/plan.hpp"

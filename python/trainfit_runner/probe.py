@@ -79,7 +79,8 @@ def _nvml_index(cuda_index):
 
 
 class Probe:
-    def __init__(self, path=None, config=None, rows=None, warmup=1, device=None, sync=True, snapshot=None):
+    def __init__(self, path=None, config=None, rows=None, warmup=1, device=None, sync=True, snapshot=None,
+                 host_probe=None):
         """path: the steps file (None: $TRAINFIT_WATCH_EVENTS when set, else steps stay in memory
         only).  config: the setup in trainfit's
         vocabulary (`trainfit schema`: model, method, weights, rank, lora_targets, seq, batch,
@@ -88,7 +89,11 @@ class Probe:
         appends the summary row.  snapshot: a path; the allocator's history is recorded from here on
         and, after each step that reaches a new peak, a memory snapshot is written there (pickle)
         with its JSON rendering beside it (<path>.json, for `trainfit trace --snapshot`). Make the
-        probe before the model so that the weights' allocations have their stacks."""
+        probe before the model so that the weights' allocations have their stacks.  host_probe: True
+        (the packaged request, host_probe_request.json), a request (dict) or the path of one; close()
+        then times the host probe's tiny steps on this device (host_probe.py: about ten seconds)
+        and the row carries the record (measured.host_probe), from which `trainfit validate` takes
+        this host's dispatch time per operation for the row."""
         import torch
         from . import setup_schema
         self.torch = torch
@@ -117,6 +122,13 @@ class Probe:
             except Exception:
                 self._nvml = None
         self.closed = False
+        if host_probe is True:
+            from . import host_probe as hp
+            host_probe = hp.packaged_request()
+        elif isinstance(host_probe, (str, os.PathLike)):
+            with open(host_probe) as f:
+                host_probe = json.load(f)
+        self.host_probe_request = host_probe or None
         self.snapshot_path = snapshot if self.cuda else None
         self._snapshot_peak = -1
         if self.snapshot_path:
@@ -231,6 +243,9 @@ class Probe:
             return None
         self.closed = True
         row = self.summary(status)
+        if self.host_probe_request is not None:
+            from . import host_probe as hp
+            row["measured"]["host_probe"] = hp.measure(self.host_probe_request, self.device)
         if self.rows_path:
             _append(self.rows_path, row)
         return row

@@ -84,7 +84,8 @@ def nvml_used(nv):
 
 
 def stack_info(torch, device, nv):
-    s = {"date": datetime.date.today().isoformat(), "python": sys.version.split()[0]}
+    from .host_probe import cpu_model
+    s = {"date": datetime.date.today().isoformat(), "python": sys.version.split()[0], "cpu": cpu_model()}
     for name in ("torch", "transformers", "peft", "bitsandbytes", "accelerate"):
         try:
             s[name] = importlib.import_module(name).__version__
@@ -631,12 +632,15 @@ def run(cfg, out):
         run_steps(torch, model, cfg, device, vocab, nv, res, dist_info, pipe, extras)
         if res["status"] == "running":
             res["status"] = "ok"
+        if os.environ.get("TRAINFIT_HOST_PROBE"):
+            del model, extras, pipe  # the host probe's tiny models run next, with this one's memory freed
     except Exception as e:  # the row says what went wrong; the orchestrator keeps going
         oom = isinstance(e, getattr(torch.cuda, "OutOfMemoryError", ())) or "out of memory" in str(e)
         res["status"] = "oom" if oom else "error"
         res["error"] = "%s: %s" % (type(e).__name__, str(e)[:1500])
         res["traceback"] = traceback.format_exc()[-3000:]
     res["wall_seconds"] = round(time.time() - t0, 2)
+    host_probe_into(res, torch, device, dist_info)
     if dist_info is not None:
         import torch.distributed as dist
         per_rank = [None] * dist_info[1]
@@ -653,6 +657,26 @@ def run(cfg, out):
     else:
         write_row(out, row)
     return 0
+
+
+def host_probe_into(res, torch, device, dist_info):
+    """Under `trainfit bench --host-probe` ($TRAINFIT_HOST_PROBE names the request): the host's
+    dispatch time, measured after the config's steps (so that none of its figures moves) in this
+    process, on this GPU (host_probe.py), into measured.host_probe. On several GPUs, rank 0's, while
+    the other ranks wait in the gather that follows. A probe that fails says why in its record; the
+    config's own row stands."""
+    try:
+        from . import host_probe
+        request = host_probe.request_from_environment()
+        if request is None or (dist_info is not None and dist_info[0] != 0):
+            return
+        gc.collect()
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+        res["host_probe"] = host_probe.measure(request, device)
+    except Exception as e:
+        res["host_probe"] = {"schema": "trainfit.host_probe/1", "status": "error",
+                             "error": "%s: %s" % (type(e).__name__, str(e)[:1500])}
 
 
 # What each rank reports to rank 0 (measured.per_rank[i], with its rank and pipeline stage).
@@ -721,8 +745,14 @@ def main(argv=None):
     given = ap.add_mutually_exclusive_group(required=True)
     given.add_argument("--config-file", help="a file holding the config, as JSON (what trainfit bench passes)")
     given.add_argument("--config", help="the config, as JSON (by hand)")
+    given.add_argument("--host-probe", metavar="REQUEST",
+                       help="time the host probe's steps (host_probe.py; what `trainfit calibrate --host` runs) "
+                            "and write its record to --out")
     ap.add_argument("--out", required=True, help="where to write the row (JSON)")
     args = ap.parse_args(argv)
+    if args.host_probe is not None:
+        from . import host_probe
+        return host_probe.main(args.host_probe, args.out)
     if args.config_file is not None:
         with open(args.config_file) as f:
             text = f.read()

@@ -42,6 +42,7 @@ json prediction_to_json(const Prediction& p) {
   if (!p.bottleneck.empty()) j["bottleneck"] = p.bottleneck;
   put("error", p.error);
   put("step_error", p.step_error);
+  put("host_seconds_per_op", p.host_seconds_per_op);
   return j;
 }
 
@@ -61,6 +62,7 @@ Prediction prediction_from_json(const json& j) {
   p.bottleneck = text(j, "bottleneck");
   p.error = number(j, "error");
   p.step_error = number(j, "step_error");
+  p.host_seconds_per_op = number(j, "host_seconds_per_op");
   return p;
 }
 

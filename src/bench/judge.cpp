@@ -260,6 +260,13 @@ void annotate_row(const ExperimentPlan& plan, BenchRow& row) {
     s.platform = c.overflow == "spill" && c.vram_bytes ? Platform::on_windows : Platform::on_linux;
     PlanOptions o;
     o.suggest = false;
+    // A row that measured this host's dispatch time (--host-probe) is priced with it, as
+    // `validate` prices it.
+    if (row.measured.host_seconds_per_op) {
+      o.profile = default_profile(card);
+      o.profile->host_seconds_per_op = *row.measured.host_seconds_per_op;
+      pred.host_seconds_per_op = row.measured.host_seconds_per_op;
+    }
     const Plan p = make_plan(model, s, card, o);
     const TimeEstimate& t = p.time;  // the plan's own estimate: same card, profile and spill verdict
     pred.card = card.name;

@@ -12,6 +12,7 @@
 
 #include "trainfit/error.hpp"
 #include "trainfit/hardware.hpp"
+#include "trainfit/host_probe.hpp"
 #include "trainfit/memory.hpp"
 #include "trainfit/model.hpp"
 #include "trainfit/settings.hpp"
@@ -57,6 +58,17 @@ Measurement measurement_from_json(const json& r) {
   m.alloc_retries = get_number(r, "num_alloc_retries");
   m.ooms = get_number(r, "num_ooms");
   m.oom_at_step = get_number(r, "oom_at_step");
+  // The row's own host figure: a probe that failed or cannot be read leaves the row's measurement
+  // standing, with the reason beside it.
+  if (r.contains("host_probe") && !r["host_probe"].is_null()) {
+    try {
+      const HostDispatch d = host_dispatch_from_probe(r["host_probe"]);
+      if (d.device == "cuda") m.host_seconds_per_op = d.seconds_per_op;
+      else m.host_probe_note = "its host probe ran on the CPU, not a GPU";
+    } catch (const std::exception& e) {
+      m.host_probe_note = e.what();
+    }
+  }
   return m;
 }
 
@@ -124,12 +136,14 @@ std::vector<MeasuredStep> load_measurements(std::string_view path) {
   return rows;
 }
 
-ComparisonSummary compare_with_measurements(const std::vector<MeasuredStep>& steps, const TimeProfile* profile) {
+ComparisonSummary compare_with_measurements(const std::vector<MeasuredStep>& steps, const TimeProfile* profile,
+                                            const CompareOptions& options) {
   ComparisonSummary out;
   std::vector<double> errors, step_errors, reserved_errors;
   for (const auto& m : steps) {
     const Measurement& r = m.measured;
     if (!m.has_measurement || r.status != "ok" || !r.peak_allocated_mib || *r.peak_allocated_mib <= 0) continue;
+    if (!r.host_probe_note.empty()) out.host_probe_notes.push_back(fmt::format("line {}: {}", m.line, r.host_probe_note));
     for_row(m, [&] {
       const ModelSpec model = load_model(m.setup.model);
       // Rows that do not name their card were measured on the H200 (data/reference/).
@@ -145,8 +159,15 @@ ComparisonSummary compare_with_measurements(const std::vector<MeasuredStep>& ste
       errors.push_back(std::abs(c.allocated_error));
       if (r.peak_reserved_mib && *r.peak_reserved_mib > 0)
         reserved_errors.push_back(std::abs(static_cast<double>(est.peak_reserved_bytes) / (*r.peak_reserved_mib * 1048576.0) - 1.0));
-      const TimeEstimate t = estimate_time(model, m.setup, gpu, profile ? *profile : default_profile(gpu), false);
+      TimeProfile rates = profile ? *profile : default_profile(gpu);
+      if (options.row_host && r.host_seconds_per_op) {
+        rates.host_seconds_per_op = *r.host_seconds_per_op;
+        c.host_from_row = true;
+      }
+      c.host_seconds_per_op = rates.host_seconds_per_op;
+      const TimeEstimate t = estimate_time(model, m.setup, gpu, rates, false);
       if (t.predicted) {
+        if (c.host_from_row && r.step_seconds && *r.step_seconds > 0) ++out.rows_with_own_host;
         c.predicted_step_seconds = t.step_seconds;
         c.predicted_bottleneck = to_string(t.bottleneck);
         if (r.step_seconds && *r.step_seconds > 0) {

@@ -165,7 +165,9 @@ json comparison_to_json(const ComparisonSummary& summary) {
                     {"measured_step_seconds", m.step_seconds ? json(*m.step_seconds) : json(nullptr)},
                     {"predicted_step_seconds", c.predicted_step_seconds},
                     {"step_error", c.step_error},
-                    {"predicted_bottleneck", c.predicted_bottleneck}});
+                    {"predicted_bottleneck", c.predicted_bottleneck},
+                    {"host_seconds_per_op", c.host_seconds_per_op},
+                    {"host_from_row", c.host_from_row}});
   }
   return {{"rows", rows},
           {"median_abs_error", summary.median_abs_error},
@@ -173,7 +175,8 @@ json comparison_to_json(const ComparisonSummary& summary) {
           {"median_abs_reserved_error", summary.median_abs_reserved_error},
           {"max_abs_reserved_error", summary.max_abs_reserved_error},
           {"median_abs_step_error", summary.median_abs_step_error},
-          {"max_abs_step_error", summary.max_abs_step_error}};
+          {"max_abs_step_error", summary.max_abs_step_error},
+          {"rows_with_own_host", summary.rows_with_own_host}};
 }
 
 }  // namespace trainfit

@@ -1,0 +1,54 @@
+// `trainfit calibrate --host` on a real GPU (label gpu: CI has none), through the real runner
+// (python3 -m trainfit_runner: torch, transformers and peft installed). Prints "MEASURED ..." lines.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "trainfit/trainfit.hpp"
+
+namespace {
+
+int run(const std::string& cmd, std::string& out) {
+  FILE* pipe = popen((cmd + " 2>&1").c_str(), "r");
+  if (pipe == nullptr) return -1;
+  std::array<char, 4096> buf{};
+  std::size_t n = 0;
+  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) out.append(buf.data(), n);
+  const int status = pclose(pipe);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+TEST(GpuHostProbe, MeasuresAHostBoundStepOnThisGpu) {
+  const std::string dir = ::testing::TempDir() + "/host-probe-gpu-" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  std::string out;
+  const int code =
+      run(std::string(TRAINFIT_CLI) + " calibrate --host --out " + dir + "/host.toml --record " + dir + "/record.json",
+          out);
+  std::cout << out;
+  ASSERT_EQ(code, 0) << out;
+  const trainfit::TimeProfile p = trainfit::load_profile(dir + "/host.toml");
+  // Tens of microseconds an operation on a server CPU; outside 2-300 us the measurement is wrong.
+  EXPECT_GT(p.host_seconds_per_op, 2e-6);
+  EXPECT_LT(p.host_seconds_per_op, 300e-6);
+  std::ifstream f(dir + "/record.json");
+  const auto d = trainfit::host_dispatch_from_probe(nlohmann::json::parse(f));
+  ASSERT_EQ(d.runs.size(), 2u);
+  for (const auto& r : d.runs) {
+    ASSERT_TRUE(r.gpu_busy_fraction) << r.name;
+    EXPECT_LT(*r.gpu_busy_fraction, trainfit::kMaxHostProbeBusyFraction) << r.name;
+    std::cout << "MEASURED host_probe " << r.name << " " << r.seconds_per_op * 1e6 << " us/op, busy "
+              << *r.gpu_busy_fraction << ", kernels " << r.gpu_kernels.value_or(-1) << " (counted " << r.kernels
+              << ")\n";
+  }
+  std::cout << "MEASURED host_seconds_per_op " << p.host_seconds_per_op * 1e6 << " us on " << d.cpu << "\n";
+}
+
+}  // namespace
