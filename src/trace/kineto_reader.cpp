@@ -49,38 +49,42 @@ std::string_view to_string(KernelCategory c) {
 
 namespace {
 
-bool contains_folded(std::string_view text, std::string_view lower_needle) {
-  if (lower_needle.size() > text.size()) return false;
-  for (std::size_t i = 0; i + lower_needle.size() <= text.size(); ++i) {
-    std::size_t j = 0;
-    while (j < lower_needle.size() &&
-           static_cast<char>(std::tolower(static_cast<unsigned char>(text[i + j]))) == lower_needle[j])
-      ++j;
-    if (j == lower_needle.size()) return true;
+// Case-insensitive search for lower-case needles: the text is folded once (std::tolower, byte by
+// byte), then searched. Kernel names run to hundreds of bytes and are tried against twenty needles.
+class FoldedText {
+ public:
+  explicit FoldedText(std::string_view text) : text_(text.size(), '\0') {
+    std::transform(text.begin(), text.end(), text_.begin(),
+                   [](char c) { return static_cast<char>(std::tolower(static_cast<unsigned char>(c))); });
   }
-  return false;
-}
+  bool contains(std::string_view lower_needle) const { return text_.find(lower_needle) != std::string::npos; }
+  bool contains_any(std::initializer_list<std::string_view> needles) const {
+    return std::any_of(needles.begin(), needles.end(), [&](std::string_view n) { return contains(n); });
+  }
 
-bool contains_any(std::string_view text, std::initializer_list<std::string_view> needles) {
-  return std::any_of(needles.begin(), needles.end(), [&](std::string_view n) { return contains_folded(text, n); });
-}
+ private:
+  std::string text_;
+};
 
 }  // namespace
 
 KernelCategory classify_activity(std::string_view name, std::string_view cat) {
-  if (contains_folded(cat, "memcpy") || name.starts_with("Memcpy")) {
-    if (contains_folded(name, "htod")) return KernelCategory::copy_h2d;
-    if (contains_folded(name, "dtoh")) return KernelCategory::copy_d2h;
+  const FoldedText folded_cat(cat);
+  if (folded_cat.contains("memcpy") || name.starts_with("Memcpy")) {
+    const FoldedText folded(name);
+    if (folded.contains("htod")) return KernelCategory::copy_h2d;
+    if (folded.contains("dtoh")) return KernelCategory::copy_d2h;
     return KernelCategory::copy_d2d;
   }
-  if (contains_folded(cat, "memset") || name.starts_with("Memset")) return KernelCategory::copy_d2d;
+  if (folded_cat.contains("memset") || name.starts_with("Memset")) return KernelCategory::copy_d2d;
+  const FoldedText folded(name);
   // Order matters: NCCL's kernels carry "reduce" and flash attention's carry "gemm"-like names.
-  if (contains_any(name, {"nccl"})) return KernelCategory::communication;
-  if (contains_any(name, {"flash", "fmha", "attention", "attn", "sdpa"})) return KernelCategory::attention;
+  if (folded.contains("nccl")) return KernelCategory::communication;
+  if (folded.contains_any({"flash", "fmha", "attention", "attn", "sdpa"})) return KernelCategory::attention;
   // Not "lamb" alone: every kernel of a C++ lambda ("{lambda(float)#1}", PyTorch's copies and casts) has it.
-  if (contains_any(name, {"multi_tensor_apply", "adam", "optimizer", "sgd_", "lamb_", "lambstage"}))
+  if (folded.contains_any({"multi_tensor_apply", "adam", "optimizer", "sgd_", "lamb_", "lambstage"}))
     return KernelCategory::optimizer;
-  if (contains_any(name, {"gemm", "xmma", "cutlass", "cublas", "nvjet", "matmul", "gemv", "wgmma", "splitk"}))
+  if (folded.contains_any({"gemm", "xmma", "cutlass", "cublas", "nvjet", "matmul", "gemv", "wgmma", "splitk"}))
     return KernelCategory::matmul;
   return KernelCategory::elementwise;
 }
@@ -268,11 +272,19 @@ constexpr KnownKey known_key_of(std::string_view text, EventField field) {
   return k;
 }
 
-constexpr std::array<KnownKey, 8> kKinetoKeys = {
+// Two orders: a complete event's ("X": ph, cat, name, pid, tid, ts, dur, args), then a flow
+// event's ("s", "f": ph, id, pid, tid, ts, cat, name, bp), a third of a real trace's events. When
+// the text does not hold the key expected next, the table is searched for the one it holds, and
+// the order goes on from there.
+constexpr std::array<KnownKey, 16> kKinetoKeys = {
     known_key_of("\"ph\":", EventField::ph),     known_key_of("\"cat\":", EventField::cat),
     known_key_of("\"name\":", EventField::name), known_key_of("\"pid\":", EventField::pid),
     known_key_of("\"tid\":", EventField::other), known_key_of("\"ts\":", EventField::ts),
-    known_key_of("\"dur\":", EventField::dur),   known_key_of("\"args\":", EventField::args)};
+    known_key_of("\"dur\":", EventField::dur),   known_key_of("\"args\":", EventField::args),
+    known_key_of("\"ph\":", EventField::ph),     known_key_of("\"id\":", EventField::other),
+    known_key_of("\"pid\":", EventField::pid),   known_key_of("\"tid\":", EventField::other),
+    known_key_of("\"ts\":", EventField::ts),     known_key_of("\"cat\":", EventField::cat),
+    known_key_of("\"name\":", EventField::name), known_key_of("\"bp\":", EventField::other)};
 
 // The fast path: an event's fields read straight from its text, without simdjson, when it is of
 // the plain shape Kineto writes. The splitter has found the event's end, where its last nested
@@ -329,7 +341,7 @@ class PlainEvent {
             std::string_view host;
             ok = string(host);  // a string pid names a host process: not a device
           } else {
-            ok = plain_int64(token(), f.pid);
+            ok = integer(f.pid);
           }
           break;
         case Field::args:
@@ -341,6 +353,7 @@ class PlainEvent {
           break;
       }
       if (!ok) return false;
+      if (separator()) continue;
       skip_spaces();
       if (p_ == end_) return true;
       if (*p_ != ',') return false;
@@ -356,17 +369,47 @@ class PlainEvent {
   const char* end_;  // the event's closing brace
   const EventShape& shape_;
 
-  // The key expected next, with its colon and the spaces after; false (and nothing read) when the
-  // text holds another, or the event's end is too near for eight bytes.
+  // The key expected next, or else any other of kKinetoKeys, with its colon and the spaces after;
+  // false (and nothing read) when the text holds none of them, or the event's end is too near for
+  // eight bytes.
   bool known_key(std::size_t& next, Field& field) {
-    if (std::endian::native != std::endian::little || next >= kKinetoKeys.size() || end_ - p_ < 8) return false;
-    const KnownKey& k = kKinetoKeys[next];
-    if ((load8(p_) & k.mask) != k.bytes) return false;
-    ++next;
-    field = k.field;
-    p_ += k.length;
-    skip_spaces();
+    if (std::endian::native != std::endian::little || end_ - p_ < 8) return false;
+    const std::uint64_t text = load8(p_);
+    std::size_t k = next;
+    if (k >= kKinetoKeys.size() || (text & kKinetoKeys[k].mask) != kKinetoKeys[k].bytes) {
+      k = 0;
+      while (k < kKinetoKeys.size() && (text & kKinetoKeys[k].mask) != kKinetoKeys[k].bytes) ++k;
+      if (k == kKinetoKeys.size()) return false;
+    }
+    next = k + 1;
+    field = kKinetoKeys[k].field;
+    p_ += kKinetoKeys[k].length;
+    // Kineto writes one space after the colon (p_[1] is at most the brace: the key was in the
+    // eight bytes before it).
+    if (*p_ == ' ' && !(kByteClass[static_cast<unsigned char>(p_[1])] & kSpaceByte))
+      ++p_;
+    else
+      skip_spaces();
     return p_ < end_;
+  }
+
+  // The comma between two fields with the spaces Kineto writes around it (", " on a line, ",\n"
+  // and an indent of four between lines), when the next key's quote follows: p_ moves to the quote.
+  // False, and nothing moved, for anything else (the scans of spaces take it).
+  bool separator() {
+    if (std::endian::native != std::endian::little || end_ - p_ < 8) return false;
+    constexpr std::uint64_t kSameLine = 0x22202C;                // , "
+    constexpr std::uint64_t kNextLine = 0x22202020200A2CULL;  // ,\n    "
+    const std::uint64_t text = load8(p_);
+    if ((text & 0xFFFFFF) == kSameLine) {
+      p_ += 2;
+      return true;
+    }
+    if ((text & 0xFFFFFFFFFFFFFFULL) == kNextLine) {
+      p_ += 6;
+      return true;
+    }
+    return false;
   }
 
   static Field field_of(std::string_view k) {
@@ -446,9 +489,78 @@ class PlainEvent {
 
   // A time in microseconds (a JSON number) to nanoseconds, exactly.
   bool time(std::int64_t& ns) {
+    if (plain_time(ns)) return true;
     const std::string_view t = token();
     return !t.empty() && (t.front() == '-' || (t.front() >= '0' && t.front() <= '9')) &&
            micros_to_ns(t.data(), t.data() + t.size(), end_ + 1, ns);  // a token has no spaces to trim
+  }
+
+  // The common case of time(), read where it stands: digits, and a fraction, eight at a time, then
+  // the byte that ends a token. Anything else (more digits than that, an exponent, the event's end
+  // too near to read eight bytes) returns false with nothing moved, for token() and micros_to_ns,
+  // which give the same value for what this reads: scanning the token first and reading its
+  // digits again was a fifth of the reader's time.
+  bool plain_time(std::int64_t& ns) {
+    if constexpr (std::endian::native != std::endian::little) return false;
+    const char* p = p_;
+    const char* const readable_end = end_ + 1;
+    const bool negative = *p == '-';
+    p += negative ? 1 : 0;
+    if (readable_end - p < 8) return false;
+    std::uint64_t v = load8(p);
+    int n = leading_digits(v);
+    if (n == 0) return false;
+    std::int64_t us = leading_value(v, n);
+    p += n;
+    if (n == 8) {  // 9 to 16 digits (epoch microseconds have 16)
+      if (readable_end - p < 8) return false;
+      v = load8(p);
+      n = leading_digits(v);
+      if (n == 8 && static_cast<unsigned>(p[8] - '0') < 10) return false;  // 17 and more: micros_to_ns's
+      if (n > 0) us = us * kPowersOf10[static_cast<std::size_t>(n)] + leading_value(v, n);
+      p += n;
+    }
+    std::int64_t frac_ns = 0;
+    int frac_digits = 0;
+    if (*p == '.') {
+      ++p;
+      if (readable_end - p < 8) return false;
+      v = load8(p);
+      n = leading_digits(v);
+      frac_digits = std::min(n, 3);
+      if (frac_digits > 0) frac_ns = leading_value(v, frac_digits);
+      p += n;
+      if (n == 8)  // digits past the nanosecond are dropped; the event's brace stops the scan
+        while (static_cast<unsigned>(*p - '0') < 10) ++p;
+    }
+    if (!(kByteClass[static_cast<unsigned char>(*p)] & kStopByte)) return false;
+    if (us > INT64_MAX / 1000 - 1) return false;
+    ns = us * 1000 + frac_ns * kPowersOf10[static_cast<std::size_t>(3 - frac_digits)];
+    if (negative) ns = -ns;
+    p_ = p;
+    return true;
+  }
+
+  // An integer as plain_int64 takes it (pid, device): up to seven digits where they stand, then
+  // the byte that ends a token; else token() and plain_int64, which give the same.
+  bool integer(std::int64_t& value) {
+    if constexpr (std::endian::native == std::endian::little) {
+      const char* p = p_;
+      const bool negative = *p == '-';
+      p += negative ? 1 : 0;
+      if (end_ + 1 - p >= 8) {
+        const std::uint64_t v = load8(p);
+        const int n = leading_digits(v);
+        if (n > 0 && n < 8 && !(n > 1 && *p == '0') &&
+            (kByteClass[static_cast<unsigned char>(p[n])] & kStopByte)) {
+          const auto digits = static_cast<std::int64_t>(leading_value(v, n));
+          value = negative ? -digits : digits;
+          p_ = p + n;
+          return true;
+        }
+      }
+    }
+    return plain_int64(token(), value);
   }
 
   // Steps over a value: the last nested one by the splitter's offsets, other nested ones byte by
@@ -458,7 +570,17 @@ class PlainEvent {
     if (p_ >= end_) return false;
     std::string_view ignored;
     if (*p_ == '"') return string(ignored);
-    if (*p_ != '{' && *p_ != '[') return !token().empty();
+    if (*p_ != '{' && *p_ != '[') {
+      // A number of up to seven digits (tid, ids) without a scan for its end; else the token's.
+      if (std::endian::native == std::endian::little && end_ + 1 - p_ >= 8) {
+        const int n = leading_digits(load8(p_));
+        if (n > 0 && n < 8 && (kByteClass[static_cast<unsigned char>(p_[n])] & kStopByte)) {
+          p_ += n;
+          return true;
+        }
+      }
+      return !token().empty();
+    }
     if (static_cast<std::size_t>(p_ - begin_) == shape_.last_nested_open) {
       p_ = begin_ + shape_.last_nested_close + 1;
       return true;
@@ -493,7 +615,7 @@ class PlainEvent {
       std::string_view name;
       if (!key(name) || !colon()) return false;
       if (name == "device") {
-        if (!plain_int64(token(), f.device)) return false;
+        if (!integer(f.device)) return false;
         if (static_cast<std::size_t>(open - begin_) == shape_.last_nested_open) {
           p_ = begin_ + shape_.last_nested_close + 1;
           return true;
