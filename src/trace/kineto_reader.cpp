@@ -946,6 +946,7 @@ TraceData read_trace_file(const std::string& path) {
   if (!reader.gzip()) reserve_for(data, reader.file_bytes());
   read_stream(
       data, path, [&] { return reader.next(); }, [&] { return reader.truncated(); });
+  if (reader.trailing_bytes()) data.warnings.push_back("the bytes after the file's gzip stream are not gzip: ignored");
   return data;
 }
 
