@@ -673,8 +673,10 @@ std::size_t TraceSplitter::scan_events(std::string_view text, std::size_t i) {
       if (m.odd != 0 && state_ == State::event) plain_ = false;
       while (p < block_end) {
         if (state_ == State::events_next) {
-          // Between events: commas and spaces only, byte by byte (a few bytes an event). They hold
-          // no quote, so the block's string mask stays right past them.
+          // Between events: commas and spaces only, byte by byte (a few bytes an event), but for
+          // what Kineto writes there, checked at once. They hold no quote, so the block's string
+          // mask stays right past them.
+          if (block_end - p >= 5 && std::memcmp(data + p, ",\n  {", 5) == 0) p += 4;
           while (p < block_end && (is_space(data[p]) || data[p] == ',')) ++p;
           if (p == block_end) break;
           if (data[p] == ']') {

@@ -286,6 +286,32 @@ constexpr std::array<KnownKey, 16> kKinetoKeys = {
     known_key_of("\"ts\":", EventField::ts),     known_key_of("\"cat\":", EventField::cat),
     known_key_of("\"name\":", EventField::name), known_key_of("\"bp\":", EventField::other)};
 
+// A run of bytes of Kineto's layout (a key with the separator and spaces around it), up to 16,
+// compared eight bytes at a time.
+struct Literal {
+  std::array<std::uint64_t, 2> bytes{}, mask{};
+  std::size_t size = 0;
+};
+
+constexpr Literal literal(std::string_view text) {
+  Literal l;
+  l.size = text.size();
+  for (std::size_t i = 0; i < text.size() && i < 16; ++i) {
+    l.bytes[i / 8] |= std::uint64_t{static_cast<unsigned char>(text[i])} << (8 * (i % 8));
+    l.mask[i / 8] |= std::uint64_t{0xFF} << (8 * (i % 8));
+  }
+  return l;
+}
+
+// What libkineto's ChromeTraceLogger writes between the values of its events.
+// Kineto breaks its events' lines before "ph", "ts", "args" (an "X") and "cat" (a flow event); the
+// same keys on one line (what the tests' synthetic traces write) are read the same way.
+constexpr Literal kPhLine = literal("\n    \"ph\": "), kPh = literal("\"ph\": "), kCat = literal(", \"cat\": "), kName = literal(", \"name\": "),
+                  kPid = literal(", \"pid\": "), kTid = literal(", \"tid\": "), kTsLine = literal(",\n    \"ts\": "),
+                  kDur = literal(", \"dur\": "), kArgsLine = literal(",\n    \"args\": "), kId = literal(", \"id\": "),
+                  kTs = literal(", \"ts\": "), kCatLine = literal(",\n    \"cat\": "), kBp = literal(", \"bp\": "),
+                  kArgs = literal(", \"args\": ");
+
 // The fast path: an event's fields read straight from its text, without simdjson, when it is of
 // the plain shape Kineto writes. The splitter has found the event's end, where its last nested
 // value (args) opens and closes, and that it holds no non-ASCII byte and no control character in a
@@ -362,12 +388,190 @@ class PlainEvent {
     }
   }
 
+  // Kineto's own layout of an event, read in a straight line: a complete event ("X", args or not)
+  // or a flow event ("s", "f"), its keys in Kineto's order with the bytes between the values
+  // compared to what Kineto writes, eight at a time, and the values read as read() reads them. All
+  // but a few events of a real trace have this layout, and read() spends four times the
+  // instructions on one (a lookup of each key, a dispatch on it, scans of the spaces around it).
+  // False, with `f` part written, for anything else: read() then reads the event from its start.
+  bool read_kineto(EventFields& f) {
+    if (std::endian::native != std::endian::little || !shape_.plain || *end_ != '}') return false;
+    const bool lines = take(kPhLine);
+    if (!(lines || take(kPh)) || !short_string(f.ph) || f.ph.size() != 1) return false;
+    std::array<NumberToken, 4> number;
+    if (f.ph[0] == 'X') {
+      const Literal& ts = lines ? kTsLine : kTs;
+      if (!(take(kCat) && string(f.cat) && take(kName) && string(f.name) && take(kPid))) return false;
+      if (numbers({&kTid, &ts, &kDur}, number)) {
+        if (!(int_token(number[0], f.pid) && time_token(number[2], f.ts) && time_token(number[3], f.dur)))
+          return false;
+      } else if (!(integer(f.pid) && take(kTid) && skip_value() && take(ts) && time(f.ts) && take(kDur) &&
+                   time(f.dur))) {
+        return false;
+      }
+      f.has_ts = true;
+      // Only a GPU activity's args are read, for its device.
+      if (take(lines ? kArgsLine : kArgs) && !(*p_ == '{' && is_gpu_category(f.cat) ? read_args(f) : skip_value()))
+        return false;
+    } else if (f.ph[0] == 's' || f.ph[0] == 'f') {
+      if (!take(kId)) return false;
+      if (numbers({&kPid, &kTid, &kTs}, number)) {
+        if (!(int_token(number[1], f.pid) && time_token(number[3], f.ts))) return false;
+      } else if (!(skip_value() && take(kPid) && integer(f.pid) && take(kTid) && skip_value() && take(kTs) &&
+                   time(f.ts))) {
+        return false;
+      }
+      f.has_ts = true;
+      if (!(take(lines ? kCatLine : kCat) && string(f.cat) && take(kName) && string(f.name))) return false;
+      if (take(kBp) && !skip_value()) return false;
+    } else {
+      return false;
+    }
+    skip_spaces();
+    return p_ == end_;
+  }
+
  private:
   using Field = EventField;
   const char* begin_;
   const char* p_;
   const char* end_;  // the event's closing brace
   const EventShape& shape_;
+
+  // A string of one byte without a scan for its end (a phase: "X"), else string().
+  bool short_string(std::string_view& out) {
+    if (p_[0] == '"' && p_[2] == '"' && p_[1] != '"' && p_[1] != '\\') {  // p_[2] is at most the brace
+      out = std::string_view(p_ + 1, 1);
+      p_ += 3;
+      return true;
+    }
+    return string(out);
+  }
+
+  // A number's token as numbers() cut it, and whether it is a plain decimal (digits, then at
+  // most one '.' and digits), which decimal_ns and digits_int read without more checks.
+  struct NumberToken {
+    std::string_view text;
+    std::size_t dot = std::string_view::npos;  // where its '.' is, if it has one
+    bool plain = false;
+  };
+
+  // Four numbers with the three literals between them (an "X"'s pid, tid, ts and dur; a flow
+  // event's id, pid, tid and ts), from p_: their tokens, cut as token() cuts them, and p_ after
+  // the last; false (nothing moved) for anything else. Where each number ends is found in masks
+  // of the 64 bytes from p_ (the bytes a number can hold, the digits, the dots): finding the next
+  // waits for a bit scan, not for the digits of the one before to be read, as read() and time()
+  // do, and the values are read after, from the tokens, while the reading of the event goes on.
+  bool numbers(const std::array<const Literal*, 3>& between, std::array<NumberToken, 4>& out) {
+    if (end_ - p_ < 80) return false;  // the masks' 64 bytes, and a literal's 16 past a number in them
+    std::uint64_t digits = 0, dots = 0;
+    const std::uint64_t number = number_bytes(p_, digits, dots);
+    std::size_t at = 0;
+    for (std::size_t k = 0; k < 4; ++k) {
+      const auto length = static_cast<std::size_t>(std::countr_zero(~(number >> at)));
+      const std::size_t stop = at + length;
+      if (length == 0 || stop >= 64) return false;
+      NumberToken& t = out[k];
+      t.text = std::string_view(p_ + at, length);
+      const std::uint64_t token = ((std::uint64_t{1} << length) - 1) << at;
+      const std::uint64_t dot = dots & token;
+      // Digits but for one dot, not the first byte (a '-' or a second '.': the exact, slower reading).
+      t.plain = (digits & token) == (token & ~dot) && (dot & (dot - 1)) == 0 && (dot & (std::uint64_t{1} << at)) == 0;
+      if (dot != 0) t.dot = static_cast<std::size_t>(std::countr_zero(dot)) - at;
+      if (k == 3) {
+        if (!(kByteClass[static_cast<unsigned char>(p_[stop])] & kStopByte)) return false;
+        p_ += stop;
+        return true;
+      }
+      const Literal& l = *between[k];
+      if (!literal_at(p_ + stop, l)) return false;
+      at = stop + l.size;
+      if (at >= 64) return false;
+    }
+    return false;
+  }
+
+  // One bit for each of the 64 bytes from p that a number's text can hold: digits, '.', '-'
+  // (exponents and the rest go to the slower steps); `digits` and `dots` get those bytes' bits.
+  // Zero where there is no SSE2.
+  static std::uint64_t number_bytes(const char* p, std::uint64_t& digits, std::uint64_t& dots) {
+#if defined(__SSE2__)
+    const __m128i zero = _mm_set1_epi8('0'), nine = _mm_set1_epi8(9), dot = _mm_set1_epi8('.'),
+                  minus = _mm_set1_epi8('-');
+    std::uint64_t number = 0;
+    const auto bits = [](__m128i m, int k) {
+      return static_cast<std::uint64_t>(static_cast<std::uint32_t>(_mm_movemask_epi8(m))) << (16 * k);
+    };
+    for (int k = 0; k < 4; ++k) {
+      const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * k));
+      const __m128i d = _mm_sub_epi8(v, zero);
+      const __m128i is_digit = _mm_cmpeq_epi8(_mm_min_epu8(d, nine), d);  // v - '0' from 0 to 9, unsigned
+      const __m128i is_dot = _mm_cmpeq_epi8(v, dot);
+      digits |= bits(is_digit, k);
+      dots |= bits(is_dot, k);
+      number |= bits(_mm_or_si128(_mm_or_si128(is_digit, is_dot), _mm_cmpeq_epi8(v, minus)), k);
+    }
+    return number;
+#else
+    (void)p;
+    digits = dots = 0;
+    return 0;
+#endif
+  }
+
+  // A time token in microseconds to nanoseconds, as time() reads it: a plain decimal of up to 16
+  // digits before its dot here, eight at a time; anything else through micros_to_ns.
+  bool time_token(const NumberToken& t, std::int64_t& ns) const {
+    const char* const s = t.text.data();
+    const std::size_t whole = t.dot == std::string_view::npos ? t.text.size() : t.dot;
+    if (!t.plain || whole > 16)
+      return !t.text.empty() && (s[0] == '-' || (s[0] >= '0' && s[0] <= '9')) &&
+             micros_to_ns(s, s + t.text.size(), end_ + 1, ns);
+    // The token lies in numbers()' 64 bytes, which have 16 more before the event's end: every
+    // eight-byte load below is inside the event.
+    const auto n = static_cast<int>(whole);
+    const std::int64_t us =
+        n <= 8 ? leading_value(load8(s), n)
+               : static_cast<std::int64_t>(parse_eight_digits(load8(s))) * kPowersOf10[static_cast<std::size_t>(n - 8)] +
+                     leading_value(load8(s + 8), n - 8);
+    std::int64_t frac_ns = 0;
+    if (t.dot != std::string_view::npos) {
+      const int frac_digits = static_cast<int>(std::min<std::size_t>(t.text.size() - t.dot - 1, 3));
+      if (frac_digits > 0)
+        frac_ns = leading_value(load8(s + t.dot + 1), frac_digits) * kPowersOf10[static_cast<std::size_t>(3 - frac_digits)];
+    }
+    if (us > INT64_MAX / 1000 - 1) return false;
+    ns = us * 1000 + frac_ns;
+    return true;
+  }
+
+  // An integer token as plain_int64 takes it: up to eight digits without a leading zero here.
+  static bool int_token(const NumberToken& t, std::int64_t& value) {
+    const std::size_t n = t.text.size();
+    if (t.plain && t.dot == std::string_view::npos && n <= 8 && (n == 1 || t.text[0] != '0')) {
+      value = leading_value(load8(t.text.data()), static_cast<int>(n));
+      return true;
+    }
+    return plain_int64(t.text, value);
+  }
+
+  // take()'s compare at p, which the caller knows has 16 bytes before the event's end.
+  static bool literal_at(const char* p, const Literal& l) {
+    return (((load8(p) & l.mask[0]) ^ l.bytes[0]) | ((load8(p + 8) & l.mask[1]) ^ l.bytes[1])) == 0;
+  }
+
+  // The bytes of `l` at p_, which then moves past them; false (nothing moved) for other bytes, or
+  // when the event ends too near for the eight-byte loads.
+  bool take(const Literal& l) {
+    if (l.size > 8) {
+      if (end_ - p_ < 16 || ((load8(p_) & l.mask[0]) ^ l.bytes[0]) | ((load8(p_ + 8) & l.mask[1]) ^ l.bytes[1]))
+        return false;
+    } else if (end_ - p_ < 8 || ((load8(p_) & l.mask[0]) ^ l.bytes[0])) {
+      return false;
+    }
+    p_ += l.size;
+    return true;
+  }
 
   // The key expected next, or else any other of kKinetoKeys, with its colon and the spaces after;
   // false (and nothing read) when the text holds none of them, or the event's end is too near for
@@ -643,7 +847,12 @@ class EventReader {
   void add(std::string_view event, const EventShape& shape) {
     ++data_.counts.events;
     EventFields f;
-    if (PlainEvent(event, shape).read(f)) {
+    bool read = PlainEvent(event, shape).read_kineto(f);
+    if (!read) {
+      f = EventFields{};
+      read = PlainEvent(event, shape).read(f);
+    }
+    if (read) {
       if (!record(f)) ++data_.counts.malformed;
       return;
     }
@@ -701,6 +910,36 @@ class EventReader {
     KernelTotal* total = nullptr;
   };
   std::array<CachedName, 1024> name_cache_{};
+
+  // What a host event is to the analysis, by its name; names met lately are remembered, as kernel
+  // names are (a host trace repeats a few hundred names, and the tests below search each name).
+  enum class HostCall : std::uint8_t { other, step, launch, synchronisation, data_loader };
+  struct CachedHostName {
+    std::string name;
+    HostCall call = HostCall::other;
+    bool used = false;
+  };
+  std::array<CachedHostName, 1024> host_cache_{};
+
+  static HostCall host_call_of(std::string_view name) {
+    if (name.starts_with("ProfilerStep#")) return HostCall::step;
+    if (is_launch(name)) return HostCall::launch;
+    if (is_synchronisation(name)) return HostCall::synchronisation;
+    if (is_data_loader_wait(name)) return HostCall::data_loader;
+    return HostCall::other;
+  }
+
+  HostCall host_kind(std::string_view name) {
+    CachedHostName& cached = host_cache_[name_slot(name)];
+    if (cached.used && cached.name == name) return cached.call;
+    cached.call = host_call_of(name);
+    // Step annotations are named once each (ProfilerStep#N): not worth a slot.
+    if (cached.call != HostCall::step) {
+      cached.name.assign(name);
+      cached.used = true;
+    }
+    return cached.call;
+  }
 
   static std::size_t name_slot(std::string_view name) {
     if (name.empty()) return 0;  // an activity without a name: no bytes to read (data() may be null)
@@ -884,14 +1123,21 @@ class EventReader {
       return true;
     }
     if (f.cat == "gpu_user_annotation") return true;  // the GPU's copy of host annotations
-    if (f.name.starts_with("ProfilerStep#")) {
-      data_.steps.push_back({std::string(f.name), span});
-    } else if (is_launch(f.name)) {
-      data_.launches.push_back(span.begin);
-    } else if (is_synchronisation(f.name)) {
-      data_.synchronise.push_back(span);
-    } else if (is_data_loader_wait(f.name)) {
-      data_.data_loader.push_back(span);
+    switch (host_kind(f.name)) {
+      case HostCall::step:
+        data_.steps.push_back({std::string(f.name), span});
+        break;
+      case HostCall::launch:
+        data_.launches.push_back(span.begin);
+        break;
+      case HostCall::synchronisation:
+        data_.synchronise.push_back(span);
+        break;
+      case HostCall::data_loader:
+        data_.data_loader.push_back(span);
+        break;
+      case HostCall::other:
+        break;
     }
     return true;
   }
