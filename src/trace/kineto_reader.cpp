@@ -15,7 +15,9 @@
 #include <cstring>
 #include <string>
 
-#if defined(__SSE2__)
+#if defined(__x86_64__)
+#include <immintrin.h>
+#elif defined(__SSE2__)
 #include <emmintrin.h>
 #endif
 
@@ -312,6 +314,62 @@ constexpr Literal kPhLine = literal("\n    \"ph\": "), kPh = literal("\"ph\": ")
                   kTs = literal(", \"ts\": "), kCatLine = literal(",\n    \"cat\": "), kBp = literal(", \"bp\": "),
                   kArgs = literal(", \"args\": ");
 
+// One bit for each of the 64 bytes from p that a number's text can hold: digits, '.', '-'
+// (exponents and the rest go to the slower steps); `digits` and `dots` get those bytes' bits.
+// SSE2 on x86-64, AVX-512 where the CPU has it (the splitter's width says: see EventReader), and
+// eight bytes a word elsewhere.
+using NumberBytes = std::uint64_t (*)(const char* p, std::uint64_t& digits, std::uint64_t& dots);
+
+std::uint64_t number_bytes_portable(const char* p, std::uint64_t& digits, std::uint64_t& dots) {
+#if defined(__SSE2__)
+  const __m128i zero = _mm_set1_epi8('0'), nine = _mm_set1_epi8(9), dot = _mm_set1_epi8('.'), minus = _mm_set1_epi8('-');
+  std::uint64_t number = 0;
+  digits = dots = 0;
+  const auto bits = [](__m128i m, int k) {
+    return static_cast<std::uint64_t>(static_cast<std::uint32_t>(_mm_movemask_epi8(m))) << (16 * k);
+  };
+  for (int k = 0; k < 4; ++k) {
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * k));
+    const __m128i d = _mm_sub_epi8(v, zero);
+    const __m128i is_digit = _mm_cmpeq_epi8(_mm_min_epu8(d, nine), d);  // v - '0' from 0 to 9, unsigned
+    const __m128i is_dot = _mm_cmpeq_epi8(v, dot);
+    digits |= bits(is_digit, k);
+    dots |= bits(is_dot, k);
+    number |= bits(_mm_or_si128(_mm_or_si128(is_digit, is_dot), _mm_cmpeq_epi8(v, minus)), k);
+  }
+  return number;
+#else
+  // Byte k of a word has its top bit set where the byte is zero (exactly: no carry crosses bytes).
+  constexpr std::uint64_t kOnes = 0x0101010101010101ULL, kLow7 = 0x7F7F7F7F7F7F7F7FULL, kTop = 0x8080808080808080ULL;
+  const auto zero_bytes = [](std::uint64_t w) { return ~(((w & kLow7) + kLow7) | w) & kTop; };
+  const auto gather = [](std::uint64_t tops) { return ((tops >> 7) * 0x0102040810204080ULL) >> 56; };
+  digits = dots = 0;
+  std::uint64_t minus = 0;
+  for (int k = 0; k < 8; ++k) {
+    std::uint64_t w = 0;
+    std::memcpy(&w, p + 8 * k, 8);
+    if constexpr (std::endian::native == std::endian::big) w = __builtin_bswap64(w);  // byte 0 lowest
+    // A digit: its high nibble is 3, and adding 6 to its low nibble keeps it under 16.
+    const std::uint64_t not_digit = ((w & 0xF0F0F0F0F0F0F0F0ULL) ^ 0x3030303030303030ULL) |
+                                    (((w & 0x0F0F0F0F0F0F0F0FULL) + 0x0606060606060606ULL) & 0xF0F0F0F0F0F0F0F0ULL);
+    digits |= gather(zero_bytes(not_digit)) << (8 * k);
+    dots |= gather(zero_bytes(w ^ ('.' * kOnes))) << (8 * k);
+    minus |= gather(zero_bytes(w ^ ('-' * kOnes))) << (8 * k);
+  }
+  return digits | dots | minus;
+#endif
+}
+
+#if defined(__x86_64__)
+__attribute__((target("avx512bw"))) std::uint64_t number_bytes_avx512(const char* p, std::uint64_t& digits,
+                                                                      std::uint64_t& dots) {
+  const __m512i v = _mm512_loadu_si512(p);
+  digits = _mm512_cmple_epu8_mask(_mm512_sub_epi8(v, _mm512_set1_epi8('0')), _mm512_set1_epi8(9));
+  dots = _mm512_cmpeq_epi8_mask(v, _mm512_set1_epi8('.'));
+  return digits | dots | _mm512_cmpeq_epi8_mask(v, _mm512_set1_epi8('-'));
+}
+#endif
+
 // The fast path: an event's fields read straight from its text, without simdjson, when it is of
 // the plain shape Kineto writes. The splitter has found the event's end, where its last nested
 // value (args) opens and closes, and that it holds no non-ASCII byte and no control character in a
@@ -327,8 +385,12 @@ constexpr Literal kPhLine = literal("\n    \"ph\": "), kPh = literal("\"ph\": ")
 // scans of spaces and scalars need no bound: the event's closing brace stops them.
 class PlainEvent {
  public:
-  PlainEvent(std::string_view text, const EventShape& shape)
-      : begin_(text.data()), p_(text.data() + 1), end_(text.data() + text.size() - 1), shape_(shape) {}
+  PlainEvent(std::string_view text, const EventShape& shape, NumberBytes number_bytes = number_bytes_portable)
+      : begin_(text.data()),
+        p_(text.data() + 1),
+        end_(text.data() + text.size() - 1),
+        shape_(shape),
+        number_bytes_(number_bytes) {}
 
   bool read(EventFields& f) {
     if (!shape_.plain || *end_ != '}') return false;
@@ -437,6 +499,7 @@ class PlainEvent {
   const char* p_;
   const char* end_;  // the event's closing brace
   const EventShape& shape_;
+  NumberBytes number_bytes_;
 
   // A string of one byte without a scan for its end (a phase: "X"), else string().
   bool short_string(std::string_view& out) {
@@ -465,7 +528,7 @@ class PlainEvent {
   bool numbers(const std::array<const Literal*, 3>& between, std::array<NumberToken, 4>& out) {
     if (end_ - p_ < 80) return false;  // the masks' 64 bytes, and a literal's 16 past a number in them
     std::uint64_t digits = 0, dots = 0;
-    const std::uint64_t number = number_bytes(p_, digits, dots);
+    const std::uint64_t number = number_bytes_(p_, digits, dots);
     std::size_t at = 0;
     for (std::size_t k = 0; k < 4; ++k) {
       const auto length = static_cast<std::size_t>(std::countr_zero(~(number >> at)));
@@ -489,34 +552,6 @@ class PlainEvent {
       if (at >= 64) return false;
     }
     return false;
-  }
-
-  // One bit for each of the 64 bytes from p that a number's text can hold: digits, '.', '-'
-  // (exponents and the rest go to the slower steps); `digits` and `dots` get those bytes' bits.
-  // Zero where there is no SSE2.
-  static std::uint64_t number_bytes(const char* p, std::uint64_t& digits, std::uint64_t& dots) {
-#if defined(__SSE2__)
-    const __m128i zero = _mm_set1_epi8('0'), nine = _mm_set1_epi8(9), dot = _mm_set1_epi8('.'),
-                  minus = _mm_set1_epi8('-');
-    std::uint64_t number = 0;
-    const auto bits = [](__m128i m, int k) {
-      return static_cast<std::uint64_t>(static_cast<std::uint32_t>(_mm_movemask_epi8(m))) << (16 * k);
-    };
-    for (int k = 0; k < 4; ++k) {
-      const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * k));
-      const __m128i d = _mm_sub_epi8(v, zero);
-      const __m128i is_digit = _mm_cmpeq_epi8(_mm_min_epu8(d, nine), d);  // v - '0' from 0 to 9, unsigned
-      const __m128i is_dot = _mm_cmpeq_epi8(v, dot);
-      digits |= bits(is_digit, k);
-      dots |= bits(is_dot, k);
-      number |= bits(_mm_or_si128(_mm_or_si128(is_digit, is_dot), _mm_cmpeq_epi8(v, minus)), k);
-    }
-    return number;
-#else
-    (void)p;
-    digits = dots = 0;
-    return 0;
-#endif
   }
 
   // A time token in microseconds to nanoseconds, as time() reads it: a plain decimal of up to 16
@@ -842,12 +877,17 @@ class PlainEvent {
 
 class EventReader {
  public:
-  explicit EventReader(TraceData& data) : data_(data) { batch_.reserve(kBatchBytes + 64 * 1024); }
+  explicit EventReader(TraceData& data) : data_(data) {
+    batch_.reserve(kBatchBytes + 64 * 1024);
+#if defined(__x86_64__)
+    if (block_scan() == BlockScan::avx512) number_bytes_ = number_bytes_avx512;  // the CPU has it
+#endif
+  }
 
   void add(std::string_view event, const EventShape& shape) {
     ++data_.counts.events;
     EventFields f;
-    bool read = PlainEvent(event, shape).read_kineto(f);
+    bool read = PlainEvent(event, shape, number_bytes_).read_kineto(f);
     if (!read) {
       f = EventFields{};
       read = PlainEvent(event, shape).read(f);
@@ -894,6 +934,7 @@ class EventReader {
 
  private:
   TraceData& data_;
+  NumberBytes number_bytes_ = number_bytes_portable;
   dom::parser parser_;        // the top-level members (small)
   od::parser events_parser_;  // the batches of events
   std::string batch_;
@@ -931,7 +972,7 @@ class EventReader {
 
   HostCall host_kind(std::string_view name) {
     CachedHostName& cached = host_cache_[name_slot(name)];
-    if (cached.used && cached.name == name) return cached.call;
+    if (cached.used && same_text(cached.name, name)) return cached.call;
     cached.call = host_call_of(name);
     // Step annotations are named once each (ProfilerStep#N): not worth a slot.
     if (cached.call != HostCall::step) {
@@ -939,6 +980,17 @@ class EventReader {
       cached.used = true;
     }
     return cached.call;
+  }
+
+  // a == b, for the caches' names: the first and last eight bytes compared where they stand, and
+  // memcmp only for the middle of a longer name (most host names are 8 to 16 bytes, and a call of
+  // memcmp for each cost as much as the rest of the lookup).
+  static bool same_text(std::string_view a, std::string_view b) {
+    const std::size_t n = a.size();
+    if (n != b.size()) return false;
+    if (n < 8) return n == 0 || std::memcmp(a.data(), b.data(), n) == 0;
+    return load8(a.data()) == load8(b.data()) && load8(a.data() + n - 8) == load8(b.data() + n - 8) &&
+           (n <= 16 || std::memcmp(a.data() + 8, b.data() + 8, n - 16) == 0);
   }
 
   static std::size_t name_slot(std::string_view name) {
@@ -1099,7 +1151,7 @@ class EventReader {
       CachedName& cached = name_cache_[name_slot(f.name)];
       KernelTotal* total = cached.total;
       KernelCategory category = KernelCategory::elementwise;
-      if (total != nullptr && cached.name == f.name) {
+      if (total != nullptr && same_text(cached.name, f.name)) {
         category = total->category;
       } else {
         auto it = data_.kernels.find(f.name);

@@ -518,15 +518,21 @@ TEST(TraceAnalysis, KinetosOwnLayoutReadsAsEveryOtherWay) {
   };
   const auto text = [&](const std::function<std::string(const Event&)>& write) {
     std::string out = "{\n  \"schemaVersion\": 1,\n  \"traceEvents\": [";
-    for (std::size_t k = 0; k < events.size(); ++k) out += (k == 0 ? "\n  " : ",\n  ") + write(events[k]);
+    for (std::size_t k = 0; k < events.size(); ++k) {
+      out += k == 0 ? "\n  " : ",\n  ";
+      out += write(events[k]);
+    }
     return out + "\n  ]\n}";
   };
   const std::string kineto = text([](const Event& e) {
     std::string out = "{";
     for (std::size_t k = 0; k < e.fields.size(); ++k) {
       const bool line = k == 0 || std::find(e.line_breaks.begin(), e.line_breaks.end(), k) != e.line_breaks.end();
-      out += (k == 0 ? "" : ",") + std::string(line ? "\n    " : " ") + "\"" + e.fields[k].first + "\": " +
-             e.fields[k].second;
+      if (k > 0) out += ',';
+      out += line ? "\n    \"" : " \"";
+      out += e.fields[k].first;
+      out += "\": ";
+      out += e.fields[k].second;
     }
     return out + "\n  }";
   });
@@ -534,7 +540,10 @@ TEST(TraceAnalysis, KinetosOwnLayoutReadsAsEveryOtherWay) {
     std::string out = "{";
     for (std::size_t k = 1; k <= e.fields.size(); ++k) {
       const auto& [key, value] = e.fields[k % e.fields.size()];
-      out += (k == 1 ? "" : ", ") + ("\"" + key + "\": " + value);
+      out += k == 1 ? "\"" : ", \"";
+      out += key;
+      out += "\": ";
+      out += value;
     }
     return out + "}";
   });
@@ -542,15 +551,24 @@ TEST(TraceAnalysis, KinetosOwnLayoutReadsAsEveryOtherWay) {
   for (std::size_t at = non_ascii.find("\"ph\""); at != std::string::npos; at = non_ascii.find("\"ph\"", at + 20))
     non_ascii.insert(at, "\"note\": \"\xc3\xa9\", ");
   const auto rendered = [](const std::string& json) {
-    RankTrace r = analyse_trace_text(json, "events");
-    r.counts.bytes = 0;  // the texts differ in their spaces
-    return render_trace({{r}, -1, ""}, nullptr, nullptr, trainfit::Format::json);
+    TraceReport report;
+    report.ranks.push_back(analyse_trace_text(json, "events"));
+    report.ranks[0].counts.bytes = 0;  // the texts differ in their spaces
+    return render_trace(report, nullptr, nullptr, trainfit::Format::json);
   };
   const std::string want = rendered(kineto);
   EXPECT_NE(want.find("\"malformed\": 3"), std::string::npos) << want;  // "late", and two events of a negative or
                                                                        // past-2262 time
   EXPECT_EQ(rendered(ph_last), want);
   EXPECT_EQ(rendered(non_ascii), want);
+  // The numbers' masks are made as wide as the splitter's blocks: each width the CPU has.
+  const detail::BlockScan widest = detail::block_scan();
+  for (int w = 0; w <= 4; ++w) {
+    if (detail::use_block_scan(static_cast<detail::BlockScan>(w))) {
+      EXPECT_EQ(rendered(kineto), want) << w;
+    }
+  }
+  EXPECT_TRUE(detail::use_block_scan(widest));
 }
 
 TEST(TraceAnalysis, ATruncatedFileGivesTheStepsBeforeTheCut) {
