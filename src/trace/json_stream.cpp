@@ -474,16 +474,16 @@ ChunkReader::ChunkReader(const std::string& path, std::size_t chunk_bytes) : pat
   if (fd_ < 0) throw InputError(fmt::format("cannot read trace '{}': {}", path, std::strerror(errno)));
   struct stat st {};
   if (::fstat(fd_, &st) == 0 && st.st_size > 0) file_bytes_ = static_cast<std::uint64_t>(st.st_size);
-  in_.resize(chunk_bytes);
   out_.resize(chunk_bytes);
-  const std::size_t got = read_raw(in_.data(), 2);
-  gzip_ = got == 2 && static_cast<unsigned char>(in_[0]) == 0x1f && static_cast<unsigned char>(in_[1]) == 0x8b;
+  // The first two bytes, into the first chunk: the text's, unless they are gzip's magic.
+  const std::size_t got = read_raw(out_.data(), 2);
+  gzip_ = got == 2 && static_cast<unsigned char>(out_[0]) == 0x1f && static_cast<unsigned char>(out_[1]) == 0x8b;
   if (gzip_) {
+    in_.resize(chunk_bytes);  // a plain file needs no buffer of compressed bytes (its pages are never touched)
+    std::memcpy(in_.data(), out_.data(), got);
     inflater_ = make_inflater();
     inflater_->input(in_.data(), got);
   } else {
-    // The two bytes read are the first of the text: the first chunk starts with them.
-    out_.replace(0, got, in_.data(), got);
     pending_head_ = got;
   }
 }
