@@ -2,27 +2,80 @@
 // (commands.hpp); main maps errors to exit codes: 2 for bad input, 3 for a failure of the machine
 // (I/O, a process that cannot start, no driver), 1 for anything unexpected (a bug).
 #include <CLI/CLI.hpp>
+#include <algorithm>
+#include <array>
+#include <cstdint>
 #include <iostream>
 #include <string>
+#include <string_view>
 
 #include "commands.hpp"
 #include "setup_flags.hpp"
 #include "trainfit/error.hpp"
+
+// Debian's cpp-httplib (serve, watch's /metrics) is built with TLS: its library's initialiser asks
+// OpenSSL to load its error strings, register every cipher and digest and read openssl.cnf, and
+// OpenSSL frees it all again at exit, a millisecond and more of every run of every command (a fifth
+// of `trainfit trace` on a 2 MB trace) for TLS that trainfit never speaks (both servers are plain
+// HTTP). The executable's .preinit_array runs before any library's initialiser: there OpenSSL is
+// told, through its documented options, not to do any of it, and later requests for it are then
+// ignored. The two functions are looked up weakly: where httplib brings no OpenSSL, nothing is done.
+extern "C" {
+int OPENSSL_init_crypto(std::uint64_t opts, const void* settings) __attribute__((weak));
+int OPENSSL_init_ssl(std::uint64_t opts, const void* settings) __attribute__((weak));
+}
+
+namespace {
+
+void skip_openssl_setup(int, char**, char**) {
+  // openssl/crypto.h and openssl/ssl.h (3.0): OPENSSL_INIT_NO_LOAD_CRYPTO_STRINGS,
+  // _NO_ADD_ALL_CIPHERS, _NO_ADD_ALL_DIGESTS, _NO_LOAD_CONFIG, _NO_ATEXIT, _NO_LOAD_SSL_STRINGS.
+  constexpr std::uint64_t kNoCryptoStrings = 0x1, kNoCiphers = 0x10, kNoDigests = 0x20, kNoConfig = 0x80,
+                          kNoAtexit = 0x80000, kNoSslStrings = 0x100000;
+  if (OPENSSL_init_crypto != nullptr)
+    OPENSSL_init_crypto(kNoCryptoStrings | kNoCiphers | kNoDigests | kNoConfig | kNoAtexit, nullptr);
+  if (OPENSSL_init_ssl != nullptr) OPENSSL_init_ssl(kNoSslStrings | kNoConfig, nullptr);
+}
+
+[[gnu::section(".preinit_array"), gnu::used]] void (*const skip_openssl_setup_first)(int, char**, char**) =
+    skip_openssl_setup;
+
+// The commands, in the order of `trainfit --help`, by the subcommand names each adds.
+struct CommandGroup {
+  std::array<std::string_view, 3> names;
+  void (*add)(CLI::App&, int&);
+};
+constexpr std::array<CommandGroup, 9> kCommands = {{
+    {{"plan"}, trainfit::cli::add_plan_command},
+    {{"advise"}, trainfit::cli::add_advise_command},
+    {{"gpus", "models", "schema"}, trainfit::cli::add_catalog_commands},
+    {{"validate"}, trainfit::cli::add_validate_command},
+    {{"watch"}, trainfit::cli::add_watch_command},
+    {{"calibrate"}, trainfit::cli::add_calibrate_command},
+    {{"bench"}, trainfit::cli::add_bench_command},
+    {{"serve"}, trainfit::cli::add_serve_command},
+    {{"trace"}, trainfit::cli::add_trace_command},
+}};
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"trainfit: will this training run fit on this GPU, and why?"};
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string("trainfit 0.1.0"));
   int exit_code = 0;
-  trainfit::cli::add_plan_command(app, exit_code);
-  trainfit::cli::add_advise_command(app, exit_code);
-  trainfit::cli::add_catalog_commands(app, exit_code);
-  trainfit::cli::add_validate_command(app, exit_code);
-  trainfit::cli::add_watch_command(app, exit_code);
-  trainfit::cli::add_calibrate_command(app, exit_code);
-  trainfit::cli::add_bench_command(app, exit_code);
-  trainfit::cli::add_serve_command(app, exit_code);
-  trainfit::cli::add_trace_command(app, exit_code);
+  // Only the command the first argument names is built (the others' few hundred options cost a
+  // fraction of a millisecond to build and as much to free); anything else (--help, --version, a
+  // name that is no command) gets them all, as the listing and the error messages need.
+  const std::string_view first = argc > 1 ? argv[1] : "";
+  const auto named = std::find_if(kCommands.begin(), kCommands.end(), [&](const CommandGroup& group) {
+    return std::find(group.names.begin(), group.names.end(), first) != group.names.end();
+  });
+  if (!first.empty() && named != kCommands.end()) {
+    named->add(app, exit_code);
+  } else {
+    for (const CommandGroup& group : kCommands) group.add(app, exit_code);
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {

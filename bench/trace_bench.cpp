@@ -2,6 +2,11 @@
 // through the splitter alone and through the whole analysis, on a synthetic trace held in memory.
 #include <benchmark/benchmark.h>
 
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+#include <string_view>
+
 #include "support/synthetic_trace.hpp"
 #include "trace/json_stream.hpp"
 #include "trainfit/trace.hpp"
@@ -56,5 +61,32 @@ void BM_TraceAnalyse(benchmark::State& state) {
   state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) * static_cast<std::int64_t>(text.size()));
 }
 BENCHMARK(BM_TraceAnalyse)->Unit(benchmark::kMillisecond);
+
+// `trainfit trace FILE`'s work without the process around it (reading the file, from the page
+// cache, and the analysis), on the files TRAINFIT_TRACE_FILES names (separated by ':'): real
+// traces, whose events are smaller and more varied than the synthetic one's.
+void BM_TraceFile(benchmark::State& state, const std::string& path) {
+  std::uint64_t bytes = 0;
+  for (auto _ : state) {
+    auto r = trainfit::trace::analyse_trace(path);
+    bytes = r.ranks.at(0).counts.bytes;
+    benchmark::DoNotOptimize(r);
+  }
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * bytes));
+}
+
+const int file_benchmarks = [] {
+  const char* files = std::getenv("TRAINFIT_TRACE_FILES");
+  std::string_view rest = files != nullptr ? files : "";
+  while (!rest.empty()) {
+    const std::size_t colon = rest.find(':');
+    const std::string path(rest.substr(0, colon));
+    rest = colon == std::string_view::npos ? std::string_view{} : rest.substr(colon + 1);
+    if (path.empty()) continue;
+    benchmark::RegisterBenchmark(("BM_TraceFile/" + path).c_str(), BM_TraceFile, path)
+        ->Unit(benchmark::kMillisecond);
+  }
+  return 0;
+}();
 
 }  // namespace

@@ -3,7 +3,7 @@
 set -euo pipefail
 packages=(g++ cmake ninja-build pkg-config libcli11-dev nlohmann-json3-dev libfmt-dev libtomlplusplus-dev
           libgtest-dev libgmock-dev libbenchmark-dev libcpp-httplib-dev python3
-          libsimdjson-dev zlib1g-dev)
+          libsimdjson-dev zlib1g-dev libisal-dev)
 # The browser tests (tests/browser): Debian's chromium, and Node.js with npm unless a Node.js is
 # already there (a NodeSource nodejs brings its own npm, which Debian's npm package would conflict with).
 packages+=(chromium)

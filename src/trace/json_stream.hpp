@@ -1,7 +1,7 @@
 #pragma once
 // Streaming pieces of `trainfit trace` (docs/trace.md, "How a trace is read"): a reader that hands
 // out the uncompressed bytes of a file in chunks (gzip detected by its magic bytes and inflated by
-// zlib as it goes), and a splitter that cuts a Chrome trace's top-level object into the complete
+// ISA-L's igzip, or zlib, as it goes), and a splitter that cuts a Chrome trace's top-level object into the complete
 // objects of its traceEvents array and its other members, tracking strings, escapes and depth. No
 // DOM of the whole file is ever built: each piece is parsed on its own (simdjson), so resident
 // memory is the chunk, one batch of events and what the analysis keeps of them.
@@ -15,9 +15,11 @@ namespace trainfit::trace::detail {
 
 // A file's bytes, uncompressed, in chunks. SystemError when the file cannot be opened or read;
 // InputError when a gzip stream is corrupt. A gzip stream that ends early is not an error here:
-// truncated() says so after the last chunk.
+// truncated() says so after the last chunk; nor are bytes after its last member that are not
+// another (trailing_bytes()).
 class ChunkReader {
  public:
+  struct Inflater;  // the gzip decoder (json_stream.cpp)
   explicit ChunkReader(const std::string& path, std::size_t chunk_bytes = 256 << 10);
   ~ChunkReader();
   ChunkReader(const ChunkReader&) = delete;
@@ -28,18 +30,32 @@ class ChunkReader {
   // The file's size on disk (compressed, for gzip), as it was when opened.
   std::uint64_t file_bytes() const { return file_bytes_; }
   bool truncated() const { return truncated_; }
+  bool trailing_bytes() const { return trailing_bytes_; }
 
  private:
-  struct Inflater;
   std::string path_;
   int fd_ = -1;
   bool gzip_ = false, truncated_ = false, eof_ = false;
+  bool member_ended_ = false;   // the last inflate ended a gzip member
+  bool stream_ended_ = false;   // what follows the last member is not gzip
+  bool trailing_bytes_ = false;
+  std::uint64_t handed_out_ = 0;  // bytes of text returned by next()
+  std::uint64_t skip_ = 0;        // bytes to inflate again without handing them out (next())
   std::size_t pending_head_ = 0;  // bytes of a plain file read to detect gzip, not yet handed out
   std::uint64_t file_bytes_ = 0;
   std::string in_, out_;
   std::unique_ptr<Inflater> inflater_;
   std::size_t read_raw(char* into, std::size_t capacity);
+  std::size_t inflate_chunk();
+  bool member_follows();
 };
+
+// Which decoder inflates gzip: ISA-L's igzip where the build has it (libisal), else zlib. The tests
+// and the benchmark pick each in turn; use_inflate is false when the build lacks the one asked for,
+// and then changes nothing. The choice holds for the whole process.
+enum class Inflate { zlib, isal };
+bool use_inflate(Inflate inflate);
+Inflate inflate_in_use();
 
 // How wide the splitter classifies bytes: the widest the CPU has, chosen once at run time (the build
 // targets plain x86-64): byte by byte, eight bytes a word in plain C++ (what other CPUs use), or

@@ -5,7 +5,9 @@
 #include <gtest/gtest.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <random>
 #include <string>
@@ -448,6 +450,127 @@ TEST(TraceAnalysis, EveryWayOfReadingAnEventGivesTheSameFigures) {
   }
 }
 
+// Events in the layout libkineto writes (keys in its order, its line breaks and indents) are read
+// by a path of their own; the same events on one line with "ph" last (the fast path's general
+// steps), and with a non-ASCII byte in each (simdjson), give the same answer, to the byte of the
+// JSON, edge cases of the numbers included.
+TEST(TraceAnalysis, KinetosOwnLayoutReadsAsEveryOtherWay) {
+  struct Event {
+    std::vector<std::pair<std::string, std::string>> fields;  // key, the value's JSON
+    std::vector<std::size_t> line_breaks;                       // before these fields (Kineto's lines)
+  };
+  const auto complete = [](std::string cat, std::string name, std::string pid, std::string tid, std::string ts,
+                           std::string dur, std::string args) {
+    Event e{{{"ph", "\"X\""},
+             {"cat", "\"" + cat + "\""},
+             {"name", "\"" + name + "\""},
+             {"pid", pid},
+             {"tid", tid},
+             {"ts", ts},
+             {"dur", dur}},
+            {5}};
+    if (!args.empty()) {
+      e.fields.emplace_back("args", "{\n      " + args + "\n    }");
+      e.line_breaks.push_back(7);
+    }
+    return e;
+  };
+  const auto flow = [](std::string ph, std::string id, std::string ts, bool bp) {
+    Event e{{{"ph", "\"" + ph + "\""},
+             {"id", id},
+             {"pid", "2405"},
+             {"tid", "2405"},
+             {"ts", ts},
+             {"cat", "\"ac2g\""},
+             {"name", "\"ac2g\""}},
+            {5}};
+    if (bp) e.fields.emplace_back("bp", "\"e\"");
+    return e;
+  };
+  const std::string kernel_args =
+      "\"External id\": 7,      \"queued\": 0, \"device\": 0, \"context\": 1,      \"stream\": 7, \"correlation\": "
+      "314161,      \"grid\": [32, 1, 8],      \"block\": [128, 1, 1]";
+  const std::vector<Event> events = {
+      complete("user_annotation", "ProfilerStep#1", "2405", "2405", "5226435249696.611", "5000.000",
+               "\"External id\": 1"),
+      complete("cuda_runtime", "cudaLaunchKernelExC", "2405", "2405", "5226435249700.001", "7.5",
+               "\"cbid\": 430, \"correlation\": 314161"),
+      complete("kernel", "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64", "0", "7", "5226435249710.250",
+               "47.168", kernel_args),
+      complete("kernel", "void at::native::vectorized_elementwise_kernel<4>", "0", "7", "5226435249760",
+               "12.34567", "\"queued\": 0, \"device\": 0, \"context\": 1"),
+      complete("gpu_memcpy", "Memcpy HtoD (Pinned -> Device)", "0", "7", "5226435249800.5", "100.000",
+               "\"External id\": 8,      \"device\": 0, \"context\": 1"),
+      complete("kernel", "ncclDevKernel_AllReduce_Sum_bf16_RING_LL", "1", "20", "5226435249900.000", "5e1",
+               "\"queued\": 0, \"device\": 1"),
+      flow("s", "314161", "5226435249700.001", false),
+      flow("f", "314161", "5226435249710.250", true),
+      complete("overhead", "Activity Buffer Request", "-1", "0", "5226435249720.878", "2.197", ""),
+      complete("cpu_op", "aten::mm", "0007", "0007", "-5.5", "0.001", "\"External id\": 9"),
+      complete("cpu_op", "aten::addmm", "\"Spans\"", "7", "5226435249730.123456", "3.000", "\"Ev Idx\": 4"),
+      complete("cuda_runtime", "cudaStreamSynchronize", "2405", "2405", "5226435253000.000", "1500.000",
+               "\"cbid\": 131"),
+      complete("cpu_op", "aten::item", "2405", "2405", "1764536789123456.789", "10.000", "\"External id\": 10"),
+      complete("cpu_op", "aten::copy_", "2405", "2405", "17645367891234567.8", "1.000", "\"External id\": 11"),
+      complete("cpu_op", "quoted \\\"name\\\"", "2405", "2405", "5226435249740.000", "1.000", "\"External id\": 12"),
+      complete("cpu_op", "aten::empty", "2405", "2405", "5226435249741.000", "-1.000", "\"External id\": 13"),
+      complete("cpu_op", "aten::zeros", "2405", "2405", "\"late\"", "1.000", "\"External id\": 14"),
+  };
+  const auto text = [&](const std::function<std::string(const Event&)>& write) {
+    std::string out = "{\n  \"schemaVersion\": 1,\n  \"traceEvents\": [";
+    for (std::size_t k = 0; k < events.size(); ++k) {
+      out += k == 0 ? "\n  " : ",\n  ";
+      out += write(events[k]);
+    }
+    return out + "\n  ]\n}";
+  };
+  const std::string kineto = text([](const Event& e) {
+    std::string out = "{";
+    for (std::size_t k = 0; k < e.fields.size(); ++k) {
+      const bool line = k == 0 || std::find(e.line_breaks.begin(), e.line_breaks.end(), k) != e.line_breaks.end();
+      if (k > 0) out += ',';
+      out += line ? "\n    \"" : " \"";
+      out += e.fields[k].first;
+      out += "\": ";
+      out += e.fields[k].second;
+    }
+    return out + "\n  }";
+  });
+  const std::string ph_last = text([](const Event& e) {
+    std::string out = "{";
+    for (std::size_t k = 1; k <= e.fields.size(); ++k) {
+      const auto& [key, value] = e.fields[k % e.fields.size()];
+      out += k == 1 ? "\"" : ", \"";
+      out += key;
+      out += "\": ";
+      out += value;
+    }
+    return out + "}";
+  });
+  std::string non_ascii = ph_last;
+  for (std::size_t at = non_ascii.find("\"ph\""); at != std::string::npos; at = non_ascii.find("\"ph\"", at + 20))
+    non_ascii.insert(at, "\"note\": \"\xc3\xa9\", ");
+  const auto rendered = [](const std::string& json) {
+    TraceReport report;
+    report.ranks.push_back(analyse_trace_text(json, "events"));
+    report.ranks[0].counts.bytes = 0;  // the texts differ in their spaces
+    return render_trace(report, nullptr, nullptr, trainfit::Format::json);
+  };
+  const std::string want = rendered(kineto);
+  EXPECT_NE(want.find("\"malformed\": 3"), std::string::npos) << want;  // "late", and two events of a negative or
+                                                                       // past-2262 time
+  EXPECT_EQ(rendered(ph_last), want);
+  EXPECT_EQ(rendered(non_ascii), want);
+  // The numbers' masks are made as wide as the splitter's blocks: each width the CPU has.
+  const detail::BlockScan widest = detail::block_scan();
+  for (int w = 0; w <= 4; ++w) {
+    if (detail::use_block_scan(static_cast<detail::BlockScan>(w))) {
+      EXPECT_EQ(rendered(kineto), want) << w;
+    }
+  }
+  EXPECT_TRUE(detail::use_block_scan(widest));
+}
+
 TEST(TraceAnalysis, ATruncatedFileGivesTheStepsBeforeTheCut) {
   SyntheticTrace t;
   t.steps = 6;
@@ -495,6 +618,58 @@ TEST(TraceFiles, GzipAndPlainFilesGiveTheSameAnswer) {
   EXPECT_TRUE(cut.truncated);
   EXPECT_LT(cut.steps.size(), 4u);
   EXPECT_THROW(analyse_trace(scratch("missing.json").string()), trainfit::InputError);
+}
+
+// ISA-L (where the build has it) and zlib inflate to the same text, so the answer is the same
+// whichever runs: whole, in two members, cut anywhere (ISA-L alone may hold back the last bytes it
+// could decode, and zlib reads the cut file again for them), or followed by bytes that are not gzip.
+TEST(TraceFiles, EitherGzipDecoderGivesTheSameAnswer) {
+  SyntheticTrace t;
+  t.steps = 3;
+  const std::string text = synthetic_trace_text(t);
+  write_gzip(scratch("one.json.gz"), text);
+  const std::string packed = [&] {
+    std::ifstream in(scratch("one.json.gz"), std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }();
+  write_file(scratch("two.json.gz"), packed + packed);  // cat a.gz b.gz: the second is read, and ignored
+  write_file(scratch("zeros.json.gz"), packed + std::string(7, '\0'));
+  write_file(scratch("junk.json.gz"), packed + "and then some bytes that are not gzip at all\n");
+  const auto read = [](const std::string& name) { return analyse_trace(scratch(name).string()).ranks.at(0); };
+  const detail::Inflate in_use = detail::inflate_in_use();
+  std::vector<std::vector<std::string>> answers;  // per decoder: every answer, in words
+  for (const detail::Inflate decoder : {detail::Inflate::zlib, detail::Inflate::isal}) {
+    if (!detail::use_inflate(decoder)) continue;
+    std::vector<std::string> got;
+    const RankTrace one = read("one.json.gz"), two = read("two.json.gz");
+    EXPECT_EQ(one.counts.bytes, text.size());
+    EXPECT_EQ(two.counts.bytes, 2 * text.size());
+    EXPECT_FALSE(one.truncated);
+    EXPECT_FALSE(two.truncated);
+    ASSERT_EQ(one.steps.size(), 3u);
+    for (const char* name : {"zeros.json.gz", "junk.json.gz"}) {
+      const RankTrace r = read(name);
+      EXPECT_EQ(r.counts.bytes, text.size()) << name;
+      EXPECT_FALSE(r.truncated) << name;
+      ASSERT_EQ(r.warnings.size(), 1u) << name;
+      EXPECT_NE(r.warnings[0].find("not gzip: ignored"), std::string::npos) << r.warnings[0];
+    }
+    for (std::size_t cut = 20; cut < packed.size(); cut += 1 + cut / 7) {
+      write_file(scratch("cut.json.gz"), packed.substr(0, cut));
+      try {
+        const RankTrace r = read("cut.json.gz");
+        EXPECT_TRUE(r.truncated) << cut;
+        got.push_back(std::to_string(cut) + ": " + std::to_string(r.counts.bytes) + " bytes, " +
+                      std::to_string(r.counts.events) + " events, " + std::to_string(r.steps.size()) + " steps");
+      } catch (const trainfit::InputError& e) {  // cut before the traceEvents array
+        got.push_back(std::to_string(cut) + ": " + e.what());
+      }
+    }
+    answers.push_back(got);
+  }
+  ASSERT_FALSE(answers.empty());
+  for (const auto& other : answers) EXPECT_EQ(other, answers.front());
+  EXPECT_TRUE(detail::use_inflate(in_use));
 }
 
 TEST(TraceFiles, AFolderOfRanksNamesTheStraggler) {
