@@ -716,6 +716,19 @@ TEST(TraceFiles, RanksOfTheSameWorkHaveNoStraggler) {
 
 // The timeline is the step in time order: a loader's wait at its start, then the matmuls, in
 // proportion to their time.
+// A made-up trace whose step lasts half a century (the fuzzer's find): its window in nanoseconds
+// times the timeline's 240 slices passed 64 bits (undefined behaviour, which the sanitizers' build
+// stops on); the timeline is made all the same.
+TEST(TraceAnalysis, AStepOfCenturiesStillHasItsTimeline) {
+  const std::string text = R"({"traceEvents": [
+    {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 1000, "dur": 1694768750406391.525},
+    {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 847384375204195, "dur": 5000, "args": {"device": 0}}]})";
+  const RankTrace r = analyse_trace_text(text, "centuries");
+  ASSERT_EQ(r.steps.size(), 1u);
+  EXPECT_EQ(r.steps[0].timeline.size(), kTimelineBins);
+  EXPECT_NEAR(r.steps[0].gpu_busy_s, 5e-3, 1e-12);
+}
+
 TEST(TraceAnalysis, TheTimelineShowsTheStepInTimeOrder) {
   SyntheticTrace t;
   t.loader_us = 3000;
