@@ -37,8 +37,8 @@ void skip_openssl_setup(int, char**, char**) {
   if (OPENSSL_init_ssl != nullptr) OPENSSL_init_ssl(kNoSslStrings | kNoConfig, nullptr);
 }
 
-[[gnu::section(".preinit_array"), gnu::used]] void (*const skip_openssl_setup_first)(int, char**, char**) =
-    skip_openssl_setup;
+using Preinit = void (*)(int, char**, char**);
+[[gnu::section(".preinit_array"), gnu::used]] const Preinit skip_openssl_setup_first = skip_openssl_setup;
 
 // The commands, in the order of `trainfit --help`, by the subcommand names each adds.
 struct CommandGroup {

@@ -83,8 +83,7 @@ const int file_benchmarks = [] {
     const std::string path(rest.substr(0, colon));
     rest = colon == std::string_view::npos ? std::string_view{} : rest.substr(colon + 1);
     if (path.empty()) continue;
-    benchmark::RegisterBenchmark(("BM_TraceFile/" + path).c_str(), BM_TraceFile, path)
-        ->Unit(benchmark::kMillisecond);
+    benchmark::RegisterBenchmark(("BM_TraceFile/" + path).c_str(), BM_TraceFile, path)->Unit(benchmark::kMillisecond);
   }
   return 0;
 }();

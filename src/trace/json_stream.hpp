@@ -36,8 +36,8 @@ class ChunkReader {
   std::string path_;
   int fd_ = -1;
   bool gzip_ = false, truncated_ = false, eof_ = false;
-  bool member_ended_ = false;   // the last inflate ended a gzip member
-  bool stream_ended_ = false;   // what follows the last member is not gzip
+  bool member_ended_ = false;  // the last inflate ended a gzip member
+  bool stream_ended_ = false;  // what follows the last member is not gzip
   bool trailing_bytes_ = false;
   std::uint64_t handed_out_ = 0;  // bytes of text returned by next()
   std::uint64_t skip_ = 0;        // bytes to inflate again without handing them out (next())

@@ -308,11 +308,11 @@ constexpr Literal literal(std::string_view text) {
 // What libkineto's ChromeTraceLogger writes between the values of its events.
 // Kineto breaks its events' lines before "ph", "ts", "args" (an "X") and "cat" (a flow event); the
 // same keys on one line (what the tests' synthetic traces write) are read the same way.
-constexpr Literal kPhLine = literal("\n    \"ph\": "), kPh = literal("\"ph\": "), kCat = literal(", \"cat\": "), kName = literal(", \"name\": "),
-                  kPid = literal(", \"pid\": "), kTid = literal(", \"tid\": "), kTsLine = literal(",\n    \"ts\": "),
-                  kDur = literal(", \"dur\": "), kArgsLine = literal(",\n    \"args\": "), kId = literal(", \"id\": "),
-                  kTs = literal(", \"ts\": "), kCatLine = literal(",\n    \"cat\": "), kBp = literal(", \"bp\": "),
-                  kArgs = literal(", \"args\": ");
+constexpr Literal kPhLine = literal("\n    \"ph\": "), kPh = literal("\"ph\": "), kCat = literal(", \"cat\": "),
+                  kName = literal(", \"name\": "), kPid = literal(", \"pid\": "), kTid = literal(", \"tid\": "),
+                  kTsLine = literal(",\n    \"ts\": "), kDur = literal(", \"dur\": "),
+                  kArgsLine = literal(",\n    \"args\": "), kId = literal(", \"id\": "), kTs = literal(", \"ts\": "),
+                  kCatLine = literal(",\n    \"cat\": "), kBp = literal(", \"bp\": "), kArgs = literal(", \"args\": ");
 
 // One bit for each of the 64 bytes from p that a number's text can hold: digits, '.', '-'
 // (exponents and the rest go to the slower steps); `digits` and `dots` get those bytes' bits.
@@ -322,7 +322,8 @@ using NumberBytes = std::uint64_t (*)(const char* p, std::uint64_t& digits, std:
 
 std::uint64_t number_bytes_portable(const char* p, std::uint64_t& digits, std::uint64_t& dots) {
 #if defined(__SSE2__)
-  const __m128i zero = _mm_set1_epi8('0'), nine = _mm_set1_epi8(9), dot = _mm_set1_epi8('.'), minus = _mm_set1_epi8('-');
+  const __m128i zero = _mm_set1_epi8('0'), nine = _mm_set1_epi8(9), dot = _mm_set1_epi8('.'),
+                minus = _mm_set1_epi8('-');
   std::uint64_t number = 0;
   digits = dots = 0;
   const auto bits = [](__m128i m, int k) {
@@ -465,8 +466,7 @@ class PlainEvent {
       const Literal& ts = lines ? kTsLine : kTs;
       if (!(take(kCat) && string(f.cat) && take(kName) && string(f.name) && take(kPid))) return false;
       if (numbers({&kTid, &ts, &kDur}, number)) {
-        if (!(int_token(number[0], f.pid) && time_token(number[2], f.ts) && time_token(number[3], f.dur)))
-          return false;
+        if (!(int_token(number[0], f.pid) && time_token(number[2], f.ts) && time_token(number[3], f.dur))) return false;
       } else if (!(integer(f.pid) && take(kTid) && skip_value() && take(ts) && time(f.ts) && take(kDur) &&
                    time(f.dur))) {
         return false;
@@ -565,15 +565,16 @@ class PlainEvent {
     // The token lies in numbers()' 64 bytes, which have 16 more before the event's end: every
     // eight-byte load below is inside the event.
     const auto n = static_cast<int>(whole);
-    const std::int64_t us =
-        n <= 8 ? leading_value(load8(s), n)
-               : static_cast<std::int64_t>(parse_eight_digits(load8(s))) * kPowersOf10[static_cast<std::size_t>(n - 8)] +
-                     leading_value(load8(s + 8), n - 8);
+    const std::int64_t us = n <= 8 ? leading_value(load8(s), n)
+                                   : static_cast<std::int64_t>(parse_eight_digits(load8(s))) *
+                                             kPowersOf10[static_cast<std::size_t>(n - 8)] +
+                                         leading_value(load8(s + 8), n - 8);
     std::int64_t frac_ns = 0;
     if (t.dot != std::string_view::npos) {
       const int frac_digits = static_cast<int>(std::min<std::size_t>(t.text.size() - t.dot - 1, 3));
       if (frac_digits > 0)
-        frac_ns = leading_value(load8(s + t.dot + 1), frac_digits) * kPowersOf10[static_cast<std::size_t>(3 - frac_digits)];
+        frac_ns =
+            leading_value(load8(s + t.dot + 1), frac_digits) * kPowersOf10[static_cast<std::size_t>(3 - frac_digits)];
     }
     if (us > INT64_MAX / 1000 - 1) return false;
     ns = us * 1000 + frac_ns;
@@ -637,7 +638,7 @@ class PlainEvent {
   // False, and nothing moved, for anything else (the scans of spaces take it).
   bool separator() {
     if (std::endian::native != std::endian::little || end_ - p_ < 8) return false;
-    constexpr std::uint64_t kSameLine = 0x22202C;                // , "
+    constexpr std::uint64_t kSameLine = 0x22202C;             // , "
     constexpr std::uint64_t kNextLine = 0x22202020200A2CULL;  // ,\n    "
     const std::uint64_t text = load8(p_);
     if ((text & 0xFFFFFF) == kSameLine) {
@@ -790,8 +791,7 @@ class PlainEvent {
       if (end_ + 1 - p >= 8) {
         const std::uint64_t v = load8(p);
         const int n = leading_digits(v);
-        if (n > 0 && n < 8 && !(n > 1 && *p == '0') &&
-            (kByteClass[static_cast<unsigned char>(p[n])] & kStopByte)) {
+        if (n > 0 && n < 8 && !(n > 1 && *p == '0') && (kByteClass[static_cast<unsigned char>(p[n])] & kStopByte)) {
           const auto digits = static_cast<std::int64_t>(leading_value(v, n));
           value = negative ? -digits : digits;
           p_ = p + n;

@@ -7,8 +7,8 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <functional>
 #include <fstream>
+#include <functional>
 #include <random>
 #include <string>
 
@@ -457,7 +457,7 @@ TEST(TraceAnalysis, EveryWayOfReadingAnEventGivesTheSameFigures) {
 TEST(TraceAnalysis, KinetosOwnLayoutReadsAsEveryOtherWay) {
   struct Event {
     std::vector<std::pair<std::string, std::string>> fields;  // key, the value's JSON
-    std::vector<std::size_t> line_breaks;                       // before these fields (Kineto's lines)
+    std::vector<std::size_t> line_breaks;                     // before these fields (Kineto's lines)
   };
   const auto complete = [](std::string cat, std::string name, std::string pid, std::string tid, std::string ts,
                            std::string dur, std::string args) {
@@ -497,8 +497,8 @@ TEST(TraceAnalysis, KinetosOwnLayoutReadsAsEveryOtherWay) {
                "\"cbid\": 430, \"correlation\": 314161"),
       complete("kernel", "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64", "0", "7", "5226435249710.250",
                "47.168", kernel_args),
-      complete("kernel", "void at::native::vectorized_elementwise_kernel<4>", "0", "7", "5226435249760",
-               "12.34567", "\"queued\": 0, \"device\": 0, \"context\": 1"),
+      complete("kernel", "void at::native::vectorized_elementwise_kernel<4>", "0", "7", "5226435249760", "12.34567",
+               "\"queued\": 0, \"device\": 0, \"context\": 1"),
       complete("gpu_memcpy", "Memcpy HtoD (Pinned -> Device)", "0", "7", "5226435249800.5", "100.000",
                "\"External id\": 8,      \"device\": 0, \"context\": 1"),
       complete("kernel", "ncclDevKernel_AllReduce_Sum_bf16_RING_LL", "1", "20", "5226435249900.000", "5e1",
@@ -558,7 +558,7 @@ TEST(TraceAnalysis, KinetosOwnLayoutReadsAsEveryOtherWay) {
   };
   const std::string want = rendered(kineto);
   EXPECT_NE(want.find("\"malformed\": 3"), std::string::npos) << want;  // "late", and two events of a negative or
-                                                                       // past-2262 time
+                                                                        // past-2262 time
   EXPECT_EQ(rendered(ph_last), want);
   EXPECT_EQ(rendered(non_ascii), want);
   // The numbers' masks are made as wide as the splitter's blocks: each width the CPU has.
@@ -716,6 +716,19 @@ TEST(TraceFiles, RanksOfTheSameWorkHaveNoStraggler) {
 
 // The timeline is the step in time order: a loader's wait at its start, then the matmuls, in
 // proportion to their time.
+// A made-up trace whose step lasts half a century (the fuzzer's find): its window in nanoseconds
+// times the timeline's 240 slices passed 64 bits (undefined behaviour, which the sanitizers' build
+// stops on); the timeline is made all the same.
+TEST(TraceAnalysis, AStepOfCenturiesStillHasItsTimeline) {
+  const std::string text = R"({"traceEvents": [
+    {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 1000, "dur": 1694768750406391.525},
+    {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 847384375204195, "dur": 5000, "args": {"device": 0}}]})";
+  const RankTrace r = analyse_trace_text(text, "centuries");
+  ASSERT_EQ(r.steps.size(), 1u);
+  EXPECT_EQ(r.steps[0].timeline.size(), kTimelineBins);
+  EXPECT_NEAR(r.steps[0].gpu_busy_s, 5e-3, 1e-12);
+}
+
 TEST(TraceAnalysis, TheTimelineShowsTheStepInTimeOrder) {
   SyntheticTrace t;
   t.loader_us = 3000;
