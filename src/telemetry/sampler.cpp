@@ -73,10 +73,12 @@ struct Sampler::State {
       s.time = wall_now();
       s.gpus.reserve(n);
       for (std::size_t i = 0; i < n; ++i) {
+        // The last values of every set, updated with the sets read now: one copy into the sample
+        // a tick (the process list is copied once, not once to carry it and again to keep it).
         GpuReading g = nvml.read(i, sets);
-        carry_unread(sets, last[i], g);
-        last[i] = g;
-        s.gpus.push_back(std::move(g));
+        carry_unread(read_set::kAll & ~sets, g, last[i]);
+        last[i].index = g.index;
+        s.gpus.push_back(last[i]);
       }
       next += std::chrono::duration_cast<clock::duration>(interval);
       if (next < clock::now()) next = clock::now();  // fell behind (a slow driver call): don't burst
