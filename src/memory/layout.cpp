@@ -79,6 +79,7 @@ PipelineStage first_stage(const ModelSpec& model, const Layout& l) {
   st.layers = std::ceil(as_d(model.num_layers) / l.pp);
   st.head = l.pp <= 1;
   st.in_flight = std::min(l.pp, l.microbatches);
+  st.microbatches = l.microbatches;
   return st;
 }
 
@@ -89,6 +90,8 @@ PipelineStage last_stage(const ModelSpec& model, const Layout& l) {
   st.layers = std::floor(as_d(model.num_layers) / l.pp);
   st.embedding = l.pp <= 1;
   st.in_flight = 1;
+  st.microbatches = l.microbatches;
+  st.keeps_outputs = l.pp > 1;
   return st;
 }
 

@@ -57,7 +57,16 @@ struct PipelineStage {
   double layers = 0;
   bool embedding = true;
   bool head = true;
+  // torch.distributed.pipelining's Schedule1F1B runs min(m, p - stage) forwards before the stage's
+  // first backward, and then one backward for each forward: the saved tensors of that many
+  // micro-batches are alive at the first backward, one fewer at each later one (their gradients
+  // alive by then), and at the last ones fewer still.
   double in_flight = 1;
+  double microbatches = 1;
+  // The last stage's PipelineStage keeps every micro-batch's output (output_chunks, for the merged
+  // output step() returns) until the step ends: each one logits-sized tensor in the output layer's
+  // dtype, which an unsplit step frees once the loss has its fp32 copy.
+  bool keeps_outputs = false;
 };
 // The first and the last stage: between them is the busiest (the first keeps the most
 // activations, the last the output layer and the loss); the middle ones hold less than both.

@@ -123,6 +123,7 @@ MemoryBasis stage_basis(const MemoryBasis& whole, const TrainingSetup& setup,
   b.embedding_backward_transient = stage.embedding ? whole.embedding_backward_transient : 0.0;
   b.optimizer_transient *= f;
   b.in_flight = stage.in_flight;
+  b.outputs_kept = stage.keeps_outputs ? stage.microbatches : 0.0;
   b.host_bytes *= f;
   return b;
 }
@@ -395,6 +396,11 @@ StepMemory step_memory(const MemoryBasis& b, double tokens, std::int64_t grad_ac
   const double logits_c = allocator_block(TV * lc);   // one logits-sized tensor in the lm_head dtype
   const double logits_f = allocator_block(TV * 4.0);  // one fp32 logits-sized tensor
   const double softcap = b.softcap_bytes > 0 ? allocator_block(TV * b.softcap_bytes) : 0.0;
+  // A pipeline's last stage: the outputs its PipelineStage keeps. In the backward of the step's
+  // last micro-batch every one is alive (its own included); in that micro-batch's forward the
+  // others, beside its own logits, which the forward moment counts already.
+  const double outputs_bwd = b.outputs_kept * logits_c;
+  const double outputs_fwd = std::max(0.0, b.outputs_kept - 1.0) * logits_c;
 
   StepMemory out;
   auto moment = [&](Phase phase, const char* what) -> MemoryMoment& {
@@ -425,7 +431,7 @@ StepMemory step_memory(const MemoryBasis& b, double tokens, std::int64_t grad_ac
       m.gathered_weights = b.gathered_fwd + kept_gathered;
       m.activations = L * kept_per_layer + outside + other_in_flight;
       m.weights += b.autocast_copies;
-      m.logits_and_loss = logits_c + (b.logits_upcast ? logits_f : 0.0) + logits_f + softcap;
+      m.logits_and_loss = logits_c + (b.logits_upcast ? logits_f : 0.0) + logits_f + softcap + outputs_fwd;
     }
     // Backward, in log_softmax's backward: its saved output, the incoming gradient and the
     // gradient it produces, all fp32 over the vocabulary.
@@ -435,7 +441,7 @@ StepMemory step_memory(const MemoryBasis& b, double tokens, std::int64_t grad_ac
       m.gathered_weights = b.gathered_fwd + kept_gathered;
       m.activations = L * kept_per_layer + outside + other_in_flight;
       m.weights += b.copies_head + L * copies_kept_per_layer;
-      m.logits_and_loss = 3.0 * logits_f + softcap;
+      m.logits_and_loss = 3.0 * logits_f + softcap + outputs_bwd;
     }
     // Backward through the output layer: its gradient appears while the logits' gradient (in
     // the lm_head's dtype) is still alive.
@@ -445,7 +451,7 @@ StepMemory step_memory(const MemoryBasis& b, double tokens, std::int64_t grad_ac
       m.gathered_weights = b.gathered_fwd + kept_gathered;
       m.activations = L * kept_per_layer + outside + other_in_flight;
       m.weights += b.copies_head + L * copies_kept_per_layer;
-      m.logits_and_loss = logits_c;
+      m.logits_and_loss = logits_c + outputs_bwd;
     }
   } else {
     // The reference forward (dpo, kto), without autograd: the policy's logits and rows already
@@ -491,7 +497,7 @@ StepMemory step_memory(const MemoryBasis& b, double tokens, std::int64_t grad_ac
     m.activations = (L - done) * kept_per_layer + (grad_ckpt ? layer_acts : 0.0) + other_in_flight + objective_acts;
     m.weights += copies_kept_per_layer * (L - done) + (grad_ckpt ? b.copies_layer : 0.0);
     m.transient = b.layer_backward_transient_per_token * T + b.dequant_transient;
-    m.logits_and_loss = loss.kept;
+    m.logits_and_loss = loss.kept + outputs_bwd;
   }
   // Backward through the embedding (full fine-tuning): every gradient exists, and a tied
   // embedding's fp32 accumulation buffer (memory_basis).
@@ -549,22 +555,38 @@ MemoryEstimate estimate_memory(const ModelSpec& model, const TrainingSetup& setu
   std::int64_t busiest_stage = 0;
   // A pipeline stage accumulates its gradients over the step's micro-batches: from the second on,
   // each runs with the gradients alive, as accumulation does.
-  const std::int64_t accumulated = setup.grad_accum * (lay.pp > 1 ? setup.microbatches : 1);
+  std::int64_t accumulated = setup.grad_accum * (lay.pp > 1 ? setup.microbatches : 1);
   // A pipeline's busiest GPU is its first stage (the most micro-batches in flight) or its last
-  // (the output layer and the loss); the stages between hold less than the first.
+  // (the output layer and the loss, the outputs kept); the stages between hold less than the first.
   if (lay.pp > 1) {
-    const MemoryBasis first = stage_basis(basis, setup, st, first_stage(model, lay));
-    const PipelineStage last_st = last_stage(model, lay);
-    const MemoryBasis last = stage_basis(basis, setup, st, last_st);
-    const auto peak_of = [&](const MemoryBasis& b) {
-      return step_memory(b, st.tokens, accumulated, setup.grad_ckpt).peak_allocated_bytes;
+    struct StagePeak {
+      MemoryBasis basis;
+      std::int64_t accumulated;
+      std::int64_t peak;
     };
-    if (peak_of(last) > peak_of(first)) {
-      basis = last;
-      busiest_stage = last_st.index;
-    } else {
-      basis = first;
-    }
+    const auto peak_of = [&](const MemoryBasis& b, std::int64_t acc) {
+      return StagePeak{b, acc, step_memory(b, st.tokens, acc, setup.grad_ckpt).peak_allocated_bytes};
+    };
+    // A stage's peak is in its first micro-batch's backward (the most micro-batches in flight, the
+    // gradients not there yet unless an earlier accumulation step left them, one output kept) or in
+    // a later one's (the gradients alive, one micro-batch fewer in flight, every output kept by the
+    // last); measured on two H200s (docs/model.md, "Pipeline stages").
+    const auto stage_peak = [&](const PipelineStage& stage) {
+      MemoryBasis first_mb = stage_basis(basis, setup, st, stage);
+      MemoryBasis later = first_mb;
+      first_mb.outputs_kept = stage.keeps_outputs ? 1.0 : 0.0;
+      later.in_flight = std::max(1.0, std::min(stage.in_flight, stage.microbatches - 1.0));
+      const StagePeak a = peak_of(first_mb, setup.grad_accum);
+      const StagePeak b = peak_of(later, accumulated);
+      return a.peak > b.peak ? a : b;
+    };
+    const PipelineStage last_st = last_stage(model, lay);
+    const StagePeak first = stage_peak(first_stage(model, lay));
+    const StagePeak last = stage_peak(last_st);
+    const StagePeak& busiest = last.peak > first.peak ? last : first;
+    if (&busiest == &last) busiest_stage = last_st.index;
+    basis = busiest.basis;
+    accumulated = busiest.accumulated;
   }
   const StepMemory sm = step_memory(basis, st.tokens, accumulated, setup.grad_ckpt);
   const MemoryMoment& peak = sm.moments[sm.peak];

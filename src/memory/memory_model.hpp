@@ -103,6 +103,7 @@ struct MemoryBasis {
   double tokens_divisor = 1;
   double kept_gathered_layer = 0;
   double in_flight = 1;
+  double outputs_kept = 0;  // a pipeline's last stage: micro-batch outputs alive (PipelineStage above)
   double host_bytes = 0;
   double rebuilt_buckets = 0;  // DDP's first buckets, alive beside the rebuilt ones in the second step
   // The objective (ObjectiveShape): the sequences a micro-batch trains per example, the logits'

@@ -1,16 +1,16 @@
 // The layouts on several GPUs (docs/model.md, "Several GPUs"): what each GPU stores follows from
 // what the layout shards, offloads or splits, for any GPU count; cross-checked against DeepSpeed's
 // own estimators; combinations that cannot run are refused with the reason.
+#include "memory/layout.hpp"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
-
 #include <map>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "memory/layout.hpp"
 #include "trainfit/trainfit.hpp"
 
 namespace trainfit {
@@ -209,6 +209,29 @@ TEST(Layout, PipelineFirstStageKeepsAMicroBatchPerStageInFlight) {
   // Fewer micro-batches than stages: no more in flight than there are.
   s.microbatches = 2;
   EXPECT_EQ(detail::first_stage(llama, detail::layout_of(s)).in_flight, 2.0);
+}
+
+// Schedule1F1B's last stage keeps every micro-batch's output (output_chunks) to the step's end: each
+// micro-batch more adds one logits-sized tensor in bf16 (Qwen2.5-0.5B's 151,936 x 2048 x 2 bytes)
+// to its peak, measured as 596-597 MiB on two H200s. The first stage's second backward at m = pp
+// has one micro-batch in flight beside the gradients: its peak rises once, from m = 2 to 3.
+TEST(Layout, PipelineLastStageKeepsEveryMicroBatchsOutput) {
+  TrainingSetup s = full_on(2, Parallel::ddp);
+  s.grad_ckpt = false;
+  s.seq = 2048;
+  s.pp = 2;
+  const auto peak_at = [&](std::int64_t m) {
+    s.microbatches = m;
+    return estimate("qwen2.5-0.5b", s, "h200");
+  };
+  const double logits = 151936.0 * 2048 * 2;
+  const auto m3 = peak_at(3), m4 = peak_at(4), m8 = peak_at(8);
+  EXPECT_EQ(m4.pipeline_stage, 1);
+  EXPECT_NEAR(static_cast<double>(m4.peak_allocated_bytes - m3.peak_allocated_bytes), logits, 0.01 * logits);
+  EXPECT_NEAR(static_cast<double>(m8.peak_allocated_bytes - m4.peak_allocated_bytes), 4 * logits, 0.01 * logits);
+  const ModelSpec qwen = load_model("qwen2.5-0.5b");
+  EXPECT_TRUE(detail::last_stage(qwen, detail::layout_of(s)).keeps_outputs);
+  EXPECT_FALSE(detail::first_stage(qwen, detail::layout_of(s)).keeps_outputs);
 }
 
 TEST(Layout, ContextParallelismDividesTheTokens) {
