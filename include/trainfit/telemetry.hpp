@@ -85,8 +85,9 @@ namespace read_set {
 inline constexpr unsigned kActivity = 1U;  // utilisation and power: the cheap calls, every tick
 inline constexpr unsigned kMemory = 2U;    // memory total/used/free: ~70 us of CPU after 100 ms without one
 inline constexpr unsigned kState = 4U;     // SM and memory clocks, throttle reasons, temperature, power limit
-inline constexpr unsigned kCounters = 8U;  // PCIe and NVLink byte counters (~0.6-0.8 ms), the process list
-inline constexpr unsigned kAll = kActivity | kMemory | kState | kCounters;
+inline constexpr unsigned kCounters = 8U;  // PCIe byte counters (~0.5-0.8 ms) and the process list
+inline constexpr unsigned kLinks = 16U;    // NVLink byte counters: ~2.8 ms of CPU a call on an NVLink host
+inline constexpr unsigned kAll = kActivity | kMemory | kState | kCounters | kLinks;
 }  // namespace read_set
 // Copies into `reading` the metrics of the sets it was not read with, from `previous`: a sample
 // between two reads of a set shows the last value read.
@@ -127,10 +128,15 @@ struct SamplerCost {
 // hold, which grows in large steps and stays; clocks, temperature and throttle reasons are judged
 // over windows of seconds; the link counters are cumulative, so a read every few seconds gives the
 // exact mean rate over those seconds; the process list only changes when a process starts or ends.
+// NVLink's counters cost the driver ~2.8 ms of CPU a read on the two-H200 host (one link or all
+// eighteen alike; docs/watch.md, "Cost"): every 5 s they alone would take 0.45% of a core on eight
+// GPUs, so they are read every 20 s, a mean over the last 20 s. The verdicts that need the link
+// (communication-bound) decide on power and utilisation first, which are read every tick.
 struct ReadPeriods {
   std::chrono::duration<double> memory = std::chrono::seconds(1);
   std::chrono::duration<double> state = std::chrono::seconds(1);
   std::chrono::duration<double> counters = std::chrono::seconds(5);
+  std::chrono::duration<double> links = std::chrono::seconds(20);
 };
 
 // Reads every GPU on its own thread every `interval` (each set at its period, carried forward in

@@ -353,14 +353,15 @@ GpuReading Nvml::read(std::size_t position, unsigned sets) {
     g.power_limit_watts = watts(api.power_limit, d);
     if (auto t = ask<unsigned int>(api.temperature, d, kTemperatureGpu)) g.temperature_c = *t;
   }
-  if (!(sets & read_set::kCounters)) return g;
+  if (!(sets & (read_set::kCounters | read_set::kLinks))) return g;
 
   const double t = now_seconds();
-  // PCIe and NVLink: their cumulative counters in one driver call (each field answers on its own);
-  // PCIe falls back to the blocking throughput query, NVLink from the KiB throughput counters summed
-  // over links to the NVLink5 byte counters.
-  const bool ask_pcie = dev.pcie_fields_ok && api.field_values;
-  const bool ask_nvlink = dev.nvlink_ok && api.field_values;
+  // PCIe and NVLink: their cumulative counters in one driver call when both are due (each field
+  // answers on its own); PCIe falls back to the blocking throughput query, NVLink from the KiB
+  // throughput counters summed over links to the NVLink5 byte counters.
+  const bool counters = (sets & read_set::kCounters) != 0;
+  const bool ask_pcie = counters && dev.pcie_fields_ok && api.field_values;
+  const bool ask_nvlink = (sets & read_set::kLinks) && dev.nvlink_ok && api.field_values;
   if (ask_pcie || ask_nvlink) {
     std::array<nvmlFieldValue_t, 4> f{};
     int n = 0;
@@ -408,6 +409,7 @@ GpuReading Nvml::read(std::size_t position, unsigned sets) {
       }
     }
   }
+  if (!counters) return g;
   if ((!dev.pcie_fields_ok || !api.field_values) && api.pcie_throughput) {
     // NVML's KB is 1024 bytes; each call samples for ~20 ms.
     if (auto rx = ask<unsigned int>(api.pcie_throughput, d, kPcieUtilRx)) g.pcie_rx_bytes_per_s = *rx * 1024.0;
@@ -441,9 +443,11 @@ void carry_unread(unsigned sets_read, const GpuReading& previous, GpuReading& re
   if (!(sets_read & read_set::kCounters)) {
     reading.pcie_rx_bytes_per_s = previous.pcie_rx_bytes_per_s;
     reading.pcie_tx_bytes_per_s = previous.pcie_tx_bytes_per_s;
+    reading.processes = previous.processes;
+  }
+  if (!(sets_read & read_set::kLinks)) {
     reading.nvlink_rx_bytes_per_s = previous.nvlink_rx_bytes_per_s;
     reading.nvlink_tx_bytes_per_s = previous.nvlink_tx_bytes_per_s;
-    reading.processes = previous.processes;
   }
 }
 

@@ -57,9 +57,10 @@ struct Sampler::State {
       std::chrono::duration<double> period;
       clock::time_point at;
     };
-    std::array<Due, 3> due{{{read_set::kMemory, periods.memory, next},
+    std::array<Due, 4> due{{{read_set::kMemory, periods.memory, next},
                             {read_set::kState, periods.state, next},
-                            {read_set::kCounters, periods.counters, next}}};
+                            {read_set::kCounters, periods.counters, next},
+                            {read_set::kLinks, periods.links, next}}};
     for (;;) {
       const auto now = clock::now();
       unsigned sets = read_set::kActivity;

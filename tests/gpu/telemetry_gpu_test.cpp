@@ -60,7 +60,8 @@ std::vector<SetCost> measure_set_costs(Nvml& nvml) {
   std::vector<SetCost> sets{{read_set::kActivity, "activity", 10},
                             {read_set::kMemory, "memory", 1 / periods.memory.count()},
                             {read_set::kState, "state", 1 / periods.state.count()},
-                            {read_set::kCounters, "counters", 1 / periods.counters.count()}};
+                            {read_set::kCounters, "counters", 1 / periods.counters.count()},
+                            {read_set::kLinks, "links", 1 / periods.links.count()}};
   constexpr int kReads = 30;
   for (SetCost& c : sets) {
     std::vector<double> cpu;

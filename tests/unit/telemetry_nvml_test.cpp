@@ -1,7 +1,6 @@
 // The NVML layer through the real dlopen path, against the fake libnvidia-ml the tests build
 // (tests/fake_nvml/): scripted answers, driver errors, refused metrics, the old process struct.
 #include <gtest/gtest.h>
-
 #include <unistd.h>
 
 #include <cstdlib>
@@ -20,7 +19,8 @@ class Script {
  public:
   explicit Script(const std::string& text)
       // ctest runs each test in its own process, in parallel: the process id keeps their scripts apart.
-      : path_(testing::TempDir() + "/fake_nvml_" + std::to_string(::getpid()) + "_" + std::to_string(++counter_) + ".txt") {
+      : path_(testing::TempDir() + "/fake_nvml_" + std::to_string(::getpid()) + "_" + std::to_string(++counter_) +
+              ".txt") {
     std::ofstream(path_) << text;
     setenv("FAKE_NVML_SCRIPT", path_.c_str(), 1);
   }
@@ -156,8 +156,12 @@ TEST(Nvml, EachSetReadsOnlyItsMetrics) {
               state.power_limit_watts);
   EXPECT_FALSE(state.gpu_util_percent || state.memory_used_bytes || state.pcie_rx_bytes_per_s || state.processes);
   const GpuReading counters = nvml->read(0, read_set::kCounters);
-  EXPECT_TRUE(counters.pcie_rx_bytes_per_s && counters.nvlink_rx_bytes_per_s && counters.processes);
-  EXPECT_FALSE(counters.gpu_util_percent || counters.memory_used_bytes || counters.sm_clock_mhz);
+  EXPECT_TRUE(counters.pcie_rx_bytes_per_s && counters.processes);
+  EXPECT_FALSE(counters.gpu_util_percent || counters.memory_used_bytes || counters.sm_clock_mhz ||
+               counters.nvlink_rx_bytes_per_s);
+  const GpuReading links = nvml->read(0, read_set::kLinks);
+  EXPECT_TRUE(links.nvlink_rx_bytes_per_s && links.nvlink_tx_bytes_per_s);
+  EXPECT_FALSE(links.pcie_rx_bytes_per_s || links.processes || links.gpu_util_percent);
 }
 
 TEST(Nvml, UnreadSetsCarryThePreviousValues) {
@@ -177,6 +181,24 @@ TEST(Nvml, UnreadSetsCarryThePreviousValues) {
   EXPECT_EQ(now.pcie_rx_bytes_per_s, 1e9);
   ASSERT_TRUE(now.processes);
   EXPECT_EQ(now.processes->front().pid, 42u);
+}
+
+// NVLink's counters have their own set (they cost the driver several times the PCIe counters): a
+// read of the counters set keeps its PCIe rate and carries the NVLink rate read before, and back.
+TEST(Nvml, TheLinkCountersAreCarriedApartFromThePcieCounters) {
+  GpuReading previous;
+  previous.pcie_rx_bytes_per_s = 1e9;
+  previous.nvlink_rx_bytes_per_s = 5e10;
+  GpuReading counters;
+  counters.pcie_rx_bytes_per_s = 2e9;
+  carry_unread(read_set::kActivity | read_set::kCounters, previous, counters);
+  EXPECT_EQ(counters.pcie_rx_bytes_per_s, 2e9);
+  EXPECT_EQ(counters.nvlink_rx_bytes_per_s, 5e10);
+  GpuReading links;
+  links.nvlink_rx_bytes_per_s = 6e10;
+  carry_unread(read_set::kActivity | read_set::kLinks, previous, links);
+  EXPECT_EQ(links.nvlink_rx_bytes_per_s, 6e10);
+  EXPECT_EQ(links.pcie_rx_bytes_per_s, 1e9);
 }
 
 TEST(Nvml, RefusedMetricsAreUnknownNotZero) {
