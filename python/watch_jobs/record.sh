@@ -37,7 +37,7 @@ py=(env "LD_LIBRARY_PATH=$orig_ld" PYTHONUNBUFFERED=1)
   "${py[@]}" python3 -c 'import sys, torch; print("python", sys.version.split()[0]); print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.device_count(), torch.cuda.get_device_name())'
 } > "$out/env.txt" 2>&1
 if [ "${GPU_TESTS:-1}" = 1 ]; then
-  "$gpu_tests" --gtest_color=no > "$out/gpu_tests.txt" 2>&1
+  TRAINFIT_CLI=$tf "$gpu_tests" --gtest_color=no > "$out/gpu_tests.txt" 2>&1
   # The sampler against the real driver at 10 Hz, every GPU of the machine (and the fake at 1, 2, 8).
   { TRAINFIT_BENCH_REAL_NVML=1 "$bench" --benchmark_filter=SamplerRealDriver
     "$bench" --benchmark_filter=SamplerFakeDriver; } > "$out/sampler_cost.txt" 2>&1

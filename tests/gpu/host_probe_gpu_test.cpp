@@ -5,6 +5,7 @@
 
 #include <array>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -25,13 +26,19 @@ int run(const std::string& cmd, std::string& out) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
+// The trainfit under test: TRAINFIT_CLI from the environment when the binaries were built elsewhere and
+// carried to the GPU machine (python/watch_jobs/record.sh sets it), else the one built beside this test.
+std::string trainfit_cli() {
+  const char* env = std::getenv("TRAINFIT_CLI");
+  return env != nullptr && *env != '\0' ? env : TRAINFIT_CLI;
+}
+
 TEST(GpuHostProbe, MeasuresAHostBoundStepOnThisGpu) {
   const std::string dir = ::testing::TempDir() + "/host-probe-gpu-" + std::to_string(::getpid());
   std::filesystem::create_directories(dir);
   std::string out;
   const int code =
-      run(std::string(TRAINFIT_CLI) + " calibrate --host --out " + dir + "/host.toml --record " + dir + "/record.json",
-          out);
+      run(trainfit_cli() + " calibrate --host --out " + dir + "/host.toml --record " + dir + "/record.json", out);
   std::cout << out;
   ASSERT_EQ(code, 0) << out;
   const trainfit::TimeProfile p = trainfit::load_profile(dir + "/host.toml");
