@@ -4,7 +4,8 @@
 // ISA-L's igzip, or zlib, as it goes), and a splitter that cuts a Chrome trace's top-level object into the complete
 // objects of its traceEvents array and its other members, tracking strings, escapes and depth. No
 // DOM of the whole file is ever built: each piece is parsed on its own (simdjson), so resident
-// memory is the chunk, one batch of events and what the analysis keeps of them.
+// memory is the chunk (a ring of a few when a thread reads ahead), one batch of events and what the
+// analysis keeps of them.
 #include <cstdint>
 #include <functional>
 #include <memory>
