@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <sched.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -9,11 +10,19 @@
 #include <isa-l/igzip_lib.h>
 #endif
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <bit>
 #include <cerrno>
+#include <condition_variable>
 #include <cstring>
+#include <exception>
+#include <mutex>
+#include <system_error>
+#include <thread>
+#include <utility>
+#include <vector>
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
@@ -469,39 +478,84 @@ Inflate inflate_in_use() {
   return static_cast<Inflate>(inflate);
 }
 
-ChunkReader::ChunkReader(const std::string& path, std::size_t chunk_bytes) : path_(path) {
-  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd_ < 0) throw InputError(fmt::format("cannot read trace '{}': {}", path, std::strerror(errno)));
+namespace {
+
+// The CPUs this process may run on (taskset, cgroups' cpusets): with one, a second thread could only
+// take turns with the first.
+int usable_cpus() {
+#if defined(__linux__)
+  cpu_set_t allowed;
+  if (::sched_getaffinity(0, sizeof allowed, &allowed) != 0) return 1;
+  return CPU_COUNT(&allowed);
+#else
+  return static_cast<int>(std::max(1U, std::thread::hardware_concurrency()));
+#endif
+}
+
+}  // namespace
+
+// The file and its decoder. On the caller's thread, or on a ChunkPrefetcher's once the reader is
+// made: nothing here is shared with the caller then, who sees only the chunks and their marks.
+struct ChunkReader::Source {
+  Source(const std::string& path, std::size_t chunk_bytes);
+  ~Source() {
+    if (fd >= 0) ::close(fd);
+  }
+  Source(const Source&) = delete;
+  Source& operator=(const Source&) = delete;
+  // The next chunk into [out, out + capacity) (at least 2 bytes); empty at the end of the file.
+  MadeChunk make(char* out, std::size_t capacity);
+
+  std::string path;
+  int fd = -1;
+  bool regular = false;  // a regular file (not a pipe, a device, /proc)
+  bool gzip = false, truncated = false, eof = false;
+  bool member_ended = false;  // the last inflate ended a gzip member
+  bool stream_ended = false;  // what follows the last member is not gzip
+  bool trailing_bytes = false;
+  std::uint64_t handed_out = 0;  // bytes of text made into chunks
+  std::uint64_t skip = 0;        // bytes to inflate again without making them into chunks
+  std::array<char, 2> head{};    // a plain file's first bytes, read to detect gzip
+  std::size_t pending_head = 0;  // of them, not yet in a chunk
+  std::uint64_t file_bytes = 0;
+  std::string in;
+  std::unique_ptr<Inflater> inflater;
+  std::size_t read_raw(char* into, std::size_t capacity);
+  std::size_t inflate_chunk(char* out, std::size_t capacity);
+  bool member_follows();
+};
+
+ChunkReader::Source::Source(const std::string& path_in, std::size_t chunk_bytes) : path(path_in) {
+  fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw InputError(fmt::format("cannot read trace '{}': {}", path, std::strerror(errno)));
   struct stat st {};
-  if (::fstat(fd_, &st) == 0 && st.st_size > 0) file_bytes_ = static_cast<std::uint64_t>(st.st_size);
-  out_.resize(chunk_bytes);
-  // The first two bytes, into the first chunk: the text's, unless they are gzip's magic.
-  const std::size_t got = read_raw(out_.data(), 2);
-  gzip_ = got == 2 && static_cast<unsigned char>(out_[0]) == 0x1f && static_cast<unsigned char>(out_[1]) == 0x8b;
-  if (gzip_) {
-    in_.resize(chunk_bytes);  // a plain file needs no buffer of compressed bytes (its pages are never touched)
-    std::memcpy(in_.data(), out_.data(), got);
-    inflater_ = make_inflater();
-    inflater_->input(in_.data(), got);
+  if (::fstat(fd, &st) == 0) {
+    regular = S_ISREG(st.st_mode);
+    if (st.st_size > 0) file_bytes = static_cast<std::uint64_t>(st.st_size);
+  }
+  // The first two bytes: the text's, unless they are gzip's magic.
+  const std::size_t got = read_raw(head.data(), head.size());
+  gzip = got == 2 && static_cast<unsigned char>(head[0]) == 0x1f && static_cast<unsigned char>(head[1]) == 0x8b;
+  if (gzip) {
+    in.resize(chunk_bytes);  // a plain file needs no buffer of compressed bytes (its pages are never touched)
+    std::memcpy(in.data(), head.data(), got);
+    inflater = make_inflater();
+    inflater->input(in.data(), got);
   } else {
-    pending_head_ = got;
+    pending_head = got;
   }
 }
 
-ChunkReader::~ChunkReader() {
-  if (fd_ >= 0) ::close(fd_);
-}
-
-std::size_t ChunkReader::read_raw(char* into, std::size_t capacity) {
+std::size_t ChunkReader::Source::read_raw(char* into, std::size_t capacity) {
   std::size_t total = 0;
   while (total < capacity) {
-    const ssize_t n = ::read(fd_, into + total, capacity - total);
+    const ssize_t n = ::read(fd, into + total, capacity - total);
     if (n < 0) {
       if (errno == EINTR) continue;
-      throw SystemError(fmt::format("cannot read trace '{}': {}", path_, std::strerror(errno)));
+      throw SystemError(fmt::format("cannot read trace '{}': {}", path, std::strerror(errno)));
     }
     if (n == 0) {
-      eof_ = true;
+      eof = true;
       break;
     }
     total += static_cast<std::size_t>(n);
@@ -509,73 +563,221 @@ std::size_t ChunkReader::read_raw(char* into, std::size_t capacity) {
   return total;
 }
 
-std::string_view ChunkReader::next() {
-  if (!gzip_) {
-    const std::size_t head = pending_head_;
-    pending_head_ = 0;
-    if (eof_ && head == 0) return {};
-    const std::size_t got = eof_ ? 0 : read_raw(out_.data() + head, out_.size() - head);
-    return {out_.data(), head + got};
+// Neither mark changes in a call that throws (both are set only on the way out), so the marks of a
+// chunk before an exception are still the reader's after it.
+MadeChunk ChunkReader::Source::make(char* out, std::size_t capacity) {
+  if (!gzip) {
+    const std::size_t head_bytes = pending_head;
+    pending_head = 0;
+    if (eof && head_bytes == 0) return {};
+    std::memcpy(out, head.data(), head_bytes);
+    const std::size_t got = eof ? 0 : read_raw(out + head_bytes, capacity - head_bytes);
+    return {{out, head_bytes + got}, {}};
   }
   for (;;) {
-    const std::size_t produced = inflate_chunk();
-    if (produced == 0 && !stream_ended_ && eof_ && inflater_->input_left() == 0 && !member_ended_) {
+    const std::size_t produced = inflate_chunk(out, capacity);
+    if (produced == 0 && !stream_ended && eof && inflater->input_left() == 0 && !member_ended) {
       // Cut short. ISA-L may hold back the last bytes it could decode (a few literals waiting for
       // the bits of the next symbol), zlib hands out every one: the file is inflated again by
       // zlib, past what was handed out, so that a cut file reads the same whichever decoder runs.
-      if (!inflater_->zlib() && ::lseek(fd_, 0, SEEK_SET) == 0) {
-        inflater_ = std::make_unique<ZlibInflater>();
-        eof_ = member_ended_ = false;
-        skip_ = handed_out_;
+      if (!inflater->zlib() && ::lseek(fd, 0, SEEK_SET) == 0) {
+        inflater = std::make_unique<ZlibInflater>();
+        eof = member_ended = false;
+        skip = handed_out;
         continue;
       }
-      truncated_ = true;
+      truncated = true;
     }
-    std::size_t skipped = std::min(skip_, produced);
-    skip_ -= skipped;
+    std::size_t skipped = std::min(skip, std::uint64_t{produced});
+    skip -= skipped;
     if (produced > 0 && skipped == produced) continue;
-    handed_out_ += produced - skipped;
-    return {out_.data() + skipped, produced - skipped};
+    handed_out += produced - skipped;
+    return {{out + skipped, produced - skipped}, {truncated, trailing_bytes}};
   }
 }
 
-std::size_t ChunkReader::inflate_chunk() {
-  Inflater& inflater = *inflater_;
+std::size_t ChunkReader::Source::inflate_chunk(char* out, std::size_t capacity) {
+  Inflater& decoder = *inflater;
   std::size_t produced = 0;
-  while (produced < out_.size() && !stream_ended_) {
-    if (inflater.input_left() == 0) {
-      if (eof_) break;
-      const std::size_t got = read_raw(in_.data(), in_.size());
+  while (produced < capacity && !stream_ended) {
+    if (decoder.input_left() == 0) {
+      if (eof) break;
+      const std::size_t got = read_raw(in.data(), in.size());
       if (got == 0) break;
-      inflater.input(in_.data(), got);
+      decoder.input(in.data(), got);
     }
-    member_ended_ = false;
-    if (inflater.inflate(out_.data() + produced, out_.size() - produced, produced) == Inflater::Step::member_end) {
-      member_ended_ = true;
-      if (inflater.input_left() == 0 && eof_) break;
+    member_ended = false;
+    if (decoder.inflate(out + produced, capacity - produced, produced) == Inflater::Step::member_end) {
+      member_ended = true;
+      if (decoder.input_left() == 0 && eof) break;
       // gzip allows members one after another (cat a.gz b.gz): go on with the next. What follows
       // the last member and is not one (zeros a tool padded with, other bytes) ends the stream.
       if (!member_follows()) {
-        stream_ended_ = trailing_bytes_ = true;
+        stream_ended = trailing_bytes = true;
         break;
       }
-      inflater.next_member();
+      decoder.next_member();
     }
   }
   return produced;
 }
 
-bool ChunkReader::member_follows() {
-  Inflater& inflater = *inflater_;
-  if (inflater.input_left() < 2 && !eof_) {  // its magic bytes may be in the next read
-    const std::size_t left = inflater.input_left();
-    std::memmove(in_.data(), inflater.input_at(), left);
-    const std::size_t got = read_raw(in_.data() + left, in_.size() - left);
-    inflater.input(in_.data(), left + got);
+bool ChunkReader::Source::member_follows() {
+  Inflater& decoder = *inflater;
+  if (decoder.input_left() < 2 && !eof) {  // its magic bytes may be in the next read
+    const std::size_t left = decoder.input_left();
+    std::memmove(in.data(), decoder.input_at(), left);
+    const std::size_t got = read_raw(in.data() + left, in.size() - left);
+    decoder.input(in.data(), left + got);
   }
-  const char* const p = inflater.input_at();
-  return inflater.input_left() >= 2 && static_cast<unsigned char>(p[0]) == 0x1f &&
+  const char* const p = decoder.input_at();
+  return decoder.input_left() >= 2 && static_cast<unsigned char>(p[0]) == 0x1f &&
          static_cast<unsigned char>(p[1]) == 0x8b;
+}
+
+ChunkReader::ChunkReader(const std::string& path, std::size_t chunk_bytes, Prefetch prefetch)
+    : source_(std::make_unique<Source>(path, std::max<std::size_t>(chunk_bytes, 2))) {
+  gzip_ = source_->gzip;
+  file_bytes_ = source_->file_bytes;
+  out_.resize(std::max<std::size_t>(chunk_bytes, 2));
+  read_ahead_ = prefetch == Prefetch::on || (prefetch == Prefetch::automatic && gzip_ && source_->regular &&
+                                             file_bytes_ >= kPrefetchFromGzipBytes && usable_cpus() >= 2);
+}
+
+ChunkReader::~ChunkReader() {
+  prefetcher_.reset();  // its thread uses the source: joined first
+}
+
+std::string_view ChunkReader::next() {
+  if (prefetcher_) {
+    if (!out_.empty()) std::string().swap(out_);  // the first chunk's buffer: read, and not used again
+    const MadeChunk chunk = prefetcher_->next();
+    marks_ = chunk.marks;
+    return chunk.text;
+  }
+  const bool start = std::exchange(read_ahead_, false);
+  const MadeChunk chunk = source_->make(out_.data(), out_.size());
+  marks_ = chunk.marks;
+  // The first chunk is made here and the thread started after it, so that the thread's start and
+  // its first chunk overlap the parsing of this one instead of being waited for.
+  if (start && !chunk.text.empty()) {
+    try {
+      prefetcher_ = std::make_unique<ChunkPrefetcher>(
+          [source = source_.get()](char* out, std::size_t capacity) { return source->make(out, capacity); },
+          out_.size(), kPrefetchSlots);
+    } catch (const std::system_error&) {
+      // No thread to be had (a process at its limit): this thread reads on, as it does a small file.
+    }
+  }
+  return chunk.text;
+}
+
+// The ring: `made` chunks were made into it, `released` of them were read and given back; the
+// maker writes slot made % size while fewer than `size` are out, so never the one the caller
+// reads (taken - 1, not yet released).
+struct ChunkPrefetcher::Ring {
+  struct Slot {
+    std::unique_ptr<char[]> buffer;
+    MadeChunk chunk;
+    std::exception_ptr error;
+  };
+  Make make;
+  std::size_t chunk_bytes = 0;
+  std::vector<Slot> slots;
+  // A full ring waits until this many slots are free, so that the caller, who frees one a chunk,
+  // wakes the maker once every few chunks instead of at each (a futex call, and on a VM an interrupt
+  // to the other CPU), with chunks still ready for it meanwhile.
+  std::size_t refill_at = 1;
+
+  std::mutex mutex;
+  std::condition_variable made_one, freed;
+  // Guarded by mutex.
+  std::uint64_t made = 0, released = 0;
+  bool stop = false, maker_waits = false, taker_waits = false;
+  // The caller's alone.
+  std::uint64_t taken = 0;
+  bool done = false;
+  std::thread thread;  // last: started once the rest is made
+
+  void run();
+};
+
+ChunkPrefetcher::ChunkPrefetcher(Make make, std::size_t chunk_bytes, std::size_t slots)
+    : ring_(std::make_unique<Ring>()) {
+  Ring& r = *ring_;
+  r.make = std::move(make);
+  r.chunk_bytes = chunk_bytes;
+  r.slots.resize(std::max<std::size_t>(slots, 2));
+  // Not written here: the maker faults the pages in, on its own CPU.
+  for (Ring::Slot& slot : r.slots) slot.buffer = std::make_unique_for_overwrite<char[]>(chunk_bytes);
+  r.refill_at = r.slots.size() / 2;
+  r.thread = std::thread([&r] { r.run(); });
+}
+
+ChunkPrefetcher::~ChunkPrefetcher() {
+  {
+    const std::lock_guard lock(ring_->mutex);
+    ring_->stop = true;
+  }
+  ring_->freed.notify_one();
+  // A chunk being made is finished first (one read or inflate of a chunk: well under a millisecond).
+  ring_->thread.join();
+}
+
+void ChunkPrefetcher::Ring::run() {
+  for (;;) {
+    std::uint64_t at = 0;
+    {
+      std::unique_lock lock(mutex);
+      if (made - released == slots.size()) {
+        maker_waits = true;
+        freed.wait(lock, [&] { return stop || slots.size() - (made - released) >= refill_at; });
+        maker_waits = false;
+      }
+      if (stop) return;
+      at = made;
+    }
+    Slot& slot = slots[at % slots.size()];
+    bool last = false;
+    try {
+      slot.chunk = make(slot.buffer.get(), chunk_bytes);
+      slot.error = nullptr;
+      last = slot.chunk.text.empty();
+    } catch (...) {
+      slot.chunk = {};
+      slot.error = std::current_exception();
+      last = true;
+    }
+    {
+      const std::lock_guard lock(mutex);
+      ++made;
+      if (taker_waits) made_one.notify_one();
+    }
+    if (last) return;  // the end, or an error: the source is not called again
+  }
+}
+
+MadeChunk ChunkPrefetcher::next() {
+  Ring& r = *ring_;
+  if (r.done) return {};
+  std::unique_lock lock(r.mutex);
+  if (r.taken > 0) {
+    ++r.released;  // the chunk handed out before is read: its slot is free
+    if (r.maker_waits && r.slots.size() - (r.made - r.released) >= r.refill_at) r.freed.notify_one();
+  }
+  if (r.made == r.taken) {
+    r.taker_waits = true;
+    r.made_one.wait(lock, [&] { return r.made != r.taken; });
+    r.taker_waits = false;
+  }
+  Ring::Slot& slot = r.slots[r.taken++ % r.slots.size()];
+  lock.unlock();
+  if (slot.error) {
+    r.done = true;
+    std::rethrow_exception(std::exchange(slot.error, nullptr));
+  }
+  if (slot.chunk.text.empty()) r.done = true;
+  return slot.chunk;
 }
 
 bool use_block_scan(BlockScan scan) {

@@ -4,7 +4,8 @@
 // ISA-L's igzip, or zlib, as it goes), and a splitter that cuts a Chrome trace's top-level object into the complete
 // objects of its traceEvents array and its other members, tracking strings, escapes and depth. No
 // DOM of the whole file is ever built: each piece is parsed on its own (simdjson), so resident
-// memory is the chunk, one batch of events and what the analysis keeps of them.
+// memory is the chunk (a ring of a few when a thread reads ahead), one batch of events and what the
+// analysis keeps of them.
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -13,14 +14,68 @@
 
 namespace trainfit::trace::detail {
 
+// What a chunk's source says of itself once the chunk is made: a gzip stream that ended early (no
+// more chunks follow), bytes after its last member that are not another.
+struct SourceMarks {
+  bool truncated = false, trailing_bytes = false;
+};
+
+// One chunk as a source makes it: its text (in the buffer it was given; empty at the end) and the
+// source's marks after it.
+struct MadeChunk {
+  std::string_view text;
+  SourceMarks marks;
+};
+
+// Runs a source of chunks on a thread of its own, ahead of the caller, into a ring of buffers, so
+// that making the next chunks (a gzip file's inflate) takes place on another CPU while the caller
+// parses the current one (docs/trace.md, "Speed").
+// next() hands out exactly what `make` made, chunk after chunk in the order made; an exception
+// `make` threw is thrown by next() in its place, after the chunks before it were handed out, and
+// the source is not called again after it nor after the empty chunk that ends it. The destructor
+// stops the thread and joins it, wherever the caller is in the stream.
+class ChunkPrefetcher {
+ public:
+  // Makes the next chunk into [out, out + capacity). Called on the prefetcher's thread only.
+  using Make = std::function<MadeChunk(char* out, std::size_t capacity)>;
+  // `slots` buffers of `chunk_bytes`, at least 2: the one the caller reads, and one being made.
+  // std::system_error when the thread cannot be started.
+  ChunkPrefetcher(Make make, std::size_t chunk_bytes, std::size_t slots);
+  ~ChunkPrefetcher();
+  ChunkPrefetcher(const ChunkPrefetcher&) = delete;
+  ChunkPrefetcher& operator=(const ChunkPrefetcher&) = delete;
+  // The next chunk; empty at the end (and from then on). Valid until the next call.
+  MadeChunk next();
+
+ private:
+  struct Ring;  // the buffers, the thread and what they share (json_stream.cpp)
+  std::unique_ptr<Ring> ring_;
+};
+
 // A file's bytes, uncompressed, in chunks. SystemError when the file cannot be opened or read;
 // InputError when a gzip stream is corrupt. A gzip stream that ends early is not an error here:
 // truncated() says so after the last chunk; nor are bytes after its last member that are not
-// another (trailing_bytes()).
+// another (trailing_bytes()). Either says what the reader knew when it made the last chunk handed
+// out, whether or not it read ahead.
+//
+// A large gzip file is read ahead by a ChunkPrefetcher (Prefetch::automatic): the same chunks, of
+// the same size, and the same errors at the same place in the stream, but inflated on a second CPU.
+// Plain files, small ones and other kinds (pipes, /proc) are read on the caller's thread: there a
+// thread costs more than it saves, or could wait on a writer after the caller has stopped.
 class ChunkReader {
  public:
   struct Inflater;  // the gzip decoder (json_stream.cpp)
-  explicit ChunkReader(const std::string& path, std::size_t chunk_bytes = 256 << 10);
+  struct Source;    // the file and its decoder: what makes the chunks (json_stream.cpp)
+  enum class Prefetch { automatic, off, on };
+  // Prefetch::automatic reads ahead a regular gzip file of at least this many bytes on disk
+  // (compressed; some 6 MB of text), when the process may use two CPUs or more. Measured in
+  // docs/trace.md, "Speed": below it the thread costs what it saves, and for a plain file the copy
+  // that read(2) would move off the caller's CPU saves less than the caller then loses reading
+  // chunks that another CPU wrote. Prefetch::on reads ahead any file (the tests, the benchmark).
+  static constexpr std::uint64_t kPrefetchFromGzipBytes = std::uint64_t{512} << 10;
+  static constexpr std::size_t kPrefetchSlots = 4;
+  explicit ChunkReader(const std::string& path, std::size_t chunk_bytes = 256 << 10,
+                       Prefetch prefetch = Prefetch::automatic);
   ~ChunkReader();
   ChunkReader(const ChunkReader&) = delete;
   ChunkReader& operator=(const ChunkReader&) = delete;
@@ -29,25 +84,19 @@ class ChunkReader {
   bool gzip() const { return gzip_; }
   // The file's size on disk (compressed, for gzip), as it was when opened.
   std::uint64_t file_bytes() const { return file_bytes_; }
-  bool truncated() const { return truncated_; }
-  bool trailing_bytes() const { return trailing_bytes_; }
+  bool truncated() const { return marks_.truncated; }
+  bool trailing_bytes() const { return marks_.trailing_bytes; }
+  // Whether a thread reads ahead: from the second chunk on (the first is made on the caller's).
+  bool prefetching() const { return read_ahead_ || prefetcher_ != nullptr; }
 
  private:
-  std::string path_;
-  int fd_ = -1;
-  bool gzip_ = false, truncated_ = false, eof_ = false;
-  bool member_ended_ = false;  // the last inflate ended a gzip member
-  bool stream_ended_ = false;  // what follows the last member is not gzip
-  bool trailing_bytes_ = false;
-  std::uint64_t handed_out_ = 0;  // bytes of text returned by next()
-  std::uint64_t skip_ = 0;        // bytes to inflate again without handing them out (next())
-  std::size_t pending_head_ = 0;  // bytes of a plain file read to detect gzip, not yet handed out
+  bool gzip_ = false;
   std::uint64_t file_bytes_ = 0;
-  std::string in_, out_;
-  std::unique_ptr<Inflater> inflater_;
-  std::size_t read_raw(char* into, std::size_t capacity);
-  std::size_t inflate_chunk();
-  bool member_follows();
+  bool read_ahead_ = false;                      // a thread is to be started after the first chunk
+  SourceMarks marks_;                            // as of the last chunk handed out
+  std::string out_;                              // the chunk made on the caller's thread
+  std::unique_ptr<Source> source_;               // used by the prefetcher's thread while there is one
+  std::unique_ptr<ChunkPrefetcher> prefetcher_;  // declared after source_: stopped before it goes
 };
 
 // Which decoder inflates gzip: ISA-L's igzip where the build has it (libisal), else zlib. The tests

@@ -2,15 +2,23 @@
 // the figures of synthetic timelines whose answer is known, the verdicts, and bad input.
 #include "trainfit/trace.hpp"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <zlib.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <random>
 #include <string>
+#include <thread>
+#include <utility>
+#include <vector>
 
 #include "support/synthetic_trace.hpp"
 #include "trace/json_stream.hpp"
@@ -670,6 +678,248 @@ TEST(TraceFiles, EitherGzipDecoderGivesTheSameAnswer) {
   ASSERT_FALSE(answers.empty());
   for (const auto& other : answers) EXPECT_EQ(other, answers.front());
   EXPECT_TRUE(detail::use_inflate(in_use));
+}
+
+// What a ChunkReader hands out, chunk by chunk, with its marks after each, and how it ends: the
+// empty chunk, or the exception (its type and words) in place of the chunk it was making.
+struct ChunkReading {
+  std::vector<std::string> chunks;
+  std::vector<std::pair<bool, bool>> marks;  // truncated, trailing bytes
+  std::string error;
+  bool prefetched = false;
+};
+
+ChunkReading read_chunks(const std::filesystem::path& path, std::size_t chunk_bytes,
+                         detail::ChunkReader::Prefetch prefetch) {
+  ChunkReading r;
+  try {
+    detail::ChunkReader reader(path.string(), chunk_bytes, prefetch);
+    r.prefetched = reader.prefetching();
+    for (std::string_view chunk = reader.next(); !chunk.empty(); chunk = reader.next()) {
+      r.chunks.emplace_back(chunk);
+      r.marks.emplace_back(reader.truncated(), reader.trailing_bytes());
+    }
+    r.marks.emplace_back(reader.truncated(), reader.trailing_bytes());  // after the end
+  } catch (const trainfit::InputError& e) {
+    r.error = std::string("InputError: ") + e.what();
+  } catch (const trainfit::SystemError& e) {
+    r.error = std::string("SystemError: ") + e.what();
+  }
+  return r;
+}
+
+// A trace of `events` events whose names and times are random, so that gzip leaves it large.
+std::string random_trace_text(std::size_t events, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::string text = R"({"schemaVersion": 1, "traceEvents": [)";
+  for (std::size_t k = 0; k < events; ++k) {
+    text += fmt::format(R"({}{{"ph": "X", "cat": "kernel", "name": "k{}\"{{[", "pid": 0, "tid": 7, "ts": {}, )"
+                        R"("dur": {}, "args": {{"device": 0, "stream": {}, "grid": [{}, 1, 1]}}}})",
+                        k == 0 ? "" : ", ", rng(), 1000 + 10 * k, rng() % 97, rng() % 8, rng() % 4096);
+  }
+  return text + "]}";
+}
+
+std::string read_bytes(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// Reading ahead on a thread hands out what reading on the caller's thread does, chunk for chunk
+// (the same bytes, the same boundaries, so none reordered, dropped or repeated), with the same marks
+// after each, and ends the same way: a corrupt gzip stream's InputError after the same chunks, a
+// cut stream's truncated mark, trailing bytes noted. Small chunks make the ring turn over hundreds
+// of times and cut most events across two chunks; the events split from them are the whole text's.
+TEST(TraceChunks, ReadingAheadHandsOutWhatReadingInPlaceDoes) {
+  const std::string text = random_trace_text(12000, 5);
+  ASSERT_GT(text.size(), std::size_t{1} << 20);
+  write_file(scratch("ahead.json"), text);
+  write_gzip(scratch("ahead.json.gz"), text);
+  const std::string packed = read_bytes(scratch("ahead.json.gz"));
+  ASSERT_GT(packed.size(), std::size_t{100} << 10);  // read in many pieces too
+  write_file(scratch("ahead-two.json.gz"), packed + packed);
+  write_file(scratch("ahead-junk.json.gz"), packed + "and then bytes that are not gzip\n");
+  write_file(scratch("ahead-cut.json.gz"), packed.substr(0, packed.size() * 3 / 5));
+  std::string corrupt = packed;
+  std::fill_n(corrupt.begin() + static_cast<std::ptrdiff_t>(corrupt.size() / 2), 300, '\xff');
+  write_file(scratch("ahead-corrupt.json.gz"), corrupt);
+  std::string bad_check = packed;
+  bad_check[bad_check.size() - 8] ^= 1;  // the trailer's CRC
+  write_file(scratch("ahead-check.json.gz"), bad_check);
+
+  std::vector<std::string> whole_events;
+  detail::TraceSplitter whole([&](std::string_view e, const detail::EventShape&) { whole_events.emplace_back(e); },
+                              [](std::string_view, std::string_view) {});
+  whole.feed(text);
+  ASSERT_EQ(whole_events.size(), 12000u);
+
+  using Prefetch = detail::ChunkReader::Prefetch;
+  const detail::Inflate in_use = detail::inflate_in_use();
+  for (const detail::Inflate decoder : {detail::Inflate::zlib, detail::Inflate::isal}) {
+    if (!detail::use_inflate(decoder)) continue;
+    for (const char* name : {"ahead.json", "ahead.json.gz", "ahead-two.json.gz", "ahead-junk.json.gz",
+                             "ahead-cut.json.gz", "ahead-corrupt.json.gz", "ahead-check.json.gz"}) {
+      for (const std::size_t chunk_bytes : {std::size_t{1000}, std::size_t{4096 + 7}, std::size_t{256} << 10}) {
+        const std::string what = fmt::format("{}, chunks of {}, decoder {}", name, chunk_bytes,
+                                             decoder == detail::Inflate::zlib ? "zlib" : "isal");
+        const ChunkReading in_place = read_chunks(scratch(name), chunk_bytes, Prefetch::off);
+        const ChunkReading ahead = read_chunks(scratch(name), chunk_bytes, Prefetch::on);
+        EXPECT_FALSE(in_place.prefetched) << what;
+        EXPECT_TRUE(ahead.prefetched) << what;
+        ASSERT_EQ(ahead.chunks.size(), in_place.chunks.size()) << what;
+        EXPECT_TRUE(ahead.chunks == in_place.chunks) << what;
+        EXPECT_EQ(ahead.marks, in_place.marks) << what;
+        EXPECT_EQ(ahead.error, in_place.error) << what;
+        const std::string_view file(name);
+        if (file == "ahead-corrupt.json.gz" || file == "ahead-check.json.gz") {
+          EXPECT_NE(ahead.error.find("InputError: corrupt gzip stream"), std::string::npos) << what << ahead.error;
+          EXPECT_GT(ahead.chunks.size(), 1u) << what;  // thrown after chunks were handed out, not at once
+          continue;
+        }
+        EXPECT_EQ(ahead.error, "") << what;
+        ASSERT_FALSE(ahead.marks.empty());
+        EXPECT_EQ(ahead.marks.back().first, file == "ahead-cut.json.gz") << what;
+        EXPECT_EQ(ahead.marks.back().second, file == "ahead-junk.json.gz") << what;
+        if (file == "ahead-cut.json.gz") continue;
+        std::vector<std::string> events;
+        detail::TraceSplitter split([&](std::string_view e, const detail::EventShape&) { events.emplace_back(e); },
+                                    [](std::string_view, std::string_view) {});
+        std::size_t bytes = 0;
+        for (const std::string& chunk : ahead.chunks) {  // ahead-two's second member: the text again
+          const std::string_view first = std::string_view(chunk).substr(0, text.size() - bytes);
+          split.feed(first);
+          bytes += first.size();
+        }
+        EXPECT_EQ(bytes, text.size()) << what;
+        EXPECT_TRUE(events == whole_events) << what;
+      }
+    }
+  }
+  EXPECT_TRUE(detail::use_inflate(in_use));
+  // Left to itself, the reader reads ahead only a gzip file large enough to gain by it.
+  EXPECT_FALSE(read_chunks(scratch("ahead.json"), 256 << 10, Prefetch::automatic).prefetched);
+  write_gzip(scratch("small.json.gz"), text.substr(0, 100000) + "]}");
+  EXPECT_FALSE(read_chunks(scratch("small.json.gz"), 256 << 10, Prefetch::automatic).prefetched);
+  const std::filesystem::path proc_mem = "/proc/self/mem";  // opened, but not read from its start
+  if (std::filesystem::exists(proc_mem)) {
+    EXPECT_NE(read_chunks(proc_mem, 4096, Prefetch::on).error.find("SystemError: cannot read trace"),
+              std::string::npos);
+  }
+}
+
+// A source for ChunkPrefetcher that says which chunk each is: chunk k holds "k:" and then k's own
+// filler, of a length that varies, up to the capacity. It throws at chunk `throw_at` (a
+// SystemError or an InputError) and ends (an empty chunk) at `end_at`; it counts its calls.
+struct CountingSource {
+  std::size_t throw_at = SIZE_MAX, end_at = SIZE_MAX;
+  bool input_error = false;
+  std::chrono::microseconds delay{0};
+  std::atomic<std::size_t> calls{0};
+  std::atomic<bool> called_after_end{false};
+
+  static std::string chunk(std::size_t k, std::size_t capacity) {
+    std::string text = std::to_string(k) + ":";
+    const std::size_t length = 10 + (k * 7919) % 3000;
+    if (text.size() < length) text.append(length - text.size(), static_cast<char>('a' + k % 26));
+    return text.substr(0, capacity);
+  }
+  detail::MadeChunk operator()(char* out, std::size_t capacity) {
+    const std::size_t k = calls++;
+    if (k > std::min(throw_at, end_at)) called_after_end = true;
+    if (delay.count() > 0) std::this_thread::sleep_for(delay);
+    if (k == throw_at) {
+      if (input_error) throw trainfit::InputError(fmt::format("bad bytes in chunk {}", k));
+      throw trainfit::SystemError(fmt::format("disk gone at chunk {}", k));
+    }
+    if (k == end_at) return {};
+    const std::string text = chunk(k, capacity);
+    std::memcpy(out, text.data(), text.size());
+    return {{out, text.size()}, {k % 3 == 0, k % 5 == 0}};
+  }
+};
+
+detail::ChunkPrefetcher::Make make_from(CountingSource& source) {
+  return [&source](char* out, std::size_t capacity) { return source(out, capacity); };
+}
+
+// The chunks come out in the order made, each whole, with its marks; an exception comes out in
+// place of the chunk that threw it, after every chunk before it, and the source is called no more.
+TEST(TraceChunks, APrefetcherHandsOutChunksInOrderAndThrowsInPlace) {
+  for (const std::size_t slots : {std::size_t{2}, std::size_t{3}, std::size_t{4}, std::size_t{8}}) {
+    for (const bool input_error : {false, true}) {
+      for (const std::size_t throw_at : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{500}}) {
+        CountingSource source;
+        source.throw_at = throw_at;
+        source.input_error = input_error;
+        std::size_t got = 0;
+        std::string error;
+        {
+          detail::ChunkPrefetcher ahead(make_from(source), 1000, slots);
+          try {
+            for (detail::MadeChunk c = ahead.next(); !c.text.empty(); ++got, c = ahead.next()) {
+              ASSERT_EQ(c.text, CountingSource::chunk(got, 1000)) << got;
+              EXPECT_EQ(c.marks.truncated, got % 3 == 0);
+              EXPECT_EQ(c.marks.trailing_bytes, got % 5 == 0);
+            }
+          } catch (const trainfit::InputError& e) {
+            error = std::string("input: ") + e.what();
+          } catch (const trainfit::SystemError& e) {
+            error = std::string("system: ") + e.what();
+          }
+          EXPECT_TRUE(ahead.next().text.empty());  // and nothing after it
+        }
+        EXPECT_EQ(got, throw_at) << slots;
+        EXPECT_EQ(error, fmt::format("{}: {} {}", input_error ? "input" : "system",
+                                     input_error ? "bad bytes in chunk" : "disk gone at chunk", throw_at));
+        EXPECT_EQ(source.calls.load(), throw_at + 1);
+        EXPECT_FALSE(source.called_after_end.load());
+      }
+    }
+  }
+  CountingSource source;
+  source.end_at = 100;
+  detail::ChunkPrefetcher ahead(make_from(source), 64, 3);
+  std::size_t got = 0;
+  for (detail::MadeChunk c = ahead.next(); !c.text.empty(); c = ahead.next())
+    EXPECT_EQ(c.text, source.chunk(got++, 64));
+  EXPECT_EQ(got, 100u);
+  EXPECT_TRUE(ahead.next().text.empty());
+  EXPECT_TRUE(ahead.next().text.empty());
+  EXPECT_EQ(source.calls.load(), 101u);
+}
+
+// A caller that stops early (it has what it wanted, or it threw) leaves by the destructor, which
+// stops the thread and joins it, also while a chunk is being made; the thread is never more than
+// the ring ahead of the caller, so what it holds stays a few chunks.
+TEST(TraceChunks, APrefetcherStopsWhereverTheCallerLeaves) {
+  for (const std::size_t slots : {std::size_t{2}, std::size_t{4}}) {
+    for (const std::size_t taken : {std::size_t{0}, std::size_t{1}, std::size_t{3}, std::size_t{50}}) {
+      for (const int delay_us : {0, 2000}) {
+        CountingSource source;  // endless
+        source.delay = std::chrono::microseconds(delay_us);
+        {
+          detail::ChunkPrefetcher ahead(make_from(source), 4096, slots);
+          for (std::size_t k = 0; k < taken; ++k) ASSERT_EQ(ahead.next().text, source.chunk(k, 4096));
+          std::this_thread::sleep_for(std::chrono::milliseconds(5));  // time to run ahead, as far as it may
+        }
+        EXPECT_LE(source.calls.load(), taken + slots) << slots << ", " << taken;
+      }
+    }
+  }
+  try {
+    CountingSource source;
+    detail::ChunkPrefetcher ahead(make_from(source), 4096, 4);
+    ahead.next();
+    throw std::runtime_error("the caller's own fault");
+  } catch (const std::runtime_error& e) {
+    EXPECT_STREQ(e.what(), "the caller's own fault");
+  }
+  // A reader reading ahead through a gzip file, let go after two chunks.
+  write_gzip(scratch("early.json.gz"), random_trace_text(20000, 9));
+  for (const std::size_t chunks : {std::size_t{0}, std::size_t{1}, std::size_t{2}}) {
+    detail::ChunkReader reader(scratch("early.json.gz").string(), 4096, detail::ChunkReader::Prefetch::on);
+    for (std::size_t k = 0; k < chunks; ++k) EXPECT_EQ(reader.next().size(), 4096u);
+  }
 }
 
 TEST(TraceFiles, AFolderOfRanksNamesTheStraggler) {
