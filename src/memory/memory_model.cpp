@@ -570,7 +570,7 @@ MemoryEstimate estimate_memory(const ModelSpec& model, const TrainingSetup& setu
     // A stage's peak is in its first micro-batch's backward (the most micro-batches in flight, the
     // gradients not there yet unless an earlier accumulation step left them, one output kept) or in
     // a later one's (the gradients alive, one micro-batch fewer in flight, every output kept by the
-    // last); measured on two H200s (docs/model.md, "Pipeline stages").
+    // last); measured on two H200s (docs/model.md, "Several GPUs").
     const auto stage_peak = [&](const PipelineStage& stage) {
       MemoryBasis first_mb = stage_basis(basis, setup, st, stage);
       MemoryBasis later = first_mb;
