@@ -49,6 +49,12 @@ struct ModelSpec {
   // MLP read the residual stream itself.
   bool post_norms = false;
   bool layer_norm = false;    // phimoe: nn.LayerNorm (weight and bias) everywhere RMSNorm would be
+  // gemma, gemma2, gemma3: the RMSNorm multiplies by (1 + weight) in fp32 and casts after, so the
+  // weight's gradient keeps the fp32 normalised input (measured on the H200), not a compute-dtype one.
+  bool norm_scale_in_fp32 = false;
+  // phimoe with input_jitter_noise > 0: in training the MoE block and its router each multiply the
+  // hidden states by fresh uniform noise, and autograd keeps each noise tensor (hidden-size wide).
+  std::int64_t jitter_noise_tensors = 0;
   bool lm_head_bias = false;  // phimoe
   // Rotary cos/sin tables the model computes once a step: gemma3 has one for its sliding-window layers
   // and one for its full-attention layers (different bases).

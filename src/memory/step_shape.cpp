@@ -295,7 +295,7 @@ void keep_norm(std::vector<Sized>& v, const StepBasis& b, const std::string& nam
     return;
   }
   keep(v, Sized{name, "fp32 input", 4.0 * width});
-  if (b.full) keep(v, Sized{name, "normalised input", b.w.residual * width});
+  if (b.full) keep(v, Sized{name, "normalised input", (b.model.norm_scale_in_fp32 ? kFp32Bytes : b.w.residual) * width});
 }
 
 // The first module of `mods` PEFT would match by `name`.
@@ -343,7 +343,7 @@ class LayerActivations {
       std::size_t n = 0;
       for (const char* name : {"gate_proj", "up_proj", "gate_up_proj"})
         if (const auto* m = find_module(mods, name)) gu[n++] = m;
-      mlp("", std::span(gu.data(), n), find_module(mods, "down_proj"), as_d(model.intermediate_size), 1.0);
+      mlp("", std::span(gu.data(), n), find_module(mods, "down_proj"), as_d(model.intermediate_size), 1.0, 1.0);
     }
     if (model.post_norms) keep_norm(kept_, b_, "post-feedforward norm", b_.h);
     return std::move(kept_);
@@ -353,10 +353,12 @@ class LayerActivations {
   // What one linear module keeps: its input for the weight gradient when the base trains
   // (under autocast each call casts the fp32 input to a copy of its own), and the LoRA
   // branch's fp32 copy of the input, dropout mask and A output. Modules reading the same input
-  // (q/k/v, gate/up) share one saved tensor, named `input`.
+  // (q/k/v, gate/up) share one saved tensor, named `input`. `rows` is the fraction of the layer's
+  // tokens one copy of the module sees (k/E for a routed expert); its `count` copies together see
+  // rows x count of them (k for the experts: each token's k routed copies).
   void linear(const LayerLinear& l, SharedInput input, double input_bytes, double rows) {
     const LinearModule& m = l.module;
-    const double in = as_d(m.in_features) * rows;
+    const double in = as_d(m.in_features) * rows * as_d(m.count);
     if (b_.full) {
       const bool cast_copy = b_.setup.amp && input_bytes != b_.w.compute;
       if (cast_copy) {
@@ -391,7 +393,7 @@ class LayerActivations {
       if (const auto* m = find_module(mods, name)) linear(*m, {"", "attention input"}, sublayer_input_bytes_, 1.0);
     if (b_.model.qk_norm) {
       keep(kept_, "q/k norm fp32 inputs", 4.0 * (q + kv));
-      if (b_.full) keep(kept_, "q/k norm normalised inputs", c * (q + kv));
+      if (b_.full) keep(kept_, "q/k norm normalised inputs", (b_.model.norm_scale_in_fp32 ? kFp32Bytes : c) * (q + kv));
     }
     keep(kept_, "query after RoPE", c * q);
     keep(kept_, "key after RoPE", c * kv);
@@ -465,24 +467,38 @@ class LayerActivations {
       // keeps it for the backward. Measured on the H200: Gemma 3 1B keeps 22 x 2 x seq^2 bytes more
       // than with every layer causal (data/bench/h200-sliding-window-*.json). Averaged over the layers.
       const ModelSpec& m = b_.model;
-      if (m.sliding_mask_at(static_cast<std::int64_t>(seq)))
-        keep(kept_, "sliding-window mask (additive bias)",
-             c * seq * static_cast<double>(m.sliding_layers) / static_cast<double>(m.num_layers));
+      if (m.sliding_mask_at(static_cast<std::int64_t>(seq))) {
+        const double sliding_share = static_cast<double>(m.sliding_layers) / static_cast<double>(m.num_layers);
+        keep(kept_, "sliding-window mask (additive bias)", c * seq * sliding_share);
+        // transformers hands SDPA grouped key/value heads (enable_gqa) only when no mask is passed;
+        // with the sliding layers' mask it repeats them to the query heads first (repeat_kv), and
+        // the kernel keeps the repeated copies in place of the originals. One key/value head
+        // repeats as a view, which costs nothing. Measured on the H200: Gemma 3 4B keeps 2 x 2 x
+        // (q - kv) bytes a token more in each sliding layer, and Gemma 2 2B at 8k tokens the 416
+        // MiB docs/model.md had left unexplained.
+        if (grouped && m.num_kv_heads > 1)
+          keep(kept_, "key and value repeated to query heads (masked SDPA)",
+               c * ((b_.q - b_.kv) + (b_.attn_out - b_.v)) * sliding_share);
+      }
       shared_inputs_kept_.push_back({"", "attention output"});
       if (o_proj) linear(*o_proj, {"", "attention output"}, c, 1.0);
     }
   }
 
   // A gated MLP: gate and up read the normalised input, the activation keeps its input, the
-  // product keeps both factors, down reads the product. `rows` is the fraction of the layer's
-  // tokens one copy of the modules sees; `prefix` names the MLP ("expert ").
+  // product keeps both factors, down reads the product. `inter` is one copy's intermediate width,
+  // `rows` the fraction of the layer's tokens one copy sees and `copies` how many copies there are
+  // (1 and 1 for a dense MLP; k/E and E for routed experts, whose intermediates are every token's
+  // k routed rows: measured on the H200, Qwen3-MoE keeps 3 x 2 x k x I_e bytes a token here);
+  // `prefix` names the MLP ("expert ").
   void mlp(const char* prefix, std::span<const LayerLinear* const> gate_up, const LayerLinear* down, double inter,
-           double rows) {
+           double rows, double copies) {
     const double c = b_.w.compute;
+    const double width = inter * rows * copies;
     for (const auto* m : gate_up) linear(*m, {prefix, "mlp input"}, sublayer_input_bytes_, rows);
-    keep(kept_, Sized{{}, "gate output (activation input)", c * inter * rows, prefix});
-    keep(kept_, Sized{{}, "activation output", c * inter * rows, prefix});
-    keep(kept_, Sized{{}, "up output", c * inter * rows, prefix});
+    keep(kept_, Sized{{}, "gate output (activation input)", c * width, prefix});
+    keep(kept_, Sized{{}, "activation output", c * width, prefix});
+    keep(kept_, Sized{{}, "up output", c * width, prefix});
     if (down) linear(*down, {prefix, "activation x up (down input)"}, c, rows);
   }
 
@@ -507,9 +523,10 @@ class LayerActivations {
       linear(*router, {"", "mlp input"}, sublayer_input_bytes_, 1.0);
     }
     keep(kept_, "router probabilities (fp32)", 4.0 * E);
-    // Each routed (token, expert) pair gathers a copy of the token, runs the expert MLP and
+    keep(kept_, "input jitter noise", as_d(model.jitter_noise_tensors) * sublayer_input_bytes_ * h);
+    // Each routed (token, expert) pair gathers a copy of the token (the experts' gate and up input,
+    // which their weight gradient keeps: the expert "mlp input" below), runs the expert MLP and
     // is scaled by its routing weight (which keeps the expert output for the weight's gradient).
-    keep(kept_, "tokens gathered for experts", b_.full ? c * h * k : 0);
     std::vector<const LayerLinear*> gu;
     for (const auto& l : mods)
       if (l.module.count > 1 && (l.module.name.ends_with("gate_proj") || l.module.name.ends_with("up_proj") ||
@@ -519,7 +536,7 @@ class LayerActivations {
     for (const auto& l : mods)
       if (l.module.count > 1 && l.module.name.ends_with("down_proj")) down = &l;
     // Per token, k of the E experts run: rows = k/E of the tokens per expert, times E copies.
-    mlp("expert ", gu, down, as_d(model.moe_intermediate_size) * k, 1.0 / E);
+    mlp("expert ", gu, down, as_d(model.moe_intermediate_size), k / E, E);
     keep(kept_, "expert outputs (for routing-weight gradient)", c * h * k);
     if (model.shared_expert_intermediate_size > 0) {
       // Qwen's shared_expert.* or DeepSeek's shared_experts.*: one MLP every token runs.
@@ -531,7 +548,7 @@ class LayerActivations {
       const LayerLinear* sdown = nullptr;
       for (const auto& l : mods)
         if (shared(l.module) && l.module.name.ends_with("down_proj")) sdown = &l;
-      mlp("shared expert ", sgu, sdown, as_d(model.shared_expert_intermediate_size), 1.0);
+      mlp("shared expert ", sgu, sdown, as_d(model.shared_expert_intermediate_size), 1.0, 1.0);
       // Qwen2-MoE scales the shared expert's output by a sigmoid gate, which keeps both; DeepSeek adds it.
       if (find_module(mods, "shared_expert_gate")) keep(kept_, "shared expert output and gate", c * h + 4.0);
     }

@@ -390,6 +390,9 @@ ModelSpec read_decoder(const ConfigReader& r, std::string model_type) {
   // PhimoeDecoderLayer and PhimoeModel build nn.LayerNorm (weight and bias); its output layer may have a bias.
   m.layer_norm = t == "phimoe";
   m.lm_head_bias = t == "phimoe" && r.optional_bool("lm_head_bias", false);
+  m.norm_scale_in_fp32 = gemma;
+  // PhimoeSparseMoeBlock and PhimoeTopKRouter each apply input_jitter_noise (PhimoeConfig's default: 0).
+  if (t == "phimoe" && r.optional_nonnegative_number("input_jitter_noise", 0.0) > 0) m.jitter_noise_tensors = 2;
   // Gemma names its activation hidden_activation (hidden_act is a legacy duplicate).
   const std::string default_act = gemma ? "gelu_pytorch_tanh" : "silu";
   m.hidden_act = gemma ? r.optional_string("hidden_activation", r.optional_string("hidden_act", default_act))

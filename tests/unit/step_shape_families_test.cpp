@@ -87,7 +87,26 @@ TEST(LatentAttention, SharedExpertsRunForEveryTokenWithoutAGate) {
   const auto a = describe_step(small_deepseek(), full).layer_activations;
   EXPECT_EQ(kept(a, "shared expert activation output"), 2.0 * 256);    // one shared expert, every token
   EXPECT_EQ(kept(a, "shared expert output and gate"), -1);             // DeepSeek adds it, no sigmoid gate
-  EXPECT_EQ(kept(a, "expert activation output"), 2.0 * 256 * 4 / 16);  // 4 of 16 experts, per token
+  EXPECT_EQ(kept(a, "expert activation output"), 2.0 * 256 * 4);  // each token's 4 routed rows
+}
+
+// transformers 5's grouped_mm experts: every token is gathered into k rows, one for each expert it is
+// routed to, and the expert MLP's intermediates are those rows (measured on the H200 for Qwen3-MoE and
+// Phi-MoE: 3 x 2 x k x moe_intermediate_size bytes a token, whatever the number of experts).
+TEST(MoeStep, TheRoutedExpertsKeepEveryTokensKRoutedRows) {
+  const ModelSpec m = load_model("qwen3-30b-a3b");  // 128 experts, 8 a token, 768 wide, hidden 2048
+  TrainingSetup lora;
+  lora.lora.targets = {"q_proj", "k_proj", "v_proj", "o_proj"};
+  const auto a = describe_step(m, lora).layer_activations;
+  for (const char* name : {"expert gate output (activation input)", "expert activation output", "expert up output"})
+    EXPECT_EQ(kept(a, name), 2.0 * 8 * 768) << name;
+  EXPECT_EQ(kept(a, "expert outputs (for routing-weight gradient)"), 2.0 * 8 * 2048);
+  EXPECT_EQ(kept(a, "expert mlp input"), -1);  // frozen experts: no weight gradient to keep it for
+  TrainingSetup full;
+  full.method = Method::full;
+  const auto f = describe_step(m, full).layer_activations;
+  EXPECT_EQ(kept(f, "expert mlp input"), 2.0 * 8 * 2048);  // the gathered rows, once for gate and up
+  EXPECT_EQ(kept(f, "expert activation x up (down input)"), 2.0 * 8 * 768);
 }
 
 TEST(Olmo2Step, NormsFollowTheSublayers) {
@@ -118,6 +137,38 @@ TEST(PhiMoeStep, LayerNormsKeepTheirInputAndTwoFp32Statistics) {
   // all-linear adapts the nn.Linear router, not the fused experts.
   const LayerLinears ls = layer_linears(load_model("phi3.5-moe"), TrainingSetup{});
   for (const auto& l : ls.moe) EXPECT_EQ(l.lora_target, !l.module.name.starts_with("experts.")) << l.module.name;
+}
+
+// PhimoeSparseMoeBlock and PhimoeTopKRouter each multiply the hidden states by fresh noise in
+// training when input_jitter_noise is set (0.01 in Phi-3.5-MoE's config), and each noise is kept
+// (measured on the H200: two hidden-size bf16 tensors a token, LoRA and full fine-tuning alike).
+TEST(PhiMoeStep, InputJitterKeepsBothNoiseTensors) {
+  const ModelSpec m = load_model("phi3.5-moe");
+  EXPECT_EQ(m.jitter_noise_tensors, 2);
+  EXPECT_EQ(kept(describe_step(m, TrainingSetup{}).layer_activations, "input jitter noise"), 2.0 * 2.0 * 4096);
+  const ModelSpec quiet = parse_model_config(R"({"model_type": "phimoe", "hidden_size": 256, "num_hidden_layers": 2,
+      "num_attention_heads": 4, "num_key_value_heads": 4, "intermediate_size": 512, "vocab_size": 1000,
+      "num_local_experts": 4, "num_experts_per_tok": 2})",
+                                             "quiet");
+  EXPECT_EQ(quiet.jitter_noise_tensors, 0);  // PhimoeConfig's default: no noise
+  EXPECT_EQ(kept(describe_step(quiet, TrainingSetup{}).layer_activations, "input jitter noise"), -1);
+}
+
+// Gemma's RMSNorm multiplies by (1 + weight) in fp32 and casts after, so the weight's gradient keeps
+// the fp32 normalised input (measured on the H200 for Gemma 3: 4 bytes a channel, every norm of the
+// layer and q/k's); Qwen's and Llama's multiply after the cast and keep it in the compute dtype.
+TEST(Gemma3Step, FullFineTuningKeepsTheNormsFp32NormalisedInputs) {
+  TrainingSetup full;
+  full.method = Method::full;
+  const auto g = describe_step(load_model("gemma3-1b"), full).layer_activations;  // hidden 1152, 4 x 256 q, 256 kv
+  EXPECT_EQ(kept(g, "input norm normalised input"), 4.0 * 1152);
+  EXPECT_EQ(kept(g, "extra norm 3 normalised input"), 4.0 * 1152);
+  EXPECT_EQ(kept(g, "q/k norm normalised inputs"), 4.0 * (1024 + 256));
+  const auto q = describe_step(load_model("qwen3-8b"), full).layer_activations;  // hidden 4096
+  EXPECT_EQ(kept(q, "input norm normalised input"), 2.0 * 4096);
+  EXPECT_EQ(kept(describe_step(load_model("gemma3-1b"), TrainingSetup{}).layer_activations,
+                 "input norm normalised input"),
+            -1);  // LoRA: the norm's weight is frozen
 }
 
 TEST(Gemma3Step, KeepsARotaryTableForEachAttentionKind) {
@@ -247,6 +298,25 @@ TEST(SlidingWindow, TheMaskIsKeptAsABiasByEachSlidingLayerUnderSdpa) {
                    2.0 * 4096 * 22 / 26);
   s.seq = 256;  // shorter than the window: SDPA's causal kernels, no mask
   EXPECT_EQ(kept(describe_step(g3, s).layer_activations, "sliding-window mask (additive bias)"), -1);
+}
+
+// With a mask, transformers repeats grouped key/value heads to the query heads before SDPA, and the
+// repeated copies are kept in place of the originals; one key/value head repeats as a view.
+TEST(SlidingWindow, MaskedLayersKeepKeysAndValuesRepeatedToTheQueryHeads) {
+  const std::string dims = R"("hidden_size": 256, "num_hidden_layers": 26, "num_attention_heads": 8,
+      "head_dim": 32, "intermediate_size": 512, "vocab_size": 1000, "sliding_window": 512, )";
+  const ModelSpec two_kv =
+      parse_model_config(R"({"model_type": "gemma3_text", )" + dims + R"("num_key_value_heads": 2})", "g3");
+  TrainingSetup s;
+  s.seq = 4096;
+  const char* repeated = "key and value repeated to query heads (masked SDPA)";
+  // Keys and values of 8 heads in place of 2, 32 wide, bf16, in 22 of the 26 layers.
+  EXPECT_DOUBLE_EQ(kept(describe_step(two_kv, s).layer_activations, repeated), 2.0 * 2 * (8 - 2) * 32 * 22 / 26);
+  const ModelSpec one_kv =
+      parse_model_config(R"({"model_type": "gemma3_text", )" + dims + R"("num_key_value_heads": 1})", "g3");
+  EXPECT_EQ(kept(describe_step(one_kv, s).layer_activations, repeated), -1);
+  s.seq = 256;  // no mask: SDPA takes the grouped heads as they are
+  EXPECT_EQ(kept(describe_step(two_kv, s).layer_activations, repeated), -1);
 }
 
 }  // namespace
