@@ -264,16 +264,18 @@ Plan make_plan(const ModelSpec& model, const TrainingSetup& setup, const GpuSpec
   plan.warnings = plan_warnings(model, setup);
   // PEFT 0.21 under transformers 5: all-linear reaches the fused experts after all, through
   // lora.ParamWrapper, which refuses dropout (get_peft_model raised "lora.ParamWrapper does not work
-  // with lora_dropout != 0" for DeepSeek-V2-Lite and Qwen3-30B-A3B on the GPU machine). The plan
-  // counts adapters on the nn.Linear modules only; say what a user will meet.
+  // with lora_dropout != 0" for DeepSeek-V2-Lite and Qwen3-30B-A3B on the GPU machine). With dropout 0
+  // the plan counts the expert adapters and what they cost (adapts_fused_experts); otherwise say what
+  // a user will meet, and what dropout 0 would add.
   const bool all_linear = setup.lora.targets.size() == 1 && setup.lora.targets.front() == "all-linear";
   if (setup.method != Method::full && all_linear && plan.memory.untargeted_expert_adapter_parameters > 0)
     plan.warnings.push_back(
         setup.lora.dropout != 0.0
             ? fmt::format("PEFT 0.21 with transformers 5 wraps the fused experts too under all-linear "
                           "(lora.ParamWrapper), and with lora_dropout {} it refuses to build the model: set "
-                          "--lora-dropout 0 (the experts then get {} adapter parameters more, which this plan does "
-                          "not count) or name the targets, e.g. --lora-targets q,k,v,o",
+                          "--lora-dropout 0 (the experts then get {} adapter parameters, and every layer keeps a "
+                          "merged copy of its expert weights until its backward: plan it so to see the cost) or "
+                          "name the targets, e.g. --lora-targets q,k,v,o",
                           setup.lora.dropout, plan.memory.untargeted_expert_adapter_parameters)
             : fmt::format("PEFT 0.21 with transformers 5 wraps the fused experts too under all-linear "
                           "(lora.ParamWrapper): the experts get {} adapter parameters more, which this plan does "

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <optional>
 
 #include <fmt/format.h>
@@ -74,6 +75,18 @@ Measurement measurement_from_json(const json& r) {
 
 namespace {
 
+// A row's model given as a relative path to a config.json that is not there from here but is beside
+// the measurements file (a data folder that carries the configs it ran, such as a layer sweep's
+// cut-down models): that path, so the file validates from any directory. Anything else as it is.
+std::string beside_the_file(const std::string& model, std::string_view source) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path given(model);
+  if (!model.ends_with(".json") || given.is_absolute() || fs::exists(given, ec)) return model;
+  const fs::path beside = fs::path(source).parent_path() / given;
+  return fs::exists(beside, ec) ? beside.string() : model;
+}
+
 // One line of a measurements file: a row, or nothing for a blank line. `rows` so far, for the cap.
 std::optional<MeasuredStep> parse_row(std::string_view raw, std::string_view source, int line, std::size_t rows) {
   if (raw.size() > kMaxMeasurementLineBytes) throw InputError(detail::line_too_long(source, line, kMaxMeasurementLineBytes));
@@ -91,6 +104,7 @@ std::optional<MeasuredStep> parse_row(std::string_view raw, std::string_view sou
     // own code recorded: only the settings are read.
     m.setup = setup_from_json(row["config"]);
     if (m.setup.model.empty()) throw InputError("field \"model\" is missing");
+    m.setup.model = beside_the_file(m.setup.model, source);
     if (row.contains("measured")) {
       m.measured = measurement_from_json(row["measured"]);
       m.has_measurement = true;

@@ -232,6 +232,8 @@ MemoryBasis memory_basis(const ModelSpec& model, const TrainingSetup& user_setup
   b.softcap_bytes = st.softcap_bytes;
   b.layer_backward_transient_per_token = st.layer_backward_transient_per_token;
   b.layer_forward_transient_per_token = st.layer_forward_transient_per_token;
+  b.layer_fixed_activations = st.layer_fixed_activations;
+  b.layer_fixed_backward_transient = st.layer_fixed_backward_transient;
   b.dequant_transient = st.dequant_transient;
   // A tied embedding already holds the output layer's gradient, and adding the embedding's own to
   // it holds 4 bytes per vocabulary x hidden element more (measured: bf16 and fp32). An untied
@@ -382,7 +384,7 @@ StepMemory step_memory(const MemoryBasis& b, double tokens, std::int64_t grad_ac
   // Gradients: with accumulation, micro-batches after the first run with every gradient alive.
   const double grads_prev = grad_accum > 1 ? b.all_grads : 0.0;
   // Each saved tensor is its own allocation, rounded by the caching allocator.
-  const double layer_acts = allocated_for(b.layer_activations, T);
+  const double layer_acts = allocated_for(b.layer_activations, T) + b.layer_fixed_activations;
   const double kept_per_layer = grad_ckpt ? allocator_block(b.checkpoint_per_token * T) : layer_acts;
   const double outside = allocated_for(b.outside_activations, T);
   // Under checkpointing autograd keeps no layer's autocast copies: they die when the forward
@@ -496,7 +498,7 @@ StepMemory step_memory(const MemoryBasis& b, double tokens, std::int64_t grad_ac
     m.gathered_weights = b.gathered_layer_bwd + (L - done) * b.kept_gathered_layer;
     m.activations = (L - done) * kept_per_layer + (grad_ckpt ? layer_acts : 0.0) + other_in_flight + objective_acts;
     m.weights += copies_kept_per_layer * (L - done) + (grad_ckpt ? b.copies_layer : 0.0);
-    m.transient = b.layer_backward_transient_per_token * T + b.dequant_transient;
+    m.transient = b.layer_backward_transient_per_token * T + b.layer_fixed_backward_transient + b.dequant_transient;
     m.logits_and_loss = loss.kept + outputs_bwd;
   }
   // Backward through the embedding (full fine-tuning): every gradient exists, and a tied

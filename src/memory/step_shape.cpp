@@ -128,11 +128,30 @@ struct LinearTotals {
   double factored_elems = 0;  // Adafactor's row + column vectors over the trainable matrices
 };
 
+// Whether a routed experts' module is the gate/up side of the MLP (gate_up_proj, or gate and up as
+// a pair: Mixtral's w1 and w3).
+bool expert_gate_or_up(const LinearModule& m) {
+  return m.name.ends_with("gate_up_proj") || m.name.ends_with("gate_proj") || m.name.ends_with("up_proj") ||
+         m.name.ends_with(".w1") || m.name.ends_with(".w3");
+}
+
+// LoRA A and B of one module, every copy. PEFT's ParamWrapper gives a 3-D expert parameter A of
+// (rank x E) x in and B of out x (rank x E), and the fused gate/up parameter twice the rank (its
+// gate and up halves each keep the rank a pair of nn.Linear would have): 2r x E x (h + 2 I), which
+// split over a listed gate/up pair is r x E x (h + 2 I) each. Counted to the parameter on the H200
+// for Qwen3-MoE, Mixtral and DeepSeek-V2-Lite.
+double adapter_params_of(const LinearModule& m, bool wrapped, double r) {
+  const double in = as_d(m.in_features), out = as_d(m.out_features), copies = as_d(m.count);
+  if (!wrapped || m.count == 1 || !expert_gate_or_up(m)) return r * (in + out) * copies;
+  if (m.name.ends_with("gate_up_proj")) return 2.0 * r * (in + out) * copies;
+  return r * (in + 2.0 * out) * copies;
+}
+
 LinearTotals sum_linears(const StepBasis& b) {
   LinearTotals t;
   const double r = b.r;
   auto add_layer = [&](const std::vector<LayerLinear>& mods, double layers) {
-    for (const auto& [m, lora_target] : mods) {
+    for (const auto& [m, lora_target, wrapped] : mods) {
       const double n = as_d(m.in_features) * as_d(m.out_features) * as_d(m.count);
       t.weight_elems += n * layers;
       t.bias_elems += (m.bias ? as_d(m.out_features) * as_d(m.count) : 0) * layers;
@@ -140,10 +159,10 @@ LinearTotals sum_linears(const StepBasis& b) {
       t.largest = std::max(t.largest, as_d(m.in_features) * as_d(m.out_features));
       if (b.full) t.factored_elems += (as_d(m.in_features) + as_d(m.out_features)) * as_d(m.count) * layers;
       if (lora_target) {
-        t.adapter_params += r * (as_d(m.in_features) + as_d(m.out_features)) * as_d(m.count) * layers;
+        t.adapter_params += adapter_params_of(m, wrapped, r) * layers;
         t.factored_elems += (as_d(m.in_features) + as_d(m.out_features) + 2.0 * r) * as_d(m.count) * layers;
       } else if (!b.full && m.count > 1) {
-        t.untargeted_expert_adapter_params += r * (as_d(m.in_features) + as_d(m.out_features)) * as_d(m.count) * layers;
+        t.untargeted_expert_adapter_params += adapter_params_of(m, true, r) * layers;
       }
     }
   };
@@ -164,7 +183,7 @@ double parameter_rounding(const StepBasis& b, double matrix_bytes, double other_
     if (elems > 0) extra += (allocator_block(stored) - stored) * copies;
   };
   auto add_mods = [&](const std::vector<LayerLinear>& mods, double layers) {
-    for (const auto& [m, lora_target] : mods) {
+    for (const auto& [m, lora_target, wrapped] : mods) {
       add_tensor(as_d(m.in_features) * as_d(m.out_features) * as_d(m.count), matrix_bytes, layers);
       if (m.bias) add_tensor(as_d(m.out_features) * as_d(m.count), other_bytes, layers);
     }
@@ -359,6 +378,12 @@ class LayerActivations {
   void linear(const LayerLinear& l, SharedInput input, double input_bytes, double rows) {
     const LinearModule& m = l.module;
     const double in = as_d(m.in_features) * rows * as_d(m.count);
+    if (l.param_wrapped) {
+      // The merged weight requires a gradient, so the grouped matmul keeps its input (measured on
+      // the H200: the gathered rows and the down input, as under full fine-tuning).
+      keep_shared_input(input, input_bytes * in);
+      return;
+    }
     if (b_.full) {
       const bool cast_copy = b_.setup.amp && input_bytes != b_.w.compute;
       if (cast_copy) {
@@ -620,8 +645,8 @@ Transients transients(const StepBasis& b, const LinearTotals& lin) {
   // for the widest module); without LoRA, an RMSNorm's two fp32 temporaries; eager attention's raw
   // and masked scores.
   double widest = 8.0 * b.h;
-  for (const auto& [m, lora_target] : b.linears.dense)
-    if (lora_target) widest = std::max(widest, b.adapter_bytes * (as_d(m.in_features) + 2.0 * as_d(m.out_features)));
+  for (const auto& [m, lora_target, wrapped] : b.linears.dense)
+    if (lora_target && !wrapped) widest = std::max(widest, b.adapter_bytes * (as_d(m.in_features) + 2.0 * as_d(m.out_features)));
   if (b.setup.attention == Attention::eager) widest = std::max(widest, 2.0 * b.w.compute * b.nq * b.seq);
   t.layer_forward_per_token = widest;
 
@@ -749,18 +774,39 @@ void check_lora_targets(const ModelSpec& model, const TrainingSetup& setup) {
   }
 }
 
+bool adapts_fused_experts(const ModelSpec& model, const TrainingSetup& setup) {
+  if (setup.method != Method::lora || !model.is_moe() || model.model_type == "phimoe" || setup.lora.dropout != 0)
+    return false;
+  return std::any_of(setup.lora.targets.begin(), setup.lora.targets.end(),
+                     [](const std::string& t) { return t == "all-linear"; });
+}
+
 LayerLinears layer_linears(const ModelSpec& model, const TrainingSetup& setup) {
   // A target that names no module would plan a LoRA run with no adapter at all (0 trainable
   // parameters that "fit"); PEFT itself refuses such targets. Checked here, where the model and
   // the setup meet for the memory model and the time model alike.
   check_lora_targets(model, setup);
   const bool adapters = setup.method != Method::full;
+  const bool experts_adapted = adapts_fused_experts(model, setup);
   auto with_targets = [&](std::vector<LinearModule> mods) {
     std::vector<LayerLinear> out;
     out.reserve(mods.size());
     for (auto& m : mods) {
-      const bool target = adapters && targets_module(setup.lora, m);
-      out.push_back({std::move(m), target});
+      bool target = adapters && targets_module(setup.lora, m);
+      bool wrapped = false;
+      if (experts_adapted) {
+        // The MLP's parameter names go to ParamWrapper (the experts' 3-D tensors, a router's bare
+        // weight); the nn.Linear modules of the same names (a dense layer's MLP, shared experts)
+        // are then not wrapped: DeepSeek-V2-Lite's trainable count on the H200 has none of them.
+        const bool mlp_name = m.name.ends_with("gate_proj") || m.name.ends_with("up_proj") ||
+                              m.name.ends_with("down_proj");
+        if (!m.nn_linear) {
+          target = wrapped = true;
+        } else if (mlp_name) {
+          target = false;
+        }
+      }
+      out.push_back({std::move(m), target, wrapped});
     }
     return out;
   };
@@ -802,6 +848,8 @@ void split_for_model_parallelism(StepShape& st, const Layout& l) {
   st.outside_per_token /= t;
   st.checkpoint_per_token /= t;
   st.layer_backward_transient_per_token /= t;
+  st.layer_fixed_activations /= t;
+  st.layer_fixed_backward_transient /= t;
   st.layer_forward_transient_per_token /= t;
 }
 
@@ -860,6 +908,24 @@ StepShape describe_step(const ModelSpec& model, const TrainingSetup& user_setup)
   // Non-reentrant checkpointing keeps each layer's input (the residual stream).
   st.checkpoint_per_token = b.w.residual * b.h;
 
+  // ParamWrapper's merged weights (W + B A, a new tensor each forward) are kept by the grouped
+  // matmul for its input gradient, with A and B cast to the weight dtype for the fold (no copy when
+  // they already are): a second copy of every adapted expert weight while the layer's saved tensors
+  // live. Its backward makes the merged gate/up weight's gradient after the merged down weight has
+  // gone.
+  if (b.linears.moe_layers > 0) {
+    const double wb = bytes_per_element(setup.weights);
+    double kept_layer = 0, gate_up = 0, down = 0;
+    for (const auto& l : b.linears.moe) {
+      if (!l.param_wrapped) continue;
+      const LinearModule& m = l.module;
+      const double merged = as_d(m.in_features) * as_d(m.out_features) * as_d(m.count) * wb;
+      kept_layer += merged + (b.adapter_bytes != wb ? adapter_params_of(m, true, b.r) * wb : 0.0);
+      if (m.count > 1) (expert_gate_or_up(m) ? gate_up : down) += merged;
+    }
+    st.layer_fixed_activations = kept_layer * b.linears.moe_layers / b.L;
+    st.layer_fixed_backward_transient = std::max(0.0, gate_up - down);
+  }
   const Transients tr = transients(b, lin);
   st.layer_backward_transient_per_token = tr.layer_backward_per_token;
   st.layer_forward_transient_per_token = tr.layer_forward_per_token;

@@ -125,8 +125,17 @@ bool targets_module(const LoraSetup& lora, const LinearModule& m);
 struct LayerLinear {
   LinearModule module;
   bool lora_target = false;  // never in full fine-tuning: the base itself trains
+  // Adapted through PEFT's lora.ParamWrapper (fused 3-D experts under all-linear, lora_dropout 0):
+  // the forward multiplies by W + B A folded into one new tensor, so it keeps its input and that
+  // merged weight as full fine-tuning's weight gradient would, and has no LoRA branch of its own.
+  bool param_wrapped = false;
   bool operator==(const LayerLinear&) const = default;
 };
+
+// Whether PEFT 0.21 under transformers 5 adapts an MoE model's fused experts: all-linear reaches
+// them through lora.ParamWrapper, which builds only with lora_dropout 0 (get_peft_model raises
+// otherwise), and not PhiMoE's (whose tuple-returning router fails the LoRA forward first).
+bool adapts_fused_experts(const ModelSpec& model, const TrainingSetup& setup);
 
 // The linear modules of each kind of decoder layer. A dense model has one kind; an MoE model has
 // its expert layers and may have some layers with a dense MLP instead.
@@ -193,6 +202,12 @@ struct StepShape {
   std::vector<Sized> outside_activations;  // bytes per token kept outside the decoder layers
   double outside_per_token = 0;
   double layer_backward_transient_per_token = 0;  // gradients in flight while one layer runs backward
+  // Token-independent bytes a layer keeps (averaged over the layers): the merged expert weights of
+  // ParamWrapper adapters and their low-rank factors cast to the weight dtype.
+  double layer_fixed_activations = 0;
+  // And what one layer's backward holds beside them: the merged gate/up weight's gradient, less the
+  // merged down weight freed before it (averaged over the layers).
+  double layer_fixed_backward_transient = 0;
   double layer_forward_transient_per_token = 0;   // largest set of temporaries alive at once in a layer's forward
   double logits_compute_bytes = 0;    // bytes per logit element of the lm_head output
   bool logits_upcast = false;         // the loss casts the logits to fp32 (a new tensor)

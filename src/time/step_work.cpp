@@ -253,11 +253,15 @@ WorkBasis work_basis(const ModelSpec& model, const TrainingSetup& user_setup, co
   const LayerLinears& linears = st.linears;
   double targets = 0;
   auto add = [&](const std::vector<LayerLinear>& ms, double layers) {
-    for (const auto& [m, lora_target] : ms) {
+    for (const auto& [m, lora_target, wrapped] : ms) {
       const double rows = as_d(m.count) * m.token_fraction;  // copies a token passes through
       b.linear_flops_per_token += 2.0 * as_d(m.in_features) * as_d(m.out_features) * rows * layers;
       b.weight_elems += as_d(m.in_features) * as_d(m.out_features) * as_d(m.count) * layers;
-      if (lora_target) {
+      if (wrapped) {
+        // ParamWrapper: no LoRA branch; the merged weight's gradient is a full weight gradient.
+        b.wrapped_flops_per_token += 2.0 * as_d(m.in_features) * as_d(m.out_features) * rows * layers;
+        b.merged_weight_elems += as_d(m.in_features) * as_d(m.out_features) * as_d(m.count) * layers;
+      } else if (lora_target) {
         b.targeted_rank_widths += r * (as_d(m.in_features) + as_d(m.out_features)) * rows * layers;
         b.targeted_in += as_d(m.in_features) * rows * layers;
         b.targeted_out += as_d(m.out_features) * rows * layers;
@@ -508,7 +512,8 @@ StepWork step_work(const WorkBasis& b, double tokens, double batch, bool grad_ck
   w.adapter_bytes = T * (b.targeted_in * (4.0 * (1.0 + (ckpt ? 1.0 : 0.0)) + 8.0) +
                          b.targeted_out * (4.0 * (1.0 + (ckpt ? 1.0 : 0.0)) + 4.0));
 
-  w.model_flops = 2.0 * fwd + (full ? fwd : 0.0) + attn_fwd * 3.5 + 6.0 * b.targeted_rank_widths * T;
+  w.model_flops = 2.0 * fwd + (full ? fwd : 0.0) + attn_fwd * 3.5 + 6.0 * b.targeted_rank_widths * T +
+                  b.wrapped_flops_per_token * T;
 
   // Bytes: elementwise work over the saved activations (the LoRA branch's are in its traffic
   // above), the loss, dequantisation.
@@ -527,6 +532,10 @@ StepWork step_work(const WorkBasis& b, double tokens, double batch, bool grad_ck
   } else {
     w.memory_bytes += b.weight_read_bytes * (b.weight_elems + V * h) * passes;
   }
+  // ParamWrapper's fold reads each adapted weight and writes its merged copy every forward pass
+  // (the recompute's too); the backward writes the merged weight's gradient and reads it twice, for
+  // A's and B's gradients.
+  w.memory_bytes += b.weight_read_bytes * b.merged_weight_elems * (2.0 * (1.0 + (ckpt ? 1.0 : 0.0)) + 3.0);
   w.optimizer_bytes = b.optimizer_bytes;
 
   // Non-reentrant checkpointing runs two Python hooks per saved tensor (pack and unpack).

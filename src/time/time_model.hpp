@@ -28,6 +28,8 @@ struct WorkBasis {
   double targeted_rank_widths = 0;  // r x (in + out) over the LoRA-targeted modules
   double targeted_in = 0, targeted_out = 0;
   double weight_elems = 0;       // matrix weights of every layer
+  double merged_weight_elems = 0;      // of those, the ones PEFT's ParamWrapper adapts (folded W + B A each pass)
+  double wrapped_flops_per_token = 0;  // their merged weights' gradient matmuls
   double activation_bytes = 0;   // bytes per element of the activations a LoRA branch casts (4 in pure fp32, else 2)
   double weight_read_bytes = 0;  // bytes per element of a weight a pass reads (unquantised bases)
   // Saved tensors, bytes per token: one layer's without the LoRA branch's, outside the layers,
