@@ -59,8 +59,8 @@ CASES = {
 }
 # Step time per layer, each config alone on the GPU (--timing): the MoE families' host time.
 TIMING = {
-    "phimoe-lora-qkvo": (2, 8),
-    "qwen3moe-lora-qkvo": (2, 8),
+    "phimoe-lora-qkvo": (2, 8, None),
+    "qwen3moe-lora-qkvo": (2, 8, None),
 }
 
 
