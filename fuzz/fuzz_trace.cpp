@@ -19,8 +19,8 @@ namespace {
 std::string answer(std::string_view text, const trainfit::trace::detail::ReadOptions& options) {
   namespace tt = trainfit::trace;
   try {
-    const tt::TraceReport report{{tt::detail::analyse(tt::detail::read_trace_text(text, "fuzz", options), "fuzz", {})},
-                                 -1, ""};
+    tt::TraceReport report;
+    report.ranks.push_back(tt::detail::analyse(tt::detail::read_trace_text(text, "fuzz", options), "fuzz", {}));
     return tt::render_trace(report, nullptr, nullptr, trainfit::Format::json);
   } catch (const trainfit::InputError& e) {
     return std::string("error: ") + e.what();

@@ -1087,9 +1087,10 @@ std::size_t TraceSplitter::scan_events(std::string_view text, std::size_t i, boo
           if (offset_ + p >= stop_at_) [[unlikely]] {
             // The event another splitter resumed at (stop_at): this one stops there when its state
             // is the one that splitter assumed (its blocks on the chunk's grid; the block's bytes
-            // before the event making it plain, or not, alike), and else goes on.
+            // before the event making it plain, or not, alike; traceEvents in an object, not a bare
+            // array, whose end would end the text), and else goes on.
             BlockCarry guess;
-            if (offset_ + p == stop_at_ && b % 64 == 0 &&
+            if (offset_ + p == stop_at_ && b % 64 == 0 && !bare_array_ &&
                 (m.odd != 0) == (resumed_block(data + b, p - b, block_end - b, guess).odd != 0)) {
               state_ = State::stopped;
               return n;

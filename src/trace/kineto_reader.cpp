@@ -1578,7 +1578,7 @@ void reserve_for(TraceData& data, std::uint64_t file_bytes) {
 
 TraceData read_trace_file(const std::string& path, const ReadOptions& options) {
   const std::size_t chunk_bytes = options.chunk_bytes != 0 ? options.chunk_bytes : std::size_t{256} << 10;
-  const std::size_t threads =
+  std::size_t threads =
       options.threads != 0 ? options.threads
                            : std::min(static_cast<std::size_t>(std::max(usable_cpus(), 1)), ReadOptions::kMaxThreads);
   if (threads >= 2) {
@@ -1590,7 +1590,10 @@ TraceData read_trace_file(const std::string& path, const ReadOptions& options) {
       const std::size_t segment = k != 0 ? k : gzip ? ReadOptions::kGzipSegmentChunks : ReadOptions::kSegmentChunks;
       const bool big = shared->file_bytes() >= (gzip ? ReadOptions::kParallelFromGzipBytes : ReadOptions::kParallelFromBytes);
       if (shared->regular() && (big || options.threads >= 2)) {
-        if (gzip) {  // its ring: the chunks of every thread's segment, and the one after each
+        if (gzip) {
+          // The inflate is one thread's at a time: it keeps up with about three threads parsing.
+          if (options.threads == 0) threads = std::min(threads, ReadOptions::kMaxGzipThreads);
+          // Its ring: the chunks of every thread's segment, and the one after each.
           shared.reset();
           shared.emplace(path, chunk_bytes, threads, (threads + 1) * segment + 2);
         }

@@ -71,7 +71,7 @@ struct ReadOptions {
   std::size_t chunk_bytes = 0;     // 0: 256 KiB for a file, 64 KiB for text
   std::size_t segment_chunks = 0;  // chunks a thread claims at a time; 0: the defaults below (text: 1)
   // Measured in docs/trace.md, "Speed".
-  static constexpr std::size_t kMaxThreads = 8;
+  static constexpr std::size_t kMaxThreads = 8, kMaxGzipThreads = 4;
   static constexpr std::size_t kSegmentChunks = 4, kGzipSegmentChunks = 4;
   static constexpr std::uint64_t kParallelFromBytes = std::uint64_t{4} << 20;       // a plain file's size
   static constexpr std::uint64_t kParallelFromGzipBytes = std::uint64_t{512} << 10;  // compressed

@@ -1047,7 +1047,8 @@ std::string answer_of(const std::function<detail::TraceData()>& read, std::size_
   try {
     detail::TraceData data = read();
     if (threads != nullptr) *threads = data.read_threads;
-    const TraceReport report{{detail::analyse(std::move(data), "t", {})}, -1, ""};
+    TraceReport report;
+    report.ranks.push_back(detail::analyse(std::move(data), "t", {}));
     return render_trace(report, nullptr, nullptr, trainfit::Format::json) +
            render_trace(report, nullptr, nullptr, trainfit::Format::table);
   } catch (const trainfit::InputError& e) {
@@ -1062,8 +1063,8 @@ std::string answer_of(const std::function<detail::TraceData()>& read, std::size_
 void expect_threads_read_as_one(std::string_view text, std::size_t chunk, const std::string& what,
                                 bool parallel = true) {
   const std::string one = answer_of([&] { return detail::read_trace_text(text, "t", {1, chunk, 0}); });
-  for (const std::size_t threads : {2, 3}) {
-    for (const std::size_t segment : {1, 3}) {
+  for (const std::size_t threads : {std::size_t{2}, std::size_t{3}}) {
+    for (const std::size_t segment : {std::size_t{1}, std::size_t{3}}) {
       std::size_t used = 0;
       const std::string several =
           answer_of([&] { return detail::read_trace_text(text, "t", {threads, chunk, segment}); }, &used);
@@ -1175,15 +1176,22 @@ TEST(TraceParallel, FilesReadOnThreadsAsOnOne) {
     const std::string path = scratch(name).string();
     for (const std::size_t chunk : {std::size_t{4096}, std::size_t{256} << 10}) {
       const std::string one = answer_of([&] { return detail::read_trace_file(path, {1, chunk, 0}); });
-      for (const std::size_t threads : {2, 4}) {
+      for (const std::size_t threads : {std::size_t{2}, std::size_t{4}}) {
         std::size_t used = 0;
         const std::string several = answer_of([&] { return detail::read_trace_file(path, {threads, chunk, 2}); }, &used);
         EXPECT_EQ(several, one) << name << ", chunks of " << chunk << ", " << threads << " threads";
+        // A corrupt stream is read again on one thread (which reports the error where it stands),
+        // and so is a doubled one: the second copy's events, after the first's end, hold the
+        // places a thread would begin at, which the first copy's end does not stop at.
         const std::string_view file(name);
-        if (chunk == 4096 && file != "threads-corrupt.json.gz") EXPECT_EQ(used, threads) << name;
+        if (chunk == 4096) {
+          EXPECT_EQ(used, file == "threads-corrupt.json.gz" || file == "threads-two.json.gz" ? 1 : threads) << name;
+        }
       }
     }
   }
   // Left to itself, a process of one CPU reads on one thread (the test may run under taskset).
-  if (detail::usable_cpus() == 1) EXPECT_EQ(detail::read_trace_file(scratch("threads.json").string()).read_threads, 1u);
+  if (detail::usable_cpus() == 1) {
+    EXPECT_EQ(detail::read_trace_file(scratch("threads.json").string()).read_threads, 1u);
+  }
 }
