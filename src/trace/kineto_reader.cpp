@@ -465,7 +465,7 @@ class PlainEvent {
   // but a few events of a real trace have this layout, and read() spends four times the
   // instructions on one (a lookup of each key, a dispatch on it, scans of the spaces around it).
   // False, with `f` part written, for anything else: read() then reads the event from its start.
-  bool read_kineto(EventFields& f) {
+  [[gnu::always_inline]] bool read_kineto(EventFields& f) {
     if (std::endian::native != std::endian::little || !shape_.plain || *end_ != '}') return false;
     const bool lines = take(kPhLine);
     if (!(lines || take(kPh)) || !short_string(f.ph) || f.ph.size() != 1) return false;
@@ -533,7 +533,7 @@ class PlainEvent {
   // of the 64 bytes from p_ (the bytes a number can hold, the digits, the dots): finding the next
   // waits for a bit scan, not for the digits of the one before to be read, as read() and time()
   // do, and the values are read after, from the tokens, while the reading of the event goes on.
-  bool numbers(const std::array<const Literal*, 3>& between, std::array<NumberToken, 4>& out) {
+  [[gnu::always_inline]] bool numbers(const std::array<const Literal*, 3>& between, std::array<NumberToken, 4>& out) {
     if (end_ - p_ < 80) return false;  // the masks' 64 bytes, and a literal's 16 past a number in them
     std::uint64_t digits = 0, dots = 0;
     const std::uint64_t number = number_bytes_(p_, digits, dots);
@@ -606,7 +606,7 @@ class PlainEvent {
 
   // The bytes of `l` at p_, which then moves past them; false (nothing moved) for other bytes, or
   // when the event ends too near for the eight-byte loads.
-  bool take(const Literal& l) {
+  [[gnu::always_inline]] bool take(const Literal& l) {
     if (l.size > 8) {
       if (end_ - p_ < 16 || ((load8(p_) & l.mask[0]) ^ l.bytes[0]) | ((load8(p_ + 8) & l.mask[1]) ^ l.bytes[1]))
         return false;
@@ -702,7 +702,7 @@ class PlainEvent {
   }
 
   // A string without escapes at p_ (its opening quote); p_ moves past its closing quote.
-  bool string(std::string_view& out) {
+  [[gnu::always_inline]] bool string(std::string_view& out) {
     const char* p = p_;
     if (*p != '"') return false;
     const char* const start = ++p;
@@ -892,6 +892,9 @@ class EventReader {
 #endif
   }
 
+  // Called from one place (EventSink, below), and the fast path's steps marked always_inline:
+  // when the reading on several threads came, GCC stopped inlining them here, which cost a tenth
+  // of the whole run (perf: 50 -> 58 ms for lora's trace on one thread).
   void add(std::string_view event, const EventShape& shape) {
     ++data_.counts.events;
     EventFields f;
@@ -904,6 +907,11 @@ class EventReader {
       if (!record(f)) ++data_.counts.malformed;
       return;
     }
+    add_slow(event);
+  }
+
+  // Out of line: a few events of a real trace come here.
+  [[gnu::noinline]] void add_slow(std::string_view event) {
     if (defer_) {  // a thread of several: kept for the reader that merges (read_parallel)
       deferred_.append(event);
       deferred_ends_.push_back(deferred_.size());
@@ -1231,10 +1239,16 @@ class EventReader {
 
 void reserve_for(TraceData& data, std::uint64_t file_bytes);
 
+// The splitter's sink of events, one type for every reading (see EventReader::add).
+struct EventSink {
+  EventReader* reader;
+  void operator()(std::string_view event, const EventShape& shape) const { reader->add(event, shape); }
+};
+
 void read_stream(TraceData& data, const std::string& source, const std::function<std::string_view()>& next_chunk,
                  const std::function<bool()>& gzip_truncated) {
   EventReader reader(data);
-  TraceSplitter splitter([&](std::string_view event, const EventShape& shape) { reader.add(event, shape); },
+  TraceSplitter splitter(EventSink{&reader},
                          [&](std::string_view key, std::string_view value) { reader.member(key, value); });
   try {
     for (std::string_view chunk = next_chunk(); !chunk.empty(); chunk = next_chunk()) splitter.feed(chunk);
@@ -1366,8 +1380,7 @@ bool read_segment(SegmentShared& shared, SegmentWorker& w, std::size_t t, std::s
   };
   sizes(0);
   d.unsupported_example.clear();
-  TraceSplitter splitter([&](std::string_view event, const EventShape& shape) { w.reader.add(event, shape); },
-                         [&](std::string_view key, std::string_view value) {
+  TraceSplitter splitter(EventSink{&w.reader}, [&](std::string_view key, std::string_view value) {
                            if (EventReader::member_read(key)) seg.members.emplace_back(key, value);
                          });
   if (s == 0)
@@ -1578,7 +1591,7 @@ void reserve_for(TraceData& data, std::uint64_t file_bytes) {
 
 TraceData read_trace_file(const std::string& path, const ReadOptions& options) {
   const std::size_t chunk_bytes = options.chunk_bytes != 0 ? options.chunk_bytes : std::size_t{256} << 10;
-  std::size_t threads =
+  const std::size_t threads =
       options.threads != 0 ? options.threads
                            : std::min(static_cast<std::size_t>(std::max(usable_cpus(), 1)), ReadOptions::kMaxThreads);
   if (threads >= 2) {
@@ -1588,11 +1601,11 @@ TraceData read_trace_file(const std::string& path, const ReadOptions& options) {
       shared.emplace(path, chunk_bytes, threads, 0);
       const bool gzip = shared->gzip();
       const std::size_t segment = k != 0 ? k : gzip ? ReadOptions::kGzipSegmentChunks : ReadOptions::kSegmentChunks;
-      const bool big = shared->file_bytes() >= (gzip ? ReadOptions::kParallelFromGzipBytes : ReadOptions::kParallelFromBytes);
+      // Left to itself, a gzip file is read on one thread, inflated ahead on a second (ChunkReader):
+      // on two CPUs the threads' reading of it was no faster (docs/trace.md, "Speed").
+      const bool big = !gzip && shared->file_bytes() >= ReadOptions::kParallelFromBytes;
       if (shared->regular() && (big || options.threads >= 2)) {
         if (gzip) {
-          // The inflate is one thread's at a time: it keeps up with about three threads parsing.
-          if (options.threads == 0) threads = std::min(threads, ReadOptions::kMaxGzipThreads);
           // Its ring: the chunks of every thread's segment, and the one after each.
           shared.reset();
           shared.emplace(path, chunk_bytes, threads, (threads + 1) * segment + 2);

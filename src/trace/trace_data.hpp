@@ -65,16 +65,16 @@ struct TraceData {
 // How a trace is read: on how many threads, in chunks of how many bytes (docs/trace.md, "How a
 // trace is read"). The answer is the same whatever they are; the tests set them to reach every path.
 struct ReadOptions {
-  // 0: as many as the process may use, up to kMaxThreads, for a file large enough to gain from
-  // them; 1: one; 2 or more: that many, for any file or text (the tests).
+  // 0: as many as the process may use, up to kMaxThreads, for a plain file large enough to gain
+  // from them (a gzip file: one, with ChunkReader's inflating ahead); 1: one; 2 or more: that many,
+  // for any file or text (the tests, the benchmark).
   std::size_t threads = 0;
   std::size_t chunk_bytes = 0;     // 0: 256 KiB for a file, 64 KiB for text
   std::size_t segment_chunks = 0;  // chunks a thread claims at a time; 0: the defaults below (text: 1)
   // Measured in docs/trace.md, "Speed".
-  static constexpr std::size_t kMaxThreads = 8, kMaxGzipThreads = 4;
+  static constexpr std::size_t kMaxThreads = 8;
   static constexpr std::size_t kSegmentChunks = 4, kGzipSegmentChunks = 4;
-  static constexpr std::uint64_t kParallelFromBytes = std::uint64_t{4} << 20;       // a plain file's size
-  static constexpr std::uint64_t kParallelFromGzipBytes = std::uint64_t{512} << 10;  // compressed
+  static constexpr std::uint64_t kParallelFromBytes = std::uint64_t{4} << 20;  // a plain file's size
 };
 
 // Reads a whole trace (a file, or text in memory) into TraceData.
