@@ -760,7 +760,8 @@ SharedChunks::Chunk SharedChunks::chunk(std::size_t t, std::size_t j) {
     const std::uint64_t offset = std::uint64_t{j} * s.chunk_bytes;
     std::size_t got = 0;
     while (got < s.chunk_bytes) {
-      const ssize_t n = ::pread(s.source->fd, buffer.data() + got, s.chunk_bytes - got, static_cast<off_t>(offset + got));
+      const ssize_t n =
+          ::pread(s.source->fd, buffer.data() + got, s.chunk_bytes - got, static_cast<off_t>(offset + got));
       if (n < 0) {
         if (errno == EINTR) continue;
         throw SystemError(fmt::format("cannot read trace '{}': {}", s.source->path, std::strerror(errno)));

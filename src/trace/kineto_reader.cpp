@@ -939,13 +939,23 @@ class EventReader {
 
   // Reading on several threads: the events the fast path does not read are kept, in their order,
   // instead of being parsed (the merge parses them after all the others, as one thread would).
-  void defer_slow_events() { defer_ = true; }
-  const std::string& deferred() const { return deferred_; }
-  const std::vector<std::size_t>& deferred_ends() const { return deferred_ends_; }
+  void defer_slow_events() {
+    defer_ = true;
+  }
+  const std::string& deferred() const {
+    return deferred_;
+  }
+  const std::vector<std::size_t>& deferred_ends() const {
+    return deferred_ends_;
+  }
   // Whether a kernel name past kMaxKernelNames was summed under "(other kernels)".
-  bool kernel_names_capped() const { return kernel_names_capped_; }
+  bool kernel_names_capped() const {
+    return kernel_names_capped_;
+  }
 
-  static bool member_read(std::string_view key) { return key == "distributedInfo" || key == "deviceProperties"; }
+  static bool member_read(std::string_view key) {
+    return key == "distributedInfo" || key == "deviceProperties";
+  }
 
   void member(std::string_view key, std::string_view value) {
     if (!member_read(key)) return;
@@ -1381,8 +1391,8 @@ bool read_segment(SegmentShared& shared, SegmentWorker& w, std::size_t t, std::s
   sizes(0);
   d.unsupported_example.clear();
   TraceSplitter splitter(EventSink{&w.reader}, [&](std::string_view key, std::string_view value) {
-                           if (EventReader::member_read(key)) seg.members.emplace_back(key, value);
-                         });
+    if (EventReader::member_read(key)) seg.members.emplace_back(key, value);
+  });
   if (s == 0)
     splitter.feed(c.text);
   else
@@ -1614,8 +1624,7 @@ TraceData read_trace_file(const std::string& path, const ReadOptions& options) {
         TraceData data;
         bool trailing_bytes = false;
         if (read_parallel(data, path, chunks, threads, segment, gzip ? 0 : shared->file_bytes(), trailing_bytes)) {
-          if (trailing_bytes)
-            data.warnings.push_back("the bytes after the file's gzip stream are not gzip: ignored");
+          if (trailing_bytes) data.warnings.push_back("the bytes after the file's gzip stream are not gzip: ignored");
           return data;
         }
       }

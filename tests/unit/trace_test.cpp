@@ -1066,8 +1066,11 @@ void expect_threads_read_as_one(std::string_view text, std::size_t chunk, const 
   for (const std::size_t threads : {std::size_t{2}, std::size_t{3}}) {
     for (const std::size_t segment : {std::size_t{1}, std::size_t{3}}) {
       std::size_t used = 0;
-      const std::string several =
-          answer_of([&] { return detail::read_trace_text(text, "t", {threads, chunk, segment}); }, &used);
+      const std::string several = answer_of(
+          [&] {
+            return detail::read_trace_text(text, "t", {threads, chunk, segment});
+          },
+          &used);
       EXPECT_EQ(several, one) << what << ", " << threads << " threads, segments of " << segment;
       if (several.starts_with("error")) continue;
       EXPECT_EQ(used, parallel ? threads : 1u) << what << ", " << threads << " threads, segments of " << segment;
@@ -1146,8 +1149,8 @@ TEST(TraceParallel, AWrongGuessFallsBackToOneThread) {
   ASSERT_GT(kineto.size(), std::size_t{1} << 20);
   const std::string nested = "\"args\": {\n      \"shapes\": [{\"ph\": \"X\"},\n  {\n    \"ph\": \"X\", \"dur\": 1}],";
   std::string in_args = kineto;
-  for (std::size_t at = in_args.find("\"args\": {", in_args.size() / 2); at != std::string::npos && at < in_args.size() * 3 / 4;
-       at = in_args.find("\"args\": {", at + 4096))
+  for (std::size_t at = in_args.find("\"args\": {", in_args.size() / 2);
+       at != std::string::npos && at < in_args.size() * 3 / 4; at = in_args.find("\"args\": {", at + 4096))
     in_args.replace(at, 9, nested);
   expect_threads_read_as_one(in_args, 4096, "in args", false);
   std::string in_string = kineto;
@@ -1178,7 +1181,11 @@ TEST(TraceParallel, FilesReadOnThreadsAsOnOne) {
       const std::string one = answer_of([&] { return detail::read_trace_file(path, {1, chunk, 0}); });
       for (const std::size_t threads : {std::size_t{2}, std::size_t{4}}) {
         std::size_t used = 0;
-        const std::string several = answer_of([&] { return detail::read_trace_file(path, {threads, chunk, 2}); }, &used);
+        const std::string several = answer_of(
+            [&] {
+              return detail::read_trace_file(path, {threads, chunk, 2});
+            },
+            &used);
         EXPECT_EQ(several, one) << name << ", chunks of " << chunk << ", " << threads << " threads";
         // A corrupt stream is read again on one thread (which reports the error where it stands),
         // and so is a doubled one: the second copy's events, after the first's end, hold the
