@@ -9,6 +9,7 @@
 
 #include "support/synthetic_trace.hpp"
 #include "trace/json_stream.hpp"
+#include "trace/trace_data.hpp"
 #include "trainfit/trace.hpp"
 
 namespace {
@@ -77,6 +78,23 @@ void BM_TraceFile(benchmark::State& state, const std::string& path) {
   state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * bytes));
 }
 
+// The same on a given number of threads (ReadOptions): 1 is the one thread's reading, 2 and more
+// the reading in segments (docs/trace.md, "How a trace is read").
+void BM_TraceThreads(benchmark::State& state, const std::string& path) {
+  std::uint64_t bytes = 0;
+  for (auto _ : state) {
+    trainfit::trace::detail::ReadOptions options;
+    options.threads = static_cast<std::size_t>(state.range(0));
+    options.segment_chunks = static_cast<std::size_t>(state.range(1));
+    auto data = trainfit::trace::detail::read_trace_file(path, options);
+    if (data.read_threads != options.threads) state.SkipWithError("read on another number of threads");
+    auto r = trainfit::trace::detail::analyse(std::move(data), path, {});
+    bytes = r.counts.bytes;
+    benchmark::DoNotOptimize(r);
+  }
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * bytes));
+}
+
 const int file_benchmarks = [] {
   const char* files = std::getenv("TRAINFIT_TRACE_FILES");
   std::string_view rest = files != nullptr ? files : "";
@@ -86,6 +104,11 @@ const int file_benchmarks = [] {
     rest = colon == std::string_view::npos ? std::string_view{} : rest.substr(colon + 1);
     if (path.empty()) continue;
     benchmark::RegisterBenchmark(("BM_TraceFile/" + path).c_str(), BM_TraceFile, path)
+        ->Unit(benchmark::kMillisecond)
+        ->UseRealTime()
+        ->MeasureProcessCPUTime();
+    benchmark::RegisterBenchmark(("BM_TraceThreads/" + path).c_str(), BM_TraceThreads, path)
+        ->ArgsProduct({{1, 2}, {1, 2, 4, 8}})
         ->Unit(benchmark::kMillisecond)
         ->UseRealTime()
         ->MeasureProcessCPUTime();

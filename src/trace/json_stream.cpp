@@ -478,10 +478,7 @@ Inflate inflate_in_use() {
   return static_cast<Inflate>(inflate);
 }
 
-namespace {
-
-// The CPUs this process may run on (taskset, cgroups' cpusets): with one, a second thread could only
-// take turns with the first.
+// With one CPU, a second thread could only take turns with the first.
 int usable_cpus() {
 #if defined(__linux__)
   cpu_set_t allowed;
@@ -491,8 +488,6 @@ int usable_cpus() {
   return static_cast<int>(std::max(1U, std::thread::hardware_concurrency()));
 #endif
 }
-
-}  // namespace
 
 // The file and its decoder. On the caller's thread, or on a ChunkPrefetcher's once the reader is
 // made: nothing here is shared with the caller then, who sees only the chunks and their marks.
@@ -670,6 +665,148 @@ std::string_view ChunkReader::next() {
     }
   }
   return chunk.text;
+}
+
+struct SharedChunks::State {
+  struct Slot {
+    std::unique_ptr<char[]> buffer;
+    Chunk chunk;
+  };
+  std::size_t chunk_bytes = 0;
+  std::unique_ptr<ChunkReader::Source> source;
+  std::vector<std::string> buffers;  // a plain file's: one a thread
+
+  // A gzip file's ring. Guarded by mutex, but for the buffer of the slot being made (by the one
+  // thread making it) and the texts handed out (read by their threads, not written until dropped).
+  std::mutex mutex;
+  std::condition_variable changed;
+  std::vector<Slot> slots;
+  std::uint64_t made = 0;         // chunks made, the one that ends the stream not counted
+  std::uint64_t next_offset = 0;  // in the text, of the next chunk
+  bool making = false;
+  bool ended = false;
+  std::uint64_t end_at = UINT64_MAX;  // the index of the chunk that ended the stream, empty or an error
+  Chunk end_chunk;
+  std::exception_ptr end_error;
+  std::vector<std::uint64_t> position;  // a thread's lowest chunk still to be asked for
+  std::uint64_t unclaimed = 0;
+
+  std::uint64_t lowest() const {
+    std::uint64_t low = unclaimed;
+    for (const std::uint64_t p : position) low = std::min(low, p);
+    return low;
+  }
+  bool can_make() const { return !ended && !making && made < lowest() + slots.size(); }
+  // Makes the next chunk, the lock released meanwhile. can_make() held.
+  void make_one(std::unique_lock<std::mutex>& lock) {
+    making = true;
+    Slot& slot = slots[made % slots.size()];
+    lock.unlock();
+    MadeChunk chunk;
+    std::exception_ptr error;
+    try {
+      chunk = source->make(slot.buffer.get(), chunk_bytes);
+    } catch (...) {
+      error = std::current_exception();
+    }
+    lock.lock();
+    making = false;
+    if (error || chunk.text.empty()) {
+      ended = true;
+      end_at = made;
+      end_chunk = {{}, next_offset, chunk.marks};
+      end_error = error;
+    } else {
+      slot.chunk = {chunk.text, next_offset, chunk.marks};
+      next_offset += chunk.text.size();
+      ++made;
+    }
+    changed.notify_all();
+  }
+};
+
+SharedChunks::SharedChunks(const std::string& path, std::size_t chunk_bytes, std::size_t threads, std::size_t window)
+    : state_(std::make_unique<State>()) {
+  State& s = *state_;
+  s.chunk_bytes = std::max<std::size_t>(chunk_bytes, 2);
+  s.source = std::make_unique<ChunkReader::Source>(path, s.chunk_bytes);
+  s.position.assign(threads, UINT64_MAX);  // reading nothing until from()
+  if (s.source->gzip) {
+    s.slots.resize(std::max<std::size_t>(window, 2));
+    for (State::Slot& slot : s.slots) slot.buffer = std::make_unique_for_overwrite<char[]>(s.chunk_bytes);
+  } else {
+    s.buffers.resize(threads);
+  }
+}
+
+SharedChunks::~SharedChunks() = default;
+
+bool SharedChunks::gzip() const {
+  return state_->source->gzip;
+}
+bool SharedChunks::regular() const {
+  return state_->source->regular;
+}
+std::uint64_t SharedChunks::file_bytes() const {
+  return state_->source->file_bytes;
+}
+
+SharedChunks::Chunk SharedChunks::chunk(std::size_t t, std::size_t j) {
+  State& s = *state_;
+  if (!s.source->gzip) {
+    // Where a ChunkReader's j-th read ends: chunk_bytes each, to the end of the file.
+    std::string& buffer = s.buffers[t];
+    buffer.resize(s.chunk_bytes);
+    const std::uint64_t offset = std::uint64_t{j} * s.chunk_bytes;
+    std::size_t got = 0;
+    while (got < s.chunk_bytes) {
+      const ssize_t n =
+          ::pread(s.source->fd, buffer.data() + got, s.chunk_bytes - got, static_cast<off_t>(offset + got));
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        throw SystemError(fmt::format("cannot read trace '{}': {}", s.source->path, std::strerror(errno)));
+      }
+      if (n == 0) break;
+      got += static_cast<std::size_t>(n);
+    }
+    return {{buffer.data(), got}, offset, {}};
+  }
+  std::unique_lock lock(s.mutex);
+  if (s.position[t] != j) {
+    s.position[t] = j;
+    s.changed.notify_all();  // the chunks before it may be dropped now
+  }
+  for (;;) {
+    if (s.ended && j >= s.end_at) {
+      if (s.end_error) std::rethrow_exception(s.end_error);
+      return s.end_chunk;
+    }
+    if (j < s.made) return s.slots[j % s.slots.size()].chunk;
+    if (s.can_make())
+      s.make_one(lock);
+    else
+      s.changed.wait(lock);
+  }
+}
+
+void SharedChunks::from(std::size_t t, std::size_t j, std::size_t unclaimed, std::size_t through) {
+  State& s = *state_;
+  if (!s.source->gzip) return;
+  std::unique_lock lock(s.mutex);
+  s.position[t] = j;
+  s.unclaimed = std::max<std::uint64_t>(s.unclaimed, unclaimed);
+  s.changed.notify_all();
+  // The thread's own chunks made by itself, so that it parses what is in its own cache, while the
+  // others parse theirs; a chunk another thread is making is not waited for here.
+  while (s.made <= through && s.can_make()) s.make_one(lock);
+}
+
+void SharedChunks::finished(std::size_t t) {
+  State& s = *state_;
+  if (!s.source->gzip) return;
+  const std::lock_guard lock(s.mutex);
+  s.position[t] = UINT64_MAX;
+  s.changed.notify_all();
 }
 
 // The ring: `made` chunks were made into it, `released` of them were read and given back; the
@@ -861,7 +998,45 @@ void TraceSplitter::emit_event(std::string_view text, std::size_t begin, std::si
   pending_.clear();
 }
 
-std::size_t TraceSplitter::scan_events(std::string_view text, std::size_t i) {
+namespace {
+
+// The block [b, end) of a chunk as a splitter resumed at `at` (b <= at < end <= b + 64) classifies
+// it: the bytes from `at` from a state outside strings, and of those before it only the non-ASCII
+// ones (which count whatever the state). Its bits are the block's (bit k is byte b + k).
+// `carry` becomes the state after the block.
+BlockBits resumed_block(const char* b, std::size_t at, std::size_t end, BlockCarry& carry) {
+  carry = {};
+  BlockBits out = bytewise_block(b + at, end - at, carry);
+  out.brackets <<= at;
+  out.open <<= at;
+  out.odd <<= at;
+  for (std::size_t k = 0; k < at; ++k)
+    if (static_cast<unsigned char>(b[k]) >= 0x80) out.odd |= std::uint64_t{1} << k;
+  return out;
+}
+
+}  // namespace
+
+std::size_t find_event_start(std::string_view chunk) {
+  constexpr std::string_view kBetween = "},\n  {";
+  for (std::size_t at = chunk.find(kBetween); at != std::string_view::npos; at = chunk.find(kBetween, at + 1)) {
+    const std::string_view after = chunk.substr(at + kBetween.size());
+    if (after.starts_with("\n    \"ph\": ") || after.starts_with("\"ph\": ")) return at + kBetween.size() - 1;
+  }
+  return std::string_view::npos;
+}
+
+void TraceSplitter::resume_between_events(std::string_view chunk, std::uint64_t offset, std::size_t at) {
+  state_ = State::events_next;
+  saw_events_ = true;
+  in_string_ = escape_ = false;
+  depth_ = 0;
+  pending_.clear();
+  offset_ = offset;
+  feed_from(chunk, at, true);
+}
+
+std::size_t TraceSplitter::scan_events(std::string_view text, std::size_t i, bool resumed) {
   const ClassifyBlocks classify = classifier_of(block_scan());
   // The text is classified a piece at a time (16 KiB: the masks stay in the L1 cache), then walked.
   constexpr std::size_t kPieceBlocks = 256;
@@ -873,11 +1048,22 @@ std::size_t TraceSplitter::scan_events(std::string_view text, std::size_t i) {
   std::size_t event_begin = 0;
   std::size_t p = i;  // the next byte the states below have not seen
   BlockCarry carry{in_string_, escape_};
-  for (std::size_t piece = i; piece < n; piece += kPieceBlocks * 64) {
+  // Resumed: the blocks from the chunk's start, the first one from i (resumed_block).
+  const std::size_t origin = resumed ? i / 64 * 64 : i;
+  for (std::size_t piece = origin; piece < n; piece += kPieceBlocks * 64) {
     const std::size_t piece_bytes = std::min(n - piece, kPieceBlocks * 64);
     const std::size_t whole = piece_bytes / 64, rest = piece_bytes % 64;
-    classify(data + piece, whole, masks.data(), carry);
-    if (rest > 0) masks[whole] = bytewise_block(data + piece + 64 * whole, rest, carry);  // the chunk's last bytes
+    if (piece < i) [[unlikely]] {
+      const std::size_t first_end = std::min(piece + 64, n);
+      masks[0] = resumed_block(data + piece, i - piece, first_end - piece, carry);
+      if (first_end - piece == 64) {
+        classify(data + piece + 64, whole - 1, masks.data() + 1, carry);
+        if (rest > 0) masks[whole] = bytewise_block(data + piece + 64 * whole, rest, carry);
+      }
+    } else {
+      classify(data + piece, whole, masks.data(), carry);
+      if (rest > 0) masks[whole] = bytewise_block(data + piece + 64 * whole, rest, carry);  // the chunk's last bytes
+    }
     in_string_ = carry.in_string;
     escape_ = carry.escaped;
     for (std::size_t block = 0; block * 64 < piece_bytes; ++block) {
@@ -899,6 +1085,19 @@ std::size_t TraceSplitter::scan_events(std::string_view text, std::size_t i) {
             return p + 1;
           }
           if (data[p] != '{') fail("expected an event object in traceEvents", offset_ + p);
+          if (offset_ + p >= stop_at_) [[unlikely]] {
+            // The event another splitter resumed at (stop_at): this one stops there when its state
+            // is the one that splitter assumed (its blocks on the chunk's grid; the block's bytes
+            // before the event making it plain, or not, alike; traceEvents in an object, not a bare
+            // array, whose end would end the text), and else goes on.
+            BlockCarry guess;
+            if (offset_ + p == stop_at_ && b % 64 == 0 && !bare_array_ &&
+                (m.odd != 0) == (resumed_block(data + b, p - b, block_end - b, guess).odd != 0)) {
+              state_ = State::stopped;
+              return n;
+            }
+            stop_at_ = UINT64_MAX;
+          }
           // An event always begins in the chunk that holds its first byte (and is carried over
           // whole when it goes on past the chunk).
           state_ = State::event;
@@ -942,8 +1141,11 @@ std::size_t TraceSplitter::scan_events(std::string_view text, std::size_t i) {
 }
 
 void TraceSplitter::feed(std::string_view text) {
+  feed_from(text, 0, false);
+}
+
+void TraceSplitter::feed_from(std::string_view text, std::size_t i, bool resumed) {
   const std::size_t n = text.size();
-  std::size_t i = 0;
   // Where the piece in progress starts in this chunk (0 when it began in an earlier one).
   std::size_t piece_start = 0;
   while (i < n) {
@@ -1056,9 +1258,10 @@ void TraceSplitter::feed(std::string_view text) {
       }
       case State::events_next:
       case State::event:
-        i = scan_events(text, i);
+        i = scan_events(text, i, std::exchange(resumed, false));
         break;
       case State::done:
+      case State::stopped:
         i = n;  // what follows the top-level value is ignored
         break;
     }

@@ -99,6 +99,47 @@ class ChunkReader {
   std::unique_ptr<ChunkPrefetcher> prefetcher_;  // declared after source_: stopped before it goes
 };
 
+// The chunks of a file for several threads at once (kineto_reader.cpp's reading on several
+// threads): chunk j is, byte for byte and with the same marks, the j-th that a ChunkReader of the
+// same chunk size hands out (Prefetch::off), at `offset` in the text. A plain file's chunks are
+// read where they lie (pread), each thread into its own buffer. A gzip file is inflated in order,
+// by whichever thread needs a chunk not made yet, into a ring of `window` chunks shared by all; a
+// chunk is dropped once no thread can need it again (every thread has moved past it, and the
+// chunks left to claim begin after it). Regular files only (a pipe cannot be read twice).
+class SharedChunks {
+ public:
+  struct Chunk {
+    std::string_view text;  // empty past the end
+    std::uint64_t offset = 0;
+    SourceMarks marks;
+  };
+  // SystemError when the file cannot be opened (InputError when it does not exist, as ChunkReader).
+  SharedChunks(const std::string& path, std::size_t chunk_bytes, std::size_t threads, std::size_t window);
+  ~SharedChunks();
+  SharedChunks(const SharedChunks&) = delete;
+  SharedChunks& operator=(const SharedChunks&) = delete;
+  bool gzip() const;
+  bool regular() const;
+  std::uint64_t file_bytes() const;
+  // Thread t's chunk j; valid until its next call. Thread t asks for chunks in increasing order from
+  // where it said it begins (from). InputError for a corrupt gzip stream, SystemError for a failed
+  // read: thrown for the chunk where a ChunkReader would have thrown it, and for every one after.
+  Chunk chunk(std::size_t t, std::size_t j);
+  // Thread t begins reading at chunk j (none before it will be asked for by t again; nor by any
+  // thread, below `unclaimed`, where the chunks not claimed by any thread yet begin), and has chunks
+  // up to `through` made now where the ring has room for them.
+  void from(std::size_t t, std::size_t j, std::size_t unclaimed, std::size_t through);
+  // Thread t asks for no more chunks.
+  void finished(std::size_t t);
+
+ private:
+  struct State;  // the file, the decoder and the ring (json_stream.cpp)
+  std::unique_ptr<State> state_;
+};
+
+// The CPUs this process may run on (taskset, cgroups' cpusets).
+int usable_cpus();
+
 // Which decoder inflates gzip: ISA-L's igzip where the build has it (libisal), else zlib. The tests
 // and the benchmark pick each in turn; use_inflate is false when the build lacks the one asked for,
 // and then changes nothing. The choice holds for the whole process.
@@ -128,6 +169,13 @@ struct EventShape {
   bool plain = true;
 };
 
+// Where an event of traceEvents may begin in a chunk, to start a thread there: the '{' of the
+// first `},\n  {` followed by `\n    "ph": ` (what libkineto writes between two events) or by
+// `"ph": ` (the same on one line, as the synthetic traces write them), wholly in the chunk; npos
+// when there is none. In JSON a raw line break cannot be inside a string: such bytes are between
+// two values, and of the ones at that indent, nearly always between two events.
+std::size_t find_event_start(std::string_view chunk);
+
 // Cuts {"traceEvents": [ {...}, {...} ], "deviceProperties": [...], ...} (or a bare array of
 // events, which the Chrome trace format also allows) into pieces as bytes arrive.
 class TraceSplitter {
@@ -147,6 +195,24 @@ class TraceSplitter {
   std::uint64_t skipped_members() const { return skipped_members_; }
   std::size_t max_event_bytes() const { return max_event_bytes_; }
 
+  // For reading a trace on several threads (kineto_reader.cpp; docs/trace.md, "How a trace is
+  // read"), where a thread begins in the middle of traceEvents on a guess of where an event begins
+  // (find_event_start) and the thread reading the text before it checks the guess.
+  //
+  // Feeds a chunk that begins at byte `offset` of the text, from `at` on, as if the bytes before had
+  // left the splitter between two events of traceEvents, outside any string. The 64-byte blocks fall
+  // where they fall for one splitter fed the whole text in the same chunks (from the chunk's
+  // start), so that events split, and are found plain or not (EventShape), as they would be there,
+  // whenever the guess holds (stop_at says whether it does).
+  void resume_between_events(std::string_view chunk, std::uint64_t offset, std::size_t at);
+  // Stops before the event that begins at byte `at` of the text, if one does there and the splitter
+  // is then in the state resume_between_events assumes (between events, its blocks on the chunk's
+  // grid, and the block's bytes before `at` making the event plain or not alike): stopped() is then
+  // true, and the rest of what is fed is ignored. Otherwise it goes on as before, and bytes() passes
+  // `at` without stopped(): the guess of a thread that began at `at` was wrong.
+  void stop_at(std::uint64_t at) { stop_at_ = at; }
+  bool stopped() const { return state_ == State::stopped; }
+
  private:
   enum class State {
     start,         // before the top-level value
@@ -158,6 +224,7 @@ class TraceSplitter {
     events_next,   // inside traceEvents, between events
     event,         // inside an event object
     done,
+    stopped,  // at stop_at's event: what follows is another splitter's
   };
   EventSink on_event_;
   MemberSink on_member_;
@@ -178,6 +245,7 @@ class TraceSplitter {
   bool nested_ = false, plain_ = true;
   std::uint64_t skipped_members_ = 0;
   std::size_t max_event_bytes_ = 0;
+  std::uint64_t stop_at_ = UINT64_MAX;
 
   [[noreturn]] void fail(std::string_view what, std::uint64_t at) const;
   // Scans a JSON value's bytes from `i` (depth and strings), returning where the value ends (one
@@ -189,7 +257,10 @@ class TraceSplitter {
   // quotes with the in-string state carried from block to block (in_string_, escape_), and only
   // the brackets outside strings are visited. Returns where the byte-wise states go on (after the
   // array's ']'), or text.size() when the array goes on past `text`.
-  std::size_t scan_events(std::string_view text, std::size_t i);
+  // `resumed`: i is where resume_between_events begins, and the blocks are on the chunk's grid.
+  std::size_t scan_events(std::string_view text, std::size_t i, bool resumed = false);
+  // The feed's byte-wise states from `i` on.
+  void feed_from(std::string_view text, std::size_t i, bool resumed);
   void emit_event(std::string_view text, std::size_t begin, std::size_t end);
 };
 

@@ -8,12 +8,20 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <bit>
 #include <cctype>
 #include <charconv>
 #include <cmath>
 #include <cstring>
+#include <memory>
+#include <mutex>
+#include <optional>
 #include <string>
+#include <system_error>
+#include <thread>
+#include <utility>
+#include <vector>
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -457,7 +465,7 @@ class PlainEvent {
   // but a few events of a real trace have this layout, and read() spends four times the
   // instructions on one (a lookup of each key, a dispatch on it, scans of the spaces around it).
   // False, with `f` part written, for anything else: read() then reads the event from its start.
-  bool read_kineto(EventFields& f) {
+  [[gnu::always_inline]] bool read_kineto(EventFields& f) {
     if (std::endian::native != std::endian::little || !shape_.plain || *end_ != '}') return false;
     const bool lines = take(kPhLine);
     if (!(lines || take(kPh)) || !short_string(f.ph) || f.ph.size() != 1) return false;
@@ -525,7 +533,7 @@ class PlainEvent {
   // of the 64 bytes from p_ (the bytes a number can hold, the digits, the dots): finding the next
   // waits for a bit scan, not for the digits of the one before to be read, as read() and time()
   // do, and the values are read after, from the tokens, while the reading of the event goes on.
-  bool numbers(const std::array<const Literal*, 3>& between, std::array<NumberToken, 4>& out) {
+  [[gnu::always_inline]] bool numbers(const std::array<const Literal*, 3>& between, std::array<NumberToken, 4>& out) {
     if (end_ - p_ < 80) return false;  // the masks' 64 bytes, and a literal's 16 past a number in them
     std::uint64_t digits = 0, dots = 0;
     const std::uint64_t number = number_bytes_(p_, digits, dots);
@@ -598,7 +606,7 @@ class PlainEvent {
 
   // The bytes of `l` at p_, which then moves past them; false (nothing moved) for other bytes, or
   // when the event ends too near for the eight-byte loads.
-  bool take(const Literal& l) {
+  [[gnu::always_inline]] bool take(const Literal& l) {
     if (l.size > 8) {
       if (end_ - p_ < 16 || ((load8(p_) & l.mask[0]) ^ l.bytes[0]) | ((load8(p_ + 8) & l.mask[1]) ^ l.bytes[1]))
         return false;
@@ -694,7 +702,7 @@ class PlainEvent {
   }
 
   // A string without escapes at p_ (its opening quote); p_ moves past its closing quote.
-  bool string(std::string_view& out) {
+  [[gnu::always_inline]] bool string(std::string_view& out) {
     const char* p = p_;
     if (*p != '"') return false;
     const char* const start = ++p;
@@ -884,6 +892,9 @@ class EventReader {
 #endif
   }
 
+  // Called from one place (EventSink, below), and the fast path's steps marked always_inline:
+  // when the reading on several threads came, GCC stopped inlining them here, which cost a tenth
+  // of the whole run (perf: 50 -> 58 ms for lora's trace on one thread).
   void add(std::string_view event, const EventShape& shape) {
     ++data_.counts.events;
     EventFields f;
@@ -896,7 +907,22 @@ class EventReader {
       if (!record(f)) ++data_.counts.malformed;
       return;
     }
-    // The others are gathered for simdjson (a few in a real trace: those with non-ASCII names).
+    add_slow(event);
+  }
+
+  // Out of line: a few events of a real trace come here.
+  [[gnu::noinline]] void add_slow(std::string_view event) {
+    if (defer_) {  // a thread of several: kept for the reader that merges (read_parallel)
+      deferred_.append(event);
+      deferred_ends_.push_back(deferred_.size());
+      return;
+    }
+    append_slow(event);
+  }
+
+  // An event for simdjson, gathered with the others like it (a few in a real trace: those with
+  // non-ASCII names), counted already.
+  void append_slow(std::string_view event) {
     batch_ += batch_.empty() ? '[' : ',';
     offsets_.push_back(batch_.size());
     batch_.append(event);
@@ -911,8 +937,28 @@ class EventReader {
     offsets_.clear();
   }
 
+  // Reading on several threads: the events the fast path does not read are kept, in their order,
+  // instead of being parsed (the merge parses them after all the others, as one thread would).
+  void defer_slow_events() {
+    defer_ = true;
+  }
+  const std::string& deferred() const {
+    return deferred_;
+  }
+  const std::vector<std::size_t>& deferred_ends() const {
+    return deferred_ends_;
+  }
+  // Whether a kernel name past kMaxKernelNames was summed under "(other kernels)".
+  bool kernel_names_capped() const {
+    return kernel_names_capped_;
+  }
+
+  static bool member_read(std::string_view key) {
+    return key == "distributedInfo" || key == "deviceProperties";
+  }
+
   void member(std::string_view key, std::string_view value) {
-    if (key != "distributedInfo" && key != "deviceProperties") return;
+    if (!member_read(key)) return;
     std::string text(value);
     text.reserve(text.size() + simdjson::SIMDJSON_PADDING);
     dom::element doc;
@@ -941,6 +987,9 @@ class EventReader {
   std::vector<std::size_t> offsets_;  // where each event of the batch starts in batch_
   std::vector<EventFields> parsed_;
   std::string single_;
+  bool defer_ = false, kernel_names_capped_ = false;
+  std::string deferred_;
+  std::vector<std::size_t> deferred_ends_;  // where each deferred event ends in deferred_
 
   // Kernel names met lately, in slots by a cheap hash of their length and three 8-byte pieces:
   // most activities repeat a name of the last few hundred, and hashing all of a 100-byte name for
@@ -1159,9 +1208,12 @@ class EventReader {
           category = it->second.category;
         } else {
           category = classify_activity(f.name, f.cat);
-          it = data_.kernels.size() < kMaxKernelNames
-                   ? data_.kernels.try_emplace(std::string(f.name), KernelTotal{category, 0, 0}).first
-                   : data_.kernels.try_emplace("(other kernels)", KernelTotal{KernelCategory::elementwise, 0, 0}).first;
+          if (data_.kernels.size() < kMaxKernelNames) {
+            it = data_.kernels.try_emplace(std::string(f.name), KernelTotal{category, 0, 0}).first;
+          } else {
+            it = data_.kernels.try_emplace("(other kernels)", KernelTotal{KernelCategory::elementwise, 0, 0}).first;
+            kernel_names_capped_ = true;
+          }
         }
         total = &it->second;
         if (it->first == f.name) cached = {it->first, total};  // not the names summed as "(other kernels)"
@@ -1195,10 +1247,18 @@ class EventReader {
   }
 };
 
+void reserve_for(TraceData& data, std::uint64_t file_bytes);
+
+// The splitter's sink of events, one type for every reading (see EventReader::add).
+struct EventSink {
+  EventReader* reader;
+  void operator()(std::string_view event, const EventShape& shape) const { reader->add(event, shape); }
+};
+
 void read_stream(TraceData& data, const std::string& source, const std::function<std::string_view()>& next_chunk,
                  const std::function<bool()>& gzip_truncated) {
   EventReader reader(data);
-  TraceSplitter splitter([&](std::string_view event, const EventShape& shape) { reader.add(event, shape); },
+  TraceSplitter splitter(EventSink{&reader},
                          [&](std::string_view key, std::string_view value) { reader.member(key, value); });
   try {
     for (std::string_view chunk = next_chunk(); !chunk.empty(); chunk = next_chunk()) splitter.feed(chunk);
@@ -1222,11 +1282,312 @@ void read_stream(TraceData& data, const std::string& source, const std::function
     data.warnings.push_back(fmt::format("{} top-level members over 64 MiB skipped", splitter.skipped_members()));
 }
 
+// Reading on several threads (docs/trace.md, "How a trace is read"). The chunks are those one
+// thread reads (SharedChunks), cut into segments of a few chunks. A thread claims the next
+// segment and begins it at the first place in its first chunk where libkineto's bytes between two
+// events stand (find_event_start), as if between events; it reads on, chunk after chunk, until it
+// reaches the start of the next segment that has one, and stops there only when the splitter's
+// state at that byte is the one the other thread assumed (TraceSplitter::stop_at). Each thread
+// keeps what it reads in its own TraceData, noting where each segment's part begins, and the
+// segments are merged in the file's order: the activities, steps and intervals as one thread would
+// have appended them, the counts and kernel totals summed (integers), and the events only simdjson
+// reads (deferred) parsed last, as one thread parses its one batch of them. Whatever the merge
+// cannot make exactly what one thread makes (a guess found wrong, an error, a kernel name of two
+// categories, the kernel-name cap, more deferred events than one batch) is read again on one
+// thread, so that every input gives the one thread's answer.
+class SegmentChunks {
+ public:
+  virtual ~SegmentChunks() = default;
+  virtual SharedChunks::Chunk chunk(std::size_t thread, std::size_t j) = 0;
+  virtual void from(std::size_t /*thread*/, std::size_t /*j*/, std::size_t /*unclaimed*/, std::size_t /*through*/) {}
+  virtual void finished(std::size_t /*thread*/) {}
+};
+
+class FileSegmentChunks final : public SegmentChunks {
+ public:
+  explicit FileSegmentChunks(SharedChunks& chunks) : chunks_(chunks) {}
+  SharedChunks::Chunk chunk(std::size_t thread, std::size_t j) override { return chunks_.chunk(thread, j); }
+  void from(std::size_t thread, std::size_t j, std::size_t unclaimed, std::size_t through) override {
+    chunks_.from(thread, j, unclaimed, through);
+  }
+  void finished(std::size_t thread) override { chunks_.finished(thread); }
+
+ private:
+  SharedChunks& chunks_;
+};
+
+// Text in memory, in the chunks read_trace_text cuts it into.
+class TextSegmentChunks final : public SegmentChunks {
+ public:
+  TextSegmentChunks(std::string_view text, std::size_t chunk_bytes) : text_(text), chunk_bytes_(chunk_bytes) {}
+  SharedChunks::Chunk chunk(std::size_t /*thread*/, std::size_t j) override {
+    const std::uint64_t at = std::uint64_t{j} * chunk_bytes_;
+    if (at >= text_.size()) return {{}, text_.size(), {}};
+    return {text_.substr(at, chunk_bytes_), at, {}};
+  }
+
+ private:
+  std::string_view text_;
+  std::size_t chunk_bytes_;
+};
+
+constexpr std::size_t kNone = SIZE_MAX;
+
+// One segment as a thread read it: where its part of the thread's collections begins and ends.
+struct Segment {
+  std::size_t index = 0, thread = 0;
+  std::array<std::size_t, 2> gpu{}, steps{}, launches{}, loader{}, sync{}, deferred{};
+  std::string unsupported_example;
+  std::vector<std::pair<std::string, std::string>> members;  // those EventReader reads, in order
+  std::size_t next = kNone;  // the segment at whose first event it stopped; kNone: read to the end
+  bool complete = false, saw_events = false;
+  std::uint64_t bytes = 0, skipped_members = 0;
+  SourceMarks marks;  // of the last chunk read
+};
+
+struct SegmentWorker {
+  TraceData data;
+  EventReader reader{data};
+  std::vector<Segment> segments;
+  SegmentWorker() { reader.defer_slow_events(); }
+};
+
+struct SegmentShared {
+  SegmentShared(SegmentChunks& c, std::size_t k) : chunks(c), segment_chunks(k) {}
+  SegmentChunks& chunks;
+  std::size_t segment_chunks = 1;
+  std::mutex mutex;
+  std::size_t next_segment = 0, end_segment = kNone;  // guarded by mutex
+  std::atomic<bool> give_up{false};
+};
+
+// Reads segment s on thread t; false past the end of the text, or when the reading is given up.
+bool read_segment(SegmentShared& shared, SegmentWorker& w, std::size_t t, std::size_t s, std::size_t unclaimed) {
+  const std::size_t k = shared.segment_chunks, first = s * k;
+  shared.chunks.from(t, first, unclaimed * k, first + k - 1);
+  SharedChunks::Chunk c = shared.chunks.chunk(t, first);
+  if (c.text.empty()) {
+    const std::lock_guard lock(shared.mutex);
+    shared.end_segment = std::min(shared.end_segment, s);
+    return false;
+  }
+  std::size_t at = 0;
+  if (s > 0) {
+    at = find_event_start(c.text);
+    if (at == std::string_view::npos) return true;  // nowhere to begin: the segment before reads it
+  }
+  TraceData& d = w.data;
+  Segment seg;
+  seg.index = s;
+  seg.thread = t;
+  const auto sizes = [&](std::size_t side) {
+    seg.gpu[side] = d.gpu.size();
+    seg.steps[side] = d.steps.size();
+    seg.launches[side] = d.launches.size();
+    seg.loader[side] = d.data_loader.size();
+    seg.sync[side] = d.synchronise.size();
+    seg.deferred[side] = w.reader.deferred_ends().size();
+  };
+  sizes(0);
+  d.unsupported_example.clear();
+  TraceSplitter splitter(EventSink{&w.reader}, [&](std::string_view key, std::string_view value) {
+    if (EventReader::member_read(key)) seg.members.emplace_back(key, value);
+  });
+  if (s == 0)
+    splitter.feed(c.text);
+  else
+    splitter.resume_between_events(c.text, c.offset, at);
+  seg.marks = c.marks;
+  std::uint64_t stop = UINT64_MAX;
+  std::size_t stop_segment = kNone;
+  for (std::size_t j = first + 1; !splitter.stopped(); ++j) {
+    if (shared.give_up.load(std::memory_order_relaxed)) return false;
+    c = shared.chunks.chunk(t, j);
+    seg.marks = c.marks;
+    if (c.text.empty()) break;
+    if (j % k == 0) {
+      if (const std::size_t q = find_event_start(c.text); q != std::string_view::npos) {
+        stop = c.offset + q;
+        stop_segment = j / k;
+        splitter.stop_at(stop);
+      }
+    }
+    splitter.feed(c.text);
+    if (!splitter.stopped() && splitter.bytes() > stop) {  // the other thread's guess was wrong
+      shared.give_up.store(true, std::memory_order_relaxed);
+      return false;
+    }
+  }
+  sizes(1);
+  seg.next = splitter.stopped() ? stop_segment : kNone;
+  seg.complete = splitter.complete();
+  seg.saw_events = splitter.saw_events();
+  seg.bytes = splitter.bytes();
+  seg.skipped_members = splitter.skipped_members();
+  seg.unsupported_example = std::move(d.unsupported_example);
+  d.unsupported_example.clear();
+  w.segments.push_back(std::move(seg));
+  return true;
+}
+
+void run_segments(SegmentShared& shared, SegmentWorker& w, std::size_t t) {
+  try {
+    for (;;) {
+      if (shared.give_up.load(std::memory_order_relaxed)) break;
+      std::size_t s = 0, unclaimed = 0;
+      {
+        const std::lock_guard lock(shared.mutex);
+        if (shared.next_segment >= shared.end_segment) break;
+        s = shared.next_segment++;
+        unclaimed = shared.next_segment;
+      }
+      if (!read_segment(shared, w, t, s, unclaimed)) break;
+    }
+  } catch (...) {
+    // An error is reported as one thread reports it, where it stands: by reading on one thread.
+    shared.give_up.store(true, std::memory_order_relaxed);
+  }
+  shared.chunks.finished(t);
+}
+
+template <class T>
+void append_part(std::vector<T>& to, const std::vector<T>& from, const std::array<std::size_t, 2>& part) {
+  to.insert(to.end(), from.begin() + static_cast<std::ptrdiff_t>(part[0]),
+            from.begin() + static_cast<std::ptrdiff_t>(part[1]));
+}
+
+// The segments' readings merged into `data` as one thread reads the text; false when that cannot
+// be made exactly (read_parallel's caller then reads on one thread).
+bool merge_segments(TraceData& data, const std::string& source, std::vector<std::unique_ptr<SegmentWorker>>& workers,
+                    bool& gzip_truncated, bool& trailing_bytes) {
+  std::vector<const Segment*> order;
+  for (const auto& w : workers)
+    for (const Segment& seg : w->segments) order.push_back(&seg);
+  std::sort(order.begin(), order.end(), [](const Segment* a, const Segment* b) { return a->index < b->index; });
+  if (order.empty() || order.front()->index != 0) return false;
+  for (std::size_t k = 0; k < order.size(); ++k)
+    if (order[k]->next != (k + 1 < order.size() ? order[k + 1]->index : kNone)) return false;
+  // One thread parses the deferred events in one batch at its end unless they pass kBatchBytes.
+  std::size_t batch = 0;
+  for (const Segment* seg : order) {
+    const auto& ends = workers[seg->thread]->reader.deferred_ends();
+    for (std::size_t e = seg->deferred[0]; e < seg->deferred[1]; ++e) {
+      batch += 1 + ends[e] - (e == 0 ? 0 : ends[e - 1]);
+      if (batch >= kBatchBytes) return false;
+    }
+  }
+  std::size_t gpu = 0, steps = 0, launches = 0, loader = 0, sync = 0;
+  for (const Segment* seg : order) {
+    gpu += seg->gpu[1] - seg->gpu[0];
+    steps += seg->steps[1] - seg->steps[0];
+    launches += seg->launches[1] - seg->launches[0];
+    loader += seg->loader[1] - seg->loader[0];
+    sync += seg->sync[1] - seg->sync[0];
+  }
+  data.kernels = std::move(workers.front()->data.kernels);
+  for (std::size_t t = 0; t < workers.size(); ++t) {
+    SegmentWorker& w = *workers[t];
+    if (w.reader.kernel_names_capped()) return false;
+    if (t > 0) {
+      for (const auto& [name, total] : w.data.kernels) {
+        const auto [it, fresh] = data.kernels.try_emplace(name, total);
+        if (fresh) continue;
+        // The category of a name is that of its first activity in the file: threads that met it
+        // first with different categories cannot say which.
+        if (it->second.category != total.category) return false;
+        it->second.count += total.count;
+        it->second.total_ns += total.total_ns;
+      }
+    }
+    data.counts.events += w.data.counts.events;
+    data.counts.gpu_activities += w.data.counts.gpu_activities;
+    data.counts.malformed += w.data.counts.malformed;
+    data.counts.unsupported += w.data.counts.unsupported;
+    data.other_phases += w.data.other_phases;
+    data.first_ns = std::min(data.first_ns, w.data.first_ns);
+    data.last_ns = std::max(data.last_ns, w.data.last_ns);
+  }
+  if (data.kernels.size() > kMaxKernelNames) return false;
+  data.gpu.reserve(gpu);
+  data.steps.reserve(steps);
+  data.launches.reserve(launches);
+  data.data_loader.reserve(loader);
+  data.synchronise.reserve(sync);
+  for (const Segment* seg : order) {
+    const TraceData& from = workers[seg->thread]->data;
+    append_part(data.gpu, from.gpu, seg->gpu);
+    append_part(data.steps, from.steps, seg->steps);
+    append_part(data.launches, from.launches, seg->launches);
+    append_part(data.data_loader, from.data_loader, seg->loader);
+    append_part(data.synchronise, from.synchronise, seg->sync);
+    if (data.unsupported_example.empty()) data.unsupported_example = seg->unsupported_example;
+  }
+  EventReader reader(data);
+  std::uint64_t skipped_members = 0;
+  for (const Segment* seg : order) {
+    for (const auto& [key, value] : seg->members) reader.member(key, value);
+    skipped_members += seg->skipped_members;
+  }
+  for (const Segment* seg : order) {
+    const EventReader& r = workers[seg->thread]->reader;
+    const auto& ends = r.deferred_ends();
+    for (std::size_t e = seg->deferred[0]; e < seg->deferred[1]; ++e) {
+      const std::size_t begin = e == 0 ? 0 : ends[e - 1];
+      reader.append_slow(std::string_view(r.deferred()).substr(begin, ends[e] - begin));
+    }
+  }
+  reader.flush();
+  // As read_stream ends.
+  const Segment& last = *order.back();
+  data.counts.bytes = last.bytes;
+  gzip_truncated = last.marks.truncated;
+  trailing_bytes = last.marks.trailing_bytes;
+  if (!last.saw_events && !order.front()->saw_events)
+    throw InputError(fmt::format("trace '{}' has no traceEvents array (not a PyTorch profiler trace?)", source));
+  if (!last.complete) {
+    data.truncated = true;
+    data.warnings.push_back(
+        fmt::format("the file ends inside its traceEvents{}: the analysis covers the {} events read",
+                    gzip_truncated ? " (the gzip stream is cut short)" : "", data.counts.events));
+  }
+  if (skipped_members > 0)
+    data.warnings.push_back(fmt::format("{} top-level members over 64 MiB skipped", skipped_members));
+  return true;
+}
+
+// The text of `chunks` read on `threads` threads (this one and threads - 1 more), in segments of
+// `segment_chunks` chunks, into `data`; false when it must be read on one thread instead.
+bool read_parallel(TraceData& data, const std::string& source, SegmentChunks& chunks, std::size_t threads,
+                   std::size_t segment_chunks, std::uint64_t reserve_bytes, bool& trailing_bytes) {
+  SegmentShared shared(chunks, std::max<std::size_t>(segment_chunks, 1));
+  std::vector<std::unique_ptr<SegmentWorker>> workers;
+  for (std::size_t t = 0; t < threads; ++t) {
+    workers.push_back(std::make_unique<SegmentWorker>());
+    if (reserve_bytes > 0) reserve_for(workers.back()->data, reserve_bytes);
+  }
+  std::vector<std::thread> pool;
+  for (std::size_t t = 1; t < threads; ++t) {
+    try {
+      pool.emplace_back([&shared, &workers, t] { run_segments(shared, *workers[t], t); });
+    } catch (const std::system_error&) {
+      // No thread to be had (a process at its limit): those started, and this one, read it all.
+      shared.chunks.finished(t);
+    }
+  }
+  run_segments(shared, *workers.front(), 0);
+  for (std::thread& thread : pool) thread.join();
+  if (shared.give_up.load()) return false;
+  bool gzip_truncated = false;
+  TraceData merged;
+  if (!merge_segments(merged, source, workers, gzip_truncated, trailing_bytes)) return false;
+  merged.read_threads = threads;
+  data = std::move(merged);
+  return true;
+}
+
 }  // namespace
 
 namespace {
-
-// The activities and launches a plain file of this size may hold, reserved at once: a vector that
 // doubles as it grows copies its elements and faults their pages in twice over. The guess (one of
 // each per 400 bytes, a synthetic trace's share; real traces have fewer GPU activities) reserves
 // address space only, as pages never written are never resident; past it the vectors grow as usual.
@@ -1238,9 +1599,41 @@ void reserve_for(TraceData& data, std::uint64_t file_bytes) {
 
 }  // namespace
 
-TraceData read_trace_file(const std::string& path) {
+TraceData read_trace_file(const std::string& path, const ReadOptions& options) {
+  const std::size_t chunk_bytes = options.chunk_bytes != 0 ? options.chunk_bytes : std::size_t{256} << 10;
+  const std::size_t threads =
+      options.threads != 0 ? options.threads
+                           : std::min(static_cast<std::size_t>(std::max(usable_cpus(), 1)), ReadOptions::kMaxThreads);
+  if (threads >= 2) {
+    std::optional<SharedChunks> shared;
+    try {
+      const std::size_t k = options.segment_chunks;
+      shared.emplace(path, chunk_bytes, threads, 0);
+      const bool gzip = shared->gzip();
+      const std::size_t segment = k != 0 ? k : gzip ? ReadOptions::kGzipSegmentChunks : ReadOptions::kSegmentChunks;
+      // Left to itself, a gzip file is read on one thread, inflated ahead on a second (ChunkReader):
+      // on two CPUs the threads' reading of it was no faster (docs/trace.md, "Speed").
+      const bool big = !gzip && shared->file_bytes() >= ReadOptions::kParallelFromBytes;
+      if (shared->regular() && (big || options.threads >= 2)) {
+        if (gzip) {
+          // Its ring: the chunks of every thread's segment, and the one after each.
+          shared.reset();
+          shared.emplace(path, chunk_bytes, threads, (threads + 1) * segment + 2);
+        }
+        FileSegmentChunks chunks(*shared);
+        TraceData data;
+        bool trailing_bytes = false;
+        if (read_parallel(data, path, chunks, threads, segment, gzip ? 0 : shared->file_bytes(), trailing_bytes)) {
+          if (trailing_bytes) data.warnings.push_back("the bytes after the file's gzip stream are not gzip: ignored");
+          return data;
+        }
+      }
+    } catch (const SystemError&) {
+      // Read as one thread reads it, which reports what went wrong where it does.
+    }
+  }
   TraceData data;
-  ChunkReader reader(path);
+  ChunkReader reader(path, chunk_bytes);
   if (!reader.gzip()) reserve_for(data, reader.file_bytes());
   read_stream(
       data, path, [&] { return reader.next(); }, [&] { return reader.truncated(); });
@@ -1248,11 +1641,19 @@ TraceData read_trace_file(const std::string& path) {
   return data;
 }
 
-TraceData read_trace_text(std::string_view json, const std::string& source) {
+TraceData read_trace_text(std::string_view json, const std::string& source, const ReadOptions& options) {
   TraceData data;
   // In chunks as a file would come, so the splitter's carrying of pieces across chunks is the
   // same code in tests as on real files.
-  constexpr std::size_t kChunk = 1 << 16;
+  const std::size_t kChunk = options.chunk_bytes != 0 ? options.chunk_bytes : std::size_t{1} << 16;
+  if (options.threads >= 2) {
+    TextSegmentChunks chunks(json, kChunk);
+    bool trailing_bytes = false;
+    if (read_parallel(data, source, chunks, options.threads, std::max<std::size_t>(options.segment_chunks, 1), 0,
+                      trailing_bytes))
+      return data;
+    data = TraceData{};
+  }
   std::size_t at = 0;
   read_stream(
       data, source,

@@ -59,11 +59,27 @@ struct TraceData {
   std::string unsupported_example;  // one unknown phase, for the message
   bool truncated = false;
   std::vector<std::string> warnings;
+  std::size_t read_threads = 1;  // how many threads read it (ReadOptions): for the tests and the benchmark
+};
+
+// How a trace is read: on how many threads, in chunks of how many bytes (docs/trace.md, "How a
+// trace is read"). The answer is the same whatever they are; the tests set them to reach every path.
+struct ReadOptions {
+  // 0: as many as the process may use, up to kMaxThreads, for a plain file large enough to gain
+  // from them (a gzip file: one, with ChunkReader's inflating ahead); 1: one; 2 or more: that many,
+  // for any file or text (the tests, the benchmark).
+  std::size_t threads = 0;
+  std::size_t chunk_bytes = 0;     // 0: 256 KiB for a file, 64 KiB for text
+  std::size_t segment_chunks = 0;  // chunks a thread claims at a time; 0: the defaults below (text: 1)
+  // Measured in docs/trace.md, "Speed".
+  static constexpr std::size_t kMaxThreads = 8;
+  static constexpr std::size_t kSegmentChunks = 4, kGzipSegmentChunks = 4;
+  static constexpr std::uint64_t kParallelFromBytes = std::uint64_t{4} << 20;  // a plain file's size
 };
 
 // Reads a whole trace (a file, or text in memory) into TraceData.
-TraceData read_trace_file(const std::string& path);
-TraceData read_trace_text(std::string_view json, const std::string& source);
+TraceData read_trace_file(const std::string& path, const ReadOptions& options = {});
+TraceData read_trace_text(std::string_view json, const std::string& source, const ReadOptions& options = {});
 
 // The verdict of a step (or of the run, on its sums) from its figures, with its evidence.
 void judge_step(StepTrace& step);

@@ -1028,3 +1028,177 @@ TEST(TraceFiles, ABigTraceStreamsToTheSameFigures) {
 }
 
 }  // namespace
+
+namespace {
+
+std::string inflated(const std::filesystem::path& p) {
+  gzFile f = gzopen(p.c_str(), "rb");
+  if (f == nullptr) return {};
+  std::string out;
+  std::array<char, 1 << 16> buffer{};
+  for (int n = 0; (n = gzread(f, buffer.data(), static_cast<unsigned>(buffer.size()))) > 0;)
+    out.append(buffer.data(), static_cast<std::size_t>(n));
+  gzclose(f);
+  return out;
+}
+
+// Every output of a reading (the JSON, which holds every figure, and the table), or its error.
+std::string answer_of(const std::function<detail::TraceData()>& read, std::size_t* threads = nullptr) {
+  try {
+    detail::TraceData data = read();
+    if (threads != nullptr) *threads = data.read_threads;
+    TraceReport report;
+    report.ranks.push_back(detail::analyse(std::move(data), "t", {}));
+    return render_trace(report, nullptr, nullptr, trainfit::Format::json) +
+           render_trace(report, nullptr, nullptr, trainfit::Format::table);
+  } catch (const trainfit::InputError& e) {
+    return std::string("error: ") + e.what();
+  } catch (const trainfit::SystemError& e) {
+    return std::string("system error: ") + e.what();
+  }
+}
+
+// The text read on one thread and on several, in chunks of `chunk` bytes: the same answer, to the
+// byte; `parallel` says whether the threads' reading stood (else it was read again on one thread).
+void expect_threads_read_as_one(std::string_view text, std::size_t chunk, const std::string& what,
+                                bool parallel = true) {
+  const std::string one = answer_of([&] { return detail::read_trace_text(text, "t", {1, chunk, 0}); });
+  for (const std::size_t threads : {std::size_t{2}, std::size_t{3}}) {
+    for (const std::size_t segment : {std::size_t{1}, std::size_t{3}}) {
+      std::size_t used = 0;
+      const std::string several = answer_of(
+          [&] {
+            return detail::read_trace_text(text, "t", {threads, chunk, segment});
+          },
+          &used);
+      EXPECT_EQ(several, one) << what << ", " << threads << " threads, segments of " << segment;
+      if (several.starts_with("error")) continue;
+      EXPECT_EQ(used, parallel ? threads : 1u) << what << ", " << threads << " threads, segments of " << segment;
+    }
+  }
+}
+
+std::string replaced_all(std::string text, std::string_view from, std::string_view to, std::size_t every = 1) {
+  std::size_t seen = 0;
+  for (std::size_t at = text.find(from); at != std::string::npos; at = text.find(from, at + 1))
+    if (seen++ % every == 0) {
+      text.replace(at, from.size(), to);
+      at += to.size() - 1;
+    }
+  return text;
+}
+
+}  // namespace
+
+// A trace read on several threads, each beginning in the middle of traceEvents on a guess of where
+// an event begins, gives what one thread gives, byte for byte: on a recorded trace in libkineto's
+// layout and on a synthetic one (events on one line), at chunk sizes that put the 64-byte blocks
+// anywhere relative to the events, with non-ASCII bytes (events simdjson reads, and neighbours
+// that the blocks make not plain) and escapes around the places the threads begin.
+TEST(TraceParallel, ThreadsReadWhatOneThreadReads) {
+  const std::string kineto = inflated(std::string(TRAINFIT_SOURCE_DIR) + "/data/trace/host/trace.json.gz");
+  ASSERT_GT(kineto.size(), std::size_t{1} << 20);
+  SyntheticTrace t;
+  t.steps = 3;
+  t.collective_us = 300;
+  const std::string synthetic = synthetic_trace_text(t);
+  for (const std::size_t chunk : {std::size_t{4096}, std::size_t{4000 + 13}, std::size_t{64} << 10}) {
+    expect_threads_read_as_one(kineto, chunk, fmt::format("kineto, chunks of {}", chunk));
+    expect_threads_read_as_one(synthetic, chunk, fmt::format("synthetic, chunks of {}", chunk));
+  }
+  // Non-ASCII names (simdjson's events, deferred to the merge) and bytes beside the boundaries.
+  const std::string accents = replaced_all(kineto, "\"name\": \"aten::", "\"name\": \"\xc3\xa9t\xc3\xa9::", 7);
+  const std::string escapes = replaced_all(kineto, "\"cat\": \"cpu_op\"", "\"cat\": \"cpu\\u005fop\"", 5);
+  const std::string tails = replaced_all(kineto, "\"Ev Idx\": 0", "\"Ev Idx\": \"\xc3\xa9\"", 3);
+  for (const std::size_t chunk : {std::size_t{4096}, std::size_t{1000 + 1}}) {
+    expect_threads_read_as_one(accents, chunk, "non-ASCII names");
+    expect_threads_read_as_one(escapes, chunk, "escapes");
+    expect_threads_read_as_one(tails, chunk, "non-ASCII bytes at the events' ends");
+  }
+  // No step annotations: one window, the same.
+  expect_threads_read_as_one(replaced_all(kineto, "ProfilerStep#", "ProfilerSlice#"), 4096, "no steps");
+}
+
+// What one thread answers for bad input, threads answer too: a cut file (the partial answer), a
+// malformed event (counted), an event that is not an object or a stray byte (the error, at its
+// byte, or the partial answer before it), a file whose events are deferred past one batch.
+TEST(TraceParallel, BadInputReadsAsOnOneThread) {
+  const std::string kineto = inflated(std::string(TRAINFIT_SOURCE_DIR) + "/data/trace/host/trace.json.gz");
+  ASSERT_GT(kineto.size(), std::size_t{1} << 20);
+  for (const std::size_t cut : {kineto.size() / 3, kineto.size() / 2 + 17, kineto.size() - 1000})
+    expect_threads_read_as_one(std::string_view(kineto).substr(0, cut), 4096, fmt::format("cut at {}", cut));
+  expect_threads_read_as_one(replaced_all(kineto, "\"dur\": 1", "\"dur\": \"late\"", 50), 4096, "malformed");
+  // An error: where one thread finds it, the threads' reading gives way to one thread's.
+  std::string stray = kineto;
+  stray.insert(kineto.find("},\n  {", kineto.size() * 2 / 3) + 2, "x");
+  expect_threads_read_as_one(stray, 4096, "a stray byte", false);
+  std::string early = kineto;
+  early.insert(kineto.find("\"traceEvents\": [") + 16, "7, ");
+  expect_threads_read_as_one(early, 4096, "not an object", false);
+  // Over 256 KiB of events for simdjson: one thread parses some of them before the rest.
+  expect_threads_read_as_one(replaced_all(kineto, "\"name\": \"", "\"name\": \"\xc3\xa9"), 4096, "all non-ASCII",
+                             false);
+}
+
+// A guess that is wrong: the bytes of libkineto's break between events, inside an event (in an
+// array of args at the same indent, and in a string with raw line breaks, which JSON forbids but the
+// splitter reads). The thread before finds that no event begins there, and the trace is read again
+// on one thread: the same answer.
+TEST(TraceParallel, AWrongGuessFallsBackToOneThread) {
+  const std::string kineto = inflated(std::string(TRAINFIT_SOURCE_DIR) + "/data/trace/host/trace.json.gz");
+  ASSERT_GT(kineto.size(), std::size_t{1} << 20);
+  const std::string nested = "\"args\": {\n      \"shapes\": [{\"ph\": \"X\"},\n  {\n    \"ph\": \"X\", \"dur\": 1}],";
+  std::string in_args = kineto;
+  for (std::size_t at = in_args.find("\"args\": {", in_args.size() / 2);
+       at != std::string::npos && at < in_args.size() * 3 / 4; at = in_args.find("\"args\": {", at + 4096))
+    in_args.replace(at, 9, nested);
+  expect_threads_read_as_one(in_args, 4096, "in args", false);
+  std::string in_string = kineto;
+  const std::size_t name = in_string.find("\"name\": \"", in_string.size() / 2);
+  in_string.insert(name + 9, "a},\n  {\n    \"ph\": \"X\", \"cat\": \"kernel\", \"name\": \"b");
+  expect_threads_read_as_one(in_string, 4096, "in a string", false);
+}
+
+// Files: plain and gzip, read on several threads by SharedChunks (a plain file's chunks where they
+// lie, a gzip file's through the shared ring), cut, corrupt, padded and doubled: as on one thread.
+TEST(TraceParallel, FilesReadOnThreadsAsOnOne) {
+  const std::string kineto = inflated(std::string(TRAINFIT_SOURCE_DIR) + "/data/trace/host/trace.json.gz");
+  ASSERT_GT(kineto.size(), std::size_t{1} << 20);
+  write_file(scratch("threads.json"), kineto);
+  write_file(scratch("threads-cut.json"), kineto.substr(0, kineto.size() * 3 / 5));
+  write_gzip(scratch("threads.json.gz"), kineto);
+  const std::string packed = read_bytes(scratch("threads.json.gz"));
+  write_file(scratch("threads-two.json.gz"), packed + packed);
+  write_file(scratch("threads-junk.json.gz"), packed + "and then bytes that are not gzip\n");
+  write_file(scratch("threads-cut.json.gz"), packed.substr(0, packed.size() * 3 / 5));
+  std::string corrupt = packed;
+  std::fill_n(corrupt.begin() + static_cast<std::ptrdiff_t>(corrupt.size() / 2), 300, '\xff');
+  write_file(scratch("threads-corrupt.json.gz"), corrupt);
+  for (const char* name : {"threads.json", "threads-cut.json", "threads.json.gz", "threads-two.json.gz",
+                           "threads-junk.json.gz", "threads-cut.json.gz", "threads-corrupt.json.gz"}) {
+    const std::string path = scratch(name).string();
+    for (const std::size_t chunk : {std::size_t{4096}, std::size_t{256} << 10}) {
+      const std::string one = answer_of([&] { return detail::read_trace_file(path, {1, chunk, 0}); });
+      for (const std::size_t threads : {std::size_t{2}, std::size_t{4}}) {
+        std::size_t used = 0;
+        const std::string several = answer_of(
+            [&] {
+              return detail::read_trace_file(path, {threads, chunk, 2});
+            },
+            &used);
+        EXPECT_EQ(several, one) << name << ", chunks of " << chunk << ", " << threads << " threads";
+        // A corrupt stream is read again on one thread (which reports the error where it stands),
+        // and so is a doubled one: the second copy's events, after the first's end, hold the
+        // places a thread would begin at, which the first copy's end does not stop at.
+        const std::string_view file(name);
+        if (chunk == 4096) {
+          EXPECT_EQ(used, file == "threads-corrupt.json.gz" || file == "threads-two.json.gz" ? 1 : threads) << name;
+        }
+      }
+    }
+  }
+  // Left to itself, a process of one CPU reads on one thread (the test may run under taskset).
+  if (detail::usable_cpus() == 1) {
+    EXPECT_EQ(detail::read_trace_file(scratch("threads.json").string()).read_threads, 1u);
+  }
+}
