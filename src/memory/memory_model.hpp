@@ -92,7 +92,7 @@ struct MemoryBasis {
   double softcap_bytes = 0;
   double layer_backward_transient_per_token = 0;
   double layer_forward_transient_per_token = 0;
-  double layer_fixed_activations = 0;          // StepShape's: bytes a layer keeps whatever the tokens
+  double layer_fixed_activations = 0;  // StepShape's: bytes a layer keeps whatever the tokens
   double layer_fixed_backward_transient = 0;
   double dequant_transient = 0;
   double embedding_backward_transient = 0;

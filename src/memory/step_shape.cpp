@@ -646,7 +646,8 @@ Transients transients(const StepBasis& b, const LinearTotals& lin) {
   // and masked scores.
   double widest = 8.0 * b.h;
   for (const auto& [m, lora_target, wrapped] : b.linears.dense)
-    if (lora_target && !wrapped) widest = std::max(widest, b.adapter_bytes * (as_d(m.in_features) + 2.0 * as_d(m.out_features)));
+    if (lora_target && !wrapped)
+      widest = std::max(widest, b.adapter_bytes * (as_d(m.in_features) + 2.0 * as_d(m.out_features)));
   if (b.setup.attention == Attention::eager) widest = std::max(widest, 2.0 * b.w.compute * b.nq * b.seq);
   t.layer_forward_per_token = widest;
 
@@ -798,8 +799,8 @@ LayerLinears layer_linears(const ModelSpec& model, const TrainingSetup& setup) {
         // The MLP's parameter names go to ParamWrapper (the experts' 3-D tensors, a router's bare
         // weight); the nn.Linear modules of the same names (a dense layer's MLP, shared experts)
         // are then not wrapped: DeepSeek-V2-Lite's trainable count on the H200 has none of them.
-        const bool mlp_name = m.name.ends_with("gate_proj") || m.name.ends_with("up_proj") ||
-                              m.name.ends_with("down_proj");
+        const bool mlp_name =
+            m.name.ends_with("gate_proj") || m.name.ends_with("up_proj") || m.name.ends_with("down_proj");
         if (!m.nn_linear) {
           target = wrapped = true;
         } else if (mlp_name) {

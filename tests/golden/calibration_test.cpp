@@ -149,8 +149,8 @@ TEST(Calibration, FamiliesAtTheirPublishedSizesOnOneH200) {
 // whose ParamWrapper expert adapters were 24-48% under the plan before they were modelled. The rows'
 // configs sit beside them and load_measurements finds them there.
 TEST(Calibration, LayerSweepOfTheFamiliesOnOneH200) {
-  const auto summary = compare_with_measurements(load_measurements(
-      std::string(TRAINFIT_SOURCE_DIR) + "/data/bench/h200-layer-sweep-2026-12-02/rows.jsonl"));
+  const auto summary = compare_with_measurements(
+      load_measurements(std::string(TRAINFIT_SOURCE_DIR) + "/data/bench/h200-layer-sweep-2026-12-02/rows.jsonl"));
   ASSERT_EQ(summary.rows.size(), 28u);
   for (const auto& row : summary.rows)
     EXPECT_LT(std::abs(row.allocated_error), 0.015) << "line " << row.measured.line << " " << row.measured.setup.model;
