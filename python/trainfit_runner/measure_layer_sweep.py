@@ -27,6 +27,8 @@ import subprocess
 import sys
 import time
 
+from trainfit_runner.measure_memory import append_row  # one fsync'ed JSON line
+
 HERE = pathlib.Path(__file__).resolve().parent
 MODELS = HERE.parent.parent / "data" / "models"
 
@@ -76,13 +78,6 @@ def cut_config(name, layers):
         if isinstance(inner.get(k), list):
             inner[k] = [i for i in inner[k] if i < layers]
     return d
-
-
-def append(path, obj):
-    with open(path, "a") as f:
-        f.write(json.dumps(obj) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
 
 
 def detail_child(case, model_path, out_dir):
@@ -192,7 +187,7 @@ def parent(args):
             what, argv, log = jobs.pop(0)
             left = deadline - time.monotonic()
             if left < 30:
-                append(summary, {"what": what, "status": "skipped: deadline"})
+                append_row(summary, {"what": what, "status": "skipped: deadline"})
                 continue
             f = open(log, "w")
             running.append((what, subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT, env=env,
@@ -207,7 +202,7 @@ def parent(args):
                 proc.wait()
             f.close()
             running.remove(r)
-            append(summary, {"what": what, "rc": proc.returncode, "seconds": round(time.monotonic() - t0, 1)})
+            append_row(summary, {"what": what, "rc": proc.returncode, "seconds": round(time.monotonic() - t0, 1)})
             print(what, proc.returncode, round(time.monotonic() - t0, 1), flush=True)
 
 
