@@ -742,7 +742,8 @@ bool targets_module(const LoraSetup& lora, const LinearModule& m) {
   for (const auto& t : lora.targets) {
     // PEFT's "all-linear" matches every nn.Linear but the output layer. Transformers 5 stores
     // routed experts as fused 3-D parameters, which are not nn.Linear, so they are not matched
-    // (LinearModule::nn_linear).
+    // here (LinearModule::nn_linear); with lora_dropout 0 PEFT wraps them all the same, through
+    // ParamWrapper, which layer_linears marks (adapts_fused_experts).
     if (t == "all-linear") return m.nn_linear;
     // PEFT matches a target name against the end of the module path.
     if (module_name_matches(m.name, t)) return true;
