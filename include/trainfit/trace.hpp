@@ -36,6 +36,8 @@ enum class KernelCategory {
 };
 inline constexpr std::size_t kKernelCategories = 8;
 std::string_view to_string(KernelCategory c);
+// A step's verdict in words: the bottleneck, or "none" when there was nothing to judge.
+std::string verdict_name(const std::optional<Bottleneck>& verdict);
 KernelCategory classify_activity(std::string_view name, std::string_view kineto_category);
 
 using CategorySeconds = std::array<double, kKernelCategories>;
@@ -55,7 +57,11 @@ struct StepTrace {
   std::size_t kernels = 0;
   double kernel_median_s = 0;      // launch-bound test: the median kernel
   double launch_gap_median_s = 0;  // and the median gap between consecutive launch calls
-  Bottleneck verdict = Bottleneck::compute;
+  // The step's span on the GPU (its gpu_user_annotation: from the first to the last activity of the
+  // work it launched); 0 when the trace has none. Far longer than wall_s when the host ran ahead.
+  double device_wall_s = 0;
+  // None when the trace holds no GPU activity (recorded without ProfilerActivity.CUDA): nothing to judge.
+  std::optional<Bottleneck> verdict;
   std::string evidence;
   // The step in time order, for the HTML timeline: kTimelineBins equal slices of the window, each a
   // letter for what filled most of it: a kernel category (M matmul, A attention, E elementwise,
@@ -81,8 +87,9 @@ struct TraceCounts {
 };
 
 struct RankTrace {
-  std::string source;  // the file
-  int rank = -1;       // distributedInfo.rank, -1 when absent
+  std::string source;                // the file (the first, when a process wrote several)
+  std::vector<std::string> sources;  // every file of the process read into it, in the folder's order
+  int rank = -1;                     // distributedInfo.rank, -1 when absent
   int device = -1;     // the device whose activity the figures are of (the busiest)
   std::string device_name;
   bool step_annotations = true;  // false: no ProfilerStep#N; the whole trace is one window
@@ -91,6 +98,8 @@ struct RankTrace {
   StepTrace total;              // the sums over the steps (medians for the launch test); its verdict is the run's
   double overlap_fraction = 0;  // communication overlapped with other kernels / communication (0 without any)
   std::vector<KernelStat> kernels_top;
+  double activity_s = 0;        // the device's activities summed over the whole file (the top kernels' share is of it)
+  bool host_ran_ahead = false;  // the steps' GPU spans are far longer than their host windows (a warning says)
   TraceCounts counts;
   std::vector<std::string> warnings;  // what was skipped or assumed, in words
 };
@@ -106,7 +115,8 @@ struct TraceOptions {
   std::size_t top_kernels = 10;
 };
 
-// A trace file (.json or .json.gz, detected by content) or a folder of them (one per rank).
+// A trace file (.json or .json.gz, detected by content) or a folder of them: one rank (or process)
+// each, the files of one process read as one (tensorboard_trace_handler writes one a profiling cycle).
 // InputError for a file that is not a trace at all; a truncated or partly malformed one gives what
 // it held, with warnings. SystemError when a file cannot be read.
 TraceReport analyse_trace(const std::string& path, const TraceOptions& options = {});

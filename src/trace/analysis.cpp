@@ -8,6 +8,8 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <optional>
+#include <unordered_map>
 
 #include "trace/trace_data.hpp"
 #include "trainfit/error.hpp"
@@ -204,9 +206,92 @@ std::string step_timeline(std::int64_t a, std::int64_t b, std::vector<GpuSpan>::
   return out;
 }
 
+// Each host step's span on the device: its gpu_user_annotation of the same name on `device`.
+// Removes the device's copies from `steps`, which keeps the host's.
+std::unordered_map<std::string, Interval> take_device_steps(std::vector<NamedInterval>& steps, int device) {
+  std::unordered_map<std::string, Interval> spans;
+  for (const NamedInterval& s : steps)
+    if (s.on_device && s.pid == device) spans.try_emplace(s.name, s.span);
+  std::erase_if(steps, [](const NamedInterval& s) { return s.on_device; });
+  return spans;
+}
+
+// The host ran ahead of the GPU when the GPU's spans of the steps' work are far longer than the
+// host's windows: the host only queued the work (CUDA graphs, no synchronisation in the loop) and
+// the GPU set the pace. Half as long again, and half a millisecond more, is past any shift of the
+// spans against the windows that a step with a synchronisation has.
+constexpr double kRanAheadRatio = 1.5, kRanAheadSeconds = 0.5e-3;
+
+void note_host_ran_ahead(RankTrace& r) {
+  std::vector<double> device, host;
+  for (const StepTrace& s : r.steps) {
+    if (s.device_wall_s <= 0) return;  // every step needs its span on the device
+    device.push_back(s.device_wall_s);
+    host.push_back(s.wall_s);
+  }
+  if (device.empty()) return;
+  const double d = median_of(device), h = median_of(host);
+  if (d < kRanAheadRatio * h || d - h < kRanAheadSeconds) return;
+  r.host_ran_ahead = true;
+  r.warnings.push_back(fmt::format(
+      "the host ran ahead of the GPU: a step's work spans {:.4g} s on the GPU (median) against {:.4g} s of the host's "
+      "window, {:.1f}x: the host only queued it (a CUDA graph, or no synchronisation in the loop), so the GPU sets the "
+      "pace and a step takes about {:.4g} s, not the window's wall time; the figures of each window are of whatever "
+      "work the GPU ran in it (device_wall_s gives each step's span on the GPU)",
+      d, h, d / h, d));
+}
+
+namespace {
+
+// The process that wrote a reading: distributedInfo's rank, else the pid of its host steps.
+std::optional<std::pair<bool, std::int64_t>> process_of(const TraceData& d) {
+  if (d.rank >= 0) return std::pair{true, std::int64_t{d.rank}};
+  for (const NamedInterval& s : d.steps)
+    if (!s.on_device && s.pid >= 0) return std::pair{false, s.pid};
+  return std::nullopt;
+}
+
+}  // namespace
+
+bool same_process(const TraceData& earlier, const TraceData& later) {
+  const auto a = process_of(earlier), b = process_of(later);
+  // Two processes of one pid on two machines are told apart by time: one process's cycles do not
+  // overlap on its clock.
+  return a && b && *a == *b && earlier.last_ns <= later.first_ns;
+}
+
+void append_cycle(TraceData& into, TraceData&& from, const std::string& name) {
+  const auto append = [](auto& to, auto& more) { to.insert(to.end(), more.begin(), more.end()); };
+  append(into.gpu, from.gpu);
+  append(into.steps, from.steps);
+  append(into.data_loader, from.data_loader);
+  append(into.synchronise, from.synchronise);
+  append(into.launches, from.launches);
+  for (auto& [kernel, total] : from.kernels) {
+    auto [it, fresh] = into.kernels.try_emplace(kernel, total);
+    if (!fresh) {
+      it->second.count += total.count;
+      it->second.total_ns += total.total_ns;
+    }
+  }
+  into.first_ns = std::min(into.first_ns, from.first_ns);
+  into.last_ns = std::max(into.last_ns, from.last_ns);
+  into.device_names.merge(from.device_names);
+  into.counts.bytes += from.counts.bytes;
+  into.counts.events += from.counts.events;
+  into.counts.gpu_activities += from.counts.gpu_activities;
+  into.counts.malformed += from.counts.malformed;
+  into.counts.unsupported += from.counts.unsupported;
+  into.other_phases += from.other_phases;
+  if (into.unsupported_example.empty()) into.unsupported_example = std::move(from.unsupported_example);
+  into.truncated = into.truncated || from.truncated;
+  for (std::string& w : from.warnings) into.warnings.push_back(fmt::format("{}: {}", name, w));
+}
+
 RankTrace analyse(TraceData data, const std::string& source, const TraceOptions& options) {
   RankTrace r;
   r.source = source;
+  r.sources = {source};
   r.rank = data.rank;
   r.truncated = data.truncated;
   r.counts = data.counts;
@@ -226,6 +311,7 @@ RankTrace analyse(TraceData data, const std::string& source, const TraceOptions&
   // The busiest device is the one measured; a file of one rank has one.
   std::map<int, std::int64_t> busy_by_device;
   for (const GpuSpan& g : data.gpu) busy_by_device[g.device] += g.end - g.begin;
+  for (const auto& [device, ns] : busy_by_device) r.activity_s += static_cast<double>(ns) * kNs;
   if (!busy_by_device.empty()) {
     r.device = std::max_element(busy_by_device.begin(), busy_by_device.end(), [](const auto& a, const auto& b) {
                  return a.second < b.second;
@@ -272,6 +358,7 @@ RankTrace analyse(TraceData data, const std::string& source, const TraceOptions&
   const std::vector<Interval> loader = merge(data.data_loader), sync = merge(data.synchronise);
   if (!merge_runs(data.launches, std::less<>())) std::sort(data.launches.begin(), data.launches.end());
 
+  const std::unordered_map<std::string, Interval> device_steps = take_device_steps(data.steps, r.device);
   std::sort(data.steps.begin(), data.steps.end(),
             [](const NamedInterval& a, const NamedInterval& b) { return a.span.begin < b.span.begin; });
   if (data.steps.empty()) {
@@ -289,6 +376,8 @@ RankTrace analyse(TraceData data, const std::string& source, const TraceOptions&
     const std::int64_t a = step.span.begin, b = step.span.end;
     s.begin_s = static_cast<double>(a - origin) * kNs;
     s.wall_s = static_cast<double>(b - a) * kNs;
+    if (const auto on_device = device_steps.find(step.name); on_device != device_steps.end())
+      s.device_wall_s = static_cast<double>(on_device->second.end - on_device->second.begin) * kNs;
     const std::int64_t busy_ns = covered(busy, a, b);
     s.gpu_busy_s = static_cast<double>(busy_ns) * kNs;
     s.idle_s = s.wall_s - s.gpu_busy_s;
@@ -351,10 +440,21 @@ RankTrace analyse(TraceData data, const std::string& source, const TraceOptions&
     t.communication_s += s.communication_s;
     t.communication_overlapped_s += s.communication_overlapped_s;
     t.kernels += s.kernels;
+    t.device_wall_s += s.device_wall_s;
   }
   t.kernel_median_s = median_of(all_kernels);
   t.launch_gap_median_s = median_of(all_gaps);
   judge_step(t);
+  if (busy_by_device.empty()) {  // the host's side alone: no GPU figure to judge by
+    t.verdict.reset();
+    for (StepTrace& s : r.steps) s.verdict.reset();
+    t.evidence = fmt::format(
+        "the trace holds no GPU activity (recorded without ProfilerActivity.CUDA?), only the host's {:.4g} s "
+        "over {} step{}",
+        t.wall_s, r.steps.size(), r.steps.size() == 1 ? "" : "s");
+    for (StepTrace& s : r.steps) s.evidence = "no GPU activity in the trace";
+  }
+  note_host_ran_ahead(r);
   r.overlap_fraction = t.communication_s > 0 ? t.communication_overlapped_s / t.communication_s : 0;
 
   std::vector<KernelStat> kernels;
@@ -372,6 +472,10 @@ RankTrace analyse(TraceData data, const std::string& source, const TraceOptions&
 }
 
 }  // namespace detail
+
+std::string verdict_name(const std::optional<Bottleneck>& verdict) {
+  return verdict ? to_string(*verdict) : "none";
+}
 
 RankTrace analyse_trace_text(std::string_view json, const std::string& source, const TraceOptions& options) {
   return detail::analyse(detail::read_trace_text(json, source), source, options);
@@ -434,14 +538,35 @@ TraceReport analyse_trace(const std::string& path, const TraceOptions& options) 
     if (files.empty()) throw InputError(fmt::format("no trace files (*.json, *.json.gz) in '{}'", path));
     std::sort(files.begin(), files.end());
     // A folder may hold other JSON beside the traces (a run's config, a reading of it): a file
-    // that is not a trace is skipped and named, unless no file is one.
+    // that is not a trace is skipped and named, unless no file is one. Files of one process that
+    // follow each other in name order (tensorboard_trace_handler's <worker>.<time>.pt.trace.json,
+    // a file a profiling cycle) are one rank's: read into one before the analysis, which holds one
+    // process's readings at a time.
+    std::optional<detail::TraceData> pending;
+    std::vector<std::string> pending_files;
+    const auto analyse_pending = [&] {
+      if (!pending) return;
+      RankTrace r = detail::analyse(std::move(*pending), pending_files.front(), options);
+      r.sources = std::move(pending_files);
+      report.ranks.push_back(std::move(r));
+      pending.reset();
+      pending_files.clear();
+    };
     for (const fs::path& f : files) {
       try {
-        report.ranks.push_back(detail::analyse(detail::read_trace_file(f.string()), f.string(), options));
+        detail::TraceData data = detail::read_trace_file(f.string());
+        if (pending && detail::same_process(*pending, data)) {
+          detail::append_cycle(*pending, std::move(data), f.filename().string());
+        } else {
+          analyse_pending();
+          pending = std::move(data);
+        }
+        pending_files.push_back(f.string());
       } catch (const InputError& e) {
         report.skipped.push_back(e.what());
       }
     }
+    analyse_pending();
     if (report.ranks.empty())
       throw InputError(fmt::format("no trace among the files of '{}': {}", path, report.skipped.front()));
     std::stable_sort(report.ranks.begin(), report.ranks.end(),

@@ -1226,10 +1226,13 @@ class EventReader {
       total->total_ns += f.dur;
       return true;
     }
-    if (f.cat == "gpu_user_annotation") return true;  // the GPU's copy of host annotations
+    if (f.cat == "gpu_user_annotation") {  // the GPU's copy of host annotations: only the steps' are kept
+      if (f.name.starts_with("ProfilerStep#")) data_.steps.push_back({std::string(f.name), span, f.pid, true});
+      return true;
+    }
     switch (host_kind(f.name)) {
       case HostCall::step:
-        data_.steps.push_back({std::string(f.name), span});
+        data_.steps.push_back({std::string(f.name), span, f.pid, false});
         break;
       case HostCall::launch:
         data_.launches.push_back(span.begin);

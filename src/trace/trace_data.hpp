@@ -26,6 +26,12 @@ struct GpuSpan {
 struct NamedInterval {
   std::string name;
   Interval span;
+  // The event's pid: on the host, the process (what tells one process's files from another's in a
+  // folder); on the device, the GPU.
+  std::int64_t pid = -1;
+  // The GPU's copy of the annotation (gpu_user_annotation): from the first to the last activity of
+  // the work the host step launched.
+  bool on_device = false;
 };
 
 struct KernelTotal {
@@ -46,7 +52,7 @@ inline constexpr std::size_t kMaxKernelNames = 100000;
 
 struct TraceData {
   std::vector<GpuSpan> gpu;
-  std::vector<NamedInterval> steps;    // ProfilerStep#N on the host
+  std::vector<NamedInterval> steps;    // ProfilerStep#N on the host, and their copies on the device
   std::vector<Interval> data_loader;   // waiting for the next batch
   std::vector<Interval> synchronise;   // host calls that block until the GPU is done
   std::vector<std::int64_t> launches;  // start of each kernel launch call
@@ -87,6 +93,12 @@ void judge_step(StepTrace& step);
 double median_of(std::vector<double>& values);
 
 RankTrace analyse(TraceData data, const std::string& source, const TraceOptions& options);
+
+// Whether `later` is a later profiling cycle of the process that wrote `earlier` (the same rank,
+// or without ranks the same pid, and after it in time), and `from` appended to `into` as one
+// reading of both (its warnings prefixed with the file's `name`).
+bool same_process(const TraceData& earlier, const TraceData& later);
+void append_cycle(TraceData& into, TraceData&& from, const std::string& name);
 
 // "123.456" microseconds (a JSON number token) to integer nanoseconds, exactly for the decimal
 // forms Kineto writes (digits beyond the nanosecond dropped); false when the token is not a number.

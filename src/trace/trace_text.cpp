@@ -26,21 +26,22 @@ json step_json(const StepTrace& s) {
   for (std::size_t k = 0; k < kKernelCategories; ++k)
     categories[std::string(to_string(static_cast<KernelCategory>(k)))] = s.categories[k];
   json j = {{"name", s.name},
-          {"begin_s", s.begin_s},
-          {"wall_s", s.wall_s},
-          {"gpu_busy_s", s.gpu_busy_s},
-          {"idle_s", s.idle_s},
-          {"input_wait_s", s.input_wait_s},
-          {"sync_wait_s", s.sync_wait_s},
-          {"host_wait_s", s.host_wait_s},
-          {"categories", categories},
-          {"communication_s", s.communication_s},
-          {"communication_overlapped_s", s.communication_overlapped_s},
-          {"kernels", s.kernels},
-          {"kernel_median_s", s.kernel_median_s},
-          {"launch_gap_median_s", s.launch_gap_median_s},
-          {"verdict", to_string(s.verdict)},
-          {"evidence", s.evidence}};
+            {"begin_s", s.begin_s},
+            {"wall_s", s.wall_s},
+            {"gpu_busy_s", s.gpu_busy_s},
+            {"idle_s", s.idle_s},
+            {"input_wait_s", s.input_wait_s},
+            {"sync_wait_s", s.sync_wait_s},
+            {"host_wait_s", s.host_wait_s},
+            {"categories", categories},
+            {"communication_s", s.communication_s},
+            {"communication_overlapped_s", s.communication_overlapped_s},
+            {"kernels", s.kernels},
+            {"kernel_median_s", s.kernel_median_s},
+            {"launch_gap_median_s", s.launch_gap_median_s},
+            {"device_wall_s", s.device_wall_s > 0 ? json(s.device_wall_s) : json(nullptr)},
+            {"verdict", s.verdict ? json(to_string(*s.verdict)) : json(nullptr)},
+            {"evidence", s.evidence}};
   if (!s.timeline.empty()) j["timeline"] = s.timeline;
   return j;
 }
@@ -53,6 +54,7 @@ json rank_json(const RankTrace& r) {
     kernels.push_back(
         {{"name", k.name}, {"category", to_string(k.category)}, {"count", k.count}, {"total_s", k.total_s}});
   return {{"source", r.source},
+          {"sources", r.sources},
           {"rank", r.rank >= 0 ? json(r.rank) : json(nullptr)},
           {"device", r.device},
           {"device_name", r.device_name},
@@ -60,8 +62,10 @@ json rank_json(const RankTrace& r) {
           {"truncated", r.truncated},
           {"steps", steps},
           {"total", step_json(r.total)},
-          {"verdict", to_string(r.total.verdict)},
+          {"verdict", r.total.verdict ? json(to_string(*r.total.verdict)) : json(nullptr)},
           {"evidence", r.total.evidence},
+          {"host_ran_ahead", r.host_ran_ahead},
+          {"activity_s", r.activity_s},
           {"kernels_top", kernels},
           {"overlap",
            {{"communication_s", r.total.communication_s},
@@ -140,7 +144,7 @@ std::vector<std::string> step_cells(const StepTrace& s) {
           pct(category(s, KernelCategory::optimizer), w),
           pct(s.communication_s, w),
           pct(category(s, KernelCategory::copy_h2d) + category(s, KernelCategory::copy_d2h), w),
-          std::string(to_string(s.verdict))};
+          verdict_name(s.verdict)};
 }
 
 const std::vector<std::string> kStepHeader = {"step",   "wall s", "busy s", "busy",  "input", "sync",  "host",
@@ -183,8 +187,10 @@ std::string rank_text(const RankTrace& r, bool markdown) {
   std::string out;
   const std::string name = std::filesystem::path(r.source).filename().string();
   out += markdown ? "### " : "";
+  const std::size_t more = r.sources.size() > 1 ? r.sources.size() - 1 : 0;
   out +=
-      fmt::format("{}: {}{}{}, {} step{}, {} events, {} of JSON\n", name,
+      fmt::format("{}{}: {}{}{}, {} step{}, {} events, {} of JSON\n", name,
+                  more > 0 ? fmt::format(" and {} more file{} of its process", more, more == 1 ? "" : "s") : "",
                   r.rank >= 0 ? fmt::format("rank {}, ", r.rank) : "", r.device_name.empty() ? "" : r.device_name + " ",
                   r.device >= 0 ? fmt::format("device {}", r.device) : "no device", r.steps.size(),
                   r.steps.size() == 1 ? "" : "s", r.counts.events, mib(static_cast<double>(r.counts.bytes)) + " MiB");
@@ -193,8 +199,8 @@ std::string rank_text(const RankTrace& r, bool markdown) {
   for (const StepTrace& s : r.steps) rows.push_back(step_cells(s));
   if (r.steps.size() > 1) rows.push_back(step_cells(r.total));
   out += table(rows, markdown);
-  out += fmt::format("\n{}verdict: {}{} ({})\n", markdown ? "**" : "", to_string(r.total.verdict), markdown ? "**" : "",
-                     r.total.evidence);
+  out += fmt::format("\n{}verdict: {}{} ({})\n", markdown ? "**" : "", verdict_name(r.total.verdict),
+                     markdown ? "**" : "", r.total.evidence);
   if (r.total.communication_s > 0)
     out += fmt::format("overlap: collectives {:.4f} s, {:.0f}% of it overlapped with compute kernels\n",
                        r.total.communication_s, 100.0 * r.overlap_fraction);
@@ -202,7 +208,7 @@ std::string rank_text(const RankTrace& r, bool markdown) {
     out += markdown ? "\nTop kernels:\n\n" : "\ntop kernels:\n";
     std::vector<std::vector<std::string>> k{{"total s", "share", "count", "category", "name"}};
     for (const KernelStat& s : r.kernels_top)
-      k.push_back({fmt::format("{:.4f}", s.total_s), pct(s.total_s, r.total.gpu_busy_s), fmt::format("{}", s.count),
+      k.push_back({fmt::format("{:.4f}", s.total_s), pct(s.total_s, r.activity_s), fmt::format("{}", s.count),
                    std::string(to_string(s.category)), shorten(s.name, 90)});
     out += table(k, markdown);
   }
@@ -380,7 +386,7 @@ PlanComparison compare_with_plan(const RankTrace& trace, const SnapshotReport* s
           fmt::format("{} (measured {:.4f} s, predicted {:.4f} s a step)", term.term, term.measured, term.predicted);
     }
   }
-  c.measured_verdict = to_string(trace.total.verdict);
+  c.measured_verdict = verdict_name(trace.total.verdict);
   c.memory = memory_terms(snapshot, plan);
   return c;
 }

@@ -35,11 +35,18 @@ struct SyntheticTrace {
   double collective_us = 0;       // an NCCL all-reduce on its own stream, each step
   double collective_start = 0.5;  // where it starts, as a fraction of the step's compute launches
   bool annotate_steps = true;
-  int padding_args = 6;  // extra args per event, to the size real events have
+  // The GPU's copy of each step's annotation (gpu_user_annotation), from the first to the last
+  // activity the step launched, as Kineto writes it.
+  bool annotate_steps_on_device = false;
+  bool distributed = true;  // a distributedInfo with `rank`; without it a process is known by its pid
+  int pid = 1234;           // the host process
+  double start_us = 1000;   // where the first step begins on the trace's clock (a later cycle starts later)
+  int padding_args = 6;     // extra args per event, to the size real events have
 };
 
 struct SyntheticStepFigures {
   double wall_s = 0, gpu_busy_s = 0, input_wait_s = 0, communication_s = 0;
+  double device_wall_s = 0;  // the span of the step's work on the GPU (0 unless annotated there)
 };
 
 struct SyntheticInterval {
@@ -92,19 +99,23 @@ inline std::vector<SyntheticStepFigures> write_synthetic_trace(const SyntheticTr
   };
   out +=
       R"({"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "NVIDIA H200", "totalGlobalMem": 150109208576}],)";
-  out += fmt::format(R"( "distributedInfo": {{"backend": "nccl", "rank": {}, "world_size": 2}}, "traceEvents": [)",
-                     t.rank);
+  if (t.distributed)
+    out += fmt::format(R"( "distributedInfo": {{"backend": "nccl", "rank": {}, "world_size": 2}},)", t.rank);
+  out += R"( "traceEvents": [)";
   out += R"(
   {"name": "process_name", "ph": "M", "ts": 1700000000000000.000, "pid": 0, "tid": 0, "args": {"name": "GPU 0"}})";
   first = false;
 
   std::vector<SyntheticStepFigures> figures;
   std::vector<SyntheticInterval> gpu, comm, loader;
-  double now = 1000, gpu_free = 0;
+  double now = t.start_us, gpu_free = 0;
+  const int pid = t.pid;
+  const std::string tid = std::to_string(t.pid);
   for (int step = 0; step < t.steps; ++step) {
     const double step_begin = now;
+    double first_on_device = -1, last_on_device = 0;
     if (t.loader_us > 0) {
-      event("X", "user_annotation", "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 1234, "1234", now,
+      event("X", "user_annotation", "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", pid, tid, now,
             t.loader_us, "\"External id\": 1" + pad);
       loader.push_back({now, now + t.loader_us});
       now += t.loader_us;
@@ -114,7 +125,7 @@ inline std::vector<SyntheticStepFigures> write_synthetic_trace(const SyntheticTr
     for (int k = 0; k < launches; ++k) {
       const SyntheticKernel& kernel = t.kernels[static_cast<std::size_t>(k) % t.kernels.size()];
       const bool copy = kernel.cat != "kernel";
-      event("X", "cuda_runtime", copy ? "cudaMemcpyAsync" : "cudaLaunchKernel", 1234, "1234", now, t.launch_us,
+      event("X", "cuda_runtime", copy ? "cudaMemcpyAsync" : "cudaLaunchKernel", pid, tid, now, t.launch_us,
             fmt::format("\"correlation\": {}, \"cbid\": 211{}", correlation, pad));
       const double start = std::max(now + t.launch_us, gpu_free);
       event("X", kernel.cat, kernel.name, 0, "7", start, kernel.us,
@@ -124,6 +135,8 @@ inline std::vector<SyntheticStepFigures> write_synthetic_trace(const SyntheticTr
       ++correlation;
       gpu.push_back({start, start + kernel.us});
       gpu_free = start + kernel.us;
+      if (first_on_device < 0) first_on_device = start;
+      last_on_device = gpu_free;
       if (t.collective_us > 0 && k == collective_at) {
         const double c0 = std::max(now + t.launch_us, 0.0);
         event("X", "kernel", "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevComm*, unsigned long, ncclWork*)", 0,
@@ -138,20 +151,25 @@ inline std::vector<SyntheticStepFigures> write_synthetic_trace(const SyntheticTr
       double done = gpu_free;
       for (const SyntheticInterval& c : comm) done = std::max(done, c.end);
       const double sync_end = std::max(now, done) + 2;
-      event("X", "cuda_runtime", "cudaStreamSynchronize", 1234, "1234", now, sync_end - now, "\"cbid\": 131" + pad);
+      event("X", "cuda_runtime", "cudaStreamSynchronize", pid, tid, now, sync_end - now, "\"cbid\": 131" + pad);
       now = sync_end;
     }
     now += t.tail_us;
     if (t.annotate_steps)
-      event("X", "user_annotation", fmt::format("ProfilerStep#{}", step + 1), 1234, "1234", step_begin,
-            now - step_begin, "\"External id\": 2" + pad);
+      event("X", "user_annotation", fmt::format("ProfilerStep#{}", step + 1), pid, tid, step_begin, now - step_begin,
+            "\"External id\": 2" + pad);
+    if (t.annotate_steps && t.annotate_steps_on_device && first_on_device >= 0)
+      event("X", "gpu_user_annotation", fmt::format("ProfilerStep#{}", step + 1), 0, "7", first_on_device,
+            last_on_device - first_on_device, "\"External id\": 2" + pad);
     SyntheticStepFigures f;
     f.wall_s = (now - step_begin) * 1e-6;
+    if (t.annotate_steps && t.annotate_steps_on_device && first_on_device >= 0)
+      f.device_wall_s = (last_on_device - first_on_device) * 1e-6;
     figures.push_back(f);
     now += 0.001;  // the next step's annotation starts as this one ends (to the nanosecond)
   }
   // The figures, once every GPU interval is known (a step's kernels may run into the next step).
-  double begin = 1000;
+  double begin = t.start_us;
   for (SyntheticStepFigures& f : figures) {
     const double end = begin + f.wall_s * 1e6;
     f.gpu_busy_s = union_inside(gpu, begin, end) * 1e-6;

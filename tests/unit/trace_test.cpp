@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <string>
 #include <thread>
@@ -316,7 +317,7 @@ TEST(TraceAnalysis, ComputeBoundStepsHaveTheTimelinesFigures) {
 }
 
 // The run's verdict, with its evidence, for steps of these kernels.
-std::pair<Bottleneck, std::string> verdict_of(std::vector<SyntheticKernel> kernels) {
+std::pair<std::optional<Bottleneck>, std::string> verdict_of(std::vector<SyntheticKernel> kernels) {
   SyntheticTrace t;
   t.kernels = std::move(kernels);
   const RankTrace r = analyse_trace_text(synthetic_trace_text(t), "verdict");
@@ -962,6 +963,99 @@ TEST(TraceFiles, RanksOfTheSameWorkHaveNoStraggler) {
   ASSERT_EQ(report.ranks.size(), 2u);
   EXPECT_EQ(report.straggler, -1);
   EXPECT_EQ(report.straggler_evidence.rfind("none", 0), 0u) << report.straggler_evidence;
+}
+
+// tensorboard_trace_handler writes a file a profiling cycle (<worker>.<time>.pt.trace.json): a
+// folder of one process's cycles is one rank, its steps those of every file, with no straggler to
+// name among them; another process's file beside them is another rank.
+TEST(TraceFiles, ProfilingCyclesOfOneProcessAreOneRank) {
+  const auto dir = scratch("cycles");
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  SyntheticTrace first;
+  first.distributed = false;  // one process without a process group: known by its pid
+  first.pid = 4321;
+  SyntheticTrace second = first;
+  second.start_us = 5e6;  // the next cycle, seconds later on the same clock
+  second.kernels = {{"sm90_xmma_gemm", "kernel", 250}};
+  SyntheticTrace other = first;
+  other.pid = 999;
+  std::vector<SyntheticStepFigures> want, more, theirs;
+  write_file(dir / "worker0.100.pt.trace.json", synthetic_trace_text(first, &want));
+  write_file(dir / "worker0.200.pt.trace.json", synthetic_trace_text(second, &more));
+  write_file(dir / "worker1.150.pt.trace.json", synthetic_trace_text(other, &theirs));
+  want.insert(want.end(), more.begin(), more.end());
+  const TraceReport report = analyse_trace(dir.string());
+  ASSERT_EQ(report.ranks.size(), 2u);
+  const RankTrace& cycles = report.ranks[0];
+  EXPECT_EQ(cycles.sources.size(), 2u);
+  expect_figures(cycles, want);  // both files' steps, in time order, each with its own figures
+  expect_figures(report.ranks[1], theirs);
+  // The run's figures are of both cycles: twice the steps' kernels; the top kernels' share is of
+  // every activity the files hold.
+  EXPECT_EQ(cycles.total.kernels, 2 * report.ranks[1].total.kernels);
+  double top = 0;
+  for (const KernelStat& k : cycles.kernels_top) top += k.total_s;
+  EXPECT_NEAR(cycles.activity_s, top, 1e-9);
+  const std::string table = render_trace(report, nullptr, nullptr, trainfit::Format::table);
+  EXPECT_NE(table.find("worker0.100.pt.trace.json and 1 more file of its process"), std::string::npos) << table;
+
+  // The same pid at the same time is not one process's later cycle (two machines' processes).
+  const auto apart = scratch("same_pid");
+  std::filesystem::remove_all(apart);
+  std::filesystem::create_directories(apart);
+  write_file(apart / "a.json", synthetic_trace_text(first));
+  write_file(apart / "b.json", synthetic_trace_text(first));
+  EXPECT_EQ(analyse_trace(apart.string()).ranks.size(), 2u);
+}
+
+// A step the host only queued (a CUDA graph's replay, no synchronisation in the loop): the GPU's
+// copy of its annotation spans its work, far past the host's window, and the report says the GPU
+// set the pace. A step that synchronises has the two spans alike and no such note.
+TEST(TraceAnalysis, AHostThatRanAheadOfTheGpuIsNamed) {
+  SyntheticTrace queued;
+  queued.kernels = {{"sm90_xmma_gemm", "kernel", 1000}};
+  queued.synchronise = false;
+  queued.annotate_steps_on_device = true;
+  std::vector<SyntheticStepFigures> want;
+  const RankTrace r = analyse_trace_text(synthetic_trace_text(queued, &want), "queued");
+  expect_figures(r, want);
+  ASSERT_EQ(r.steps.size(), want.size());
+  for (std::size_t k = 0; k < want.size(); ++k) {
+    EXPECT_NEAR(r.steps[k].device_wall_s, want[k].device_wall_s, 1e-9) << k;
+    EXPECT_GT(r.steps[k].device_wall_s, 10 * r.steps[k].wall_s) << k;
+  }
+  EXPECT_TRUE(r.host_ran_ahead);
+  ASSERT_FALSE(r.warnings.empty());
+  EXPECT_NE(r.warnings.back().find("the host ran ahead of the GPU"), std::string::npos) << r.warnings.back();
+
+  SyntheticTrace synchronised = queued;
+  synchronised.synchronise = true;
+  const RankTrace s = analyse_trace_text(synthetic_trace_text(synchronised, &want), "synchronised");
+  EXPECT_NEAR(s.steps[0].device_wall_s, want[0].device_wall_s, 1e-9);
+  EXPECT_LT(s.steps[0].device_wall_s, s.steps[0].wall_s);
+  EXPECT_FALSE(s.host_ran_ahead);
+  EXPECT_TRUE(s.warnings.empty()) << s.warnings.front();
+}
+
+// A trace of the host alone (profiled without ProfilerActivity.CUDA) has nothing to judge the GPU
+// by: no verdict (null in JSON), with the reason, rather than a host-bound one.
+TEST(TraceAnalysis, ATraceWithoutGpuActivityHasNoVerdict) {
+  const std::string text = R"({"traceEvents": [
+    {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 7, "tid": 7, "ts": 1000, "dur": 5000},
+    {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 7, "tid": 7, "ts": 1100, "dur": 4000},
+    {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#2", "pid": 7, "tid": 7, "ts": 6000, "dur": 5000}]})";
+  TraceReport report;
+  report.ranks.push_back(analyse_trace_text(text, "host only"));
+  const RankTrace& r = report.ranks[0];
+  ASSERT_EQ(r.steps.size(), 2u);
+  EXPECT_FALSE(r.total.verdict.has_value());
+  for (const StepTrace& step : r.steps) EXPECT_FALSE(step.verdict.has_value());
+  EXPECT_NE(r.total.evidence.find("no GPU activity"), std::string::npos) << r.total.evidence;
+  const auto j = nlohmann::json::parse(render_trace(report, nullptr, nullptr, trainfit::Format::json));
+  EXPECT_TRUE(j["verdict"].is_null()) << j.dump();
+  EXPECT_TRUE(j["steps"][0]["verdict"].is_null());
+  EXPECT_NE(render_trace(report, nullptr, nullptr, trainfit::Format::table).find("verdict: none"), std::string::npos);
 }
 
 // The timeline is the step in time order: a loader's wait at its start, then the matmuls, in
