@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs the Debian 12 packages trainfit builds and tests with. Safe to run again.
+# Installs the Debian 12 packages trainfit builds and tests with, and any packages named as
+# arguments (what one script alone needs: trace-speed.sh's pandas). Safe to run again.
 set -euo pipefail
 packages=(g++ cmake ninja-build pkg-config libcli11-dev nlohmann-json3-dev libfmt-dev libtomlplusplus-dev
           libgtest-dev libgmock-dev libbenchmark-dev libcpp-httplib-dev python3
@@ -8,6 +9,7 @@ packages=(g++ cmake ninja-build pkg-config libcli11-dev nlohmann-json3-dev libfm
 # already there (a NodeSource nodejs brings its own npm, which Debian's npm package would conflict with).
 packages+=(chromium)
 command -v node >/dev/null && command -v npm >/dev/null || packages+=(nodejs npm)
+packages+=("$@")
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

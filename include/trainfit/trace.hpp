@@ -57,8 +57,10 @@ struct StepTrace {
   std::size_t kernels = 0;
   double kernel_median_s = 0;      // launch-bound test: the median kernel
   double launch_gap_median_s = 0;  // and the median gap between consecutive launch calls
-  // The step's span on the GPU (its gpu_user_annotation: from the first to the last activity of the
-  // work it launched); 0 when the trace has none. Far longer than wall_s when the host ran ahead.
+  // The span on the GPU of the work the step's own thread launched (Kineto's copy of the step,
+  // gpu_user_annotation: from its first to its last activity; a backward pass that autograd's
+  // thread launched is outside it); 0 when the trace has none. Far longer than wall_s when the host
+  // ran ahead of the GPU.
   double device_wall_s = 0;
   // None when the trace holds no GPU activity (recorded without ProfilerActivity.CUDA): nothing to judge.
   std::optional<Bottleneck> verdict;

@@ -15,7 +15,9 @@ if [ -n "${2:-}" ]; then
   for d in "$out"/*/; do
     job=$(basename "$d")
     if [ -f "$d/trace.json.gz" ]; then "$2" trace "$d/trace.json.gz" --format json > "$d/trainfit.json" 2>&1; fi
-    if [ -f "$d/rank0.json.gz" ]; then "$2" trace "$d" --format json > "$d/trainfit.json" 2>&1; fi
+    if [ -f "$d/rank0.json.gz" ] || compgen -G "$d/*.pt.trace.json.gz" >/dev/null; then
+      "$2" trace "$d" --format json > "$d/trainfit.json" 2>&1  # a folder: ranks, or one worker's cycles
+    fi
     if [ -f "$d/peak.pickle.json" ]; then "$2" trace --snapshot "$d/peak.pickle.json" --format json > "$d/trainfit.json" 2>&1; fi
     echo "$job: trainfit exit $?"
   done

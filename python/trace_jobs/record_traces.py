@@ -20,6 +20,24 @@ own per-operator cost on the host (tens of microseconds an operator):
   snapshot    the 0.5B full step with the probe's memory snapshot at its peak step (peak.pickle and
               peak.pickle.json, with max_memory_allocated in it)
 
+Variants, recorded after trainfit's reading was written and checked against these files only after
+their verdicts were written down (data/trace/README.md, "Held out"): the ways users record traces
+that the jobs above do not.
+  compiled     the 0.5B full step under torch.compile (Triton's fused kernels)      (expect compute)
+  detailed     the 1.5B full step, batch 4, with record_shapes, profile_memory, with_stack and
+               with_flops: memory instants, Python frames, shapes in every event  (expect compute)
+  tensorboard  the 0.5B full step, batch 4 x 1024, through tensorboard_trace_handler (gzip) with
+               repeat=2: two files of one worker in one folder               (expect launch-overhead)
+  sync         the 0.5B full step with an .item() after every decoder layer     (expect launch-overhead,
+               most of it sync wait)
+  graph        a whole training step (32 bf16 linears 2048 wide, 8192 rows, AdamW capturable) captured
+               in one CUDA graph and replayed: one launch a step                 (expect compute)
+  cpu-only     the 0.5B full step profiled with the CPU activity alone: no GPU events (no verdict)
+  h2d          a small model fed 1 GiB of pageable host memory copied to the GPU every step
+                                                                                  (expect offload)
+  long         the lora-small step, 8 active steps: a file of about 140 MB for the speed ratio
+                                                                             (expect launch-overhead)
+
 Each job writes OUT_DIR/<job>/: trace.json.gz (ddp: rank0.json.gz, rank1.json.gz), expected.json (the
 independent reading of read_trace.py, plus "expect", the bottleneck the job was built to have),
 and log.txt. A job that fails leaves its log and does not stop the others; OUT_DIR/summary.json
@@ -38,6 +56,9 @@ import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, ".."))  # trainfit_runner
+
+SMALL_FULL = {"model": "qwen2.5-0.5b", "method": "full", "weights": "bf16", "seq": 1024, "batch": 4,
+              "optimizer": "adamw"}
 
 JOBS = {
     "full": {"expect": "compute", "config": {"model": "qwen2.5-1.5b", "method": "full", "weights": "bf16",
@@ -61,6 +82,18 @@ JOBS = {
                                             "rank": 16, "lora_targets": "q,k,v,o", "seq": 1024, "batch": 1}},
     "snapshot": {"expect": None, "config": {"model": "qwen2.5-0.5b", "method": "full", "weights": "bf16",
                                             "seq": 1024, "batch": 4, "optimizer": "adamw"}, "snapshot": True},
+    # Variants (see the docstring).
+    "compiled": {"expect": "compute", "config": SMALL_FULL, "compile": True},
+    "detailed": {"expect": "compute", "config": {"model": "qwen2.5-1.5b", "method": "full", "weights": "bf16",
+                                                 "seq": 2048, "batch": 4, "optimizer": "adamw"},
+                 "profiler": {"record_shapes": True, "profile_memory": True, "with_stack": True, "with_flops": True}},
+    "tensorboard": {"expect": "launch-overhead", "config": SMALL_FULL, "tensorboard": True},
+    "sync": {"expect": "launch-overhead", "config": SMALL_FULL, "item_every_layer": True},
+    "graph": {"expect": "compute", "toy": "graph"},
+    "cpu-only": {"expect": None, "config": SMALL_FULL, "cpu_only": True},
+    "h2d": {"expect": "offload", "toy": "h2d"},
+    "long": {"expect": "launch-overhead", "config": {"model": "qwen2.5-0.5b", "method": "lora", "weights": "bf16",
+                                                     "rank": 16, "seq": 128, "batch": 1}, "active": 8},
 }
 
 
@@ -70,8 +103,63 @@ def gzip_file(src, dst):
     os.remove(src)
 
 
+def build_graphed(torch, device):
+    """A whole training step captured in one CUDA graph: the host launches it once a step."""
+    nn = torch.nn
+    model = nn.Sequential(*[m for _ in range(32) for m in (nn.Linear(2048, 2048), nn.ReLU())])
+    model = model.to(device=device, dtype=torch.bfloat16)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, capturable=True)
+    x = torch.randn(8192, 2048, device=device, dtype=torch.bfloat16)
+
+    def eager():
+        loss = model(x).float().square().mean()
+        loss.backward()
+        opt.step()
+        return loss
+
+    side = torch.cuda.Stream(device)
+    side.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(side):  # warm up on a side stream, as CUDA graph capture asks
+        for _ in range(3):
+            opt.zero_grad(set_to_none=True)
+            eager()
+    torch.cuda.current_stream(device).wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    opt.zero_grad(set_to_none=True)
+    with torch.cuda.graph(graph):
+        eager()
+
+    def step(_batch):
+        graph.replay()
+        return None
+
+    return step, lambda: None
+
+
+def build_h2d(torch, device):
+    """A small model whose every batch is 1 GiB of pageable host memory copied to the GPU."""
+    nn = torch.nn
+    model = nn.Sequential(nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 1024)).to(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    host = torch.randn(256, 1024, 1024)  # 1 GiB of fp32, not pinned
+
+    def step(batch):
+        on_gpu = batch.to(device)
+        loss = model(on_gpu[:64].reshape(-1, 1024)).square().mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss
+
+    return step, lambda: host
+
+
 def build(torch, job, device):
     """The model, its optimizer and a batch maker, as the bench runner builds them."""
+    if job.get("toy") == "graph":
+        return build_graphed(torch, device)
+    if job.get("toy") == "h2d":
+        return build_h2d(torch, device)
     if job.get("toy"):
         nn = torch.nn
         layers = [nn.Linear(64, 64) for _ in range(32)]
@@ -93,6 +181,16 @@ def build(torch, job, device):
     if job.get("gpus", 1) > 1:
         # DDP: the wrapped model; the runner's record of the layout goes nowhere here.
         model, _pipe, _stage = run.wrap_distributed(torch, model, cfg, device, {})
+    if job.get("item_every_layer"):
+        # A host read of each decoder layer's output: the queue drains at every layer, as a debug
+        # print or a NaN check in a hook does.
+        def read_back(_module, _inputs, out):
+            (out[0] if isinstance(out, tuple) else out).sum().item()  # returns None: the output stays as it is
+
+        for layer in model.model.layers:
+            layer.register_forward_hook(read_back)
+    if job.get("compile"):
+        model = torch.compile(model)
     params = [p for p in model.parameters() if p.requires_grad]
     opt = run.make_optimizer(torch, cfg["optimizer"], params, device)
     gen = torch.Generator(device="cpu").manual_seed(1234)
@@ -142,7 +240,8 @@ def run_job(name, out_dir):
         probe = Probe(os.path.join(out_dir, "steps.jsonl"), config=job["config"], rows=os.path.join(out_dir, "row.jsonl"),
                       snapshot=os.path.join(out_dir, "peak.pickle"))
     step, make_batch = build(torch, job, device)
-    steps = 5
+    active = job.get("active", 3)
+    steps = 2 + active * (2 if job.get("tensorboard") else 1)
     if job.get("loader_seconds"):
         data = torch.utils.data.DataLoader(SlowBatches(make_batch, job["loader_seconds"], steps), batch_size=None)
     else:
@@ -150,10 +249,21 @@ def run_job(name, out_dir):
     for _ in range(2):  # warm up outside the profile: cuBLAS handles, autotuning, the allocator's pools
         step(make_batch())
     torch.cuda.synchronize(device)
-    if probe is None:
-        schedule = torch.profiler.schedule(wait=1, warmup=1, active=3, repeat=1)
+    if probe is None and job.get("tensorboard"):
+        # The handler writes each cycle's file itself: <worker>.<time>.pt.trace.json.gz, two here.
+        schedule = torch.profiler.schedule(wait=1, warmup=1, active=active // 2 + 1, repeat=2)
         acts = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
-        with torch.profiler.profile(activities=acts, schedule=schedule) as prof:
+        handler = torch.profiler.tensorboard_trace_handler(out_dir, worker_name="worker0", use_gzip=True)
+        with torch.profiler.profile(activities=acts, schedule=schedule, on_trace_ready=handler) as prof:
+            for batch in data:
+                step(batch)
+                prof.step()
+    elif probe is None:
+        schedule = torch.profiler.schedule(wait=1, warmup=1, active=active, repeat=1)
+        acts = [torch.profiler.ProfilerActivity.CPU]
+        if not job.get("cpu_only"):
+            acts.append(torch.profiler.ProfilerActivity.CUDA)
+        with torch.profiler.profile(activities=acts, schedule=schedule, **job.get("profiler", {})) as prof:
             for batch in data:
                 step(batch)
                 prof.step()
