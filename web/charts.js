@@ -420,8 +420,11 @@ const TrainfitCharts = (() => {
   function renderTrace(root, data) {
     const ranks = data.ranks || [];
     for (const r of ranks) {
-      const title = `${ranks.length > 1 ? `rank ${r.rank}: ` : ""}${r.source.split("/").pop()}: ${r.device_name || "GPU"} ${r.device}, ` +
-                    `${r.steps.length} step${r.steps.length === 1 ? "" : "s"}: ${r.verdict}`;
+      const more = (r.sources || []).length - 1;  // a process's later profiling cycles, read with it
+      const title = `${ranks.length > 1 ? `rank ${r.rank}: ` : ""}${r.source.split("/").pop()}` +
+                    `${more > 0 ? ` and ${more} more file${more === 1 ? "" : "s"} of its process` : ""}: ` +
+                    `${r.device >= 0 ? `${r.device_name || "GPU"} ${r.device}` : "no GPU activity"}, ` +
+                    `${r.steps.length} step${r.steps.length === 1 ? "" : "s"}: ${r.verdict || "no verdict"}`;
       const box = section(root, title);
       html("p", {class: "words"}, r.evidence, box);
       const timed = r.steps.filter((st) => st.timeline);
