@@ -37,6 +37,13 @@ that the jobs above do not.
                                                                                   (expect offload)
   long         the lora-small step, 8 active steps: a file of about 140 MB for the speed ratio
                                                                              (expect launch-overhead)
+Written down on 2026-12-02 before these two ran:
+  workers      the loader job's 400 ms batches made by two DataLoader worker processes: one batch
+               every 200 ms against a step of about 110 ms; about 45% of each step waiting in
+               _MultiProcessingDataLoaderIter.__next__                      (expect input-pipeline)
+  trainer      the 0.5B full step, batch 4 x 1024, through transformers' Trainer (bf16, fused AdamW,
+               gradient clipping), the profiler stepped by a TrainerCallback as the HF docs show
+                                                                             (expect launch-overhead)
 
 Each job writes OUT_DIR/<job>/: trace.json.gz (ddp: rank0.json.gz, rank1.json.gz), expected.json (the
 independent reading of read_trace.py, plus "expect", the bottleneck the job was built to have),
@@ -94,6 +101,8 @@ JOBS = {
     "h2d": {"expect": "offload", "toy": "h2d"},
     "long": {"expect": "launch-overhead", "config": {"model": "qwen2.5-0.5b", "method": "lora", "weights": "bf16",
                                                      "rank": 16, "seq": 128, "batch": 1}, "active": 8},
+    "workers": {"expect": "input-pipeline", "config": SMALL_FULL, "loader_seconds": 0.4, "loader_workers": 2},
+    "trainer": {"expect": "launch-overhead", "config": SMALL_FULL, "hf_trainer": True},
 }
 
 
@@ -221,6 +230,43 @@ class SlowBatches:
         return self.make()
 
 
+def run_trainer(torch, job, device, out_dir):
+    """The step through transformers' Trainer, profiled the way its documentation shows: a callback
+    that steps the profiler at the end of each optimizer step."""
+    from transformers import Trainer, TrainerCallback, TrainingArguments
+    from trainfit_runner import run, setup_schema
+    cfg = setup_schema.complete(dict(job["config"]))
+    model, vocab = run.build_model(torch, cfg, device, {})
+    gen = torch.Generator(device="cpu").manual_seed(1234)
+    rows = [torch.randint(0, vocab, (cfg["seq"],), generator=gen) for _ in range(64)]
+
+    class Rows(torch.utils.data.Dataset):
+        def __len__(self):
+            return len(rows)
+
+        def __getitem__(self, i):
+            return {"input_ids": rows[i], "labels": rows[i]}
+
+    class StepProfiler(TrainerCallback):
+        def __init__(self, prof):
+            self.prof = prof
+
+        def on_step_end(self, args, state, control, **kwargs):
+            self.prof.step()
+
+    args = TrainingArguments(output_dir=os.path.join(out_dir, "trainer"), per_device_train_batch_size=cfg["batch"],
+                             max_steps=8, bf16=True, optim="adamw_torch_fused", learning_rate=1e-5,
+                             logging_steps=1000, save_strategy="no", report_to=[], dataloader_num_workers=0)
+    schedule = torch.profiler.schedule(wait=3, warmup=1, active=3, repeat=1)  # past the first steps' set-up
+    acts = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+    with torch.profiler.profile(activities=acts, schedule=schedule) as prof:
+        trainer = Trainer(model=model, args=args, train_dataset=Rows(), callbacks=[StepProfiler(prof)])
+        trainer.train()
+    raw = os.path.join(out_dir, "trace.json")
+    prof.export_chrome_trace(raw)
+    gzip_file(raw, raw + ".gz")
+
+
 def run_job(name, out_dir):
     """One job, in this process (under torchrun for ddp)."""
     import torch
@@ -239,11 +285,15 @@ def run_job(name, out_dir):
         # Made before the model, so that the weights' allocations carry their stacks.
         probe = Probe(os.path.join(out_dir, "steps.jsonl"), config=job["config"], rows=os.path.join(out_dir, "row.jsonl"),
                       snapshot=os.path.join(out_dir, "peak.pickle"))
+    if job.get("hf_trainer"):
+        run_trainer(torch, job, device, out_dir)
+        return
     step, make_batch = build(torch, job, device)
     active = job.get("active", 3)
     steps = 2 + active * (2 if job.get("tensorboard") else 1)
     if job.get("loader_seconds"):
-        data = torch.utils.data.DataLoader(SlowBatches(make_batch, job["loader_seconds"], steps), batch_size=None)
+        data = torch.utils.data.DataLoader(SlowBatches(make_batch, job["loader_seconds"], steps), batch_size=None,
+                                           num_workers=job.get("loader_workers", 0))
     else:
         data = [make_batch() for _ in range(steps)]
     for _ in range(2):  # warm up outside the profile: cuBLAS handles, autotuning, the allocator's pools

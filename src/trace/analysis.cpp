@@ -118,7 +118,7 @@ double median_of(std::vector<double>& values) {
 // The verdict of a step (or of the run, on the sums), and the numbers behind it. The order is
 // that of the questions a profile answers: was the GPU starved (by the loader, by the host), did
 // it wait on the host link or on collectives, and else what kind of kernels filled it.
-void judge_step(StepTrace& s) {
+void judge_step(StepTrace& s, bool loader_in_workers) {
   const double w = s.wall_s > 0 ? s.wall_s : 1;
   const CategorySeconds& c = s.categories;
   const auto at = [&](KernelCategory k) { return c[static_cast<std::size_t>(k)]; };
@@ -130,9 +130,18 @@ void judge_step(StepTrace& s) {
   const double host_idle = s.host_wait_s + s.sync_wait_s;
   const bool launch_bound = s.kernels >= 2 && s.launch_gap_median_s > 0 && s.kernel_median_s < s.launch_gap_median_s;
   std::string why = fmt::format("GPU busy {} of {:.4g} s", percent(s.gpu_busy_s, w), s.wall_s);
-  if (s.input_wait_s >= 0.2 * w && s.input_wait_s >= host_idle) {
+  // A loader that fetches in the training process adds its fetch to the step, beside the host's
+  // own idle time: the larger of the two is the bottleneck. One whose workers make the batches runs
+  // beside the step, and the wait is what they fall short of it by: the loader sets the pace
+  // whatever the host's share, and a faster host only waits longer.
+  if (s.input_wait_s >= 0.2 * w && (loader_in_workers || s.input_wait_s >= host_idle)) {
     s.verdict = Bottleneck::input_pipeline;
     why += fmt::format("; {} idle waiting for the data loader", percent(s.input_wait_s, w));
+    if (loader_in_workers)
+      why += fmt::format(
+          " (batches from worker processes: the step's own work took {:.4g} s of the {:.4g} s, and the loader set the "
+          "pace)",
+          s.wall_s - s.input_wait_s, s.wall_s);
   } else if (host_idle >= 0.3 * w || (launch_bound && s.gpu_busy_s < 0.8 * w)) {
     s.verdict = Bottleneck::launch_overhead;
     why += fmt::format(
@@ -286,6 +295,7 @@ void append_cycle(TraceData& into, TraceData&& from, const std::string& name) {
   into.other_phases += from.other_phases;
   if (into.unsupported_example.empty()) into.unsupported_example = std::move(from.unsupported_example);
   into.truncated = into.truncated || from.truncated;
+  into.loader_in_workers = into.loader_in_workers || from.loader_in_workers;
   for (std::string& w : from.warnings) into.warnings.push_back(fmt::format("{}: {}", name, w));
 }
 
@@ -422,7 +432,7 @@ RankTrace analyse(TraceData data, const std::string& source, const TraceOptions&
     all_gaps.insert(all_gaps.end(), gaps.begin(), gaps.end());
     s.kernel_median_s = median_of(kernel_durations);
     s.launch_gap_median_s = median_of(gaps);
-    judge_step(s);
+    judge_step(s, data.loader_in_workers);
     r.steps.push_back(std::move(s));
   }
 
@@ -445,7 +455,7 @@ RankTrace analyse(TraceData data, const std::string& source, const TraceOptions&
   }
   t.kernel_median_s = median_of(all_kernels);
   t.launch_gap_median_s = median_of(all_gaps);
-  judge_step(t);
+  judge_step(t, data.loader_in_workers);
   if (busy_by_device.empty()) {  // the host's side alone: no GPU figure to judge by
     t.verdict.reset();
     for (StepTrace& s : r.steps) s.verdict.reset();

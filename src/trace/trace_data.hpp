@@ -54,6 +54,7 @@ struct TraceData {
   std::vector<GpuSpan> gpu;
   std::vector<NamedInterval> steps;    // ProfilerStep#N on the host, and their copies on the device
   std::vector<Interval> data_loader;   // waiting for the next batch
+  bool loader_in_workers = false;      // the loader's batches come from worker processes
   std::vector<Interval> synchronise;   // host calls that block until the GPU is done
   std::vector<std::int64_t> launches;  // start of each kernel launch call
   std::unordered_map<std::string, KernelTotal, NameHash, std::equal_to<>> kernels;
@@ -88,7 +89,8 @@ TraceData read_trace_file(const std::string& path, const ReadOptions& options = 
 TraceData read_trace_text(std::string_view json, const std::string& source, const ReadOptions& options = {});
 
 // The verdict of a step (or of the run, on its sums) from its figures, with its evidence.
-void judge_step(StepTrace& step);
+// loader_in_workers: the data loader's batches come from worker processes (docs/trace.md, "Verdicts").
+void judge_step(StepTrace& step, bool loader_in_workers = false);
 // The middle value (the upper one of an even count); 0 for none. Reorders `values`.
 double median_of(std::vector<double>& values);
 

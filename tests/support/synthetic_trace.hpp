@@ -26,6 +26,7 @@ struct SyntheticTrace {
   int steps = 3;
   int rank = 0;
   double loader_us = 0;  // the host waits this long for its batch at the start of each step
+  bool loader_workers = false;  // the batches come from DataLoader worker processes (num_workers > 0)
   std::vector<SyntheticKernel> kernels = {{"ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_tn", "kernel", 100}};
   int repeats = 10;               // the kernel list is launched this many times a step
   double launch_gap_us = 10;      // between launch calls
@@ -115,7 +116,10 @@ inline std::vector<SyntheticStepFigures> write_synthetic_trace(const SyntheticTr
     const double step_begin = now;
     double first_on_device = -1, last_on_device = 0;
     if (t.loader_us > 0) {
-      event("X", "user_annotation", "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", pid, tid, now,
+      event("X", "user_annotation",
+            t.loader_workers ? "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__"
+                             : "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__",
+            pid, tid, now,
             t.loader_us, "\"External id\": 1" + pad);
       loader.push_back({now, now + t.loader_us});
       now += t.loader_us;

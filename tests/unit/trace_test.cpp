@@ -355,6 +355,29 @@ TEST(TraceAnalysis, AWaitForTheLoaderIsTheInputPipeline) {
   for (const StepTrace& s : r.steps) EXPECT_EQ(s.verdict, Bottleneck::input_pipeline);
 }
 
+// A launch-bound step that also waits for its batch, a third as long as the host's idle time: a
+// fetch in the training process adds to the step, and the host is the larger part; batches from
+// worker processes arrive beside the step, and the wait is what they fall short of it by: the
+// loader sets the pace.
+TEST(TraceAnalysis, AWaitForLoaderWorkersIsTheInputPipelineWhateverTheHostsShare) {
+  SyntheticTrace t;
+  t.kernels = {{"void at::native::vectorized_elementwise_kernel<4>", "kernel", 3}};
+  t.repeats = 200;
+  t.launch_gap_us = 25;
+  t.loader_us = 2000;
+  std::vector<SyntheticStepFigures> want;
+  const RankTrace in_process = analyse_trace_text(synthetic_trace_text(t, &want), "in process");
+  expect_figures(in_process, want);
+  ASSERT_GE(in_process.total.input_wait_s, 0.2 * in_process.total.wall_s);
+  ASSERT_LT(in_process.total.input_wait_s, in_process.total.host_wait_s);
+  EXPECT_EQ(in_process.total.verdict, Bottleneck::launch_overhead) << in_process.total.evidence;
+  t.loader_workers = true;
+  const RankTrace workers = analyse_trace_text(synthetic_trace_text(t, &want), "workers");
+  expect_figures(workers, want);
+  EXPECT_EQ(workers.total.verdict, Bottleneck::input_pipeline) << workers.total.evidence;
+  EXPECT_NE(workers.total.evidence.find("worker processes"), std::string::npos) << workers.total.evidence;
+}
+
 TEST(TraceAnalysis, ExposedCollectivesAreCommunicationAndOverlapIsMeasured) {
   SyntheticTrace t;
   t.collective_us = 8000;  // far longer than the step's compute: mostly exposed
