@@ -28,7 +28,8 @@ void add_trace_command(CLI::App& app, int& exit_code) {
       "Where the time and memory of real steps went, from PyTorch profiler traces (.json, .json.gz, or a "
       "folder of per-rank files) and memory snapshots (docs/trace.md).");
   cmd->add_option("trace", flags->path,
-                  "a Kineto trace file or a folder of them (one per rank; a process's profiling cycles, one file each, read as one)");
+                  "a Kineto trace file or a folder of them (one per rank; a process's profiling cycles, one file each, "
+                  "read as one)");
   cmd->add_option("--snapshot", flags->snapshot,
                   "a memory snapshot as JSON (python -m trainfit_runner.snapshot_json SNAPSHOT.pickle OUT.json)");
   cmd->add_flag("--plan", flags->plan,

@@ -3,17 +3,12 @@
 // (2 bad input, 3 the machine), in bounded memory, never a silent success.
 #include <gtest/gtest.h>
 
-#include <sys/wait.h>
-
-#include <array>
 #include <chrono>
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "run_cli.hpp"
 
@@ -37,15 +32,7 @@ Result run_in_bounded_memory(const std::string& args) {
 
 // A shell line as it is (run_cli sends the whole line's stderr to its stdout).
 Result shell(const std::string& line) {
-  Result r;
-  FILE* pipe = popen(line.c_str(), "r");
-  if (pipe == nullptr) return r;
-  std::array<char, 4096> buf{};
-  std::size_t n = 0;
-  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) r.out.append(buf.data(), n);
-  const int status = pclose(pipe);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
+  return trainfit::testing::run_line(line);
 }
 
 std::string write(const std::string& name, const std::string& text) {

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "support/shell.hpp"
 #include "support/synthetic_trace.hpp"
 #include "trainfit/trace.hpp"
 
@@ -27,16 +28,9 @@ using trainfit::testing::SyntheticTrace;
 namespace fs = std::filesystem;
 
 nlohmann::json python_reading(const std::string& path) {
-  const std::string cmd =
-      fmt::format("python3 {}/python/trace_jobs/read_trace.py '{}' 2>&1", TRAINFIT_SOURCE_DIR, path);
-  std::string out;
-  FILE* pipe = popen(cmd.c_str(), "r");
-  if (!pipe) return {};
-  char buf[4096];
-  std::size_t n = 0;
-  while ((n = fread(buf, 1, sizeof buf, pipe)) > 0) out.append(buf, n);
-  const int status = pclose(pipe);
-  EXPECT_EQ(status, 0) << out;
+  const auto [code, out] = trainfit::testing::run_command(
+      fmt::format("python3 {}/python/trace_jobs/read_trace.py '{}'", TRAINFIT_SOURCE_DIR, path));
+  EXPECT_EQ(code, 0) << out;
   return nlohmann::json::parse(out, nullptr, false);
 }
 

@@ -3,42 +3,28 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
-#include <array>
-#include <cstdio>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "support/shell.hpp"
 #include "trainfit/trainfit.hpp"
 
 namespace {
 
-int run(const std::string& cmd, std::string& out) {
-  FILE* pipe = popen((cmd + " 2>&1").c_str(), "r");
-  if (pipe == nullptr) return -1;
-  std::array<char, 4096> buf{};
-  std::size_t n = 0;
-  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) out.append(buf.data(), n);
-  const int status = pclose(pipe);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
 // The trainfit under test: TRAINFIT_CLI from the environment when the binaries were built elsewhere and
 // carried to the GPU machine (python/watch_jobs/record.sh sets it), else the one built beside this test.
 std::string trainfit_cli() {
-  const char* env = std::getenv("TRAINFIT_CLI");
-  return env != nullptr && *env != '\0' ? env : TRAINFIT_CLI;
+  return trainfit::testing::env_or("TRAINFIT_CLI", TRAINFIT_CLI);
 }
 
 TEST(GpuHostProbe, MeasuresAHostBoundStepOnThisGpu) {
   const std::string dir = ::testing::TempDir() + "/host-probe-gpu-" + std::to_string(::getpid());
   std::filesystem::create_directories(dir);
-  std::string out;
-  const int code =
-      run(trainfit_cli() + " calibrate --host --out " + dir + "/host.toml --record " + dir + "/record.json", out);
+  const auto [code, out] = trainfit::testing::run_command(trainfit_cli() + " calibrate --host --out " + dir +
+                                                          "/host.toml --record " + dir + "/record.json");
   std::cout << out;
   ASSERT_EQ(code, 0) << out;
   const trainfit::TimeProfile p = trainfit::load_profile(dir + "/host.toml");

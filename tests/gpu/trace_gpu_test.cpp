@@ -8,48 +8,32 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <array>
 #include <cmath>
-#include <cstdio>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "support/shell.hpp"
 #include "trainfit/trace.hpp"
 
 namespace {
 
 namespace fs = std::filesystem;
 
-int run(const std::string& cmd, std::string& out) {
-  FILE* pipe = popen((cmd + " 2>&1").c_str(), "r");
-  if (pipe == nullptr) return -1;
-  std::array<char, 4096> buf{};
-  std::size_t n = 0;
-  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) out.append(buf.data(), n);
-  const int status = pclose(pipe);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
-// The repository: TRAINFIT_SOURCE from the environment when the test was built elsewhere and carried
-// to the GPU machine, else the one it was built from.
-std::string source_dir() {
-  const char* env = std::getenv("TRAINFIT_SOURCE");
-  return env != nullptr && *env != '\0' ? env : TRAINFIT_SOURCE_DIR;
-}
+using trainfit::testing::env_or;
+using trainfit::testing::run_command;
 
 TEST(GpuTrace, TracesRecordedOnThisGpuReadAsThePythonReadingDoes) {
   const fs::path dir = fs::path(::testing::TempDir()) / ("trace-gpu-" + std::to_string(::getpid()));
   fs::create_directories(dir);
-  std::string out;
   // host: 32 linears 64 wide (launch-bound); graph: a whole step in one CUDA graph (compute, the
-  // host running ahead); h2d: 1 GiB of pageable copies a step (offload).
-  const int code = run(fmt::format("cd '{}' && python3 python/trace_jobs/record_traces.py '{}' --jobs host,graph,h2d",
-                                   source_dir(), dir.string()),
-                       out);
+  // host running ahead); h2d: 1 GiB of pageable copies a step (offload). The repository is
+  // TRAINFIT_SOURCE's when the test was built elsewhere and carried to the GPU machine.
+  const auto [code, out] =
+      run_command(fmt::format("cd '{}' && python3 python/trace_jobs/record_traces.py '{}' --jobs host,graph,h2d",
+                              env_or("TRAINFIT_SOURCE", TRAINFIT_SOURCE_DIR), dir.string()));
   std::cout << out;
   ASSERT_EQ(code, 0) << out;
   for (const char* job : {"host", "graph", "h2d"}) {
@@ -57,7 +41,8 @@ TEST(GpuTrace, TracesRecordedOnThisGpuReadAsThePythonReadingDoes) {
     ASSERT_TRUE(fs::is_regular_file(expected_path)) << job << ": " << out;
     const auto expected = nlohmann::json::parse(std::ifstream(expected_path));
     const auto& reading = expected["files"]["trace.json.gz"];
-    const trainfit::trace::RankTrace r = trainfit::trace::analyse_trace((dir / job / "trace.json.gz").string()).ranks.at(0);
+    const trainfit::trace::RankTrace r =
+        trainfit::trace::analyse_trace((dir / job / "trace.json.gz").string()).ranks.at(0);
     ASSERT_EQ(r.steps.size(), reading["steps"].size()) << job;
     double worst = 0;
     for (std::size_t k = 0; k < r.steps.size(); ++k) {
@@ -74,9 +59,9 @@ TEST(GpuTrace, TracesRecordedOnThisGpuReadAsThePythonReadingDoes) {
       EXPECT_TRUE(r.host_ran_ahead) << r.total.evidence;
     }
     std::cout << "MEASURED trace " << job << ": " << r.steps.size() << " steps, wall " << r.total.wall_s
-              << " s, GPU busy " << r.total.gpu_busy_s << " s, largest difference from the Python reading "
-              << worst << ", verdict " << trainfit::trace::verdict_name(r.total.verdict) << " ("
-              << r.total.evidence << ")" << (r.host_ran_ahead ? ", host ran ahead" : "") << "\n";
+              << " s, GPU busy " << r.total.gpu_busy_s << " s, largest difference from the Python reading " << worst
+              << ", verdict " << trainfit::trace::verdict_name(r.total.verdict) << " (" << r.total.evidence << ")"
+              << (r.host_ran_ahead ? ", host ran ahead" : "") << "\n";
   }
 }
 

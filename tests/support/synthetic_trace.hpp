@@ -119,8 +119,7 @@ inline std::vector<SyntheticStepFigures> write_synthetic_trace(const SyntheticTr
       event("X", "user_annotation",
             t.loader_workers ? "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__"
                              : "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__",
-            pid, tid, now,
-            t.loader_us, "\"External id\": 1" + pad);
+            pid, tid, now, t.loader_us, "\"External id\": 1" + pad);
       loader.push_back({now, now + t.loader_us});
       now += t.loader_us;
     }
