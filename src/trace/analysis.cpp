@@ -215,6 +215,8 @@ std::string step_timeline(std::int64_t a, std::int64_t b, std::vector<GpuSpan>::
   return out;
 }
 
+namespace {
+
 // Each host step's span on the device: its gpu_user_annotation of the same name on `device`.
 // Removes the device's copies from `steps`, which keeps the host's.
 std::unordered_map<std::string, Interval> take_device_steps(std::vector<NamedInterval>& steps, int device) {
@@ -250,8 +252,6 @@ void note_host_ran_ahead(RankTrace& r) {
       "are of whatever work the GPU ran in it (device_wall_s gives each step's span on the GPU)",
       d, h, d / h, d));
 }
-
-namespace {
 
 // The process that wrote a reading: distributedInfo's rank, else the pid of its host steps.
 std::optional<std::pair<bool, std::int64_t>> process_of(const TraceData& d) {
