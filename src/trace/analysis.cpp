@@ -284,18 +284,11 @@ void append_cycle(TraceData& into, TraceData&& from, const std::string& name) {
       it->second.total_ns += total.total_ns;
     }
   }
-  into.first_ns = std::min(into.first_ns, from.first_ns);
-  into.last_ns = std::max(into.last_ns, from.last_ns);
-  into.device_names.merge(from.device_names);
+  add_totals(into, from);
   into.counts.bytes += from.counts.bytes;
-  into.counts.events += from.counts.events;
-  into.counts.gpu_activities += from.counts.gpu_activities;
-  into.counts.malformed += from.counts.malformed;
-  into.counts.unsupported += from.counts.unsupported;
-  into.other_phases += from.other_phases;
+  into.device_names.merge(from.device_names);
   if (into.unsupported_example.empty()) into.unsupported_example = std::move(from.unsupported_example);
   into.truncated = into.truncated || from.truncated;
-  into.loader_in_workers = into.loader_in_workers || from.loader_in_workers;
   for (std::string& w : from.warnings) into.warnings.push_back(fmt::format("{}: {}", name, w));
 }
 

@@ -1505,14 +1505,7 @@ bool merge_segments(TraceData& data, const std::string& source, std::vector<std:
         it->second.total_ns += total.total_ns;
       }
     }
-    data.counts.events += w.data.counts.events;
-    data.counts.gpu_activities += w.data.counts.gpu_activities;
-    data.counts.malformed += w.data.counts.malformed;
-    data.counts.unsupported += w.data.counts.unsupported;
-    data.other_phases += w.data.other_phases;
-    data.loader_in_workers = data.loader_in_workers || w.data.loader_in_workers;
-    data.first_ns = std::min(data.first_ns, w.data.first_ns);
-    data.last_ns = std::max(data.last_ns, w.data.last_ns);
+    add_totals(data, w.data);
   }
   if (data.kernels.size() > kMaxKernelNames) return false;
   data.gpu.reserve(gpu);

@@ -2,6 +2,7 @@
 // What `trainfit trace` keeps of a Kineto trace's events while it streams through them: a few
 // integers per GPU activity, per step annotation and per host call of interest, and the kernel
 // totals by name. analyse() turns it into the figures of a RankTrace (docs/trace.md).
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -83,6 +84,21 @@ struct ReadOptions {
   static constexpr std::size_t kSegmentChunks = 4, kGzipSegmentChunks = 4;
   static constexpr std::uint64_t kParallelFromBytes = std::uint64_t{4} << 20;  // a plain file's size
 };
+
+// Adds what `from` counted and spanned to `into`: the event counts but the bytes (a thread's
+// segments end where the next begins; two files' bytes add), the phases known and not used, the
+// loader's kind, and the first and last times. For the readings a thread's segments and a
+// process's files are merged from.
+inline void add_totals(TraceData& into, const TraceData& from) {
+  into.counts.events += from.counts.events;
+  into.counts.gpu_activities += from.counts.gpu_activities;
+  into.counts.malformed += from.counts.malformed;
+  into.counts.unsupported += from.counts.unsupported;
+  into.other_phases += from.other_phases;
+  into.loader_in_workers = into.loader_in_workers || from.loader_in_workers;
+  into.first_ns = std::min(into.first_ns, from.first_ns);
+  into.last_ns = std::max(into.last_ns, from.last_ns);
+}
 
 // Reads a whole trace (a file, or text in memory) into TraceData.
 TraceData read_trace_file(const std::string& path, const ReadOptions& options = {});

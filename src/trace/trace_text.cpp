@@ -21,6 +21,11 @@ double category(const StepTrace& s, KernelCategory c) {
   return s.categories[static_cast<std::size_t>(c)];
 }
 
+// A verdict in JSON: its name, or null when there was nothing to judge.
+json verdict_json(const std::optional<Bottleneck>& verdict) {
+  return verdict ? json(to_string(*verdict)) : json(nullptr);
+}
+
 json step_json(const StepTrace& s) {
   json categories = json::object();
   for (std::size_t k = 0; k < kKernelCategories; ++k)
@@ -40,7 +45,7 @@ json step_json(const StepTrace& s) {
             {"kernel_median_s", s.kernel_median_s},
             {"launch_gap_median_s", s.launch_gap_median_s},
             {"device_wall_s", s.device_wall_s > 0 ? json(s.device_wall_s) : json(nullptr)},
-            {"verdict", s.verdict ? json(to_string(*s.verdict)) : json(nullptr)},
+            {"verdict", verdict_json(s.verdict)},
             {"evidence", s.evidence}};
   if (!s.timeline.empty()) j["timeline"] = s.timeline;
   return j;
@@ -62,7 +67,7 @@ json rank_json(const RankTrace& r) {
           {"truncated", r.truncated},
           {"steps", steps},
           {"total", step_json(r.total)},
-          {"verdict", r.total.verdict ? json(to_string(*r.total.verdict)) : json(nullptr)},
+          {"verdict", verdict_json(r.total.verdict)},
           {"evidence", r.total.evidence},
           {"host_ran_ahead", r.host_ran_ahead},
           {"activity_s", r.activity_s},
