@@ -4,7 +4,6 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <array>
-#include <cstdint>
 #include <iostream>
 #include <string>
 #include <string_view>
@@ -13,32 +12,7 @@
 #include "setup_flags.hpp"
 #include "trainfit/error.hpp"
 
-// Debian's cpp-httplib (serve, watch's /metrics) is built with TLS: its library's initialiser asks
-// OpenSSL to load its error strings, register every cipher and digest and read openssl.cnf, and
-// OpenSSL frees it all again at exit, a millisecond and more of every run of every command (a fifth
-// of `trainfit trace` on a 2 MB trace) for TLS that trainfit never speaks (both servers are plain
-// HTTP). The executable's .preinit_array runs before any library's initialiser: there OpenSSL is
-// told, through its documented options, not to do any of it, and later requests for it are then
-// ignored. The two functions are looked up weakly: where httplib brings no OpenSSL, nothing is done.
-extern "C" {
-int OPENSSL_init_crypto(std::uint64_t opts, const void* settings) __attribute__((weak));
-int OPENSSL_init_ssl(std::uint64_t opts, const void* settings) __attribute__((weak));
-}
-
 namespace {
-
-void skip_openssl_setup(int, char**, char**) {
-  // openssl/crypto.h and openssl/ssl.h (3.0): OPENSSL_INIT_NO_LOAD_CRYPTO_STRINGS,
-  // _NO_ADD_ALL_CIPHERS, _NO_ADD_ALL_DIGESTS, _NO_LOAD_CONFIG, _NO_ATEXIT, _NO_LOAD_SSL_STRINGS.
-  constexpr std::uint64_t kNoCryptoStrings = 0x1, kNoCiphers = 0x10, kNoDigests = 0x20, kNoConfig = 0x80,
-                          kNoAtexit = 0x80000, kNoSslStrings = 0x100000;
-  if (OPENSSL_init_crypto != nullptr)
-    OPENSSL_init_crypto(kNoCryptoStrings | kNoCiphers | kNoDigests | kNoConfig | kNoAtexit, nullptr);
-  if (OPENSSL_init_ssl != nullptr) OPENSSL_init_ssl(kNoSslStrings | kNoConfig, nullptr);
-}
-
-using Preinit = void (*)(int, char**, char**);
-[[gnu::section(".preinit_array"), gnu::used]] const Preinit skip_openssl_setup_first = skip_openssl_setup;
 
 // The commands, in the order of `trainfit --help`, by the subcommand names each adds.
 struct CommandGroup {

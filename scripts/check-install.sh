@@ -4,7 +4,9 @@
 #   1. bench --dry-run of a shipped plan with the installed binary;
 #   2. bench running a config: the runner's PYTHONPATH leads to the installed runner package;
 #   3. the installed runner package finds the installed built-in model configs (needs python3);
-#   4. a project of its own (tests/install/) builds against the installed CMake package and runs.
+#   4. a project of its own (tests/install/) builds against the installed CMake package and runs
+#      (its /metrics server loads the installed HTTP module through the run path the package gives);
+#   5. the installed trainfit finds its HTTP module relative to itself.
 # Usage: scripts/check-install.sh [BUILD_DIR]   (default: build/default, already built)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -54,3 +56,11 @@ cmake -S "$repo/tests/install" -B consumer -G Ninja -DCMAKE_BUILD_TYPE=Release -
 cmake --build consumer >>consumer.log 2>&1 || fail "building tests/install: $(cat consumer.log)"
 consumer/install_check || fail "tests/install's program"
 echo "check-install: tests/install built against the installed CMake package and ran"
+
+# 5. serve loads the HTTP module from lib/trainfit beside the installed binary: an address that is
+# not this machine's is then refused as bad input (2); a module not found is a failure of the
+# machine (3).
+code=0
+out=$("$prefix/bin/trainfit" serve --host 203.0.113.7 --port 0 2>&1) || code=$?
+[ "$code" = 2 ] || fail "the installed serve did not reach its HTTP module (exit $code): $out"
+echo "check-install: the installed trainfit loads its HTTP module, $(cd "$prefix" && find . -name libtrainfit_http.so)"

@@ -1,218 +1,86 @@
-// cpp-httplib's server with bounded connections (common/http_server.hpp): watch's /metrics and
-// `trainfit serve` share it.
+// The library's side of its HTTP servers (common/http_server.hpp): the module is found and loaded
+// once, when the first server is made, and stays loaded (its threads' code must outlive them).
 #include "common/http_server.hpp"
 
+#include <dlfcn.h>
 #include <fmt/format.h>
-#include <netdb.h>
-#include <poll.h>
-#include <sys/eventfd.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
-#include <algorithm>
-#include <array>
-#include <cerrno>
-#include <condition_variable>
-#include <cstring>
-#include <deque>
-#include <functional>
+#include <cstdlib>
 #include <mutex>
-#include <vector>
 
+#include "common/http_module.hpp"
 #include "trainfit/error.hpp"
 
 namespace trainfit::detail {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-// One wait for the peer (a read or a write), inside the connection's deadline.
-constexpr int kWaitMillis = 5000;
-
-// A connection's socket for httplib, with the deadline on every read and write. `stop_fd` becomes
-// readable when the server stops: every wait ends then, so that a slow client cannot hold up the end
-// of the watch (stopping joins the workers).
-class DeadlineStream final : public httplib::Stream {
- public:
-  DeadlineStream(socket_t sock, Clock::time_point deadline, int stop_fd)
-      : sock_(sock), deadline_(deadline), stop_fd_(stop_fd) {}
-
-  bool is_readable() const override { return begin_ < end_ || wait(POLLIN); }
-  bool is_writable() const override { return wait(POLLOUT); }
-
-  ssize_t read(char* ptr, size_t size) override {
-    // httplib reads the request line and headers a byte at a time: served from a buffer.
-    if (begin_ == end_) {
-      const ssize_t n = io(POLLIN, [&] { return ::recv(sock_, buffer_.data(), buffer_.size(), MSG_DONTWAIT); });
-      if (n <= 0) return n;
-      begin_ = 0;
-      end_ = static_cast<std::size_t>(n);
-    }
-    const std::size_t n = std::min(size, end_ - begin_);
-    std::copy_n(buffer_.data() + begin_, n, ptr);
-    begin_ += n;
-    return static_cast<ssize_t>(n);
-  }
-
-  ssize_t write(const char* ptr, size_t size) override {
-    // As much as the socket takes now, never a blocking send past the deadline; httplib calls again.
-    return io(POLLOUT, [&] { return ::send(sock_, ptr, size, MSG_DONTWAIT | MSG_NOSIGNAL); });
-  }
-
-  void get_remote_ip_and_port(std::string& ip, int& port) const override { address(::getpeername, ip, port); }
-  void get_local_ip_and_port(std::string& ip, int& port) const override { address(::getsockname, ip, port); }
-  socket_t socket() const override { return sock_; }
-
- private:
-  // Whether the socket is ready for `events` before the deadline (a hang-up or an error counts as
-  // ready: the call that follows reports it).
-  bool wait(short events) const {
-    for (;;) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ - Clock::now()).count();
-      if (left <= 0) return false;
-      std::array<pollfd, 2> p{pollfd{sock_, events, 0}, pollfd{stop_fd_, POLLIN, 0}};
-      const int r = ::poll(p.data(), p.size(), static_cast<int>(std::min<std::int64_t>(left, kWaitMillis)));
-      if (r < 0 && errno == EINTR) continue;
-      return r > 0 && p[1].revents == 0 && p[0].revents != 0;
-    }
-  }
-  // A non-blocking call once the socket is ready: -1 past the deadline (httplib then gives up).
-  template <typename F>
-  ssize_t io(short events, F call) const {
-    for (;;) {
-      if (!wait(events)) return -1;
-      const ssize_t n = call();
-      if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) continue;
-      return n;
-    }
-  }
-  using NameOf = int (*)(int, sockaddr*, socklen_t*);
-  void address(NameOf name_of, std::string& ip, int& port) const {
-    sockaddr_storage addr{};
-    socklen_t len = sizeof addr;
-    std::array<char, NI_MAXHOST> host{};
-    std::array<char, NI_MAXSERV> serv{};
-    if (name_of(sock_, reinterpret_cast<sockaddr*>(&addr), &len) == 0 &&
-        getnameinfo(reinterpret_cast<sockaddr*>(&addr), len, host.data(), host.size(), serv.data(), serv.size(),
-                    NI_NUMERICHOST | NI_NUMERICSERV) == 0) {
-      ip = host.data();
-      port = std::atoi(serv.data());
-    }
-  }
-
-  socket_t sock_;
-  Clock::time_point deadline_;
-  int stop_fd_;
-  std::array<char, 4096> buffer_{};
-  std::size_t begin_ = 0, end_ = 0;
+struct Module {
+  MakeHttpBackend make = nullptr;
+  std::string error;  // why it could not be loaded
 };
 
-// httplib's task queue with a bound: its own ThreadPool queues every accepted connection, however
-// many; this one makes the accept loop wait while `max_queued` are waiting for a worker.
-class BoundedTaskQueue final : public httplib::TaskQueue {
- public:
-  BoundedTaskQueue(std::size_t workers, std::size_t max_queued) : max_queued_(std::max<std::size_t>(max_queued, 1)) {
-    for (std::size_t i = 0; i < std::max<std::size_t>(workers, 1); ++i) threads_.emplace_back([this] { work(); });
+// TRAINFIT_HTTP_MODULE names the file; else the dynamic loader looks for it by name, in the
+// run path of the program: the build tree's module folder for programs of the build, the install's
+// (lib/trainfit, relative to bin/) for the installed trainfit, the installed package's for other
+// programs built with it (cmake/trainfitConfig.cmake.in); and LD_LIBRARY_PATH.
+Module load_module() {
+  Module m;
+  const char* named = std::getenv("TRAINFIT_HTTP_MODULE");
+  const std::string file = named != nullptr && *named != '\0' ? named : kHttpModuleFile;
+  void* handle = ::dlopen(file.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (handle == nullptr) {
+    const char* why = ::dlerror();
+    m.error = fmt::format(
+        "trainfit's HTTP module ({}) cannot be loaded: {}; it is built and installed beside the library "
+        "(lib/trainfit/), and TRAINFIT_HTTP_MODULE may name it",
+        file, why != nullptr ? why : "not found");
+    return m;
   }
-  ~BoundedTaskQueue() override { shutdown(); }
-  BoundedTaskQueue(const BoundedTaskQueue&) = delete;
-  BoundedTaskQueue& operator=(const BoundedTaskQueue&) = delete;
+  m.make = reinterpret_cast<MakeHttpBackend>(::dlsym(handle, kHttpModuleEntry));
+  if (m.make == nullptr)
+    m.error = fmt::format("{} has no entry point {}: not trainfit's HTTP module", file, kHttpModuleEntry);
+  return m;
+}
 
-  void enqueue(std::function<void()> job) override {
-    std::unique_lock lock(mutex_);
-    room_.wait(lock, [this] { return jobs_.size() < max_queued_ || shutdown_; });
-    jobs_.push_back(std::move(job));
-    ready_.notify_one();
-  }
-
-  void shutdown() override {
-    {
-      const std::lock_guard lock(mutex_);
-      if (shutdown_) return;
-      shutdown_ = true;
-    }
-    ready_.notify_all();
-    room_.notify_all();
-    for (std::thread& t : threads_) t.join();
-  }
-
- private:
-  void work() {
-    for (;;) {
-      std::function<void()> job;
-      {
-        std::unique_lock lock(mutex_);
-        ready_.wait(lock, [this] { return !jobs_.empty() || shutdown_; });
-        if (jobs_.empty()) return;  // shut down with nothing left
-        job = std::move(jobs_.front());
-        jobs_.pop_front();
-        room_.notify_one();
-      }
-      job();
-    }
-  }
-
-  std::size_t max_queued_;
-  std::mutex mutex_;
-  std::condition_variable ready_, room_;
-  std::deque<std::function<void()>> jobs_;
-  std::vector<std::thread> threads_;
-  bool shutdown_ = false;
-};
+const Module& module() {
+  static const Module m = load_module();  // thread-safe, once
+  return m;
+}
 
 }  // namespace
 
-BoundedHttpServer::BoundedHttpServer(const HttpServerLimits& limits, std::string what)
-    : limits_(limits), what_(std::move(what)), stop_fd_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
-  if (stop_fd_ < 0) throw SystemError(fmt::format("cannot serve {}: eventfd: {}", what_, std::strerror(errno)));
-  new_task_queue = [limits] { return new BoundedTaskQueue(limits.workers, limits.max_queued); };
-  // SO_REUSEADDR only: the library's default SO_REUSEPORT would let a second server share the port
-  // and silently take half the requests. The socket is kept to widen the listen backlog after bind.
-  set_socket_options([this](socket_t sock) {
-    int yes = 1;
-    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
-    listen_socket_ = sock;
-  });
+struct HttpServer::Backend {
+  std::unique_ptr<HttpBackend> server;
+  std::string what;
+};
+
+HttpServer::HttpServer(const HttpServerLimits& limits, std::string what, HttpRoutes routes)
+    : backend_(std::make_unique<Backend>()) {
+  const Module& m = module();
+  if (m.make == nullptr) throw SystemError(fmt::format("cannot serve {}: {}", what, m.error));
+  std::string error;
+  backend_->server.reset(m.make(kHttpModuleAbi, limits, what, routes, error));
+  if (backend_->server == nullptr) throw SystemError(fmt::format("cannot serve {}: {}", what, error));
+  backend_->what = std::move(what);
 }
 
-BoundedHttpServer::~BoundedHttpServer() {
+HttpServer::~HttpServer() {
   stop_all();
-  ::close(stop_fd_);
 }
 
-int BoundedHttpServer::start(const std::string& host, int port) {
-  int bound = -1;
-  if (port == 0)
-    bound = bind_to_any_port(host);
-  else if (bind_to_port(host, port))
-    bound = port;
-  if (bound <= 0)
+int HttpServer::start(const std::string& host, int port) {
+  std::string error;
+  bool bad_address = false;
+  const int bound = backend_->server->start(host, port, error, bad_address);
+  if (bound > 0) return bound;
+  if (bad_address)
     throw InputError(fmt::format("{}: cannot listen on {}:{} (address in use, or not an address of this machine)",
-                                 what_, host, port));
-  // Listening again on a listening socket changes its backlog (Linux): httplib's 5 would drop the
-  // connections of a burst and leave their clients to retry a second later.
-  if (listen_socket_ != INVALID_SOCKET) ::listen(listen_socket_, limits_.listen_backlog);
-  thread_ = std::thread([this] { listen_after_bind(); });
-  // stop() only stops a server that is running: wait for the loop so a quick stop cannot miss it.
-  for (int i = 0; i < 500 && !is_running(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  return bound;
+                                 backend_->what, host, port));
+  throw SystemError(fmt::format("cannot serve {}: {}", backend_->what, error));
 }
 
-void BoundedHttpServer::stop_all() {
-  const std::uint64_t one = 1;
-  [[maybe_unused]] const ssize_t n = ::write(stop_fd_, &one, sizeof one);
-  stop();
-  if (thread_.joinable()) thread_.join();
-}
-
-bool BoundedHttpServer::process_and_close_socket(socket_t sock) {
-  DeadlineStream stream(sock, Clock::now() + limits_.connection_deadline, stop_fd_);
-  bool closed = false;
-  const bool served =
-      process_request(stream, /*close_connection=*/true, closed, [](httplib::Request& req) { req.ranges.clear(); });
-  ::shutdown(sock, SHUT_RDWR);
-  ::close(sock);
-  return served;
+void HttpServer::stop_all() {
+  if (backend_->server) backend_->server->stop_all();
 }
 
 }  // namespace trainfit::detail

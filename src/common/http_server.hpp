@@ -1,17 +1,23 @@
 #pragma once
-// cpp-httplib's server with every connection bounded (watch's /metrics, `trainfit serve`): one
-// request a connection, a deadline on its whole life (not on each wait, as httplib 0.11's own
-// timeouts are: a client trickling a header byte every few seconds held a worker as long as it
-// liked), a fixed number of workers, a bounded queue of accepted connections, Range ignored (a Range
-// of 2,600 parts made a reply 962 times its page), and stopping that ends every wait at once.
-#include <httplib.h>
-
+// The HTTP servers of the library (watch's /metrics, `trainfit serve`), without cpp-httplib in
+// sight: Debian's libcpp-httplib is built with TLS and brings libssl and libcrypto, whose loading
+// and relocation cost every run of every command 3 ms (measured in docs/trace.md, "Speed": half
+// of a command's start) for servers that two commands start. So the server lives in a module of
+// its own (src/http/, libtrainfit_http.so), loaded with dlopen when a server is first made, as NVML
+// is; a process that never serves never maps it.
+//
+// The server is cpp-httplib's with every connection bounded: one request a connection, a deadline
+// on its whole life (not on each wait, as httplib 0.11's own timeouts are: a client trickling a
+// header byte every few seconds held a worker as long as it liked), a fixed number of workers, a
+// bounded queue of accepted connections, Range ignored (a Range of 2,600 parts made a reply 962
+// times its page), and stopping that ends every wait at once.
 #include <chrono>
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <string>
-#include <string_view>
-#include <thread>
+#include <utility>
+#include <vector>
 
 namespace trainfit::detail {
 
@@ -21,30 +27,51 @@ struct HttpServerLimits {
   std::size_t max_queued = 1024;  // accepted connections waiting for a worker; past it accept waits (the
                                   // kernel's backlog holds the next ones)
   int listen_backlog = 1024;      // httplib listens with 5, which drops the connections of a burst
+  std::size_t max_body_bytes = 0;  // a larger Content-Length is answered 413 unread; 0: httplib's own limit
 };
 
-class BoundedHttpServer final : public httplib::Server {
+struct HttpRequest {
+  std::string method;  // as sent: "GET", "HEAD" (answered as GET, without the body), "POST", ...
+  std::string path;
+  std::vector<std::pair<std::string, std::string>> query;  // decoded, in order
+  std::string body;
+};
+
+struct HttpReply {
+  int status = 200;
+  std::string body;
+  std::string content_type = "text/plain";
+  std::vector<std::pair<std::string, std::string>> headers;  // besides Content-Type and Content-Length
+};
+
+// What a server answers; called on its worker threads.
+struct HttpRoutes {
+  std::vector<std::string> methods;  // those handled ("GET" brings HEAD); any other is answered 404
+  std::function<void(const HttpRequest&, HttpReply&)> handle;  // every request of those methods
+  // A request httplib refuses before `handle` (413 for a body over max_body_bytes, 400 for a
+  // malformed request line, 414 for a URI over 8 KiB, 404 for another method): the reply's status
+  // is set and its body empty. None: the reply goes with an empty body.
+  std::function<void(HttpReply&)> refused;
+};
+
+class HttpServer {
  public:
-  // `what` names the server in error messages ("/metrics", "trainfit serve"). Throws SystemError.
-  BoundedHttpServer(const HttpServerLimits& limits, std::string what);
-  ~BoundedHttpServer() override;
-  BoundedHttpServer(const BoundedHttpServer&) = delete;
-  BoundedHttpServer& operator=(const BoundedHttpServer&) = delete;
+  // `what` names the server in error messages ("/metrics", "trainfit serve"). SystemError when the
+  // module cannot be loaded (the message says where it was looked for) or the server not made.
+  HttpServer(const HttpServerLimits& limits, std::string what, HttpRoutes routes);
+  ~HttpServer();
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
 
   // Binds host:port (0: any free port) and serves on a thread of its own until stop_all or the
-  // destructor. Returns the port. Throws InputError when the address cannot be bound.
+  // destructor. Returns the port. InputError when the address cannot be bound.
   int start(const std::string& host, int port);
   // Ends every connection's waits now and for good, then the server, and joins its thread.
   void stop_all();
 
  private:
-  bool process_and_close_socket(socket_t sock) override;
-
-  HttpServerLimits limits_;
-  std::string what_;
-  int stop_fd_;
-  socket_t listen_socket_ = INVALID_SOCKET;
-  std::thread thread_;
+  struct Backend;
+  std::unique_ptr<Backend> backend_;
 };
 
 }  // namespace trainfit::detail

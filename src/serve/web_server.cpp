@@ -1,6 +1,5 @@
-// handle() on a port: cpp-httplib's server, bounded as common/http_server.hpp says (one request a
-// connection under a deadline, a fixed pool of workers, a bounded queue), with the body's size
-// capped before it is read.
+// handle() on a port: the library's HTTP server (common/http_server.hpp: cpp-httplib's, bounded,
+// in a module loaded when the first server is made), with the body's size capped before it is read.
 #include <nlohmann/json.hpp>
 
 #include "common/http_server.hpp"
@@ -13,73 +12,51 @@ detail::HttpServerLimits server_limits(const Limits& limits) {
   detail::HttpServerLimits l;
   l.connection_deadline = limits.connection_deadline;
   l.workers = limits.workers;
+  // A body whose Content-Length is over this is answered 413 without being read.
+  l.max_body_bytes = limits.max_body_bytes;
   return l;
 }
 
-void answer(const Request& request, const Limits& limits, httplib::Response& res) {
-  const Response r = handle(request, limits);
-  res.status = r.status;
-  res.set_content(r.body, r.content_type.c_str());
-  // The page and the API are this machine's: no other site's script may read them.
-  res.set_header("X-Content-Type-Options", "nosniff");
-  res.set_header("Cache-Control", "no-store");
-}
-
-Request request_of(const httplib::Request& req) {
-  Request r;
-  r.method = req.method;
-  r.path = req.path;
-  for (const auto& [name, value] : req.params) r.query.emplace_back(name, value);
-  r.body = req.body;
+detail::HttpRoutes routes(const Limits& limits) {
+  detail::HttpRoutes r;
+  // handle() answers every method itself (405 for those it does not take).
+  r.methods = {"GET", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"};
+  r.handle = [limits](const detail::HttpRequest& req, detail::HttpReply& reply) {
+    Request request;
+    request.method = req.method;
+    request.path = req.path;
+    request.query = req.query;
+    request.body = req.body;
+    const Response answer = handle(request, limits);
+    reply.status = answer.status;
+    reply.body = answer.body;
+    reply.content_type = answer.content_type;
+    // The page and the API are this machine's: no other site's script may read them.
+    reply.headers = {{"X-Content-Type-Options", "nosniff"}, {"Cache-Control", "no-store"}};
+  };
+  // What the server refuses before handle() runs (413 for a body too large, 400 for a malformed
+  // request line, 414 for a URI over 8 KiB) gets a message too.
+  r.refused = [](detail::HttpReply& reply) {
+    const char* what = reply.status == 413   ? "the request's body is too large (docs/serve.md, \"Limits\")"
+                       : reply.status == 414 ? "the request's URI is too long (at most 8 KiB)"
+                                             : "the request cannot be read";
+    reply.body = nlohmann::json{{"error", what}}.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+    reply.content_type = "application/json";
+  };
   return r;
 }
 
 }  // namespace
 
 struct WebServer::State {
-  explicit State(const Limits& l) : limits(l), server(server_limits(l), "trainfit serve") {}
-  Limits limits;
-  detail::BoundedHttpServer server;
+  explicit State(const Limits& limits) : server(server_limits(limits), "trainfit serve", routes(limits)) {}
+  detail::HttpServer server;
   int port = 0;
 };
 
 WebServer::WebServer(const std::string& host, int port, const Limits& limits)
     : state_(std::make_unique<State>(limits)) {
-  State& s = *state_;
-  // httplib answers 413 itself when a body's Content-Length is over this, without reading it.
-  s.server.set_payload_max_length(limits.max_body_bytes);
-  const auto serve = [&s](const httplib::Request& req, httplib::Response& res) {
-    answer(request_of(req), s.limits, res);
-  };
-  s.server.Get(R"(/.*)", serve);
-  s.server.Post(R"(/.*)", serve);
-  for (const char* method : {"PUT", "DELETE", "PATCH", "OPTIONS"}) {
-    const auto refuse = [&s, method](const httplib::Request& req, httplib::Response& res) {
-      Request r = request_of(req);
-      r.method = method;
-      answer(r, s.limits, res);
-    };
-    if (std::string_view(method) == "PUT")
-      s.server.Put(R"(/.*)", refuse);
-    else if (std::string_view(method) == "DELETE")
-      s.server.Delete(R"(/.*)", refuse);
-    else if (std::string_view(method) == "PATCH")
-      s.server.Patch(R"(/.*)", refuse);
-    else
-      s.server.Options(R"(/.*)", refuse);
-  }
-  // What httplib refuses before a handler runs (413 for a body too large, 400 for a malformed
-  // request line, 414 for a URI over 8 KiB) gets a message too.
-  s.server.set_error_handler([](const httplib::Request&, httplib::Response& res) {
-    if (!res.body.empty()) return;
-    const char* what = res.status == 413   ? "the request's body is too large (docs/serve.md, \"Limits\")"
-                       : res.status == 414 ? "the request's URI is too long (at most 8 KiB)"
-                                           : "the request cannot be read";
-    res.set_content(
-        nlohmann::json{{"error", what}}.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n",
-        "application/json");
-  });
-  s.port = s.server.start(host, port);
+  state_->port = state_->server.start(host, port);
 }
 
 WebServer::~WebServer() {

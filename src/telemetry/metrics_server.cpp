@@ -1,6 +1,6 @@
-// The /metrics endpoint (cpp-httplib from Debian's libcpp-httplib-dev, bounded as
-// common/http_server.hpp says). The page is rendered by the caller and published here, so a scrape
-// never touches NVML and costs one string copy.
+// The /metrics endpoint, on the library's HTTP server (common/http_server.hpp: cpp-httplib's,
+// bounded, in a module loaded when the first server is made). The page is rendered by the caller
+// and published here, so a scrape never touches NVML and costs one string copy.
 #include <fmt/format.h>
 
 #include <chrono>
@@ -16,27 +16,39 @@ namespace {
 // serves no one and only holds a worker. Scrapes come every few seconds from one or two servers:
 // eight workers leave room for that many slow or idle connections at once, each gone within the
 // deadline, without a scraper waiting.
-constexpr detail::HttpServerLimits kLimits{std::chrono::seconds(10), 8, 64, 64};
+constexpr detail::HttpServerLimits kLimits{std::chrono::seconds(10), 8, 64, 64, 0};
 
 }  // namespace
 
 struct MetricsServer::State {
-  detail::BoundedHttpServer server{kLimits, "/metrics"};
+  State() : server(kLimits, "/metrics", routes()) {}
   std::mutex mutex;
   std::string text;
   std::string host;
   int port = 0;
+  detail::HttpServer server;  // last: stopped, with its workers that read `text`, before the rest goes
+
+  detail::HttpRoutes routes() {
+    detail::HttpRoutes r;
+    r.methods = {"GET"};
+    r.handle = [this](const detail::HttpRequest& req, detail::HttpReply& reply) {
+      if (req.path == "/metrics") {
+        const std::lock_guard lock(mutex);
+        reply.body = text;
+        reply.content_type = "text/plain; version=0.0.4; charset=utf-8";
+      } else if (req.path == "/") {
+        reply.body = "trainfit watch: metrics at /metrics\n";
+      } else {
+        reply.status = 404;
+        reply.content_type.clear();
+      }
+    };
+    return r;
+  }
 };
 
 MetricsServer::MetricsServer(const Endpoint& where) : state_(std::make_unique<State>()) {
   State& s = *state_;
-  s.server.Get("/metrics", [&s](const httplib::Request&, httplib::Response& res) {
-    const std::lock_guard lock(s.mutex);
-    res.set_content(s.text, "text/plain; version=0.0.4; charset=utf-8");
-  });
-  s.server.Get("/", [](const httplib::Request&, httplib::Response& res) {
-    res.set_content("trainfit watch: metrics at /metrics\n", "text/plain");
-  });
   s.host = where.host;
   s.port = s.server.start(where.host, where.port);
 }

@@ -103,6 +103,32 @@ TEST(ServeCli, HugeAndSlowRequestsAreRefusedAndServingGoesOn) {
   EXPECT_EQ(server.stop(), 0);
 }
 
+// The HTTP server, and the TLS libraries Debian's cpp-httplib brings, are loaded by the commands
+// that serve, when they start serving, and by no other (common/http_server.hpp): the dynamic
+// loader's own list of what it loads (LD_DEBUG=files) says which.
+TEST(ServeCli, OnlyServingLoadsTheHttpModule) {
+  for (const char* args : {"--version", "plan --model qwen2.5-0.5b --gpu h100-sxm",
+                           "trace " TRAINFIT_SOURCE_DIR "/data/trace/host/trace.json.gz"}) {
+    const CliResult r = run_cli(args, "LD_DEBUG=files");
+    ASSERT_EQ(r.code, 0) << args << "\n" << r.out;
+    EXPECT_EQ(r.out.find("libtrainfit_http"), std::string::npos) << args;
+    EXPECT_EQ(r.out.find("libcrypto"), std::string::npos) << args;
+    EXPECT_NE(r.out.find("libsimdjson"), std::string::npos) << "no list of what was loaded: " << r.out;
+  }
+  // serve loads it: a port it cannot have ends it after the module is loaded.
+  const CliResult serving = run_cli("serve --host 192.0.2.1 --port 1", "LD_DEBUG=files");
+  EXPECT_EQ(serving.code, 2) << serving.out;
+  EXPECT_NE(serving.out.find("libtrainfit_http"), std::string::npos) << serving.out;
+}
+
+TEST(ServeCli, AMissingHttpModuleIsAClearErrorOfTheMachine) {
+  const CliResult r = run_cli("serve --port 0", "TRAINFIT_HTTP_MODULE=/nonexistent/libtrainfit_http.so");
+  EXPECT_EQ(r.code, 3) << r.out;
+  EXPECT_NE(r.out.find("trainfit serve"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("HTTP module (/nonexistent/libtrainfit_http.so) cannot be loaded"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("TRAINFIT_HTTP_MODULE"), std::string::npos) << r.out;
+}
+
 TEST(ServeCli, ListensOnLoopbackByDefaultAndRefusesABadPort) {
   const CliResult help = run_cli("serve --help");
   EXPECT_NE(help.out.find("127.0.0.1"), std::string::npos);

@@ -1,7 +1,8 @@
 // Links the installed trainfit library (tests/install/CMakeLists.txt). Each call pulls in a part
 // of the static library with its own private dependency, so that a dependency the package's
 // config fails to bring fails the link: the planner (fmt), experiment plans (toml++), the
-// /metrics server (cpp-httplib, threads). Exit 0 when the answers are the library's known ones.
+// /metrics server (threads; and its HTTP module, loaded at run time through the run path the
+// package gives). Exit 0 when the answers are the library's known ones.
 #include <cstdio>
 #include <exception>
 
