@@ -6,7 +6,7 @@
 #   scripts/trace-speed.sh FILE.json  # a trace of your own
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/install-deps.sh python3-pandas  # the reading the ratio is against
+scripts/install-deps.sh python3-pandas time  # the reading the ratio is against; GNU time for trainfit's own peak memory
 cmake --preset release >/dev/null
 cmake --build --preset release --target trainfit_cli trainfit_trace_gen
 # The ratio is against json.load + pandas: a python3 first on PATH without pandas (a pyenv, a venv)
