@@ -1,10 +1,10 @@
 #pragma once
 // The HTTP servers of the library (watch's /metrics, `trainfit serve`), without cpp-httplib in
 // sight: Debian's libcpp-httplib is built with TLS and brings libssl and libcrypto, whose loading
-// and relocation cost every run of every command 3 ms (measured in docs/trace.md, "Speed": half
-// of a command's start) for servers that two commands start. So the server lives in a module of
-// its own (src/http/, libtrainfit_http.so), loaded with dlopen when a server is first made, as NVML
-// is; a process that never serves never maps it.
+// and relocation cost every run of every command 1.3-2.7 ms (docs/trace.md, "The process's
+// start": a third to two fifths of a command's start) for servers that two commands start. So the server lives in a
+// module of its own (src/http/, libtrainfit_http.so), loaded with dlopen when a server is first made, as NVML is; a
+// process that never serves never maps it.
 //
 // The server is cpp-httplib's with every connection bounded: one request a connection, a deadline
 // on its whole life (not on each wait, as httplib 0.11's own timeouts are: a client trickling a

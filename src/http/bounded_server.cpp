@@ -253,7 +253,7 @@ void reply_to(const HttpReply& reply, httplib::Response& res) {
 class Backend final : public HttpBackend {
  public:
   Backend(const HttpServerLimits& limits, const std::string& what, const HttpRoutes& routes)
-      : server_(limits, what), routes_(routes) {
+      : routes_(routes), server_(limits, what) {
     if (limits.max_body_bytes > 0) server_.set_payload_max_length(limits.max_body_bytes);
     const auto serve = [this](const httplib::Request& req, httplib::Response& res) {
       HttpReply reply;
@@ -302,8 +302,8 @@ class Backend final : public HttpBackend {
   void stop_all() override { server_.stop_all(); }
 
  private:
-  BoundedHttpServer server_;
   HttpRoutes routes_;
+  BoundedHttpServer server_;  // after routes_: stopped, with the workers that call them, first
 };
 
 }  // namespace

@@ -125,7 +125,9 @@ TEST(ServeCli, AMissingHttpModuleIsAClearErrorOfTheMachine) {
   const CliResult r = run_cli("serve --port 0", "TRAINFIT_HTTP_MODULE=/nonexistent/libtrainfit_http.so");
   EXPECT_EQ(r.code, 3) << r.out;
   EXPECT_NE(r.out.find("trainfit serve"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("HTTP module (/nonexistent/libtrainfit_http.so) cannot be loaded"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("HTTP module cannot be loaded: not found (looked for: /nonexistent/libtrainfit_http.so)"),
+            std::string::npos)
+      << r.out;
   EXPECT_NE(r.out.find("TRAINFIT_HTTP_MODULE"), std::string::npos) << r.out;
 }
 
