@@ -37,8 +37,8 @@ struct Module {
 // with the installed package, which gives them its folder: cmake/trainfitConfig.cmake.in). The
 // dynamic loader would search that run path itself for a bare name, but it searches the run path
 // of the code that calls dlopen, which under a sanitizer is the sanitizer's runtime: so the
-// folders are asked for (dlinfo) and each file opened by its path. Last the bare name, for
-// LD_LIBRARY_PATH (and a loader that finds it where these did not).
+// folders are asked for (dlinfo: LD_LIBRARY_PATH's, the run path's and the system's, in the
+// loader's order) and each file opened by its path.
 std::vector<std::string> candidates() {
   const char* named = std::getenv("TRAINFIT_HTTP_MODULE");
   if (named != nullptr && *named != '\0') return {named};
@@ -66,7 +66,6 @@ std::vector<std::string> candidates() {
     }
     ::dlclose(self);
   }
-  files.emplace_back(kHttpModuleFile);
   return files;
 }
 
