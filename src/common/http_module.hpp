@@ -17,9 +17,9 @@ inline constexpr const char* kHttpModuleEntry = "trainfit_make_http_backend";
 class HttpBackend {
  public:
   virtual ~HttpBackend() = default;
-  // The port, or 0 with `error` set; `bad_address` when the address could not be bound (an
-  // InputError for the caller: in use, or not this machine's), else a failure of the machine.
-  virtual int start(const std::string& host, int port, std::string& error, bool& bad_address) = 0;
+  // The port, or 0: with `bad_address` set when the address could not be bound (an InputError for
+  // the caller: in use, or not this machine's), else with `error` saying what failed.
+  virtual int start(const std::string& host, int port, bool& bad_address, std::string& error) = 0;
   virtual void stop_all() = 0;
 };
 

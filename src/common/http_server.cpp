@@ -38,7 +38,7 @@ struct Module {
 // dynamic loader would search that run path itself for a bare name, but it searches the run path
 // of the code that calls dlopen, which under a sanitizer is the sanitizer's runtime: so the
 // folders are asked for (dlinfo: LD_LIBRARY_PATH's, the run path's and the system's, in the
-// loader's order) and each file opened by its path.
+// loader's order) and each file opened by its path. trainfit's own programs have no run path.
 std::vector<std::string> candidates() {
   const char* named = std::getenv("TRAINFIT_HTTP_MODULE");
   if (named != nullptr && *named != '\0') return {named};
@@ -56,8 +56,8 @@ std::vector<std::string> candidates() {
       *info = size;
       if (::dlinfo(self, RTLD_DI_SERINFO, info) == 0)
         for (unsigned i = 0; i < info->dls_cnt; ++i) {
-          // Absolute folders only: the empty entry CMake pads a build tree's run path with reads as
-          // the working directory, where a file of that name is nothing of trainfit's.
+          // Absolute folders only: an empty entry of a run path reads as the working directory,
+          // where a file of that name is nothing of trainfit's.
           const char* dir = info->dls_serpath[i].dls_name;
           if (dir == nullptr || dir[0] != '/') continue;
           std::string path = (std::filesystem::path(dir) / kHttpModuleFile).lexically_normal().string();
@@ -130,7 +130,7 @@ HttpServer::~HttpServer() {
 int HttpServer::start(const std::string& host, int port) {
   std::string error;
   bool bad_address = false;
-  const int bound = backend_->server->start(host, port, error, bad_address);
+  const int bound = backend_->server->start(host, port, bad_address, error);
   if (bound > 0) return bound;
   if (bad_address)
     throw InputError(fmt::format("{}: cannot listen on {}:{} (address in use, or not an address of this machine)",

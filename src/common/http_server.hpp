@@ -40,7 +40,7 @@ struct HttpRequest {
 struct HttpReply {
   int status = 200;
   std::string body;
-  std::string content_type = "text/plain";
+  std::string content_type;                                  // none: no Content-Type (a reply without a body)
   std::vector<std::pair<std::string, std::string>> headers;  // besides Content-Type and Content-Length
 };
 

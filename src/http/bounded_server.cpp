@@ -280,18 +280,16 @@ class Backend final : public HttpBackend {
         if (!res.body.empty()) return;
         HttpReply reply;
         reply.status = res.status;
-        reply.content_type.clear();
         routes_.refused(reply);
         reply_to(reply, res);
       });
     }
   }
 
-  int start(const std::string& host, int port, std::string& error, bool& bad_address) override {
+  int start(const std::string& host, int port, bool& bad_address, std::string& error) override {
     try {
       const int bound = server_.start(host, port);
       bad_address = bound == 0;
-      if (bad_address) error = "cannot listen on " + host + ":" + std::to_string(port);
       return bound;
     } catch (const std::exception& e) {  // the thread, the socket
       error = e.what();

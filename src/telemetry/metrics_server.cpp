@@ -38,9 +38,9 @@ struct MetricsServer::State {
         reply.content_type = "text/plain; version=0.0.4; charset=utf-8";
       } else if (req.path == "/") {
         reply.body = "trainfit watch: metrics at /metrics\n";
+        reply.content_type = "text/plain";
       } else {
         reply.status = 404;
-        reply.content_type.clear();
       }
     };
     return r;
