@@ -1022,13 +1022,15 @@ class EventReader {
   HostCall host_kind(std::string_view name) {
     CachedHostName& cached = host_cache_[name_slot(name)];
     if (cached.used && same_text(cached.name, name)) return cached.call;
-    cached.call = host_call_of(name);
-    // Step annotations are named once each (ProfilerStep#N): not worth a slot.
-    if (cached.call != HostCall::step) {
+    const HostCall call = host_call_of(name);
+    // Step annotations are named once each (ProfilerStep#N): not worth a slot, which keeps the name
+    // it holds and that name's kind.
+    if (call != HostCall::step) {
       cached.name.assign(name);
+      cached.call = call;
       cached.used = true;
     }
-    return cached.call;
+    return call;
   }
 
   // a == b, for the caches' names: the first and last eight bytes compared where they stand, and
