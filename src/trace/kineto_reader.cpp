@@ -68,8 +68,14 @@ class FoldedText {
                    [](char c) { return static_cast<char>(std::tolower(static_cast<unsigned char>(c))); });
   }
   bool contains(std::string_view lower_needle) const { return text_.find(lower_needle) != std::string::npos; }
+  std::string_view text() const { return text_; }
   bool contains_any(std::initializer_list<std::string_view> needles) const {
     return std::any_of(needles.begin(), needles.end(), [&](std::string_view n) { return contains(n); });
+  }
+  // Every occurrence of `lower_needle` made spaces, so that the rules no longer see it.
+  void blank(std::string_view lower_needle) {
+    for (std::size_t at = text_.find(lower_needle); at != std::string::npos; at = text_.find(lower_needle, at))
+      text_.replace(at, lower_needle.size(), lower_needle.size(), ' ');
   }
 
  private:
@@ -87,14 +93,26 @@ KernelCategory classify_activity(std::string_view name, std::string_view cat) {
     return KernelCategory::copy_d2d;
   }
   if (folded_cat.contains("memset") || name.starts_with("Memset")) return KernelCategory::copy_d2d;
-  const FoldedText folded(name);
+  FoldedText folded(name);
+  // FBGEMM's name (its namespace fbgemm_gpu::, in a kernel's or its template arguments') says
+  // nothing of the kernel: its embedding lookups and permutes are no matrix multiplies.
+  folded.blank("fbgemm");
   // Order matters: NCCL's kernels carry "reduce" and flash attention's carry "gemm"-like names.
   if (folded.contains("nccl")) return KernelCategory::communication;
   if (folded.contains_any({"flash", "fmha", "attention", "attn", "sdpa"})) return KernelCategory::attention;
   // Not "lamb" alone: every kernel of a C++ lambda ("{lambda(float)#1}", PyTorch's copies and casts) has it.
-  if (folded.contains_any({"multi_tensor_apply", "adam", "optimizer", "sgd_", "lamb_", "lambstage"}))
+  if (folded.contains_any({"multi_tensor_apply", "adam", "optimizer", "sgd_", "lamb_", "lambstage", "adagrad"}))
     return KernelCategory::optimizer;
-  if (folded.contains_any({"gemm", "xmma", "cutlass", "cublas", "nvjet", "matmul", "gemv", "wgmma", "splitk"}))
+  // cijk_: the GEMMs of ROCm's Tensile (rocBLAS, hipBLASLt), named by their index order (Cijk_Alik_Bljk).
+  if (folded.contains_any({"gemm", "xmma", "cutlass", "cublas", "nvjet", "matmul", "gemv", "wgmma", "splitk"}) ||
+      folded.text().starts_with("cijk_"))
+    return KernelCategory::matmul;
+  // cuDNN's convolutions are matrix multiplies (implicit GEMM, Winograd) under names of their own:
+  // scudnn and s884cudnn/h1688cudnn/s16816cudnn (its FP32 and tensor-core kernels), its data and
+  // weight gradients' engines. Not "conv" alone (every cast is a "convert"), nor its layout
+  // transforms and batch norms, which are cudnn:: kernels too.
+  if (folded.contains_any(
+          {"convolve", "dgrad", "wgrad", "winograd", "scudnn", "884cudnn", "1688cudnn", "16816cudnn", "8816cudnn"}))
     return KernelCategory::matmul;
   return KernelCategory::elementwise;
 }

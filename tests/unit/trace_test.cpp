@@ -146,6 +146,38 @@ TEST(TraceCategories, KernelNamesMapToTheTimeModelsTerms) {
   EXPECT_EQ(classify_activity("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>>",
                               "kernel"),
             KernelCategory::elementwise);
+  // cuDNN's convolutions (names from the V100 and A100 traces of Holistic Trace Analysis's tests)
+  // are matrix multiplies; its batch norms and layout transforms, and casts ("convert"), are not.
+  for (const char* conv : {"void cudnn::detail::dgrad_engine<float, 512, 6, 5, 3, 3, 3, false>(int, int, int)",
+                           "void cudnn::detail::wgrad_alg0_engine<float, 128, 5, 5, 3, 3, 3, false, 512>(int)",
+                           "cudnn_infer_volta_scudnn_128x64_relu_medium_nn_v1", "volta_scudnn_128x64_relu_small_nn_v1",
+                           "volta_fp16_s884cudnn_fp16_256x128_ldg8_relu_f2f_exp_small_nhwc2nchw_tn_v1",
+                           "turing_h1688cudnn_256x64_sliced1x2_ldg8_relu_exp_small_nhwc_tn_v1",
+                           "void cudnn::detail::convolve_common_engine_float_NHWC<float, float, 3, 5>(int)",
+                           "void cudnn::winograd_nonfused::winogradForwardData4x4<float, float>(int)"})
+    EXPECT_EQ(classify_activity(conv, "kernel"), KernelCategory::matmul) << conv;
+  // ROCm's Tensile GEMMs (an MI250's trace); FBGEMM's embedding kernels, whose namespace says "gemm"
+  // (a DLRM's), are not GEMMs, and its fused backward with Adagrad is the optimizer.
+  EXPECT_EQ(classify_activity("Cijk_Alik_Bljk_SB_Bias_AS_SAV_UserArgs_MT64x16x32_MI16x16x1_SN_LDSB0", "kernel"),
+            KernelCategory::matmul);
+  EXPECT_EQ(
+      classify_activity("void fbgemm_gpu::permute_2D_data_kernel<false, int, int, decltype(nullptr)>(int)", "kernel"),
+      KernelCategory::elementwise);
+  EXPECT_EQ(classify_activity("void split_embedding_codegen_forward_unweighted_kernel<c10::Half, float, "
+                              "fbgemm_gpu::PlacementType>(int)",
+                              "kernel"),
+            KernelCategory::elementwise);
+  EXPECT_EQ(classify_activity("void split_embedding_backward_codegen_rowwise_adagrad_unweighted_kernel_cta_per_row_1<"
+                              "c10::Half, fbgemm_gpu::PlacementType>(int)",
+                              "kernel"),
+            KernelCategory::optimizer);
+  EXPECT_EQ(
+      classify_activity("void fbgemm_gpu::f8f8bf16_rowwise_kernel<cutlass::gemm::GemmShape<128, 128, 64>>", "kernel"),
+      KernelCategory::matmul);  // a GEMM of FBGEMM's is CUTLASS's
+  for (const char* other : {"void cudnn::bn_bw_1C11_kernel_new<float, float, float2, 128, true, 1>(float)",
+                            "void cudnn::ops::nchwToNhwcKernel<float, float, float, false, true>(int)",
+                            "void at::native::unrolled_elementwise_kernel<convert_fp32_to_bf16>(int)"})
+    EXPECT_EQ(classify_activity(other, "kernel"), KernelCategory::elementwise) << other;
   EXPECT_EQ(classify_activity("Memcpy HtoD (Pageable -> Device)", "gpu_memcpy"), KernelCategory::copy_h2d);
   EXPECT_EQ(classify_activity("Memcpy DtoH (Device -> Pinned)", "gpu_memcpy"), KernelCategory::copy_d2h);
   EXPECT_EQ(classify_activity("Memset (Device)", "gpu_memset"), KernelCategory::copy_d2d);
