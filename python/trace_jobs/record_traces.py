@@ -45,6 +45,20 @@ Written down on 2026-12-02 before these two ran:
                gradient clipping), the profiler stepped by a TrainerCallback as the HF docs show
                                                                              (expect launch-overhead)
 
+Written down on 2026-12-02 before it ran, after the kernel categories learnt cuDNN's convolutions
+from Holistic Trace Analysis's V100 and A100 test traces (docs/trace.md, "Held out: other people's
+traces"):
+  conv         a ResNet-50 (torchvision's when it is installed, else the same bottleneck blocks built
+               here), batch 64 of 224 x 224 images, bf16 autocast, channels_last, SGD with momentum:
+               cuDNN's convolution kernels over half the kernel time, batch norms and ReLUs the
+               rest; the GPU over 90% busy                                      (expect compute)
+Written down on 2026-12-02 after `conv` ran (launch-overhead: its GPU did 15 ms of a 60-80 ms step,
+the host's Python and the profiler's cost per operator set the pace; batch norms and other
+elementwise kernels took twice the convolutions' time), before this one did:
+  conv-large   the same at batch 512: the GPU's work grows eightfold (about 120 ms a step) while the
+               host's stays, so the GPU sets the pace; batch norms, ReLUs and adds twice the
+               convolutions' time, as at batch 64                      (expect memory-bandwidth)
+
 Each job writes OUT_DIR/<job>/: trace.json.gz (ddp: rank0.json.gz, rank1.json.gz), expected.json (the
 independent reading of read_trace.py, plus "expect", the bottleneck the job was built to have),
 and log.txt. A job that fails leaves its log and does not stop the others; OUT_DIR/summary.json
@@ -103,6 +117,8 @@ JOBS = {
                                                      "rank": 16, "seq": 128, "batch": 1}, "active": 8},
     "workers": {"expect": "input-pipeline", "config": SMALL_FULL, "loader_seconds": 0.4, "loader_workers": 2},
     "trainer": {"expect": "launch-overhead", "config": SMALL_FULL, "hf_trainer": True},
+    "conv": {"expect": "compute", "toy": "conv"},
+    "conv-large": {"expect": "memory-bandwidth", "toy": "conv", "batch": 512},
 }
 
 
@@ -163,8 +179,62 @@ def build_h2d(torch, device):
     return step, lambda: host
 
 
+def resnet50(torch):
+    """ResNet-50: torchvision's, or its bottleneck blocks (1x1, 3x3, 1x1 convolutions with batch
+    norms, [3, 4, 6, 3] of them) where torchvision is not installed."""
+    try:
+        import torchvision
+        return torchvision.models.resnet50()
+    except ImportError:
+        pass
+    nn = torch.nn
+
+    class Bottleneck(nn.Module):
+        def __init__(self, cin, width, stride):
+            super().__init__()
+            cout = width * 4
+            self.body = nn.Sequential(
+                nn.Conv2d(cin, width, 1, bias=False), nn.BatchNorm2d(width), nn.ReLU(inplace=True),
+                nn.Conv2d(width, width, 3, stride, 1, bias=False), nn.BatchNorm2d(width), nn.ReLU(inplace=True),
+                nn.Conv2d(width, cout, 1, bias=False), nn.BatchNorm2d(cout))
+            self.skip = (nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+                         if stride != 1 or cin != cout else nn.Identity())
+
+        def forward(self, x):
+            return torch.relu(self.body(x) + self.skip(x))
+
+    layers = [nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64), nn.ReLU(inplace=True), nn.MaxPool2d(3, 2, 1)]
+    cin = 64
+    for width, blocks, stride in ((64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)):
+        for b in range(blocks):
+            layers.append(Bottleneck(cin, width, stride if b == 0 else 1))
+            cin = width * 4
+    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(cin, 1000)]
+    return nn.Sequential(*layers)
+
+
+def build_conv(torch, device, batch):
+    """ResNet-50 at `batch` x 224 x 224, bf16 autocast, channels_last, SGD with momentum."""
+    model = resnet50(torch).to(device=device, memory_format=torch.channels_last)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    images = torch.randn(batch, 3, 224, 224, device=device).to(memory_format=torch.channels_last)
+    labels = torch.randint(0, 1000, (batch,), device=device)
+
+    def step(batch):
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = torch.nn.functional.cross_entropy(model(batch), labels)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss
+
+    return step, lambda: images
+
+
 def build(torch, job, device):
     """The model, its optimizer and a batch maker, as the bench runner builds them."""
+    if job.get("toy") == "conv":
+        return build_conv(torch, device, job.get("batch", 64))
     if job.get("toy") == "graph":
         return build_graphed(torch, device)
     if job.get("toy") == "h2d":
