@@ -386,14 +386,19 @@ RankTrace analyse(TraceData data, const std::string& source, const TraceOptions&
     s.gpu_busy_s = static_cast<double>(busy_ns) * kNs;
     s.idle_s = s.wall_s - s.gpu_busy_s;
     // The idle gaps, each attributed to what the host was doing: the loader's fetch where it
-    // overlaps the gap; the rest to a synchronisation when one was running as the gap began (the
-    // queue drained while the host waited, and the host had to launch again), else to the host.
+    // overlaps the gap; then a synchronising call where one overlaps it (the host waited in CUDA:
+    // for the queue to drain, or in a copy from pageable memory, which CUDA makes synchronous);
+    // the rest to a synchronisation when one was running as the gap began (the queue drained while
+    // the host waited, and the host had to launch again), else to the host.
     std::int64_t cursor = a;
     const auto attribute = [&](std::int64_t gap_begin, std::int64_t gap_end) {
       if (gap_end <= gap_begin) return;
       const std::int64_t input = covered(loader, gap_begin, gap_end);
-      const std::int64_t rest = gap_end - gap_begin - input;
+      const std::int64_t waiting =
+          covered(sync, gap_begin, gap_end) - covered_by_both(sync, loader, gap_begin, gap_end);
+      const std::int64_t rest = gap_end - gap_begin - input - waiting;
       s.input_wait_s += static_cast<double>(input) * kNs;
+      s.sync_wait_s += static_cast<double>(waiting) * kNs;
       (inside(sync, gap_begin) ? s.sync_wait_s : s.host_wait_s) += static_cast<double>(rest) * kNs;
     };
     for (auto it = first_ending_after(busy, a); it != busy.end() && it->begin < b; ++it) {

@@ -400,6 +400,31 @@ TEST(TraceAnalysis, ShortKernelsLaunchedSlowlyAreLaunchBound) {
   EXPECT_GT(r.total.host_wait_s, 0.8 * r.total.idle_s);
 }
 
+// The GPU's idle time, by what the host was doing in it. A step of 10 ms: a kernel over [0, 1) ms,
+// then the host in Python until 2 ms, then 4 ms in a cudaMemcpyAsync from pageable memory (CUDA
+// makes it wait: the GPU idles through it), the copy and a kernel over [6, 7) ms, then a
+// cudaStreamSynchronize from 7 ms that the GPU idles through to the step's end. The copy's 4 ms and
+// the synchronisation's 3 ms are waits in CUDA; the 1 ms before the copy began is the host's.
+TEST(TraceAnalysis, IdleTimeInsideABlockingCopyIsASynchronisation) {
+  const std::string text = R"json({"traceEvents": [
+    {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0, "dur": 10000},
+    {"ph": "X", "cat": "kernel", "name": "sm90_xmma_gemm", "pid": 0, "tid": 7, "ts": 0, "dur": 1000},
+    {"ph": "X", "cat": "cuda_runtime", "name": "cudaMemcpyAsync", "pid": 1, "tid": 1, "ts": 2000, "dur": 4000},
+    {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD (Pageable -> Device)", "pid": 0, "tid": 7, "ts": 6000, "dur": 500},
+    {"ph": "X", "cat": "kernel", "name": "sm90_xmma_gemm", "pid": 0, "tid": 7, "ts": 6500, "dur": 500},
+    {"ph": "X", "cat": "cuda_runtime", "name": "cudaStreamSynchronize", "pid": 1, "tid": 1, "ts": 7000, "dur": 3000}
+  ]})json";
+  const RankTrace r = analyse_trace_text(text, "copy");
+  ASSERT_EQ(r.steps.size(), 1u);
+  const StepTrace& s = r.steps[0];
+  EXPECT_NEAR(s.gpu_busy_s, 2e-3, 1e-12);
+  EXPECT_NEAR(s.sync_wait_s, 7e-3, 1e-12);
+  EXPECT_NEAR(s.host_wait_s, 1e-3, 1e-12);
+  EXPECT_NEAR(s.input_wait_s, 0, 1e-12);
+  EXPECT_EQ(s.verdict, Bottleneck::launch_overhead) << s.evidence;
+  EXPECT_NE(s.evidence.find("70% in synchronisations"), std::string::npos) << s.evidence;
+}
+
 TEST(TraceAnalysis, AWaitForTheLoaderIsTheInputPipeline) {
   SyntheticTrace t;
   t.loader_us = 30000;
