@@ -173,7 +173,7 @@ BlockMasks masks_swar(const char* p) {
   BlockMasks m;
   for (int k = 0; k < 8; ++k) {
     std::uint64_t w = 0;
-    std::memcpy(&w, p + 8 * k, 8);
+    std::memcpy(&w, p + std::ptrdiff_t{8} * k, 8);
     if constexpr (std::endian::native == std::endian::big) w = __builtin_bswap64(w);  // byte 0 lowest
     const std::uint64_t folded = w | (0x20 * kOnes);  // '{' and '[' alike, '}' and ']' alike
     // Bytes below 0x20: their low seven bits plus 0x60 stay under 0x80, and their own top bit is 0.
@@ -210,7 +210,7 @@ inline BlockMasks masks_sse2(const char* p) {
   };
   BlockMasks m;
   for (int k = 0; k < 4; ++k) {
-    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * k));
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + std::ptrdiff_t{16} * k));
     const __m128i folded = _mm_or_si128(v, bit20);
     m.quote |= bits(_mm_cmpeq_epi8(v, quote), k);
     m.backslash |= bits(_mm_cmpeq_epi8(v, backslash), k);
@@ -478,6 +478,14 @@ Inflate inflate_in_use() {
   return static_cast<Inflate>(inflate);
 }
 
+// errno's words, safely on any thread (strerror may share one buffer among threads, and files
+// are read on several).
+namespace {
+std::string errno_text(int error) {
+  return std::generic_category().message(error);
+}
+}  // namespace
+
 // With one CPU, a second thread could only take turns with the first.
 int usable_cpus() {
 #if defined(__linux__)
@@ -522,7 +530,7 @@ struct ChunkReader::Source {
 
 ChunkReader::Source::Source(const std::string& path_in, std::size_t chunk_bytes) : path(path_in) {
   fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw InputError(fmt::format("cannot read trace '{}': {}", path, std::strerror(errno)));
+  if (fd < 0) throw InputError(fmt::format("cannot read trace '{}': {}", path, errno_text(errno)));
   struct stat st {};
   if (::fstat(fd, &st) == 0) {
     regular = S_ISREG(st.st_mode);
@@ -547,7 +555,7 @@ std::size_t ChunkReader::Source::read_raw(char* into, std::size_t capacity) {
     const ssize_t n = ::read(fd, into + total, capacity - total);
     if (n < 0) {
       if (errno == EINTR) continue;
-      throw SystemError(fmt::format("cannot read trace '{}': {}", path, std::strerror(errno)));
+      throw SystemError(fmt::format("cannot read trace '{}': {}", path, errno_text(errno)));
     }
     if (n == 0) {
       eof = true;
@@ -764,7 +772,7 @@ SharedChunks::Chunk SharedChunks::chunk(std::size_t t, std::size_t j) {
           ::pread(s.source->fd, buffer.data() + got, s.chunk_bytes - got, static_cast<off_t>(offset + got));
       if (n < 0) {
         if (errno == EINTR) continue;
-        throw SystemError(fmt::format("cannot read trace '{}': {}", s.source->path, std::strerror(errno)));
+        throw SystemError(fmt::format("cannot read trace '{}': {}", s.source->path, errno_text(errno)));
       }
       if (n == 0) break;
       got += static_cast<std::size_t>(n);

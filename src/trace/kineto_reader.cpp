@@ -359,7 +359,7 @@ std::uint64_t number_bytes_portable(const char* p, std::uint64_t& digits, std::u
     return static_cast<std::uint64_t>(static_cast<std::uint32_t>(_mm_movemask_epi8(m))) << (16 * k);
   };
   for (int k = 0; k < 4; ++k) {
-    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * k));
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + std::ptrdiff_t{16} * k));
     const __m128i d = _mm_sub_epi8(v, zero);
     const __m128i is_digit = _mm_cmpeq_epi8(_mm_min_epu8(d, nine), d);  // v - '0' from 0 to 9, unsigned
     const __m128i is_dot = _mm_cmpeq_epi8(v, dot);
@@ -907,7 +907,7 @@ class PlainEvent {
 class EventReader {
  public:
   explicit EventReader(TraceData& data) : data_(data) {
-    batch_.reserve(kBatchBytes + 64 * 1024);
+    batch_.reserve(kBatchBytes + std::size_t{64} * 1024);
 #if defined(__x86_64__)
     if (block_scan() == BlockScan::avx512) number_bytes_ = number_bytes_avx512;  // the CPU has it
 #endif
