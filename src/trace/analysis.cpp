@@ -9,6 +9,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <set>
 #include <unordered_map>
 
 #include "trace/trace_data.hpp"
@@ -504,8 +505,30 @@ bool looks_like_trace_file(const std::filesystem::path& p) {
 // the others by kStragglerExcess.
 constexpr double kStragglerExcess = 0.10;
 
+// Why the files of a folder are not the ranks of one job, or empty when they may be: ranks of one
+// job run on GPUs of one model, each under its own rank. A folder of two runs (a before and an
+// after, on two machines) has no straggler to name: its "ranks" did different work by design.
+std::string not_one_job(const TraceReport& report) {
+  std::string first_gpu;
+  std::set<int> ranks;
+  for (const RankTrace& r : report.ranks) {
+    if (!r.device_name.empty()) {
+      if (first_gpu.empty()) first_gpu = r.device_name;
+      if (r.device_name != first_gpu)
+        return fmt::format("the files are not one job's ranks: their GPUs differ ({}, {})", first_gpu, r.device_name);
+    }
+    if (r.rank >= 0 && !ranks.insert(r.rank).second)
+      return fmt::format("the files are not one job's ranks: two of them are rank {}", r.rank);
+  }
+  return {};
+}
+
 void name_straggler(TraceReport& report) {
   if (report.ranks.size() < 2) return;
+  if (std::string why = not_one_job(report); !why.empty()) {
+    report.straggler_evidence = "none: " + why;
+    return;
+  }
   std::vector<double> work;
   for (const RankTrace& r : report.ranks) {
     const double steps = static_cast<double>(std::max<std::size_t>(1, r.steps.size()));

@@ -1052,6 +1052,44 @@ TEST(TraceFiles, AFolderOfRanksNamesTheStraggler) {
   EXPECT_NE(report.straggler_evidence.find("rank 2"), std::string::npos) << report.straggler_evidence;
 }
 
+// A folder of two runs is not one job's ranks: files from GPUs of two models (a before and an after
+// on two machines, as Holistic Trace Analysis's trace_diff pair is), or two files of the same rank
+// that are not one process's cycles. No straggler is named between them, and the check says why.
+TEST(TraceFiles, FilesOfTwoJobsHaveNoStraggler) {
+  SyntheticTrace fast, slow;
+  fast.rank = 0;
+  slow.rank = 1;
+  fast.kernels = {{"sm90_xmma_gemm", "kernel", 100.0}};
+  slow.kernels = {{"sm90_xmma_gemm", "kernel", 300.0}};
+  const auto gpus = scratch("two-gpus");
+  std::filesystem::create_directories(gpus);
+  write_file(gpus / "after.json", synthetic_trace_text(fast));
+  std::string v100 = synthetic_trace_text(slow);
+  const std::size_t gpu_name = v100.find("NVIDIA H200");
+  ASSERT_NE(gpu_name, std::string::npos);
+  v100.replace(gpu_name, 11, "Tesla V100-SXM2-16GB");
+  write_file(gpus / "before.json", v100);
+  TraceReport report = analyse_trace(gpus.string());
+  ASSERT_EQ(report.ranks.size(), 2u);
+  EXPECT_EQ(report.straggler, -1);
+  EXPECT_NE(report.straggler_evidence.find("their GPUs differ (NVIDIA H200, Tesla V100-SXM2-16GB)"), std::string::npos)
+      << report.straggler_evidence;
+  // The same GPU, both rank 0, the second file's steps no later than the first's: two runs.
+  const auto same = scratch("two-rank-zeros");
+  std::filesystem::create_directories(same);
+  slow.rank = 0;
+  write_file(same / "a.json", synthetic_trace_text(fast));
+  write_file(same / "b.json", synthetic_trace_text(slow));
+  report = analyse_trace(same.string());
+  ASSERT_EQ(report.ranks.size(), 2u);
+  EXPECT_EQ(report.straggler, -1);
+  EXPECT_NE(report.straggler_evidence.find("two of them are rank 0"), std::string::npos) << report.straggler_evidence;
+  // Without the second GPU's name or rank, the slower is the straggler, as in a job.
+  slow.rank = 1;
+  write_file(same / "b.json", synthetic_trace_text(slow));
+  EXPECT_EQ(analyse_trace(same.string()).straggler, 1);
+}
+
 // Ranks that do the same work within a few percent: no straggler is named, and the check says why.
 TEST(TraceFiles, RanksOfTheSameWorkHaveNoStraggler) {
   const auto dir = scratch("balanced");
