@@ -262,6 +262,27 @@ std::optional<std::pair<bool, std::int64_t>> process_of(const TraceData& d) {
   return std::nullopt;
 }
 
+// The run is judged on its sums: where its steps are not all of one verdict (a few stalled steps
+// among steady ones), the evidence says how many steps, and how much of the time, each verdict
+// holds, so that the sums' verdict is read for what it is.
+void note_step_verdicts(StepTrace& total, const std::vector<StepTrace>& steps) {
+  std::map<std::string, std::pair<std::size_t, double>> by_verdict;
+  for (const StepTrace& s : steps) {
+    auto& [count, seconds] = by_verdict[verdict_name(s.verdict)];
+    ++count;
+    seconds += s.wall_s;
+  }
+  if (by_verdict.size() < 2) return;
+  std::vector<std::pair<std::string, std::pair<std::size_t, double>>> order(by_verdict.begin(), by_verdict.end());
+  std::stable_sort(order.begin(), order.end(),
+                   [](const auto& a, const auto& b) { return a.second.second > b.second.second; });
+  std::string parts;
+  for (const auto& [name, figures] : order)
+    parts += fmt::format("{}{} {} of {} ({:.0f}% of the time)", parts.empty() ? "" : ", ", name, figures.first,
+                         steps.size(), total.wall_s > 0 ? 100 * figures.second / total.wall_s : 0.0);
+  total.evidence += "; the steps: " + parts;
+}
+
 }  // namespace
 
 bool same_process(const TraceData& earlier, const TraceData& later) {
@@ -455,6 +476,7 @@ RankTrace analyse(TraceData data, const std::string& source, const TraceOptions&
   t.kernel_median_s = median_of(all_kernels);
   t.launch_gap_median_s = median_of(all_gaps);
   judge_step(t, data.loader_in_workers);
+  note_step_verdicts(t, r.steps);
   if (busy_by_device.empty()) {  // the host's side alone: no GPU figure to judge by
     t.verdict.reset();
     for (StepTrace& s : r.steps) s.verdict.reset();

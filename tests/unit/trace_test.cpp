@@ -425,6 +425,20 @@ TEST(TraceAnalysis, IdleTimeInsideABlockingCopyIsASynchronisation) {
   EXPECT_NE(s.evidence.find("70% in synchronisations"), std::string::npos) << s.evidence;
 }
 
+// The run is judged on its sums; where its steps differ, its evidence says how many steps and how
+// much of the time each verdict holds: the recorded loader-workers job, two steps waiting for their
+// batches and one that the host set the pace of. Steps of one verdict (the toy model's) add nothing.
+TEST(TraceAnalysis, ARunOfMixedStepsSaysHowTheyDivide) {
+  const std::string data = std::string(TRAINFIT_SOURCE_DIR) + "/data/trace/";
+  const RankTrace workers = analyse_trace(data + "workers/trace.json.gz").ranks.at(0);
+  ASSERT_EQ(workers.steps.size(), 3u);
+  EXPECT_NE(workers.total.evidence.find("; the steps: input-pipeline 2 of 3 ("), std::string::npos)
+      << workers.total.evidence;
+  EXPECT_NE(workers.total.evidence.find("launch-overhead 1 of 3 ("), std::string::npos) << workers.total.evidence;
+  const RankTrace host = analyse_trace(data + "host/trace.json.gz").ranks.at(0);
+  EXPECT_EQ(host.total.evidence.find("the steps:"), std::string::npos) << host.total.evidence;
+}
+
 TEST(TraceAnalysis, AWaitForTheLoaderIsTheInputPipeline) {
   SyntheticTrace t;
   t.loader_us = 30000;
