@@ -1,8 +1,6 @@
 // The /metrics endpoint, on the library's HTTP server (common/http_server.hpp: cpp-httplib's,
 // bounded, in a module loaded when the first server is made). The page is rendered by the caller
 // and published here, so a scrape never touches NVML and costs one string copy.
-#include <fmt/format.h>
-
 #include <chrono>
 #include <mutex>
 
