@@ -20,6 +20,20 @@ sys.path.insert(0, HERE)
 import read_trace  # noqa: E402  (beside this file)
 
 
+def largest_differences(ours_steps, their_steps):
+    """The largest relative difference of per-step wall and GPU-busy time, trainfit's against the
+    Python reading's, over steps taken in order; infinite where the Python reading has none of a
+    figure and trainfit has some."""
+    worst = {"wall_s": 0.0, "gpu_busy_s": 0.0}
+    for o, t in zip(ours_steps, their_steps):
+        for key in worst:
+            if t[key] > 0:
+                worst[key] = max(worst[key], abs(o[key] - t[key]) / t[key])
+            elif o[key] > 1e-9:
+                worst[key] = float("inf")
+    return worst
+
+
 def compare(trainfit, path, tolerance):
     """One line about `path`, and whether the readings agree."""
     name = path
@@ -42,13 +56,7 @@ def compare(trainfit, path, tolerance):
     if [s["name"] for s in ours_steps] != [s["name"] for s in their_steps]:
         return "%s: the steps differ: %d against the Python reading's %d" % (name, len(ours_steps),
                                                                              len(their_steps)), False
-    worst = {"wall_s": 0.0, "gpu_busy_s": 0.0}
-    for o, t in zip(ours_steps, their_steps):
-        for key in worst:
-            if t[key] > 0:
-                worst[key] = max(worst[key], abs(o[key] - t[key]) / t[key])
-            elif o[key] > 1e-9:
-                worst[key] = float("inf")
+    worst = largest_differences(ours_steps, their_steps)
     agree = max(worst.values()) <= tolerance
     return "%s: %d steps, wall within %.4f%%, GPU busy within %.4f%%, verdict %s" % (
         name, len(ours_steps), 100 * worst["wall_s"], 100 * worst["gpu_busy_s"], rank.get("verdict") or "none"), agree

@@ -22,6 +22,8 @@ import sys
 import tempfile
 import time
 
+import compare  # beside this file: the per-step comparison of the two readings
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -90,13 +92,9 @@ def measure(a, work):
         ours = json.load(f)
     with open(theirs_json) as f:
         theirs = json.load(f)
-    worst = 0.0
     if len(ours["steps"]) != len(theirs["steps"]):
         sys.exit("the readings disagree on the steps: %d against %d" % (len(ours["steps"]), len(theirs["steps"])))
-    for o, t in zip(ours["steps"], theirs["steps"]):
-        for key in ("wall_s", "gpu_busy_s"):
-            if t[key] > 0:
-                worst = max(worst, abs(o[key] - t[key]) / t[key])
+    worst = max(compare.largest_differences(ours["steps"], theirs["steps"]).values())
     uncompressed_mb = ours["counts"]["bytes"] / 1e6
     print("file: %s, %.0f MB (%.0f MB of JSON), %d steps, %d events" % (path, size_mb, uncompressed_mb,
                                                                         len(ours["steps"]), ours["counts"]["events"]))
