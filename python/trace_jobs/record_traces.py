@@ -48,10 +48,9 @@ Written down on 2026-12-02 before these two ran:
 Written down on 2026-12-02 before it ran, after the kernel categories learnt cuDNN's convolutions
 from Holistic Trace Analysis's V100 and A100 test traces (docs/trace.md, "Held out: other people's
 traces"):
-  conv         a ResNet-50 (torchvision's when it is installed, else the same bottleneck blocks built
-               here), batch 64 of 224 x 224 images, bf16 autocast, channels_last, SGD with momentum:
-               cuDNN's convolution kernels over half the kernel time, batch norms and ReLUs the
-               rest; the GPU over 90% busy                                      (expect compute)
+  conv         torchvision's ResNet-50, batch 64 of 224 x 224 images, bf16 autocast, channels_last,
+               SGD with momentum: cuDNN's convolution kernels over half the kernel time, batch
+               norms and ReLUs the rest; the GPU over 90% busy                  (expect compute)
 Written down on 2026-12-02 after `conv` ran (launch-overhead: its GPU did 15 ms of a 60-80 ms step,
 the host's Python and the profiler's cost per operator set the pace; batch norms and other
 elementwise kernels took twice the convolutions' time), before this one did:
@@ -179,43 +178,10 @@ def build_h2d(torch, device):
     return step, lambda: host
 
 
-def resnet50(torch):
-    """ResNet-50: torchvision's, or its bottleneck blocks (1x1, 3x3, 1x1 convolutions with batch
-    norms, [3, 4, 6, 3] of them) where torchvision is not installed."""
-    try:
-        import torchvision
-        return torchvision.models.resnet50()
-    except ImportError:
-        pass
-    nn = torch.nn
-
-    class Bottleneck(nn.Module):
-        def __init__(self, cin, width, stride):
-            super().__init__()
-            cout = width * 4
-            self.body = nn.Sequential(
-                nn.Conv2d(cin, width, 1, bias=False), nn.BatchNorm2d(width), nn.ReLU(inplace=True),
-                nn.Conv2d(width, width, 3, stride, 1, bias=False), nn.BatchNorm2d(width), nn.ReLU(inplace=True),
-                nn.Conv2d(width, cout, 1, bias=False), nn.BatchNorm2d(cout))
-            self.skip = (nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
-                         if stride != 1 or cin != cout else nn.Identity())
-
-        def forward(self, x):
-            return torch.relu(self.body(x) + self.skip(x))
-
-    layers = [nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64), nn.ReLU(inplace=True), nn.MaxPool2d(3, 2, 1)]
-    cin = 64
-    for width, blocks, stride in ((64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)):
-        for b in range(blocks):
-            layers.append(Bottleneck(cin, width, stride if b == 0 else 1))
-            cin = width * 4
-    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(cin, 1000)]
-    return nn.Sequential(*layers)
-
-
 def build_conv(torch, device, batch):
-    """ResNet-50 at `batch` x 224 x 224, bf16 autocast, channels_last, SGD with momentum."""
-    model = resnet50(torch).to(device=device, memory_format=torch.channels_last)
+    """torchvision's ResNet-50 at `batch` x 224 x 224, bf16 autocast, channels_last, SGD with momentum."""
+    import torchvision
+    model = torchvision.models.resnet50().to(device=device, memory_format=torch.channels_last)
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     images = torch.randn(batch, 3, 224, 224, device=device).to(memory_format=torch.channels_last)
     labels = torch.randint(0, 1000, (batch,), device=device)
