@@ -79,13 +79,16 @@ void BM_TraceFile(benchmark::State& state, const std::string& path) {
 }
 
 // The same on a given number of threads (ReadOptions): 1 is the one thread's reading, 2 and more
-// the reading in segments (docs/trace.md, "How a trace is read").
+// the reading in segments of 4 chunks (docs/trace.md, "How a trace is read"); for a .json.gz,
+// through the threads' ring, inflated by the threads as they need chunks (0) or by a thread of its
+// own ahead of them (1: what a machine of three CPUs or more does).
 void BM_TraceThreads(benchmark::State& state, const std::string& path) {
   std::uint64_t bytes = 0;
   for (auto _ : state) {
     trainfit::trace::detail::ReadOptions options;
     options.threads = static_cast<std::size_t>(state.range(0));
     options.segment_chunks = static_cast<std::size_t>(state.range(1));
+    options.inflate_ahead = state.range(2) != 0;
     auto data = trainfit::trace::detail::read_trace_file(path, options);
     if (data.read_threads != options.threads) state.SkipWithError("read on another number of threads");
     auto r = trainfit::trace::detail::analyse(std::move(data), path, {});
@@ -108,7 +111,7 @@ const int file_benchmarks = [] {
         ->UseRealTime()
         ->MeasureProcessCPUTime();
     benchmark::RegisterBenchmark(("BM_TraceThreads/" + path).c_str(), BM_TraceThreads, path)
-        ->ArgsProduct({{1, 2}, {1, 2, 4, 8}})
+        ->ArgsProduct({{1, 2, 3, 4, 8}, {4}, {0, 1}})
         ->Unit(benchmark::kMillisecond)
         ->UseRealTime()
         ->MeasureProcessCPUTime();

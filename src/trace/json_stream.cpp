@@ -698,6 +698,20 @@ struct SharedChunks::State {
   std::exception_ptr end_error;
   std::vector<std::uint64_t> position;  // a thread's lowest chunk still to be asked for
   std::uint64_t unclaimed = 0;
+  // The thread that inflates ahead of the readers (inflate_ahead), while there is room in the ring;
+  // the readers then wait for their chunks instead of making them. stop: the destructor's word.
+  std::thread inflater;
+  bool inflating_ahead = false, stop = false;
+
+  void inflate_ahead() {
+    std::unique_lock lock(mutex);
+    while (!stop && !ended) {
+      if (can_make())
+        make_one(lock);
+      else
+        changed.wait(lock);
+    }
+  }
 
   std::uint64_t lowest() const {
     std::uint64_t low = unclaimed;
@@ -747,7 +761,30 @@ SharedChunks::SharedChunks(const std::string& path, std::size_t chunk_bytes, std
   }
 }
 
-SharedChunks::~SharedChunks() = default;
+SharedChunks::~SharedChunks() {
+  State& s = *state_;
+  if (s.inflater.joinable()) {
+    {
+      const std::lock_guard lock(s.mutex);
+      s.stop = true;
+    }
+    s.changed.notify_all();
+    s.inflater.join();  // it writes the ring's slots: joined before they go
+  }
+}
+
+bool SharedChunks::inflate_ahead() {
+  State& s = *state_;
+  if (!s.source->gzip || s.inflater.joinable()) return s.inflater.joinable();
+  try {
+    s.inflater = std::thread([&s] { s.inflate_ahead(); });
+  } catch (const std::system_error&) {
+    return false;  // no thread to be had: the readers inflate as they need chunks
+  }
+  const std::lock_guard lock(s.mutex);
+  s.inflating_ahead = true;
+  return true;
+}
 
 bool SharedChunks::gzip() const {
   return state_->source->gzip;
@@ -790,7 +827,7 @@ SharedChunks::Chunk SharedChunks::chunk(std::size_t t, std::size_t j) {
       return s.end_chunk;
     }
     if (j < s.made) return s.slots[j % s.slots.size()].chunk;
-    if (s.can_make())
+    if (!s.inflating_ahead && s.can_make())
       s.make_one(lock);
     else
       s.changed.wait(lock);
@@ -805,8 +842,9 @@ void SharedChunks::from(std::size_t t, std::size_t j, std::size_t unclaimed, std
   s.unclaimed = std::max<std::uint64_t>(s.unclaimed, unclaimed);
   s.changed.notify_all();
   // The thread's own chunks made by itself, so that it parses what is in its own cache, while the
-  // others parse theirs; a chunk another thread is making is not waited for here.
-  while (s.made <= through && s.can_make()) s.make_one(lock);
+  // others parse theirs; a chunk another thread is making is not waited for here. With a thread
+  // inflating ahead, that thread makes them all.
+  while (!s.inflating_ahead && s.made <= through && s.can_make()) s.make_one(lock);
 }
 
 void SharedChunks::finished(std::size_t t) {

@@ -131,6 +131,11 @@ class SharedChunks {
   void from(std::size_t t, std::size_t j, std::size_t unclaimed, std::size_t through);
   // Thread t asks for no more chunks.
   void finished(std::size_t t);
+  // A gzip file: starts a thread of its own that inflates the chunks in order, as far ahead of the
+  // readers as the ring has room, so that no reader waits for the decoder while another holds it;
+  // the readers then only parse. False when it is not gzip, or no thread could be started (the
+  // readers then inflate as they need chunks, as without it). The chunks are the same either way.
+  bool inflate_ahead();
 
  private:
   struct State;  // the file, the decoder and the ring (json_stream.cpp)

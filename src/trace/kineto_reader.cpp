@@ -1624,9 +1624,8 @@ void reserve_for(TraceData& data, std::uint64_t file_bytes) {
 
 TraceData read_trace_file(const std::string& path, const ReadOptions& options) {
   const std::size_t chunk_bytes = options.chunk_bytes != 0 ? options.chunk_bytes : std::size_t{256} << 10;
-  const std::size_t threads =
-      options.threads != 0 ? options.threads
-                           : std::min(static_cast<std::size_t>(std::max(usable_cpus(), 1)), ReadOptions::kMaxThreads);
+  const std::size_t cpus = static_cast<std::size_t>(std::max(usable_cpus(), 1));
+  std::size_t threads = options.threads != 0 ? options.threads : std::min(cpus, ReadOptions::kMaxThreads);
   if (threads >= 2) {
     std::optional<SharedChunks> shared;
     try {
@@ -1634,14 +1633,24 @@ TraceData read_trace_file(const std::string& path, const ReadOptions& options) {
       shared.emplace(path, chunk_bytes, threads, 0);
       const bool gzip = shared->gzip();
       const std::size_t segment = k != 0 ? k : gzip ? ReadOptions::kGzipSegmentChunks : ReadOptions::kSegmentChunks;
-      // Left to itself, a gzip file is read on one thread, inflated ahead on a second (ChunkReader):
-      // on two CPUs the threads' reading of it was no faster (docs/trace.md, "Speed").
-      const bool big = !gzip && shared->file_bytes() >= ReadOptions::kParallelFromBytes;
-      if (shared->regular() && (big || options.threads >= 2)) {
+      // Left to itself, a gzip file is read on several threads only when one more CPU is free for
+      // its inflating: on two CPUs the threads' reading of it was no faster than one thread with
+      // ChunkReader's inflating ahead (docs/trace.md, "Speed").
+      const bool big =
+          shared->file_bytes() >= (gzip ? ChunkReader::kPrefetchFromGzipBytes : ReadOptions::kParallelFromBytes);
+      const bool automatic = big && (!gzip || cpus >= 3);
+      if (options.threads == 0 && gzip) threads = std::min(cpus - 1, ReadOptions::kMaxGzipThreads);
+      if (shared->regular() && (automatic || options.threads >= 2)) {
         if (gzip) {
-          // Its ring: the chunks of every thread's segment, and the one after each.
+          // Its ring: the chunks of every thread's segment, the one after each, and room for the
+          // inflating thread to run ahead.
+          // Its chunks are smaller than a plain file's, so that the ring of all of them stays a few
+          // MiB (the bound on resident memory is half the JSON: 12 MiB for a 25 MB trace).
+          const std::size_t ring_chunk =
+              options.chunk_bytes != 0 ? options.chunk_bytes : ReadOptions::kGzipRingChunkBytes;
           shared.reset();
-          shared.emplace(path, chunk_bytes, threads, (threads + 1) * segment + 2);
+          shared.emplace(path, ring_chunk, threads, (threads + 1) * segment + 2 + ReadOptions::kInflateAheadChunks);
+          if (options.inflate_ahead) shared->inflate_ahead();
         }
         FileSegmentChunks chunks(*shared);
         TraceData data;

@@ -74,14 +74,23 @@ struct TraceData {
 // trace is read"). The answer is the same whatever they are; the tests set them to reach every path.
 struct ReadOptions {
   // 0: as many as the process may use, up to kMaxThreads, for a plain file large enough to gain
-  // from them (a gzip file: one, with ChunkReader's inflating ahead); 1: one; 2 or more: that many,
-  // for any file or text (the tests, the benchmark).
+  // from them; for a gzip file as large, one fewer than it may use, up to kMaxGzipThreads, with one
+  // more inflating ahead (on two CPUs: one, with ChunkReader's inflating ahead); 1: one; 2 or more:
+  // that many, for any file or text (the tests, the benchmark).
   std::size_t threads = 0;
   std::size_t chunk_bytes = 0;     // 0: 256 KiB for a file, 64 KiB for text
   std::size_t segment_chunks = 0;  // chunks a thread claims at a time; 0: the defaults below (text: 1)
+  // A gzip file read on several threads: inflated on a thread of its own, ahead of them
+  // (SharedChunks::inflate_ahead); false, by the threads as they need chunks.
+  bool inflate_ahead = true;
   // Measured in docs/trace.md, "Speed".
   static constexpr std::size_t kMaxThreads = 8;
   static constexpr std::size_t kSegmentChunks = 4, kGzipSegmentChunks = 4;
+  // A gzip file is read on several threads, with one more inflating ahead of them, when the process
+  // may use three CPUs or more; then on at most this many: one decoder keeps no more busy.
+  static constexpr std::size_t kMaxGzipThreads = 2;
+  static constexpr std::size_t kInflateAheadChunks = 4;  // the ring's room for the inflating thread
+  static constexpr std::size_t kGzipRingChunkBytes = std::size_t{128} << 10;
   static constexpr std::uint64_t kParallelFromBytes = std::uint64_t{4} << 20;  // a plain file's size
 };
 

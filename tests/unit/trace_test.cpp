@@ -1429,20 +1429,24 @@ TEST(TraceParallel, FilesReadOnThreadsAsOnOne) {
     const std::string path = scratch(name).string();
     for (const std::size_t chunk : {std::size_t{4096}, std::size_t{256} << 10}) {
       const std::string one = answer_of([&] { return detail::read_trace_file(path, {1, chunk, 0}); });
+      // A gzip file's chunks inflated by the threads as they need them, and by a thread ahead of them.
       for (const std::size_t threads : {std::size_t{2}, std::size_t{4}}) {
-        std::size_t used = 0;
-        const std::string several = answer_of(
-            [&] {
-              return detail::read_trace_file(path, {threads, chunk, 2});
-            },
-            &used);
-        EXPECT_EQ(several, one) << name << ", chunks of " << chunk << ", " << threads << " threads";
-        // A corrupt stream is read again on one thread (which reports the error where it stands),
-        // and so is a doubled one: the second copy's events, after the first's end, hold the
-        // places a thread would begin at, which the first copy's end does not stop at.
-        const std::string_view file(name);
-        if (chunk == 4096) {
-          EXPECT_EQ(used, file == "threads-corrupt.json.gz" || file == "threads-two.json.gz" ? 1 : threads) << name;
+        for (const bool ahead : {false, true}) {
+          std::size_t used = 0;
+          const std::string several = answer_of(
+              [&] {
+                return detail::read_trace_file(path, {threads, chunk, 2, ahead});
+              },
+              &used);
+          EXPECT_EQ(several, one) << name << ", chunks of " << chunk << ", " << threads << " threads"
+                                  << (ahead ? ", inflated ahead" : "");
+          // A corrupt stream is read again on one thread (which reports the error where it
+          // stands), and so is a doubled one: the second copy's events, after the first's end,
+          // hold the places a thread would begin at, which the first copy's end does not stop at.
+          const std::string_view file(name);
+          if (chunk == 4096) {
+            EXPECT_EQ(used, file == "threads-corrupt.json.gz" || file == "threads-two.json.gz" ? 1 : threads) << name;
+          }
         }
       }
     }
