@@ -752,7 +752,10 @@ SharedChunks::SharedChunks(const std::string& path, std::size_t chunk_bytes, std
   State& s = *state_;
   s.chunk_bytes = std::max<std::size_t>(chunk_bytes, 2);
   s.source = std::make_unique<ChunkReader::Source>(path, s.chunk_bytes);
-  s.position.assign(threads, UINT64_MAX);  // reading nothing until from()
+  // Every thread at chunk 0 until its from() (or finished()): a thread that has claimed a segment
+  // but not said so yet must find its chunks still in the ring, when another thread has claimed a
+  // later one and moved `unclaimed` past it, and a thread inflating ahead runs as far as it may.
+  s.position.assign(threads, 0);
   if (s.source->gzip) {
     s.slots.resize(std::max<std::size_t>(window, 2));
     for (State::Slot& slot : s.slots) slot.buffer = std::make_unique_for_overwrite<char[]>(s.chunk_bytes);
