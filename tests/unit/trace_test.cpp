@@ -1451,6 +1451,21 @@ TEST(TraceParallel, FilesReadOnThreadsAsOnOne) {
       }
     }
   }
+  // A real gzip trace as a machine of three CPUs or more reads it (two threads, a third inflating
+  // ahead, chunks of 128 KiB), again and again: the threads start and claim in another order each
+  // time, and a ring that moved past a segment claimed but not begun read an event twice.
+  const std::string loader = std::string(TRAINFIT_SOURCE_DIR) + "/data/trace/loader/trace.json.gz";
+  const std::string loader_one = answer_of([&] { return detail::read_trace_file(loader, {1, 0, 0}); });
+  for (int run = 0; run < 6; ++run) {
+    std::size_t used = 0;
+    const std::string several = answer_of(
+        [&] {
+          return detail::read_trace_file(loader, {2 + std::size_t(run % 2), 0, 0, true});
+        },
+        &used);
+    EXPECT_EQ(used, 2 + std::size_t(run % 2));
+    EXPECT_TRUE(several == loader_one) << "loader.json.gz, run " << run;
+  }
   // Left to itself, a process of one CPU reads on one thread (the test may run under taskset).
   if (detail::usable_cpus() == 1) {
     EXPECT_EQ(detail::read_trace_file(scratch("threads.json").string()).read_threads, 1u);
