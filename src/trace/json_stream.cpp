@@ -699,9 +699,11 @@ struct SharedChunks::State {
   std::vector<std::uint64_t> position;  // a thread's lowest chunk still to be asked for
   std::uint64_t unclaimed = 0;
   // The thread that inflates ahead of the readers (inflate_ahead), while there is room in the ring;
-  // the readers then wait for their chunks instead of making them. stop: the destructor's word.
+  // the readers then wait for their chunks instead of making them. It is started before any reader
+  // and joined after them all, so they read whether it runs without the lock. stop: the
+  // destructor's word.
   std::thread inflater;
-  bool inflating_ahead = false, stop = false;
+  bool stop = false;
 
   void inflate_ahead() {
     std::unique_lock lock(mutex);
@@ -778,15 +780,14 @@ SharedChunks::~SharedChunks() {
 
 bool SharedChunks::inflate_ahead() {
   State& s = *state_;
-  if (!s.source->gzip || s.inflater.joinable()) return s.inflater.joinable();
-  try {
-    s.inflater = std::thread([&s] { s.inflate_ahead(); });
-  } catch (const std::system_error&) {
-    return false;  // no thread to be had: the readers inflate as they need chunks
+  if (s.source->gzip && !s.inflater.joinable()) {
+    try {
+      s.inflater = std::thread([&s] { s.inflate_ahead(); });
+    } catch (const std::system_error&) {
+      // No thread to be had: the readers inflate as they need chunks.
+    }
   }
-  const std::lock_guard lock(s.mutex);
-  s.inflating_ahead = true;
-  return true;
+  return s.inflater.joinable();
 }
 
 bool SharedChunks::gzip() const {
@@ -830,7 +831,7 @@ SharedChunks::Chunk SharedChunks::chunk(std::size_t t, std::size_t j) {
       return s.end_chunk;
     }
     if (j < s.made) return s.slots[j % s.slots.size()].chunk;
-    if (!s.inflating_ahead && s.can_make())
+    if (!s.inflater.joinable() && s.can_make())
       s.make_one(lock);
     else
       s.changed.wait(lock);
@@ -847,7 +848,7 @@ void SharedChunks::from(std::size_t t, std::size_t j, std::size_t unclaimed, std
   // The thread's own chunks made by itself, so that it parses what is in its own cache, while the
   // others parse theirs; a chunk another thread is making is not waited for here. With a thread
   // inflating ahead, that thread makes them all.
-  while (!s.inflating_ahead && s.made <= through && s.can_make()) s.make_one(lock);
+  while (!s.inflater.joinable() && s.made <= through && s.can_make()) s.make_one(lock);
 }
 
 void SharedChunks::finished(std::size_t t) {

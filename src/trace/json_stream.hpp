@@ -135,6 +135,7 @@ class SharedChunks {
   // readers as the ring has room, so that no reader waits for the decoder while another holds it;
   // the readers then only parse. False when it is not gzip, or no thread could be started (the
   // readers then inflate as they need chunks, as without it). The chunks are the same either way.
+  // Called before any thread reads.
   bool inflate_ahead();
 
  private:
