@@ -1432,6 +1432,7 @@ TEST(TraceParallel, FilesReadOnThreadsAsOnOne) {
       // A gzip file's chunks inflated by the threads as they need them, and by a thread ahead of them.
       for (const std::size_t threads : {std::size_t{2}, std::size_t{4}}) {
         for (const bool ahead : {false, true}) {
+          if (ahead && !std::string_view(name).ends_with(".gz")) continue;  // a plain file has no inflate
           std::size_t used = 0;
           const std::string several = answer_of(
               [&] {
