@@ -58,6 +58,19 @@ elementwise kernels took twice the convolutions' time), before this one did:
                host's stays, so the GPU sets the pace; batch norms, ReLUs and adds twice the
                convolutions' time, as at batch 64                      (expect memory-bandwidth)
 
+Written down on 2026-12-02 (the evening) before these three ran, with `trainfit plan`'s prediction
+for each setup on an H200 beside them:
+  llama-full   Llama-3.2-1B (a family no trace here has), full fine-tuning, bf16, AdamW, 8 x 2048: the
+               GPU over 90% busy, matrix multiplies and attention ahead of the elementwise and
+               optimizer kernels (plan: 0.196 s against 0.073 s of a 0.270 s step)   (expect compute)
+  long-seq     Qwen2.5-0.5B full fine-tuning at 1 x 16384 tokens: attention the largest category,
+               ahead of the matrix multiplies (plan: attention 95 ms, matmul 71 ms, memory
+               traffic 64 ms of a 0.234 s step)                                        (expect compute)
+  lora-ckpt    the `lora` job with gradient checkpointing: the recomputed forward repeats both the
+               adapters' fp32 passes and the projections, so the elementwise kernels stay ahead
+               (plan: memory traffic 0.62 s against matmul and attention 0.24 s of a 0.954 s step)
+                                                                              (expect memory-bandwidth)
+
 Each job writes OUT_DIR/<job>/: trace.json.gz (ddp: rank0.json.gz, rank1.json.gz), expected.json (the
 independent reading of read_trace.py, plus "expect", the bottleneck the job was built to have),
 and log.txt. A job that fails leaves its log and does not stop the others; OUT_DIR/summary.json
@@ -118,6 +131,12 @@ JOBS = {
     "trainer": {"expect": "launch-overhead", "config": SMALL_FULL, "hf_trainer": True},
     "conv": {"expect": "compute", "toy": "conv"},
     "conv-large": {"expect": "memory-bandwidth", "toy": "conv", "batch": 512},
+    "llama-full": {"expect": "compute", "config": {"model": "llama3.2-1b", "method": "full", "weights": "bf16",
+                                                   "seq": 2048, "batch": 8, "optimizer": "adamw"}},
+    "long-seq": {"expect": "compute", "config": {"model": "qwen2.5-0.5b", "method": "full", "weights": "bf16",
+                                                 "seq": 16384, "batch": 1, "optimizer": "adamw"}},
+    "lora-ckpt": {"expect": "memory-bandwidth", "config": {"model": "qwen2.5-1.5b", "method": "lora", "weights": "bf16",
+                                                           "rank": 16, "seq": 2048, "batch": 8, "grad_ckpt": True}},
 }
 
 
