@@ -67,7 +67,7 @@ def main(argv=None):
     import torch
     import torch.distributed as dist
     from transformers import AutoModelForCausalLM
-    from trainfit_runner.run import load_hf_config
+    from trainfit_runner.models import load_hf_config
 
     rank, local, world = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"]), int(os.environ["WORLD_SIZE"])
     device = torch.device("cuda", local)

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from trainfit_runner import layouts, objectives, run, setup_schema  # noqa: E402
+from trainfit_runner import layouts, models, objectives, rows, setup_schema  # noqa: E402
 
 
 def main(argv=None):
@@ -23,11 +23,11 @@ def main(argv=None):
     cfg = setup_schema.complete(json.loads(Path(args.config_file).read_text()))
     measured = {"status": "ok", "peak_allocated_mib": 1.0, "step_seconds_median": 1.0}
     try:
-        measured["layout"] = layouts.describe(cfg, layouts.check(cfg, run.model_json(cfg["model"])))
+        measured["layout"] = layouts.describe(cfg, layouts.check(cfg, models.model_json(cfg["model"])))
         measured["objective"] = objectives.describe(objectives.check(cfg))
     except (layouts.LayoutError, objectives.ObjectiveError) as e:
         measured = {"status": "error", "error": "%s: %s" % (type(e).__name__, e)}
-    run.write_row(args.out, {"config": cfg, "stack": {}, "measured": measured})
+    rows.write_row(args.out, {"config": cfg, "stack": {}, "measured": measured})
     return 0
 
 

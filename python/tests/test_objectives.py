@@ -71,7 +71,7 @@ class Plans(unittest.TestCase):
             objectives.check(config(objective="dpo", gpus=2))
         with self.assertRaisesRegex(objectives.ObjectiveError, "toy"):
             objectives.check(dict(config(objective="dpo"), x_toy=True))
-        objectives.check(config(gpus=2))  # sft is run.py's own, on any layout
+        objectives.check(config(gpus=2))  # sft is steps.py's own, on any layout
 
     def test_the_runner_imports_without_torch(self):
         self.assertTrue(callable(run.build_model))

@@ -14,7 +14,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scale_jobs"))
-from trainfit_runner import layouts, memtrace, run, setup_schema  # noqa: E402
+from trainfit_runner import layouts, memtrace, models, run, setup_schema, steps  # noqa: E402
 import busiest_summary  # noqa: E402
 
 MODELS = Path(__file__).resolve().parents[2] / "data" / "models"
@@ -84,12 +84,12 @@ class Refusals(unittest.TestCase):
 
 
     def test_the_model_is_found_by_name_file_or_folder(self):
-        self.assertEqual(run.config_json_path("llama3.2-3b"), MODELS / "llama3.2-3b.json")
+        self.assertEqual(models.config_json_path("llama3.2-3b"), MODELS / "llama3.2-3b.json")
         with tempfile.TemporaryDirectory() as d:
             (Path(d) / "config.json").write_text('{"num_hidden_layers": 1}')
-            self.assertEqual(run.model_json(d), {"num_hidden_layers": 1})
-        self.assertIsNone(run.config_json_path("no-such-model"))
-        self.assertIsNone(run.model_json("no-such-model"))
+            self.assertEqual(models.model_json(d), {"num_hidden_layers": 1})
+        self.assertIsNone(models.config_json_path("no-such-model"))
+        self.assertIsNone(models.model_json("no-such-model"))
 
 
 class Arithmetic(unittest.TestCase):
@@ -153,8 +153,8 @@ class Ranks(unittest.TestCase):
 
     def test_host_memory_from_proc_status(self):
         text = "Name:\tpython3\nVmHWM:\t 2097152 kB\nVmRSS:\t 1048576 kB\nThreads:\t4\n"
-        self.assertEqual(run.parse_proc_status(text), {"host_rss_mib": 1024.0, "host_rss_peak_mib": 2048.0})
-        self.assertEqual(run.parse_proc_status("VmRSS: garbage\n"), {})
+        self.assertEqual(steps.parse_proc_status(text), {"host_rss_mib": 1024.0, "host_rss_peak_mib": 2048.0})
+        self.assertEqual(steps.parse_proc_status("VmRSS: garbage\n"), {})
 
 
 def event(action, addr, size, *files):

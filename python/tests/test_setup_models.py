@@ -10,7 +10,7 @@ import unittest
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from trainfit_runner.run import language_model_config  # noqa: E402
+from trainfit_runner.models import language_model_config  # noqa: E402
 
 MODELS = Path(__file__).resolve().parents[2] / "data" / "models"
 CLI = os.environ.get("TRAINFIT_CLI", "trainfit")

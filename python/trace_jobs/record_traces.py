@@ -239,9 +239,9 @@ def build(torch, job, device):
             return loss
 
         return step, lambda: x
-    from trainfit_runner import run, setup_schema
+    from trainfit_runner import models, run, setup_schema, steps
     cfg = setup_schema.complete(dict(job["config"]))
-    model, vocab = run.build_model(torch, cfg, device, {})
+    model, vocab = models.build_model(torch, cfg, device, {})
     if job.get("gpus", 1) > 1:
         # DDP: the wrapped model; the runner's record of the layout goes nowhere here.
         model, _pipe, _stage = run.wrap_distributed(torch, model, cfg, device, {})
@@ -256,7 +256,7 @@ def build(torch, job, device):
     if job.get("compile"):
         model = torch.compile(model)
     params = [p for p in model.parameters() if p.requires_grad]
-    opt = run.make_optimizer(torch, cfg["optimizer"], params, device)
+    opt = steps.make_optimizer(torch, cfg["optimizer"], params, device)
     gen = torch.Generator(device="cpu").manual_seed(1234)
     ids = torch.randint(0, vocab, (cfg["batch"], cfg["seq"]), generator=gen)
 
@@ -289,9 +289,9 @@ def run_trainer(torch, job, device, out_dir):
     """The step through transformers' Trainer, profiled the way its documentation shows: a callback
     that steps the profiler at the end of each optimizer step."""
     from transformers import Trainer, TrainerCallback, TrainingArguments
-    from trainfit_runner import run, setup_schema
+    from trainfit_runner import models, setup_schema
     cfg = setup_schema.complete(dict(job["config"]))
-    model, vocab = run.build_model(torch, cfg, device, {})
+    model, vocab = models.build_model(torch, cfg, device, {})
     gen = torch.Generator(device="cpu").manual_seed(1234)
     rows = [torch.randint(0, vocab, (cfg["seq"],), generator=gen) for _ in range(64)]
 

@@ -15,13 +15,14 @@ packaged host_probe_request.json that `trainfit calibrate --host --print-request
 - "steps", "warmup": timed steps after the warm-up ones; "device": "cuda" (or "cpu", by request only);
 - "busy_check": whether to measure the GPU's busy time (below).
 
-Each run builds the model with the runner's own build_model (random weights, on the device) and
-times its steps with the runner's own run_steps: the loop a bench row's step_seconds comes from,
-torch.cuda.synchronize() around each step. Then, on a GPU, two more steps run under torch.profiler,
-and the union of their kernels' (and copies') intervals is the GPU's busy time: it must be a small
-part of the step's wall time for the step to be host-bound (trainfit refuses the measurement when it
-is not). On the CPU there is no such check: operations run as they are dispatched, and the figure
-is the CPU's time per operation, not a GPU's dispatch cost (trainfit says so).
+Each run builds the model with the runner's own build_model (models.py; random weights, on the
+device) and times its steps with the runner's own run_steps (steps.py): the loop a bench row's
+step_seconds comes from, torch.cuda.synchronize() around each step. Then, on a GPU, two more steps
+run under torch.profiler, and the union of their kernels' (and copies') intervals is the GPU's busy
+time: it must be a small part of the step's wall time for the step to be host-bound (trainfit
+refuses the measurement when it is not). On the CPU there is no such check: operations run as they
+are dispatched, and the figure is the CPU's time per operation, not a GPU's dispatch cost (trainfit
+says so).
 
 The record (one JSON object): "status" ("ok" or "error" with "error"), the request as received,
 "device", "gpu", "cpu" (/proc/cpuinfo's model name), "torch", "transformers", "peft", "python",
@@ -108,14 +109,15 @@ def busy_seconds(prof):
 
 def measure_run(torch, device, run, model_path, request):
     """One setup of the request: built, warmed up, timed; on a GPU, its busy time."""
-    from . import run as runner
     from . import setup_schema
+    from .models import build_model
+    from .steps import run_steps
     warmup, steps = int(request.get("warmup", 3)), int(request.get("steps", 15))
     cfg = setup_schema.complete(dict(run["config"], model=str(model_path), steps=warmup + steps, warmup=warmup,
                                      device=device.type))
     res = {}
-    model, vocab = runner.build_model(torch, cfg, device, res)
-    runner.run_steps(torch, model, cfg, device, vocab, (None, None), res, None)
+    model, vocab = build_model(torch, cfg, device, res)
+    run_steps(torch, model, cfg, device, vocab, (None, None), res, None)
     out = {"name": run["name"], "step_seconds": [s["seconds"] for s in res["steps"]], "warmup": warmup,
            "model_class": res.get("model_class"),
            "params_trainable": sum(p.numel() for p in model.parameters() if p.requires_grad)}
@@ -124,8 +126,8 @@ def measure_run(torch, device, run, model_path, request):
             from torch.profiler import ProfilerActivity, profile
             busy_res = {}
             with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-                runner.run_steps(torch, model, dict(cfg, steps=BUSY_STEPS, warmup=0), device, vocab, (None, None),
-                                 busy_res, None)
+                run_steps(torch, model, dict(cfg, steps=BUSY_STEPS, warmup=0), device, vocab, (None, None),
+                          busy_res, None)
             busy, kernels = busy_seconds(prof)
             if kernels == 0:
                 raise RuntimeError("the profiler saw no kernel run on the GPU")
@@ -212,7 +214,7 @@ def packaged_request():
 
 def main(request_path, out_path):
     """`python -m trainfit_runner --host-probe REQUEST --out OUT`: the record to OUT."""
-    from .run import write_row
+    from .rows import write_row
     with open(request_path) as f:
         request = json.load(f)
     write_row(out_path, measure(request))

@@ -5,8 +5,8 @@ mixed-precision dtypes) come from trainfit's settings table; `trainfit plan` ref
 combinations no framework can run. This module refuses, in addition, what this runner does not
 implement, before torchrun starts (a refused layout costs no GPU time and writes an `error` row
 with the reason), and computes the pure arithmetic of a layout (degrees, device-mesh shape,
-pipeline split, tokens per step) so that it can be tested without a GPU. run.py and parallel.py
-do the PyTorch side.
+pipeline split, tokens per step) so that it can be tested without a GPU. run.py, steps.py and
+parallel.py do the PyTorch side.
 """
 import importlib.util
 from dataclasses import dataclass
@@ -210,10 +210,11 @@ def main(argv):
     """`python3 -m trainfit_runner.layouts CONFIG_JSON`: what the runner would run for a config
     (its layout, as measured.layout says it), or why it refuses it; nothing runs (smoke.sh DRY_RUN=1)."""
     import json
-    from . import run, setup_schema
+    from . import setup_schema
+    from .models import model_json
     cfg = setup_schema.complete(json.loads(argv[1]))
     try:
-        lay = check(cfg, run.model_json(cfg["model"]))
+        lay = check(cfg, model_json(cfg["model"]))
         print(json.dumps({"method": cfg["method"], "layout": describe(cfg, lay)}))
     except LayoutError as e:
         print(json.dumps({"refused": str(e)}))

@@ -54,7 +54,7 @@ import traceback
 import torch
 import torch.distributed as dist
 
-from . import parallel, run
+from . import models, parallel
 
 
 def cuda_sync():
@@ -243,7 +243,7 @@ def count_dtensor_ops(fn):
 def qwen_like(layers, device, dtype=torch.bfloat16):
     """A Qwen2.5-1.5B-shaped causal LM (the built-in config) of `layers` decoder layers, random weights."""
     import transformers
-    hf = run.load_hf_config("qwen2.5-1.5b")
+    hf = models.load_hf_config("qwen2.5-1.5b")
     hf.num_hidden_layers = layers
     if getattr(hf, "layer_types", None):
         hf.layer_types = hf.layer_types[:layers]
@@ -385,7 +385,7 @@ def collectives(device, world, rank):
     # ZeRO-1's post-step broadcast of a real model's parameters (ZeroRedundancyOptimizer,
     # parameters_as_bucket_view=False): greedy partition by size, each rank's tensors in turn.
     import transformers
-    hf = run.load_hf_config("qwen2.5-1.5b")
+    hf = models.load_hf_config("qwen2.5-1.5b")
     with torch.device("meta"):
         meta = transformers.AutoModelForCausalLM.from_config(hf, dtype=torch.bfloat16)
     shapes = [p.shape for p in meta.parameters()]

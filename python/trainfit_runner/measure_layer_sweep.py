@@ -84,7 +84,7 @@ def detail_child(case, model_path, out_dir):
     """In this process: the saved-tensor trace of one forward, then steps under the probe with a
     snapshot at the peak, then three profiled steps."""
     import torch
-    from trainfit_runner import run, setup_schema
+    from trainfit_runner import models, setup_schema, steps
     from trainfit_runner.measure_memory import Tracer
     from trainfit_runner.probe import Probe
     setup, _ = CASES[case]
@@ -95,10 +95,10 @@ def detail_child(case, model_path, out_dir):
     snap = os.path.join(out_dir, case + ".pickle")
     probe = Probe(os.path.join(out_dir, case + ".steps.jsonl"), config=dict(setup, seq=BASE["seq"], batch=1),
                   rows=os.path.join(out_dir, case + ".probe-row.jsonl"), snapshot=snap)
-    model, vocab = run.build_model(torch, cfg, device, {})
+    model, vocab = models.build_model(torch, cfg, device, {})
     model.train()
     params = [p for p in model.parameters() if p.requires_grad]
-    opt = run.make_optimizer(torch, cfg["optimizer"], params, device)
+    opt = steps.make_optimizer(torch, cfg["optimizer"], params, device)
     gen = torch.Generator(device="cpu").manual_seed(1234)
     ids = torch.randint(0, vocab, (cfg["batch"], cfg["seq"]), generator=gen).to(device)
 

@@ -7,7 +7,7 @@ logits-sized tensors exist and how long they live (the per-row log-softmax of
 `selective_log_softmax`, the metrics' copies of the logits). Models are built from config with
 random weights and fed random token ids of the configured length: no network, no TRL.
 
-    sft     the existing step: transformers' causal-LM loss (run.py)
+    sft     the existing step: transformers' causal-LM loss (steps.py)
     dpo     DPOTrainer._compute_loss: chosen and rejected concatenated into 2B sequences, the
             reference forward under no_grad, the sigmoid loss with beta 0.1, then TRL's metrics
     orpo    ORPOTrainer (trl/experimental/orpo): concatenated_forward, NLL on the chosen
@@ -501,7 +501,7 @@ class ObjectiveStep:
         self._kept = None
         del output, logits, prob_dist, entropy
 
-    # -- what run.py calls ----------------------------------------------------------------------
+    # -- what steps.py calls --------------------------------------------------------------------
 
     def loss(self, micro):
         o = self.plan.objective
@@ -517,11 +517,11 @@ class ObjectiveStep:
             return self._grpo(micro)
         if o == "ppo":
             return self._ppo()
-        raise ObjectiveError("objective %s has no loss here (sft is run.py's own)" % o)
+        raise ObjectiveError("objective %s has no loss here (sft is steps.py's own)" % o)
 
     def after_backward(self, last):
         """PPO: TRL steps the optimizer inside each micro-batch (accelerate makes it a no-op but
-        on the last) and then reads the logits for its metrics; on the last micro-batch run.py
+        on the last) and then reads the logits for its metrics; on the last micro-batch steps.py
         calls after_step() once the optimizer has stepped."""
         if self.plan.objective == "ppo" and not last:
             self._ppo_metrics()
@@ -539,7 +539,7 @@ def build_extras(torch, cfg, device, build_base):
     `reference` copy: the base as the policy's is stored, frozen), PPO's value model (a sequence
     classifier of the policy's architecture, every weight trained: TRL's PPOTrainer applies PEFT to
     the policy only) and reward model (the same, frozen). `build_base(kind)` builds a base model of
-    kind "causal" or "classifier" as run.py builds the policy's base."""
+    kind "causal" or "classifier" as models.py builds the policy's base."""
     plan = plan_of(cfg)
     extras = {}
     if plan.reference == "copy":

@@ -1,8 +1,8 @@
 """The PyTorch side of the multi-GPU layouts (layouts.py decides which; docs/bench.md says what each does).
 
-Every function takes the torch module as its first argument, as run.py does, so that importing
-this file needs no torch. Each rank runs the same code; a layout is built from PyTorch's own
-distributed stack only:
+Every function takes the torch module as its first argument, as run.py, models.py and steps.py do,
+so that importing this file needs no torch. Each rank runs the same code; a layout is built from
+PyTorch's own distributed stack only:
 
 - data parallelism: DistributedDataParallel; ZeroRedundancyOptimizer over DDP (zero1); FSDP2's
   fully_shard (fsdp, fsdp-grad-op, hsdp on a 2-D mesh) with MixedPrecisionPolicy and
