@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "advise/setup_grid.hpp"
+#include "plan/setup_grid.hpp"
 #include "trainfit/measurements.hpp"
 #include "trainfit/time.hpp"
 #include "trainfit/trainfit.hpp"

@@ -63,6 +63,10 @@ struct MemoryEstimate {
   // copy of the buckets (measured on two H200s: +2,944 MiB for Qwen2.5-1.5B, +6,128 MiB for
   // Llama-3.2-3B). Otherwise peak_allocated_bytes.
   std::int64_t busiest_peak_allocated_bytes = 0;
+  // That GPU's device use, NVML's figure on it: its extra allocations (the buckets above) are
+  // reserved beside the step's, and the CUDA context and NCCL's buffers are the same on every
+  // GPU. The verdict is judged on these two busiest figures. Otherwise device_used_bytes.
+  std::int64_t busiest_device_used_bytes = 0;
   // Host memory one host needs for offloaded states (every GPU of the host; 0 without offload).
   std::int64_t host_bytes = 0;
   // With pipeline parallelism, the stage these figures are for: the busiest (0 = the first).

@@ -1,16 +1,56 @@
 #pragma once
 // The shape of a decoder-only transformer, read from a Hugging Face config.json.
 // Only shape matters to trainfit: memory and time depend on tensor sizes, not values.
+#include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <string_view>
 #include <vector>
 
 namespace trainfit {
 
 // One linear (matrix) module of a decoder layer, as PEFT names it.
+// What a linear module of a decoder layer is, whatever its family calls it. The memory and time
+// models, LoRA targeting and `trainfit models` read the role; the name (module_name, from the
+// one table of every family's names in model/module_roles.cpp) is what PEFT and the breakdown see.
+enum class ModuleRole {
+  attention_query,      // q_proj
+  attention_key,        // k_proj
+  attention_value,      // v_proj
+  attention_qkv,        // q, k and v fused (phi3's qkv_proj)
+  attention_output,     // o_proj
+  latent_query_down,    // multi-head latent attention's q_a_proj
+  latent_query_up,      // ... q_b_proj
+  latent_kv_down,       // ... kv_a_proj_with_mqa
+  latent_kv_up,         // ... kv_b_proj
+  mlp_gate,             // gate_proj
+  mlp_up,               // up_proj
+  mlp_gate_up,          // gate and up fused (phi3's gate_up_proj)
+  mlp_down,             // down_proj
+  router,               // the MoE router's weight (an nn.Linear or a bare parameter)
+  expert_gate,          // the routed experts' gate, one 3-D parameter of every expert
+  expert_up,
+  expert_gate_up,       // gate and up fused (transformers 5's MoE families)
+  expert_down,
+  shared_expert_gate,   // the shared expert every token runs
+  shared_expert_up,
+  shared_expert_down,
+  shared_expert_scale,  // the shared expert's sigmoid gate (qwen2_moe)
+};
+inline constexpr std::size_t kModuleRoles = static_cast<std::size_t>(ModuleRole::shared_expert_scale) + 1;
+std::string to_string(ModuleRole role);  // "attention_query", ...
+// Which part of the layer a role belongs to, and which side of an MLP it is.
+bool is_attention(ModuleRole role);
+bool is_mlp_input_side(ModuleRole role);   // gate, up, or the two fused: reads the MLP's input
+bool is_mlp_output_side(ModuleRole role);  // down: reads the activation x up product
+bool is_routed_expert(ModuleRole role);
+bool is_shared_expert(ModuleRole role);    // the shared expert's MLP (not its scale)
+bool is_router_like(ModuleRole role);      // router and shared_expert_scale: routing, not an MLP
+
 struct LinearModule {
-  std::string name;             // "q_proj", "gate_up_proj", "experts.down_proj"...
+  ModuleRole role = ModuleRole::attention_query;
+  std::string name;             // the family's name for the role (module_name): "q_proj", "experts.down_proj"...
   std::int64_t in_features = 0;
   std::int64_t out_features = 0;
   std::int64_t count = 1;       // copies per layer (number of experts for expert weights)
@@ -128,5 +168,14 @@ ParameterCounts count_parameters(const ModelSpec& model);
 std::vector<LinearModule> layer_linear_modules(const ModelSpec& model);
 // The linear modules of a dense layer of an MoE model (empty for dense models).
 std::vector<LinearModule> dense_layer_linear_modules(const ModelSpec& model);
+// The name transformers gives a module of this role in this model's family (its path under the
+// decoder layer, as PEFT matches it): model/module_roles.cpp's table, the one place these live.
+std::string module_name(const ModelSpec& model, ModuleRole role);
+// Every family the table names differently from the default (Llama's), and the default as "".
+struct FamilyModuleNames {
+  std::string family;  // config.json's model_type; "" for the default
+  std::vector<std::pair<ModuleRole, std::string>> names;  // the roles it names, each with its name
+};
+const std::vector<FamilyModuleNames>& module_names_table();
 
 }  // namespace trainfit

@@ -1,16 +1,14 @@
 #pragma once
-// What a training run costs: the hourly price of renting each catalogue card, the hours and
-// dollars a number of tokens takes at a predicted step rate, and every catalogue card ranked for
-// one setup (`trainfit gpus --for`). The figures and their assumptions are in docs/prices.md.
+// What a training run costs: the hourly price of renting each catalogue card (hardware/prices.cpp)
+// and the hours and dollars a number of tokens takes at a predicted step rate. Ranking the cards
+// for a setup plans each one: trainfit/card_ranking.hpp, a floor above. The figures and their
+// assumptions are in docs/prices.md.
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
-#include "trainfit/model.hpp"
-#include "trainfit/plan.hpp"
-#include "trainfit/setup.hpp"
 
 namespace trainfit {
 
@@ -58,20 +56,5 @@ inline constexpr double kMaxTrainingTokens = 1e15;
 // Throws InputError "must be ..." (the caller names the value: "--tokens") when `tokens` is not a
 // finite number in (0, kMaxTrainingTokens].
 void check_training_tokens(double tokens);
-
-// One catalogue card's answer for a setup: its plan, its price, and what the tokens cost on it.
-struct CardRank {
-  Plan plan;                     // make_plan on this card (no search for changes that fit)
-  std::optional<GpuPrice> price; // absent when the price table has none for the card
-  // Hours (and dollars, with a price) to train the tokens; absent when the step cannot run on the
-  // card (oom) or its time is unknown.
-  std::optional<RunCost> run;
-};
-// The setup planned on every catalogue card (its own gpu, gpu_spec and vram are replaced by each
-// card), best first: cards that fit (fits, then tight), each group by cost where priced, then by
-// tokens/s; then cards that do not fit (spills, oom), the least over capacity first. Ties keep the
-// catalogue's order. Throws what make_plan throws, and check_training_tokens' InputError.
-std::vector<CardRank> rank_cards(const ModelSpec& model, const TrainingSetup& setup, const PriceTable& prices,
-                                 double tokens);
 
 }  // namespace trainfit

@@ -9,7 +9,7 @@
 #include "trainfit/hardware.hpp"
 #include "trainfit/measurements.hpp"
 #include "trainfit/plan.hpp"
-#include "trainfit/prices.hpp"
+#include "trainfit/card_ranking.hpp"
 
 namespace trainfit {
 

@@ -7,6 +7,7 @@
 #include "trainfit/memory.hpp"
 #include "trainfit/model.hpp"
 #include "trainfit/plan.hpp"
+#include "trainfit/card_ranking.hpp"
 #include "trainfit/prices.hpp"
 #include "trainfit/report.hpp"
 #include "trainfit/settings.hpp"

@@ -16,7 +16,7 @@
 #include <optional>
 #include <set>
 
-#include "advise/setup_grid.hpp"
+#include "plan/setup_grid.hpp"
 #include "trainfit/error.hpp"
 #include "trainfit/prices.hpp"
 #include "trainfit/settings.hpp"
@@ -120,11 +120,12 @@ std::vector<std::int64_t> powers_of_two(std::int64_t most) {
   return out;
 }
 
-// How far a setup is from fitting: its peak over the card less the headroom (<= 0 when it fits).
+// How far a setup is from fitting: its busiest GPU's peak over the card less the headroom, or its
+// device use over the card (<= 0 when it fits): the figures the verdict is judged on.
 double shortfall(const detail::SetupGroup::Point& p, const GpuSpec& gpu, double headroom) {
   const double cap = static_cast<double>(gpu.memory_bytes);
-  return std::max(static_cast<double>(p.peak_allocated_bytes) - cap * (1.0 - headroom),
-                  static_cast<double>(p.device_used_bytes) - cap);
+  return std::max(static_cast<double>(p.busiest_peak_allocated_bytes) - cap * (1.0 - headroom),
+                  static_cast<double>(p.busiest_device_used_bytes) - cap);
 }
 
 class Search {

@@ -4,7 +4,7 @@
 #include <utility>
 
 #include "trainfit/hardware.hpp"
-#include "trainfit/prices.hpp"
+#include "trainfit/card_ranking.hpp"
 
 namespace trainfit {
 namespace {

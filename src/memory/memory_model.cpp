@@ -5,8 +5,8 @@
 #include <cmath>
 
 #include "memory/memory_model.hpp"
-#include "memory/layout.hpp"
-#include "memory/step_shape.hpp"
+#include "step/layout.hpp"
+#include "step/step_shape.hpp"
 #include "trainfit/memory.hpp"
 
 namespace trainfit {
@@ -94,8 +94,9 @@ void apply_storage_and_offload(MemoryBasis& b, const TrainingSetup& s, const Lay
 // A pipeline stage's share of the whole model's basis: its layers' part of every
 // parameter-shaped state plus the embedding (first stage) or the output layer (last stage; a tied
 // output layer is its own copy there), and the micro-batches 1F1B keeps in flight on it.
-MemoryBasis stage_basis(const MemoryBasis& whole, const TrainingSetup& setup,
-                        const StepShape& st, const PipelineStage& stage) {
+MemoryBasis stage_basis(const MemoryBasis& whole, const Step& step, const PipelineStage& stage) {
+  const TrainingSetup& setup = step.setup;
+  const StepShape& st = step.tensors;
   MemoryBasis b = whole;
   const ParameterCounts& pc = st.counts;
   const double total = static_cast<double>(pc.total);
@@ -128,11 +129,12 @@ MemoryBasis stage_basis(const MemoryBasis& whole, const TrainingSetup& setup,
   return b;
 }
 
-MemoryBasis memory_basis(const ModelSpec& model, const TrainingSetup& user_setup, const GpuSpec& gpu,
-                         const StepShape& st) {
-  const Layout lay = layout_of(user_setup);
-  // `st` describes the step the GPUs compute: under a mixed-precision layout, in its compute dtype.
-  const TrainingSetup setup = compute_setup(user_setup);
+MemoryBasis memory_basis(const ModelSpec& model, const Step& step, const GpuSpec& gpu) {
+  const Layout& lay = step.layout;
+  const TrainingSetup& user_setup = step.setup;
+  // The tensors describe the step the GPUs compute: under a mixed-precision layout, in its compute dtype.
+  const TrainingSetup& setup = step.compute;
+  const StepShape& st = step.tensors;
   const auto& p = st.params;
   const double L = static_cast<double>(model.num_layers);
   const bool full = setup.method == Method::full;
@@ -546,51 +548,67 @@ StepMemory step_memory(const MemoryBasis& b, double tokens, std::int64_t grad_ac
       (b.logits_upcast ? logits_c : 0.0) + allocator_block(b.layer_forward_transient_per_token * T);
   out.peak_reserved_bytes = to_bytes(peak_total + fragmentation + b.gather_pool);
   out.device_used_bytes = out.peak_reserved_bytes + b.cuda_context_bytes;
+  // The busiest GPU's extra blocks are allocated beside the step's and so reserved too.
+  out.busiest_device_used_bytes =
+      to_bytes(peak_total + b.rebuilt_buckets + fragmentation + b.gather_pool) + b.cuda_context_bytes;
   return out;
 }
 
-MemoryEstimate estimate_memory(const ModelSpec& model, const TrainingSetup& setup, const GpuSpec& gpu,
-                               const StepShape& st) {
-  check_layout(model, setup);
-  const Layout lay = layout_of(setup);
-  MemoryBasis basis = memory_basis(model, setup, gpu, st);
-  std::int64_t busiest_stage = 0;
-  // A pipeline stage accumulates its gradients over the step's micro-batches: from the second on,
-  // each runs with the gradients alive, as accumulation does.
-  std::int64_t accumulated = setup.grad_accum * (lay.pp > 1 ? setup.microbatches : 1);
-  // A pipeline's busiest GPU is its first stage (the most micro-batches in flight) or its last
-  // (the output layer and the loss, the outputs kept); the stages between hold less than the first.
-  if (lay.pp > 1) {
-    struct StagePeak {
-      MemoryBasis basis;
-      std::int64_t accumulated;
-      std::int64_t peak;
-    };
-    const auto peak_of = [&](const MemoryBasis& b, std::int64_t acc) {
-      return StagePeak{b, acc, step_memory(b, st.tokens, acc, setup.grad_ckpt).peak_allocated_bytes};
-    };
-    // A stage's peak is in its first micro-batch's backward (the most micro-batches in flight, the
-    // gradients not there yet unless an earlier accumulation step left them, one output kept) or in
-    // a later one's (the gradients alive, one micro-batch fewer in flight, every output kept by the
-    // last); measured on two H200s (docs/model.md, "Several GPUs").
-    const auto stage_peak = [&](const PipelineStage& stage) {
-      MemoryBasis first_mb = stage_basis(basis, setup, st, stage);
-      MemoryBasis later = first_mb;
-      first_mb.outputs_kept = stage.keeps_outputs ? 1.0 : 0.0;
-      later.in_flight = std::max(1.0, std::min(stage.in_flight, stage.microbatches - 1.0));
-      const StagePeak a = peak_of(first_mb, setup.grad_accum);
-      const StagePeak b = peak_of(later, accumulated);
-      return a.peak > b.peak ? a : b;
-    };
-    const PipelineStage last_st = last_stage(model, lay);
-    const StagePeak first = stage_peak(first_stage(model, lay));
-    const StagePeak last = stage_peak(last_st);
-    const StagePeak& busiest = last.peak > first.peak ? last : first;
-    if (&busiest == &last) busiest_stage = last_st.index;
-    basis = busiest.basis;
-    accumulated = busiest.accumulated;
+StepMemoryBases memory_bases(const ModelSpec& model, const Step& step, const GpuSpec& gpu) {
+  StepMemoryBases out;
+  const MemoryBasis whole = memory_basis(model, step, gpu);
+  if (!step.first_stage || !step.last_stage) {
+    out.priced.push_back({whole, whole, 0, false});
+    return out;
   }
-  const StepMemory sm = step_memory(basis, st.tokens, accumulated, setup.grad_ckpt);
+  out.microbatches = step.setup.microbatches;
+  // A stage's peak is in its first micro-batch's backward (the most micro-batches in flight, the
+  // gradients not there yet unless an earlier accumulation step left them, one output kept) or in
+  // a later one's (the gradients alive, one micro-batch fewer in flight, every output kept by the
+  // last); measured on two H200s (docs/model.md, "Several GPUs").
+  for (const PipelineStage& stage : {*step.first_stage, *step.last_stage}) {
+    MemoryBasis first_mb = stage_basis(whole, step, stage);
+    MemoryBasis later = first_mb;
+    first_mb.outputs_kept = stage.keeps_outputs ? 1.0 : 0.0;
+    later.in_flight = std::max(1.0, std::min(stage.in_flight, stage.microbatches - 1.0));
+    out.priced.push_back({std::move(first_mb), std::move(later), stage.index, true});
+  }
+  return out;
+}
+
+BusiestStepMemory busiest_step_memory(const StepMemoryBases& bases, double tokens, std::int64_t grad_accum,
+                                      bool grad_ckpt) {
+  BusiestStepMemory best;
+  bool any = false;
+  for (const StepMemoryBases::Stage& stage : bases.priced) {
+    if (!stage.pipelined) {
+      best = {step_memory(stage.first_microbatch, tokens, grad_accum, grad_ckpt), &stage.first_microbatch,
+              stage.index};
+      return best;
+    }
+    // A pipeline stage accumulates its gradients over the step's micro-batches: from the second on,
+    // each runs with the gradients alive, as accumulation does.
+    const std::int64_t accumulated = grad_accum * bases.microbatches;
+    BusiestStepMemory first{step_memory(stage.first_microbatch, tokens, grad_accum, grad_ckpt), &stage.first_microbatch,
+                            stage.index};
+    BusiestStepMemory later{step_memory(stage.later, tokens, accumulated, grad_ckpt), &stage.later, stage.index};
+    BusiestStepMemory& stage_best = first.memory.peak_allocated_bytes > later.memory.peak_allocated_bytes ? first : later;
+    // The first stage is listed first: a later stage must hold more to be the busiest.
+    if (!any || stage_best.memory.peak_allocated_bytes > best.memory.peak_allocated_bytes) best = stage_best;
+    any = true;
+  }
+  return best;
+}
+
+MemoryEstimate estimate_memory(const ModelSpec& model, const Step& step, const GpuSpec& gpu) {
+  const TrainingSetup& setup = step.setup;
+  const StepShape& st = step.tensors;
+  const Layout& lay = step.layout;
+  const StepMemoryBases bases = memory_bases(model, step, gpu);
+  const BusiestStepMemory busiest = busiest_step_memory(bases, st.tokens, setup.grad_accum, setup.grad_ckpt);
+  const MemoryBasis& basis = *busiest.basis;
+  const std::int64_t busiest_stage = busiest.stage;
+  const StepMemory& sm = busiest.memory;
   const MemoryMoment& peak = sm.moments[sm.peak];
 
   MemoryEstimate est;
@@ -633,6 +651,7 @@ MemoryEstimate estimate_memory(const ModelSpec& model, const TrainingSetup& setu
   est.peak_reserved_bytes = sm.peak_reserved_bytes;
   est.cuda_context_bytes = basis.cuda_context_bytes;
   est.device_used_bytes = sm.device_used_bytes;
+  est.busiest_device_used_bytes = sm.busiest_device_used_bytes;
   est.weights_loaded_bytes = basis.weights_loaded_bytes;
   est.trainable_parameters = basis.trainable_parameters;
   est.total_parameters = basis.total_parameters;
@@ -661,7 +680,7 @@ MemoryEstimate estimate_memory(const ModelSpec& model, const TrainingSetup& setu
 
 MemoryEstimate estimate_memory(const ModelSpec& model, const TrainingSetup& setup, const GpuSpec& gpu) {
   validate(setup);
-  return detail::estimate_memory(model, setup, gpu, detail::describe_step(model, setup));
+  return detail::estimate_memory(model, detail::describe_step(model, setup), gpu);
 }
 
 }  // namespace trainfit

@@ -1,17 +1,16 @@
 #pragma once
 // The memory that depends on the card and the libraries rather than on the step's tensors
-// (memory/step_shape.hpp has those): what estimate_memory adds once it knows the card. And the
+// (step/step_shape.hpp has those): what estimate_memory adds once it knows the card. And the
 // memory model itself in two parts: what does not depend on the micro-batch's size, the gradient
 // accumulation or checkpointing (MemoryBasis, counted once), and the moments of a step priced from
 // it at any of those (step_memory: a few dozen block roundings, no allocation). estimate_memory is
-// the two in a row; a SetupGroup (advise/setup_grid.hpp) keeps the first and calls the second.
+// the two in a row; a SetupGroup (plan/setup_grid.hpp) keeps the first and calls the second.
 #include <array>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
 
-#include "memory/layout.hpp"
-#include "memory/step_shape.hpp"
+#include "step/step.hpp"
 #include "trainfit/hardware.hpp"
 #include "trainfit/memory.hpp"
 #include "trainfit/model.hpp"
@@ -98,7 +97,7 @@ struct MemoryBasis {
   double embedding_backward_transient = 0;
   double optimizer_transient = 0;
   double gather_pool = 0;  // FSDP's all-gather buffers kept reserved in its stream's pool
-  // Layouts (memory/layout.hpp): the tokens a GPU holds are the micro-batch's / tokens_divisor
+  // Layouts (step/layout.hpp): the tokens a GPU holds are the micro-batch's / tokens_divisor
   // (context parallelism); fsdp-grad-op keeps each layer gathered (kept_gathered_layer bytes)
   // from its forward to its backward; a pipeline stage keeps `in_flight` micro-batches' saved
   // tensors; offloaded states live in host memory (host_bytes, for the whole host).
@@ -127,12 +126,11 @@ struct MemoryBasis {
   bool operator==(const MemoryBasis&) const = default;
 };
 
-// The shape's (describe_step's) memory for this card. Ignores the setup's batch, grad_accum and
-// grad_ckpt: `st` is per token.
-MemoryBasis memory_basis(const ModelSpec& model, const TrainingSetup& setup, const GpuSpec& gpu, const StepShape& st);
+// The step's memory for this card, the whole model's. Ignores the setup's batch, grad_accum and
+// grad_ckpt: the step's tensors are per token.
+MemoryBasis memory_basis(const ModelSpec& model, const Step& step, const GpuSpec& gpu);
 // A pipeline stage's part of the whole model's basis (docs/model.md, "Pipeline parallelism").
-MemoryBasis stage_basis(const MemoryBasis& whole, const TrainingSetup& setup, const StepShape& st,
-                        const PipelineStage& stage);
+MemoryBasis stage_basis(const MemoryBasis& whole, const Step& step, const PipelineStage& stage);
 
 // The moments where a step's memory can peak: forward at the loss, the loss backward, the output
 // layer's backward, the last and the first layer's backward, the embedding's (full fine-tuning)
@@ -147,6 +145,7 @@ struct StepMemory {
   std::size_t peak = 0;   // the first moment of the highest total
   std::int64_t peak_allocated_bytes = 0;
   std::int64_t busiest_peak_allocated_bytes = 0;  // over the run (MemoryEstimate's)
+  std::int64_t busiest_device_used_bytes = 0;     // the same GPU's device use (MemoryEstimate's)
   std::int64_t peak_reserved_bytes = 0;
   std::int64_t device_used_bytes = 0;
 };
@@ -155,10 +154,35 @@ struct StepMemory {
 // micro-batches a step, with or without checkpointing.
 StepMemory step_memory(const MemoryBasis& basis, double tokens, std::int64_t grad_accum, bool grad_ckpt);
 
-// estimate_memory for a validated setup whose step is already described (`st` =
-// describe_step(model, setup)): make_plan describes a step once for its memory and its time.
-MemoryEstimate estimate_memory(const ModelSpec& model, const TrainingSetup& setup, const GpuSpec& gpu,
-                               const StepShape& st);
+// What a step's memory is priced from at any micro-batch, accumulation and checkpointing: the
+// whole model's basis, or with a pipeline its first and its last stage's (either can be the
+// busiest), each for the stage's first micro-batch and for its later ones. estimate_memory and the
+// advisor's SetupGroup both price from these, through busiest_step_memory: one code for both.
+struct StepMemoryBases {
+  struct Stage {
+    MemoryBasis first_microbatch;  // without a pipeline: the whole step's basis
+    MemoryBasis later;             // a pipeline stage's later micro-batches (unused without one)
+    std::int64_t index = 0;        // the pipeline stage (0 without one)
+    bool pipelined = false;
+  };
+  std::vector<Stage> priced;  // one without a pipeline; the first and the last stage with one
+  std::int64_t microbatches = 1;
+};
+StepMemoryBases memory_bases(const ModelSpec& model, const Step& step, const GpuSpec& gpu);
+
+// The busiest GPU's step: the memory at its moments, the basis it was priced from (one of
+// `bases`'), and its pipeline stage.
+struct BusiestStepMemory {
+  StepMemory memory;
+  const MemoryBasis* basis = nullptr;
+  std::int64_t stage = 0;
+};
+BusiestStepMemory busiest_step_memory(const StepMemoryBases& bases, double tokens, std::int64_t grad_accum,
+                                      bool grad_ckpt);
+
+// estimate_memory for a validated setup whose step is already described: make_plan describes a
+// step once for its memory and its time.
+MemoryEstimate estimate_memory(const ModelSpec& model, const Step& step, const GpuSpec& gpu);
 
 // Bytes as the memory model reports them: rounded, never negative.
 std::int64_t to_bytes(double v);

@@ -27,9 +27,10 @@ std::int64_t numel(const LinearModule& m) {
   return mul(m.count, add(mul(m.in_features, m.out_features), m.bias ? m.out_features : 0));
 }
 
-bool is_router(const LinearModule& m) {
-  return m.name == "mlp.gate" || m.name == "block_sparse_moe.gate" || m.name == "mlp.shared_expert_gate" ||
-         m.name == "mlp.router";
+// A module of the role, named as the model's family names it (model/module_roles.cpp).
+LinearModule module(const ModelSpec& s, ModuleRole role, std::int64_t in, std::int64_t out, std::int64_t count = 1,
+                    bool bias = false, double token_fraction = 1.0, bool nn_linear = true) {
+  return {role, module_name(s, role), in, out, count, bias, token_fraction, nn_linear};
 }
 
 // Multi-head latent attention (DeepseekV2Attention, DeepseekV3Attention): the query through q_a_proj and
@@ -37,21 +38,23 @@ bool is_router(const LinearModule& m) {
 // compressed kv_a_proj_with_mqa output, whose last qk_rope_head_dim features are the rotary key shared
 // by every head. Only q_a_proj, kv_a_proj_with_mqa and o_proj take attention_bias.
 void add_latent_attention(const ModelSpec& s, std::vector<LinearModule>& out) {
+  using R = ModuleRole;
   const std::int64_t h = s.hidden_size;
   const std::int64_t q = mul(s.num_heads, s.head_dim);
   if (s.q_lora_rank > 0) {
-    out.push_back({"q_a_proj", h, s.q_lora_rank, 1, s.attention_bias, 1.0});
-    out.push_back({"q_b_proj", s.q_lora_rank, q, 1, false, 1.0});
+    out.push_back(module(s, R::latent_query_down, h, s.q_lora_rank, 1, s.attention_bias));
+    out.push_back(module(s, R::latent_query_up, s.q_lora_rank, q));
   } else {
-    out.push_back({"q_proj", h, q, 1, false, 1.0});
+    out.push_back(module(s, R::attention_query, h, q));
   }
-  out.push_back({"kv_a_proj_with_mqa", h, add(s.kv_lora_rank, s.qk_rope_head_dim), 1, s.attention_bias, 1.0});
+  out.push_back(module(s, R::latent_kv_down, h, add(s.kv_lora_rank, s.qk_rope_head_dim), 1, s.attention_bias));
   const std::int64_t key_nope = s.head_dim - s.qk_rope_head_dim;
-  out.push_back({"kv_b_proj", s.kv_lora_rank, mul(s.num_heads, add(key_nope, s.v_head_dim)), 1, false, 1.0});
-  out.push_back({"o_proj", mul(s.num_heads, s.v_head_dim), h, 1, s.attention_out_bias, 1.0});
+  out.push_back(module(s, R::latent_kv_up, s.kv_lora_rank, mul(s.num_heads, add(key_nope, s.v_head_dim))));
+  out.push_back(module(s, R::attention_output, mul(s.num_heads, s.v_head_dim), h, 1, s.attention_out_bias));
 }
 
 void add_attention(const ModelSpec& s, std::vector<LinearModule>& out) {
+  using R = ModuleRole;
   if (s.is_mla()) {
     add_latent_attention(s, out);
     return;
@@ -59,69 +62,63 @@ void add_attention(const ModelSpec& s, std::vector<LinearModule>& out) {
   const std::int64_t q = mul(s.num_heads, s.head_dim);
   const std::int64_t kv = mul(s.num_kv_heads, s.head_dim);
   if (s.fused_qkv) {
-    out.push_back({"qkv_proj", s.hidden_size, add(q, mul(2, kv)), 1, s.attention_bias, 1.0});
+    out.push_back(module(s, R::attention_qkv, s.hidden_size, add(q, mul(2, kv)), 1, s.attention_bias));
   } else {
-    out.push_back({"q_proj", s.hidden_size, q, 1, s.attention_bias, 1.0});
-    out.push_back({"k_proj", s.hidden_size, kv, 1, s.attention_bias, 1.0});
-    out.push_back({"v_proj", s.hidden_size, kv, 1, s.attention_bias, 1.0});
+    out.push_back(module(s, R::attention_query, s.hidden_size, q, 1, s.attention_bias));
+    out.push_back(module(s, R::attention_key, s.hidden_size, kv, 1, s.attention_bias));
+    out.push_back(module(s, R::attention_value, s.hidden_size, kv, 1, s.attention_bias));
   }
-  out.push_back({"o_proj", q, s.hidden_size, 1, s.attention_out_bias, 1.0});
+  out.push_back(module(s, R::attention_output, q, s.hidden_size, 1, s.attention_out_bias));
 }
 
 void add_dense_mlp(const ModelSpec& s, std::vector<LinearModule>& out) {
+  using R = ModuleRole;
   const std::int64_t h = s.hidden_size;
   const std::int64_t i = s.intermediate_size;
   if (s.fused_qkv) {  // phi3 fuses the MLP's gate and up projections the same way
-    out.push_back({"gate_up_proj", h, mul(2, i), 1, s.mlp_bias, 1.0});
+    out.push_back(module(s, R::mlp_gate_up, h, mul(2, i), 1, s.mlp_bias));
   } else {
-    out.push_back({"gate_proj", h, i, 1, s.mlp_bias, 1.0});
-    out.push_back({"up_proj", h, i, 1, s.mlp_bias, 1.0});
+    out.push_back(module(s, R::mlp_gate, h, i, 1, s.mlp_bias));
+    out.push_back(module(s, R::mlp_up, h, i, 1, s.mlp_bias));
   }
-  out.push_back({"down_proj", i, h, 1, s.mlp_bias, 1.0});
+  out.push_back(module(s, R::mlp_down, i, h, 1, s.mlp_bias));
 }
 
 void add_moe_mlp(const ModelSpec& s, std::vector<LinearModule>& out) {
+  using R = ModuleRole;
   const std::int64_t h = s.hidden_size;
   const std::int64_t e = s.num_experts;
   const std::int64_t m = s.moe_intermediate_size;
   const double routed = static_cast<double>(s.experts_per_token) / static_cast<double>(e);
-  if (s.model_type == "mixtral") {
-    out.push_back({"block_sparse_moe.gate", h, e, 1, false, 1.0});
-    out.push_back({"experts.w1", h, m, e, false, routed, false});
-    out.push_back({"experts.w3", h, m, e, false, routed, false});
-    out.push_back({"experts.w2", m, h, e, false, routed, false});
-    return;
-  }
   const bool deepseek = s.model_type == "deepseek_v2" || s.model_type == "deepseek_v3";
-  if (deepseek || s.model_type == "phimoe") {
+  if (deepseek || s.model_type == "phimoe" || s.model_type == "mixtral") {
     // Transformers 5 stores these experts as two 3-D parameters, gate and up fused:
-    // gate_up_proj [E, 2M, h] and down_proj [E, h, M].
-    if (s.model_type == "phimoe") {
-      out.push_back({"mlp.router", h, e, 1, false, 1.0});  // PhimoeTopKRouter is an nn.Linear
-    } else {
-      // DeepseekV2Moe's gate is an nn.Linear; DeepseekV3TopkRouter holds a bare weight.
-      out.push_back({"mlp.gate", h, e, 1, false, 1.0, s.model_type == "deepseek_v2"});
-    }
-    out.push_back({"experts.gate_up_proj", h, mul(2, m), e, false, routed, false});
-    out.push_back({"experts.down_proj", m, h, e, false, routed, false});
+    // gate_up_proj [E, 2M, h] and down_proj [E, h, M] (Mixtral's checkpoint names w1, w3 and w2
+    // are converted on loading: data/bench/h200-mixtral-shape-2026-12-04.modules.txt).
+    // PhimoeTopKRouter and DeepseekV2Moe's gate are nn.Linear; DeepseekV3TopkRouter and
+    // MixtralTopKRouter hold a bare weight, which all-linear does not wrap.
+    const bool bare_router = s.model_type == "deepseek_v3" || s.model_type == "mixtral";
+    out.push_back(module(s, R::router, h, e, 1, false, 1.0, !bare_router));
+    out.push_back(module(s, R::expert_gate_up, h, mul(2, m), e, false, routed, false));
+    out.push_back(module(s, R::expert_down, m, h, e, false, routed, false));
     if (s.shared_expert_intermediate_size > 0) {
       const std::int64_t sh = s.shared_expert_intermediate_size;
-      out.push_back({"shared_experts.gate_proj", h, sh, 1, s.mlp_bias, 1.0});
-      out.push_back({"shared_experts.up_proj", h, sh, 1, s.mlp_bias, 1.0});
-      out.push_back({"shared_experts.down_proj", sh, h, 1, s.mlp_bias, 1.0});
+      out.push_back(module(s, R::shared_expert_gate, h, sh, 1, s.mlp_bias));
+      out.push_back(module(s, R::shared_expert_up, h, sh, 1, s.mlp_bias));
+      out.push_back(module(s, R::shared_expert_down, sh, h, 1, s.mlp_bias));
     }
     return;
   }
-  out.push_back({"mlp.gate", h, e, 1, false, 1.0});
-  out.push_back({"experts.gate_proj", h, m, e, false, routed, false});
-  out.push_back({"experts.up_proj", h, m, e, false, routed, false});
-  out.push_back({"experts.down_proj", m, h, e, false, routed, false});
+  out.push_back(module(s, R::router, h, e));
+  out.push_back(module(s, R::expert_gate, h, m, e, false, routed, false));
+  out.push_back(module(s, R::expert_up, h, m, e, false, routed, false));
+  out.push_back(module(s, R::expert_down, m, h, e, false, routed, false));
   if (s.shared_expert_intermediate_size > 0) {
     const std::int64_t sh = s.shared_expert_intermediate_size;
-    out.push_back({"shared_expert.gate_proj", h, sh, 1, false, 1.0});
-    out.push_back({"shared_expert.up_proj", h, sh, 1, false, 1.0});
-    out.push_back({"shared_expert.down_proj", sh, h, 1, false, 1.0});
-    out.push_back({"mlp.shared_expert_gate", h, 1, 1, false, 1.0});
+    out.push_back(module(s, R::shared_expert_gate, h, sh));
+    out.push_back(module(s, R::shared_expert_up, h, sh));
+    out.push_back(module(s, R::shared_expert_down, sh, h));
+    out.push_back(module(s, R::shared_expert_scale, h, 1));
   }
 }
 
@@ -154,10 +151,11 @@ ParameterCounts count_parameters(const ModelSpec& model) {
   const std::int64_t main_layers = model.num_layers - model.dense_layers;
   std::int64_t unrouted = 0;  // the routed experts' parameters one token's forward does not use
   for (const LinearModule& m : layer_linear_modules(model)) {
-    std::int64_t& bucket = is_router(m) ? c.other : c.linear;
+    std::int64_t& bucket = is_router_like(m.role) ? c.other : c.linear;
     bucket = add(bucket, mul(main_layers, numel(m)));
     if (m.count > 1) {
-      const LinearModule one{m.name, m.in_features, m.out_features, 1, m.bias, m.token_fraction, m.nn_linear};
+      LinearModule one = m;
+      one.count = 1;
       unrouted = add(unrouted, mul(mul(main_layers, m.count - model.experts_per_token), numel(one)));
     }
   }

@@ -10,7 +10,7 @@
 #include <utility>
 
 #include "memory/memory_model.hpp"
-#include "memory/step_shape.hpp"
+#include "step/step_shape.hpp"
 #include "time/time_model.hpp"
 #include "trainfit/error.hpp"
 #include "trainfit/settings.hpp"
@@ -52,14 +52,15 @@ struct Estimates {
 
 Estimates estimate(const ModelSpec& model, const TrainingSetup& setup, const GpuSpec& gpu, const TimeProfile& profile) {
   validate(setup);
-  const detail::StepShape st = detail::describe_step(model, setup);
+  const detail::Step step = detail::describe_step(model, setup);
   Estimates e;
-  e.memory = detail::estimate_memory(model, setup, gpu, st);
-  e.verdict = judge(e.memory.busiest_peak_allocated_bytes, e.memory.device_used_bytes, gpu.memory_bytes, setup.headroom,
+  e.memory = detail::estimate_memory(model, step, gpu);
+  e.verdict = judge(e.memory.busiest_peak_allocated_bytes, e.memory.busiest_device_used_bytes, gpu.memory_bytes,
+                    setup.headroom,
                     setup.platform);
   // A card without rates gets no time (estimate_time says so without counting the work).
   if (detail::has_rates(gpu))
-    e.time = estimate_time(detail::step_work(model, setup, st), setup, gpu, profile, e.verdict == Verdict::spills);
+    e.time = estimate_time(detail::step_work(model, step), setup, gpu, profile, e.verdict == Verdict::spills);
   else
     e.time.predicted = false;
   return e;
@@ -259,7 +260,7 @@ Plan make_plan(const ModelSpec& model, const TrainingSetup& setup, const GpuSpec
   plan.headroom_fraction = 1.0 - static_cast<double>(plan.memory.busiest_peak_allocated_bytes) / cap;
   plan.verdict = e.verdict;
   plan.over_capacity_bytes = std::max<std::int64_t>(
-      0, std::max(plan.memory.busiest_peak_allocated_bytes, plan.memory.device_used_bytes) - gpu.memory_bytes);
+      0, std::max(plan.memory.busiest_peak_allocated_bytes, plan.memory.busiest_device_used_bytes) - gpu.memory_bytes);
   plan.time = std::move(e.time);
   plan.warnings = plan_warnings(model, setup);
   // PEFT 0.21 under transformers 5: all-linear reaches the fused experts after all, through

@@ -1,6 +1,6 @@
 // A group of setups that differ only in micro-batch, accumulation and checkpointing, priced by
 // the memory and time models' own functions from what the group counted once.
-#include "advise/setup_grid.hpp"
+#include "plan/setup_grid.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -43,17 +43,11 @@ SetupGroup::SetupGroup(const ModelSpec& model, const TrainingSetup& base, const 
   check_every_point_ = base_.objective == Objective::grpo || base_.objective == Objective::kto;
   validate(base_);
   // describe_step reads neither the batch (but for `tokens`), nor the accumulation, nor
-  // checkpointing, and neither do memory_basis and work_basis: one description serves the group.
-  check_layout(model, base_);
-  const StepShape st = describe_step(model, base_);
-  memory_ = memory_basis(model, base_, gpu, st);
-  const Layout layout = layout_of(base_);
-  if (layout.pp > 1) {
-    last_stage_memory_ = stage_basis(memory_, base_, st, last_stage(model, layout));
-    memory_ = stage_basis(memory_, base_, st, first_stage(model, layout));
-  }
+  // checkpointing, and neither do memory_bases and work_basis: one description serves the group.
+  const Step step = describe_step(model, base_);
+  memory_ = memory_bases(model, step, gpu);
   timed_ = has_rates(gpu);
-  if (timed_) work_ = work_basis(model, base_, st);
+  if (timed_) work_ = work_basis(model, step);
 
   // Whatever else validate checks holds for every point, since only these two change. The
   // batch's range is also capped by the micro-batch's tokens at this sequence length.
@@ -63,6 +57,12 @@ SetupGroup::SetupGroup(const ModelSpec& model, const TrainingSetup& base, const 
   max_batch_ = std::min(batch.highest, kMaxMicroBatchTokens / base_.seq);
   min_grad_accum_ = accum.lowest;
   max_grad_accum_ = accum.highest;
+}
+
+double SetupGroup::host_bytes() const {
+  double most = 0;
+  for (const StepMemoryBases::Stage& stage : memory_.priced) most = std::max(most, stage.first_microbatch.host_bytes);
+  return most;
 }
 
 void SetupGroup::validate_point(std::int64_t batch, std::int64_t grad_accum) const {
@@ -83,18 +83,14 @@ SetupGroup::Point SetupGroup::at(std::int64_t batch, std::int64_t grad_accum, bo
       grad_accum > max_grad_accum_)
     validate_point(batch, grad_accum);
   const double tokens = micro_batch_tokens(base_.seq, batch);
-  // A pipeline stage accumulates its gradients over the step's micro-batches (estimate_memory).
-  const std::int64_t accumulated = grad_accum * (last_stage_memory_ ? base_.microbatches : 1);
-  StepMemory memory = step_memory(memory_, tokens, accumulated, grad_ckpt);
-  if (last_stage_memory_) {
-    StepMemory last = step_memory(*last_stage_memory_, tokens, accumulated, grad_ckpt);
-    if (last.peak_allocated_bytes > memory.peak_allocated_bytes) memory = last;
-  }
+  const StepMemory memory = busiest_step_memory(memory_, tokens, grad_accum, grad_ckpt).memory;
   Point p;
   p.peak_allocated_bytes = memory.peak_allocated_bytes;
   p.device_used_bytes = memory.device_used_bytes;
+  p.busiest_peak_allocated_bytes = memory.busiest_peak_allocated_bytes;
+  p.busiest_device_used_bytes = memory.busiest_device_used_bytes;
   // The busiest GPU over the run decides (MemoryEstimate::busiest_peak_allocated_bytes).
-  p.verdict = judge(memory.busiest_peak_allocated_bytes, p.device_used_bytes, gpu_.memory_bytes, base_.headroom,
+  p.verdict = judge(p.busiest_peak_allocated_bytes, p.busiest_device_used_bytes, gpu_.memory_bytes, base_.headroom,
                     base_.platform);
   if (timed_) {
     const StepWork work = step_work(work_, tokens, static_cast<double>(batch), grad_ckpt);

@@ -30,6 +30,9 @@ class SetupGroup {
   struct Point {
     std::int64_t peak_allocated_bytes = 0;  // == estimate_memory(...).peak_allocated_bytes
     std::int64_t device_used_bytes = 0;     // == estimate_memory(...).device_used_bytes
+    // The busiest GPU's, which the verdict is judged on (MemoryEstimate's).
+    std::int64_t busiest_peak_allocated_bytes = 0;
+    std::int64_t busiest_device_used_bytes = 0;
     Verdict verdict = Verdict::fits;        // == judge(...) with base.headroom and base.platform
     double step_seconds = 0;                // == estimate_time(..., spills = verdict == spills).step_seconds (0 if not predicted)
     double tokens_per_second = 0;
@@ -42,7 +45,7 @@ class SetupGroup {
   Point at(std::int64_t batch, std::int64_t grad_accum, bool grad_ckpt) const;
   // Host memory one host needs for offloaded states (MemoryEstimate::host_bytes): the same at
   // every point of the group.
-  double host_bytes() const { return memory_.host_bytes; }
+  double host_bytes() const;
 
  private:
   // validate() on base with this batch and accumulation: throws what estimate_memory would.
@@ -51,9 +54,9 @@ class SetupGroup {
   TrainingSetup base_;  // batch 1, grad_accum 1 (grpo: one group a step); validate_point's setup
   GpuSpec gpu_;
   TimeProfile profile_;
-  MemoryBasis memory_;
-  // With pipeline parallelism memory_ is the first stage's and this the last's: the busier decides.
-  std::optional<MemoryBasis> last_stage_memory_;
+  // What estimate_memory prices from (with a pipeline, its first and last stages): the same
+  // busiest_step_memory decides for both.
+  StepMemoryBases memory_;
   WorkBasis work_;
   bool timed_ = false;  // the card has the rates the time model needs (has_rates)
   // The batches and accumulations validate() accepts with base's other settings: inside them,

@@ -58,10 +58,10 @@ std::string verdict_line(const Plan& p) {
                          pct(p.headroom_fraction), pct(p.setup.headroom));
     case Verdict::spills:
       return fmt::format("SPILLS: needs {} on a {} card, {} over; the driver's system-memory fallback will run it, very slowly",
-                         gib(std::max(p.memory.busiest_peak_allocated_bytes, p.memory.device_used_bytes)), gib(cap), gib(p.over_capacity_bytes));
+                         gib(std::max(p.memory.busiest_peak_allocated_bytes, p.memory.busiest_device_used_bytes)), gib(cap), gib(p.over_capacity_bytes));
     case Verdict::oom:
       return fmt::format("OOM: needs {} on a {} card, {} over: CUDA out of memory",
-                         gib(std::max(p.memory.busiest_peak_allocated_bytes, p.memory.device_used_bytes)), gib(cap), gib(p.over_capacity_bytes));
+                         gib(std::max(p.memory.busiest_peak_allocated_bytes, p.memory.busiest_device_used_bytes)), gib(cap), gib(p.over_capacity_bytes));
   }
   return "";
 }
@@ -218,7 +218,8 @@ json plan_to_json(const Plan& p) {
                       {"breakdown", breakdown},
                       {"phases", phases},
                       {"host_bytes", p.memory.host_bytes},
-                      {"busiest_peak_allocated_bytes", p.memory.busiest_peak_allocated_bytes}}},
+                      {"busiest_peak_allocated_bytes", p.memory.busiest_peak_allocated_bytes},
+                      {"busiest_device_used_bytes", p.memory.busiest_device_used_bytes}}},
           {"device", {{"name", p.gpu.name}, {"id", p.gpu.id}, {"capacity_bytes", p.gpu.memory_bytes}}},
           {"objective", objective_to_json(p)},
           {"time", time_to_json(p)},

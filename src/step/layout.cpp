@@ -1,5 +1,5 @@
-// The layout settings reduced to what the memory and time models need (memory/layout.hpp).
-#include "memory/layout.hpp"
+// The layout settings reduced to what the memory and time models need (step/layout.hpp).
+#include "step/layout.hpp"
 
 #include <fmt/format.h>
 
@@ -50,11 +50,10 @@ Layout layout_of(const TrainingSetup& s) {
   return l;
 }
 
-TrainingSetup compute_setup(const TrainingSetup& setup) {
-  const Layout l = layout_of(setup);
-  if (!l.compute_dtype) return setup;
+TrainingSetup compute_setup(const TrainingSetup& setup, const Layout& layout) {
+  if (!layout.compute_dtype) return setup;
   TrainingSetup c = setup;
-  c.weights = *l.compute_dtype;
+  c.weights = *layout.compute_dtype;
   c.amp.reset();
   return c;
 }

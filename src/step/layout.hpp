@@ -43,7 +43,8 @@ Layout layout_of(const TrainingSetup& setup);
 
 // The setup the GPUs compute: under a mixed-precision layout the step runs in the compute dtype
 // on low-precision copies (no autocast), whatever the storage dtype. Otherwise the setup itself.
-TrainingSetup compute_setup(const TrainingSetup& setup);
+// `layout` is layout_of(setup).
+TrainingSetup compute_setup(const TrainingSetup& setup, const Layout& layout);
 
 // Throws SettingError when the model cannot be laid out so: tensor parallelism wider than the
 // attention heads or key/value heads (or not dividing them), more pipeline stages than layers.

@@ -1,8 +1,8 @@
 // The tensors of one training step, from the model's shape and the setup.
 // docs/model.md explains each term; the comments here say which framework
 // behaviour (PyTorch autograd, HF transformers, PEFT, bitsandbytes) makes it exist.
-#include "memory/step_shape.hpp"
-#include "memory/layout.hpp"
+#include "step/step_shape.hpp"
+#include "step/layout.hpp"
 
 #include <algorithm>
 #include <array>
@@ -84,9 +84,10 @@ ParameterCounts objective_counts(const ModelSpec& m, const TrainingSetup& s) {
 // What every part of the step's description is computed from, derived once: the model's sizes,
 // the setup's byte widths and the linear modules of its layers with the LoRA targets among them.
 struct StepBasis {
-  StepBasis(const ModelSpec& m, const TrainingSetup& s)
+  StepBasis(const ModelSpec& m, const TrainingSetup& s, const Layout& l)
       : model(m),
         setup(s),
+        layout(l),
         h(as_d(m.hidden_size)),
         nq(as_d(m.num_heads)),
         q(nq * as_d(m.head_dim)),
@@ -105,7 +106,8 @@ struct StepBasis {
         linears(layer_linears(m, s)) {}
 
   const ModelSpec& model;
-  const TrainingSetup& setup;
+  const TrainingSetup& setup;  // what the GPUs compute (compute_setup)
+  const Layout& layout;
   double h, nq, q, kv;             // hidden size, query heads, query and key widths
   double v, attn_out;              // value and attention output widths (narrower than q and k under latent attention)
   double V, L, seq;                // vocabulary, layers, sequence
@@ -128,12 +130,6 @@ struct LinearTotals {
   double factored_elems = 0;  // Adafactor's row + column vectors over the trainable matrices
 };
 
-// Whether a routed experts' module is the gate/up side of the MLP (gate_up_proj, or gate and up as
-// a pair: Mixtral's w1 and w3).
-bool expert_gate_or_up(const LinearModule& m) {
-  return m.name.ends_with("gate_up_proj") || m.name.ends_with("gate_proj") || m.name.ends_with("up_proj") ||
-         m.name.ends_with(".w1") || m.name.ends_with(".w3");
-}
 
 // LoRA A and B of one module, every copy. PEFT's ParamWrapper gives a 3-D expert parameter A of
 // (rank x E) x in and B of out x (rank x E), and the fused gate/up parameter twice the rank (its
@@ -142,8 +138,8 @@ bool expert_gate_or_up(const LinearModule& m) {
 // for Qwen3-MoE, Mixtral and DeepSeek-V2-Lite.
 double adapter_params_of(const LinearModule& m, bool wrapped, double r) {
   const double in = as_d(m.in_features), out = as_d(m.out_features), copies = as_d(m.count);
-  if (!wrapped || m.count == 1 || !expert_gate_or_up(m)) return r * (in + out) * copies;
-  if (m.name.ends_with("gate_up_proj")) return 2.0 * r * (in + out) * copies;
+  if (!wrapped || m.count == 1 || !is_mlp_input_side(m.role)) return r * (in + out) * copies;
+  if (m.role == ModuleRole::expert_gate_up) return 2.0 * r * (in + out) * copies;
   return r * (in + 2.0 * out) * copies;
 }
 
@@ -208,7 +204,7 @@ ParameterStorage parameter_storage(const StepBasis& b, const LinearTotals& lin) 
   const double lm_head_elems = as_d(b.pc.lm_head);
   const double embed_elems = as_d(b.pc.embedding);
   // Sharded layouts store 1/shards of each parameter (and its gradient and states) as its own tensor.
-  const Layout layout = layout_of(setup);
+  const Layout& layout = b.layout;
   const double shards = layout.gathers_units ? layout.param_shards : 1.0;
 
   if (b.quantised) {
@@ -318,9 +314,9 @@ void keep_norm(std::vector<Sized>& v, const StepBasis& b, const std::string& nam
 }
 
 // The first module of `mods` PEFT would match by `name`.
-const LayerLinear* find_module(const std::vector<LayerLinear>& mods, std::string_view name) {
+const LayerLinear* find_module(const std::vector<LayerLinear>& mods, ModuleRole role) {
   for (const auto& m : mods)
-    if (module_name_matches(m.module.name, name)) return &m;
+    if (m.module.role == role) return &m;
   return nullptr;
 }
 
@@ -360,9 +356,10 @@ class LayerActivations {
     } else {
       std::array<const LayerLinear*, 3> gu{};
       std::size_t n = 0;
-      for (const char* name : {"gate_proj", "up_proj", "gate_up_proj"})
-        if (const auto* m = find_module(mods, name)) gu[n++] = m;
-      mlp("", std::span(gu.data(), n), find_module(mods, "down_proj"), as_d(model.intermediate_size), 1.0, 1.0);
+      for (const ModuleRole role : {ModuleRole::mlp_gate, ModuleRole::mlp_up, ModuleRole::mlp_gate_up})
+        if (const auto* m = find_module(mods, role)) gu[n++] = m;
+      mlp("", std::span(gu.data(), n), find_module(mods, ModuleRole::mlp_down), as_d(model.intermediate_size), 1.0,
+          1.0);
     }
     if (model.post_norms) keep_norm(kept_, b_, "post-feedforward norm", b_.h);
     return std::move(kept_);
@@ -414,8 +411,9 @@ class LayerActivations {
     const double c = b_.w.compute;
     const double q = b_.q, kv = b_.kv;
     // attention projections
-    for (const char* name : {"q_proj", "k_proj", "v_proj", "qkv_proj"})
-      if (const auto* m = find_module(mods, name)) linear(*m, {"", "attention input"}, sublayer_input_bytes_, 1.0);
+    for (const ModuleRole role : {ModuleRole::attention_query, ModuleRole::attention_key, ModuleRole::attention_value,
+                                  ModuleRole::attention_qkv})
+      if (const auto* m = find_module(mods, role)) linear(*m, {"", "attention input"}, sublayer_input_bytes_, 1.0);
     if (b_.model.qk_norm) {
       keep(kept_, "q/k norm fp32 inputs", 4.0 * (q + kv));
       if (b_.full) keep(kept_, "q/k norm normalised inputs", (b_.model.norm_scale_in_fp32 ? kFp32Bytes : c) * (q + kv));
@@ -434,17 +432,17 @@ class LayerActivations {
   void latent_attention(const std::vector<LayerLinear>& mods) {
     const ModelSpec& model = b_.model;
     const double c = b_.w.compute;
-    if (const auto* q_a = find_module(mods, "q_a_proj")) {
+    if (const auto* q_a = find_module(mods, ModuleRole::latent_query_down)) {
       linear(*q_a, {"", "attention input"}, sublayer_input_bytes_, 1.0);
       keep_norm(kept_, b_, "q_a norm", as_d(model.q_lora_rank));
-      if (const auto* q_b = find_module(mods, "q_b_proj")) linear(*q_b, {"", "q_a norm output"}, b_.w.norm_out, 1.0);
-    } else if (const auto* q_proj = find_module(mods, "q_proj")) {
+      if (const auto* q_b = find_module(mods, ModuleRole::latent_query_up)) linear(*q_b, {"", "q_a norm output"}, b_.w.norm_out, 1.0);
+    } else if (const auto* q_proj = find_module(mods, ModuleRole::attention_query)) {
       linear(*q_proj, {"", "attention input"}, sublayer_input_bytes_, 1.0);
     }
-    if (const auto* kv_a = find_module(mods, "kv_a_proj_with_mqa"))
+    if (const auto* kv_a = find_module(mods, ModuleRole::latent_kv_down))
       linear(*kv_a, {"", "attention input"}, sublayer_input_bytes_, 1.0);
     keep_norm(kept_, b_, "kv_a norm", as_d(model.kv_lora_rank));
-    const LayerLinear* kv_b = find_module(mods, "kv_b_proj");
+    const LayerLinear* kv_b = find_module(mods, ModuleRole::latent_kv_up);
     if (kv_b) linear(*kv_b, {"", "kv_a norm output"}, b_.w.norm_out, 1.0);
     // The query and the key are new tensors (torch.cat of their position-free and rotary parts); the
     // value is a slice of kv_b_proj's output, and keeping it keeps that whole output.
@@ -465,7 +463,7 @@ class LayerActivations {
     // PyTorch's fused SDPA kernels take half precision only; fp32 with grouped-query attention
     // falls back to the math path (measured on the H200), which keeps the scores like eager does.
     const bool math_sdpa = b_.setup.attention != Attention::eager && c >= 4.0 && grouped;
-    const LayerLinear* o_proj = find_module(mods, "o_proj");
+    const LayerLinear* o_proj = find_module(mods, ModuleRole::attention_output);
     if (math_sdpa) {
       keep(kept_, "key repeated to query heads", c * b_.q);
       keep(kept_, "value repeated to query heads", c * b_.attn_out);
@@ -533,8 +531,7 @@ class LayerActivations {
     const double h = b_.h;
     const double k = as_d(model.experts_per_token);
     const double E = as_d(model.num_experts);
-    const LayerLinear* router = find_module(mods, "gate");
-    if (router == nullptr) router = find_module(mods, "router");
+    const LayerLinear* router = find_module(mods, ModuleRole::router);
     if (model.router_in_fp32) {
       // DeepSeek's router multiplies an fp32 copy of the hidden states, which its weight gradient
       // keeps in full fine-tuning (the copy is the input itself when that is fp32 already). It never
@@ -554,28 +551,20 @@ class LayerActivations {
     // is scaled by its routing weight (which keeps the expert output for the weight's gradient).
     std::vector<const LayerLinear*> gu;
     for (const auto& l : mods)
-      if (l.module.count > 1 && (l.module.name.ends_with("gate_proj") || l.module.name.ends_with("up_proj") ||
-                                 l.module.name.ends_with("gate_up_proj")))
-        gu.push_back(&l);
-    const LayerLinear* down = nullptr;
-    for (const auto& l : mods)
-      if (l.module.count > 1 && l.module.name.ends_with("down_proj")) down = &l;
+      if (is_routed_expert(l.module.role) && is_mlp_input_side(l.module.role)) gu.push_back(&l);
+    const LayerLinear* down = find_module(mods, ModuleRole::expert_down);
     // Per token, k of the E experts run: rows = k/E of the tokens per expert, times E copies.
     mlp("expert ", gu, down, as_d(model.moe_intermediate_size), k / E, E);
     keep(kept_, "expert outputs (for routing-weight gradient)", c * h * k);
     if (model.shared_expert_intermediate_size > 0) {
       // Qwen's shared_expert.* or DeepSeek's shared_experts.*: one MLP every token runs.
-      const auto shared = [](const LinearModule& m) { return m.count == 1 && m.name.starts_with("shared_expert"); };
       std::vector<const LayerLinear*> sgu;
       for (const auto& l : mods)
-        if (shared(l.module) && (l.module.name.ends_with("gate_proj") || l.module.name.ends_with("up_proj")))
-          sgu.push_back(&l);
-      const LayerLinear* sdown = nullptr;
-      for (const auto& l : mods)
-        if (shared(l.module) && l.module.name.ends_with("down_proj")) sdown = &l;
+        if (is_shared_expert(l.module.role) && is_mlp_input_side(l.module.role)) sgu.push_back(&l);
+      const LayerLinear* sdown = find_module(mods, ModuleRole::shared_expert_down);
       mlp("shared expert ", sgu, sdown, as_d(model.shared_expert_intermediate_size), 1.0, 1.0);
       // Qwen2-MoE scales the shared expert's output by a sigmoid gate, which keeps both; DeepSeek adds it.
-      if (find_module(mods, "shared_expert_gate")) keep(kept_, "shared expert output and gate", c * h + 4.0);
+      if (find_module(mods, ModuleRole::shared_expert_scale)) keep(kept_, "shared expert output and gate", c * h + 4.0);
     }
   }
 
@@ -800,8 +789,7 @@ LayerLinears layer_linears(const ModelSpec& model, const TrainingSetup& setup) {
         // The MLP's parameter names go to ParamWrapper (the experts' 3-D tensors, a router's bare
         // weight); the nn.Linear modules of the same names (a dense layer's MLP, shared experts)
         // are then not wrapped: DeepSeek-V2-Lite's trainable count on the H200 has none of them.
-        const bool mlp_name =
-            m.name.ends_with("gate_proj") || m.name.ends_with("up_proj") || m.name.ends_with("down_proj");
+        const bool mlp_name = is_mlp_input_side(m.role) || is_mlp_output_side(m.role);
         if (!m.nn_linear) {
           target = wrapped = true;
         } else if (mlp_name) {
@@ -888,11 +876,8 @@ ObjectiveShape describe_objective(const ModelSpec& model, const TrainingSetup& s
   return o;
 }
 
-StepShape describe_step(const ModelSpec& model, const TrainingSetup& user_setup) {
-  // Under a mixed-precision layout the GPUs compute in the low-precision dtype; the memory model
-  // adds the fp32 storage (memory_basis).
-  const TrainingSetup setup = compute_setup(user_setup);
-  StepBasis b(model, setup);
+StepShape describe_tensors(const ModelSpec& model, const TrainingSetup& setup, const Layout& layout) {
+  StepBasis b(model, setup, layout);
   const LinearTotals lin = sum_linears(b);
   StepShape st;
   st.tokens = micro_batch_tokens(setup.seq, setup.batch);
@@ -923,7 +908,7 @@ StepShape describe_step(const ModelSpec& model, const TrainingSetup& user_setup)
       const LinearModule& m = l.module;
       const double merged = as_d(m.in_features) * as_d(m.out_features) * as_d(m.count) * wb;
       kept_layer += merged + (b.adapter_bytes != wb ? adapter_params_of(m, true, b.r) * wb : 0.0);
-      if (m.count > 1) (expert_gate_or_up(m) ? gate_up : down) += merged;
+      if (m.count > 1) (is_mlp_input_side(m.role) ? gate_up : down) += merged;
     }
     st.layer_fixed_activations = kept_layer * b.linears.moe_layers / b.L;
     st.layer_fixed_backward_transient = std::max(0.0, gate_up - down);
@@ -964,7 +949,10 @@ StepShape describe_step(const ModelSpec& model, const TrainingSetup& user_setup)
     v.objective = Objective::reward;
     v.method = Method::full;
     v.grad_ckpt = false;
-    const StepShape vs = describe_step(model, v);
+    // Trained whole, it has a layout of its own: DeepSpeed's mixed precision computes a fully
+    // trained model in its compute dtype (layout_of), which the policy's LoRA step does not.
+    const Layout value_layout = layout_of(v);
+    const StepShape vs = describe_tensors(model, compute_setup(v, value_layout), value_layout);
     ValueModelShape& value = st.objective.value;
     value.weights = vs.params.weights + vs.params.weights_rounding;
     value.gradients = vs.gradients + vs.params.trainable_rounding;
@@ -979,7 +967,7 @@ StepShape describe_step(const ModelSpec& model, const TrainingSetup& user_setup)
     st.objective.reward_weights = value.weights;
   }
   st.linears = std::move(b.linears);
-  split_for_model_parallelism(st, layout_of(setup));
+  split_for_model_parallelism(st, layout);
   return st;
 }
 

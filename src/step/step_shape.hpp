@@ -222,10 +222,14 @@ struct StepShape {
   bool operator==(const StepShape&) const = default;
 };
 
-// The tensors of one step of this setup; the same on every card. Everything but `tokens` is per
-// token or per step, and does not depend on the setup's batch, grad_accum or grad_ckpt (a
-// SetupGroup describes a step once for every batch, accumulation and checkpointing; the unit
-// test SetupGroup.DescribeStepDoesNotDependOnBatchAccumulationOrCheckpointing holds it to that).
-StepShape describe_step(const ModelSpec& model, const TrainingSetup& setup);
+struct Layout;
+
+// The tensors of one step of this setup, laid out so; the same on every card. `compute` is what the
+// GPUs compute (compute_setup), `layout` the setup's (layout_of): step/step.hpp's describe_step
+// derives both once and is the one caller. Everything but `tokens` is per token or per step, and
+// does not depend on the setup's batch, grad_accum or grad_ckpt (a SetupGroup describes a step once
+// for every batch, accumulation and checkpointing; the unit test
+// SetupGroup.DescribeStepDoesNotDependOnBatchAccumulationOrCheckpointing holds it to that).
+StepShape describe_tensors(const ModelSpec& model, const TrainingSetup& compute, const Layout& layout);
 
 }  // namespace trainfit::detail

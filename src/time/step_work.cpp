@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
-#include "memory/layout.hpp"
-#include "memory/step_shape.hpp"
+#include "step/layout.hpp"
+#include "step/step_shape.hpp"
 #include "time/time_model.hpp"
 #include "trainfit/time.hpp"
 
@@ -228,10 +228,12 @@ void objective_step_work(StepWork& w, const WorkBasis& b, double T, double attn_
 
 }  // namespace
 
-WorkBasis work_basis(const ModelSpec& model, const TrainingSetup& user_setup, const StepShape& st) {
-  // The GPUs compute in the layout's compute dtype (memory/layout.hpp); `st` describes that step.
-  const TrainingSetup setup = compute_setup(user_setup);
-  const Layout lay = layout_of(user_setup);
+WorkBasis work_basis(const ModelSpec& model, const Step& step) {
+  // The GPUs compute in the layout's compute dtype (step/layout.hpp); the tensors describe that step.
+  const TrainingSetup& user_setup = step.setup;
+  const TrainingSetup& setup = step.compute;
+  const Layout& lay = step.layout;
+  const StepShape& st = step.tensors;
   WorkBasis b;
   b.seq = as_d(setup.seq);
   const double L = b.layers = as_d(model.num_layers);
@@ -432,7 +434,8 @@ WorkBasis work_basis(const ModelSpec& model, const TrainingSetup& user_setup, co
       b.dtensor_backward_ops = L * kDTensorBackwardOpsPerLayer + kDTensorBackwardOpsOutside;
     }
     if (lay.pp > 1) {
-      const PipelineStage first = first_stage(model, lay), last = last_stage(model, lay);
+      const PipelineStage& first = *step.first_stage;
+      const PipelineStage& last = *step.last_stage;
       b.first_stage_layers = first.layers;
       b.last_stage_layers = last.layers;
       // Each stage steps the optimizer over its own parameters: its layers' share, and in full
@@ -622,14 +625,14 @@ StepWork step_work(const WorkBasis& b, double tokens, double batch, bool grad_ck
   return w;
 }
 
-StepWork step_work(const ModelSpec& model, const TrainingSetup& setup, const StepShape& st) {
-  return step_work(work_basis(model, setup, st), st.tokens, as_d(setup.batch), setup.grad_ckpt);
+StepWork step_work(const ModelSpec& model, const Step& step) {
+  return step_work(work_basis(model, step), step.tokens(), as_d(step.setup.batch), step.setup.grad_ckpt);
 }
 
 }  // namespace detail
 
 StepWork step_work(const ModelSpec& model, const TrainingSetup& setup) {
-  return detail::step_work(model, setup, detail::describe_step(model, setup));
+  return detail::step_work(model, detail::describe_step(model, setup));
 }
 
 }  // namespace trainfit

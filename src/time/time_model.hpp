@@ -1,13 +1,13 @@
 #pragma once
 // The time model in parts, so that a caller pricing many micro-batch sizes, accumulations and
-// checkpointing choices of one setup (a SetupGroup, advise/setup_grid.hpp) counts what they share
+// checkpointing choices of one setup (a SetupGroup, plan/setup_grid.hpp) counts what they share
 // once: the work of a step is a WorkBasis (sums over the model's modules, host operations, the
 // optimizer: nothing that depends on the batch or on checkpointing) priced at a micro-batch
 // (step_work), and a step's seconds are that work at the profile's rates (step_seconds).
 // step_work(model, setup) and estimate_time are these in a row: one formula for both.
 #include <cstdint>
 
-#include "memory/step_shape.hpp"
+#include "step/step.hpp"
 #include "trainfit/hardware.hpp"
 #include "trainfit/model.hpp"
 #include "trainfit/setup.hpp"
@@ -76,14 +76,14 @@ struct WorkBasis {
   bool operator==(const WorkBasis&) const = default;
 };
 
-// `st` is describe_step(model, setup); the setup's batch, grad_accum and grad_ckpt are not read.
-WorkBasis work_basis(const ModelSpec& model, const TrainingSetup& setup, const StepShape& st);
+// The step's batch, grad_accum and grad_ckpt are not read.
+WorkBasis work_basis(const ModelSpec& model, const Step& step);
 
 // The work of one step of micro-batches of `batch` examples, `tokens` = micro_batch_tokens(seq, batch)
 // (a paired objective trains sequences_per_example sequences per example).
 StepWork step_work(const WorkBasis& basis, double tokens, double batch, bool grad_ckpt);
-// step_work(model, setup) of a step already described (`st` = describe_step(model, setup)).
-StepWork step_work(const ModelSpec& model, const TrainingSetup& setup, const StepShape& st);
+// step_work(model, setup) of a step already described.
+StepWork step_work(const ModelSpec& model, const Step& step);
 
 // Whether a card's datasheet gives the rates the time model divides by (a card known only by its
 // memory does not).

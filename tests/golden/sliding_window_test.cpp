@@ -10,7 +10,7 @@
 #include <fstream>
 #include <string>
 
-#include "memory/step_shape.hpp"
+#include "step/step.hpp"
 #include "trainfit/trainfit.hpp"
 
 namespace trainfit::detail {
@@ -39,7 +39,7 @@ void expect_what_the_h200_kept_more(const std::string& model_name, const std::st
       s.method = Method::full;
       s.seq = seq;
       double per_token = 0;
-      for (const auto& kept : describe_step(model, s).layer_activations)
+      for (const auto& kept : describe_step(model, s).tensors.layer_activations)
         if (kept_for_the_window(kept)) per_token += kept.bytes;
       const double predicted = per_token * static_cast<double>(model.num_layers) * static_cast<double>(seq);
       std::cout << fmt::format("{} seq {}: {:.1f} MiB kept more measured, {:.1f} MiB predicted ({:+.1f}%)\n",

@@ -1,7 +1,7 @@
 // The layouts on several GPUs (docs/model.md, "Several GPUs"): what each GPU stores follows from
 // what the layout shards, offloads or splits, for any GPU count; cross-checked against DeepSpeed's
 // own estimators; combinations that cannot run are refused with the reason.
-#include "memory/layout.hpp"
+#include "step/layout.hpp"
 
 #include <gtest/gtest.h>
 

@@ -108,13 +108,21 @@ TEST(LinearModules, Phi3IsFused) {
 TEST(LinearModules, MixtralExpertsAndRouter) {
   const ModelSpec m = load_model("mixtral-8x7b");
   const auto mods = layer_linear_modules(m);
-  ASSERT_EQ(mods.size(), 8u);
-  EXPECT_EQ(mods[4].name, "block_sparse_moe.gate");
+  // What transformers 5.17 builds (data/bench/h200-mixtral-shape-2026-12-04.modules.txt): a router
+  // holding a bare weight, and the experts as two fused 3-D parameters.
+  ASSERT_EQ(mods.size(), 7u);
+  EXPECT_EQ(mods[4].name, "mlp.gate");
+  EXPECT_EQ(mods[4].role, ModuleRole::router);
+  EXPECT_FALSE(mods[4].nn_linear);
   EXPECT_EQ(mods[4].out_features, 8);
   EXPECT_EQ(mods[4].count, 1);
-  for (std::size_t i = 5; i < 8; ++i) {
+  EXPECT_EQ(mods[5].name, "experts.gate_up_proj");
+  EXPECT_EQ(mods[5].out_features, 2 * 14336);
+  EXPECT_EQ(mods[6].name, "experts.down_proj");
+  for (std::size_t i = 5; i < 7; ++i) {
     EXPECT_EQ(mods[i].count, 8);
     EXPECT_DOUBLE_EQ(mods[i].token_fraction, 0.25);
+    EXPECT_FALSE(mods[i].nn_linear);
   }
   EXPECT_EQ(count_parameters(m).other, 32LL * 4096 * 8);
 }

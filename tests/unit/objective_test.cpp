@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "memory/memory_model.hpp"
-#include "memory/step_shape.hpp"
+#include "step/step.hpp"
 #include "support/memory_checks.hpp"
 #include "trainfit/trainfit.hpp"
 
@@ -45,9 +45,9 @@ MemoryEstimate estimate(const TrainingSetup& s, const std::string& model = "qwen
 // Every moment of the step, as the memory model prices them.
 detail::StepMemory moments(const TrainingSetup& s, const std::string& model = "qwen2.5-1.5b") {
   const ModelSpec m = load_model(model);
-  const detail::StepShape st = detail::describe_step(m, s);
-  const detail::MemoryBasis b = detail::memory_basis(m, s, find_gpu("h200"), st);
-  return detail::step_memory(b, st.tokens, s.grad_accum, s.grad_ckpt);
+  const detail::Step step = detail::describe_step(m, s);
+  const detail::MemoryBasis b = detail::memory_basis(m, step, find_gpu("h200"));
+  return detail::step_memory(b, step.tokens(), s.grad_accum, s.grad_ckpt);
 }
 
 const detail::MemoryMoment& moment(const detail::StepMemory& sm, std::string_view what) {

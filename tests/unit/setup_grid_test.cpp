@@ -1,7 +1,7 @@
 // A SetupGroup prices each (batch, accumulation, checkpointing) exactly as estimate_memory, judge
 // and estimate_time price the whole setup: over random setups of every axis the advisor searches,
 // and because what the group counts once does not depend on what its points change.
-#include "advise/setup_grid.hpp"
+#include "plan/setup_grid.hpp"
 
 #include <gtest/gtest.h>
 
@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "memory/memory_model.hpp"
-#include "memory/step_shape.hpp"
+#include "step/step.hpp"
 #include "time/time_model.hpp"
 #include "trainfit/trainfit.hpp"
 
@@ -122,8 +122,11 @@ void expect_point_is_the_estimate(const Case& c, const TrainingSetup& s, const S
   const MemoryEstimate memory = estimate_memory(*c.model, s, *c.gpu);
   EXPECT_EQ(p.peak_allocated_bytes, memory.peak_allocated_bytes);
   EXPECT_EQ(p.device_used_bytes, memory.device_used_bytes);
-  const Verdict verdict =
-      judge(memory.busiest_peak_allocated_bytes, memory.device_used_bytes, c.gpu->memory_bytes, s.headroom, s.platform);
+  EXPECT_EQ(p.busiest_peak_allocated_bytes, memory.busiest_peak_allocated_bytes);
+  EXPECT_EQ(p.busiest_device_used_bytes, memory.busiest_device_used_bytes);
+  // Judged on the busiest GPU, as make_plan judges.
+  const Verdict verdict = judge(memory.busiest_peak_allocated_bytes, memory.busiest_device_used_bytes,
+                                c.gpu->memory_bytes, s.headroom, s.platform);
   EXPECT_EQ(p.verdict, verdict);
   const TimeEstimate time = estimate_time(*c.model, s, *c.gpu, c.profile, verdict == Verdict::spills);
   if (time.predicted) {
@@ -233,15 +236,15 @@ TEST(SetupGroup, DescribeStepDoesNotDependOnBatchAccumulationOrCheckpointing) {
     try {
       validate(c.setup);
       validate(other);
-      StepShape a = describe_step(*c.model, c.setup);
-      const StepShape b = describe_step(*c.model, other);
+      Step a = describe_step(*c.model, c.setup);
+      const Step b = describe_step(*c.model, other);
       SCOPED_TRACE(describe(c, c.setup));
-      EXPECT_EQ(a.tokens, micro_batch_tokens(c.setup.seq, c.setup.batch));
-      EXPECT_EQ(b.tokens, micro_batch_tokens(other.seq, other.batch));
-      a.tokens = b.tokens;
-      EXPECT_TRUE(a == b);
-      EXPECT_TRUE(memory_basis(*c.model, c.setup, *c.gpu, a) == memory_basis(*c.model, other, *c.gpu, b));
-      EXPECT_TRUE(work_basis(*c.model, c.setup, a) == work_basis(*c.model, other, b));
+      EXPECT_EQ(a.tokens(), micro_batch_tokens(c.setup.seq, c.setup.batch));
+      EXPECT_EQ(b.tokens(), micro_batch_tokens(other.seq, other.batch));
+      a.tensors.tokens = b.tensors.tokens;
+      EXPECT_TRUE(a.tensors == b.tensors);
+      EXPECT_TRUE(memory_basis(*c.model, a, *c.gpu) == memory_basis(*c.model, b, *c.gpu));
+      EXPECT_TRUE(work_basis(*c.model, a) == work_basis(*c.model, b));
       ++checked;
     } catch (const InputError&) {
       // an invalid setup has no step to describe

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "memory/step_shape.hpp"
+#include "step/step.hpp"
 #include "trainfit/trainfit.hpp"
 
 namespace trainfit::detail {
@@ -36,7 +36,7 @@ TEST(LatentAttention, KeepsTheExpandedKeysAndValuesNotTheCompressedOnes) {
   TrainingSetup s;
   s.lora.dropout = 0;
   s.lora.adapter_dtype = DType::bf16;  // LoRA branches then read their module's input as it is, shared
-  const StepShape st = describe_step(small_deepseek(), s);
+  const StepShape st = describe_step(small_deepseek(), s).tensors;
   const auto& a = st.layer_activations;
   const double c = 2;  // bf16
   EXPECT_EQ(kept(a, "q_a norm fp32 input"), 4.0 * 384);
@@ -53,7 +53,7 @@ TEST(LatentAttention, KeepsTheExpandedKeysAndValuesNotTheCompressedOnes) {
   EXPECT_EQ(kept(st.outside_activations, "rotary cos/sin"), 2.0 * c * 32);
   // No key/value repeat: as many key/value heads as query heads.
   s.attention = Attention::eager;
-  EXPECT_EQ(kept(describe_step(small_deepseek(), s).layer_activations, "key repeated to query heads"), -1);
+  EXPECT_EQ(kept(describe_step(small_deepseek(), s).tensors.layer_activations, "key repeated to query heads"), -1);
 }
 
 TEST(LatentAttention, TheRouterAndTheExpertsAreNotAdaptedByAllLinear) {
@@ -65,7 +65,7 @@ TEST(LatentAttention, TheRouterAndTheExpertsAreNotAdaptedByAllLinear) {
   }
   // What adapters on the routed experts would add: r x (in + out) per expert and projection, twice
   // the rank for the fused gate/up (as PEFT's ParamWrapper makes them), every layer.
-  const StepShape st = describe_step(m, TrainingSetup{});
+  const StepShape st = describe_step(m, TrainingSetup{}).tensors;
   EXPECT_EQ(st.params.untargeted_expert_adapter_params, 2.0 * 16 * 16 * (2 * (1024 + 512) + (256 + 1024)));
   // DeepSeek-V2's router is an nn.Linear, which all-linear wraps, but its forward multiplies the
   // weight itself: the adapter keeps nothing.
@@ -74,18 +74,18 @@ TEST(LatentAttention, TheRouterAndTheExpertsAreNotAdaptedByAllLinear) {
     if (l.module.name == "mlp.gate") {
       EXPECT_TRUE(l.lora_target);
     }
-  EXPECT_EQ(kept(describe_step(v2, TrainingSetup{}).layer_activations, "mlp.gate lora A output"), -1);
+  EXPECT_EQ(kept(describe_step(v2, TrainingSetup{}).tensors.layer_activations, "mlp.gate lora A output"), -1);
   // In full fine-tuning the router's weight gradient keeps an fp32 copy of the bf16 hidden states.
   TrainingSetup full;
   full.method = Method::full;
-  EXPECT_EQ(kept(describe_step(m, full).layer_activations, "router input (fp32 copy)"), 4.0 * 1024);
-  EXPECT_EQ(describe_step(m, full).params.untargeted_expert_adapter_params, 0);
+  EXPECT_EQ(kept(describe_step(m, full).tensors.layer_activations, "router input (fp32 copy)"), 4.0 * 1024);
+  EXPECT_EQ(describe_step(m, full).tensors.params.untargeted_expert_adapter_params, 0);
 }
 
 TEST(LatentAttention, SharedExpertsRunForEveryTokenWithoutAGate) {
   TrainingSetup full;
   full.method = Method::full;
-  const auto a = describe_step(small_deepseek(), full).layer_activations;
+  const auto a = describe_step(small_deepseek(), full).tensors.layer_activations;
   EXPECT_EQ(kept(a, "shared expert activation output"), 2.0 * 256);    // one shared expert, every token
   EXPECT_EQ(kept(a, "shared expert output and gate"), -1);             // DeepSeek adds it, no sigmoid gate
   EXPECT_EQ(kept(a, "expert activation output"), 2.0 * 256 * 4);  // each token's 4 routed rows
@@ -98,14 +98,14 @@ TEST(MoeStep, TheRoutedExpertsKeepEveryTokensKRoutedRows) {
   const ModelSpec m = load_model("qwen3-30b-a3b");  // 128 experts, 8 a token, 768 wide, hidden 2048
   TrainingSetup lora;
   lora.lora.targets = {"q_proj", "k_proj", "v_proj", "o_proj"};
-  const auto a = describe_step(m, lora).layer_activations;
+  const auto a = describe_step(m, lora).tensors.layer_activations;
   for (const char* name : {"expert gate output (activation input)", "expert activation output", "expert up output"})
     EXPECT_EQ(kept(a, name), 2.0 * 8 * 768) << name;
   EXPECT_EQ(kept(a, "expert outputs (for routing-weight gradient)"), 2.0 * 8 * 2048);
   EXPECT_EQ(kept(a, "expert mlp input"), -1);  // frozen experts: no weight gradient to keep it for
   TrainingSetup full;
   full.method = Method::full;
-  const auto f = describe_step(m, full).layer_activations;
+  const auto f = describe_step(m, full).tensors.layer_activations;
   EXPECT_EQ(kept(f, "expert mlp input"), 2.0 * 8 * 2048);  // the gathered rows, once for gate and up
   EXPECT_EQ(kept(f, "expert activation x up (down input)"), 2.0 * 8 * 768);
 }
@@ -115,7 +115,7 @@ TEST(Olmo2Step, NormsFollowTheSublayers) {
   TrainingSetup s;
   s.lora.dropout = 0;
   s.lora.adapter_dtype = DType::bf16;
-  const auto a = describe_step(m, s).layer_activations;
+  const auto a = describe_step(m, s).tensors.layer_activations;
   EXPECT_EQ(kept(a, "input norm fp32 input"), -1);
   EXPECT_EQ(kept(a, "post-attention norm fp32 input"), 4.0 * 4096);
   EXPECT_EQ(kept(a, "post-feedforward norm fp32 input"), 4.0 * 4096);
@@ -126,11 +126,11 @@ TEST(Olmo2Step, NormsFollowTheSublayers) {
   EXPECT_EQ(kept(a, "mlp input"), 2.0 * 4096);
   // Multi-head attention: eager attention repeats nothing.
   s.attention = Attention::eager;
-  EXPECT_EQ(kept(describe_step(m, s).layer_activations, "value repeated to query heads"), -1);
+  EXPECT_EQ(kept(describe_step(m, s).tensors.layer_activations, "value repeated to query heads"), -1);
 }
 
 TEST(PhiMoeStep, LayerNormsKeepTheirInputAndTwoFp32Statistics) {
-  const StepShape st = describe_step(load_model("phi3.5-moe"), TrainingSetup{});
+  const StepShape st = describe_step(load_model("phi3.5-moe"), TrainingSetup{}).tensors;
   EXPECT_EQ(kept(st.layer_activations, "input norm input"), 2.0 * 4096);
   EXPECT_EQ(kept(st.layer_activations, "input norm mean and rstd (fp32)"), 8.0);
   EXPECT_EQ(kept(st.layer_activations, "input norm fp32 input"), -1);
@@ -146,13 +146,13 @@ TEST(PhiMoeStep, LayerNormsKeepTheirInputAndTwoFp32Statistics) {
 TEST(PhiMoeStep, InputJitterKeepsBothNoiseTensors) {
   const ModelSpec m = load_model("phi3.5-moe");
   EXPECT_EQ(m.jitter_noise_tensors, 2);
-  EXPECT_EQ(kept(describe_step(m, TrainingSetup{}).layer_activations, "input jitter noise"), 2.0 * 2.0 * 4096);
+  EXPECT_EQ(kept(describe_step(m, TrainingSetup{}).tensors.layer_activations, "input jitter noise"), 2.0 * 2.0 * 4096);
   const ModelSpec quiet = parse_model_config(R"({"model_type": "phimoe", "hidden_size": 256, "num_hidden_layers": 2,
       "num_attention_heads": 4, "num_key_value_heads": 4, "intermediate_size": 512, "vocab_size": 1000,
       "num_local_experts": 4, "num_experts_per_tok": 2})",
                                              "quiet");
   EXPECT_EQ(quiet.jitter_noise_tensors, 0);  // PhimoeConfig's default: no noise
-  EXPECT_EQ(kept(describe_step(quiet, TrainingSetup{}).layer_activations, "input jitter noise"), -1);
+  EXPECT_EQ(kept(describe_step(quiet, TrainingSetup{}).tensors.layer_activations, "input jitter noise"), -1);
 }
 
 // Gemma's RMSNorm multiplies by (1 + weight) in fp32 and casts after, so the weight's gradient keeps
@@ -161,19 +161,19 @@ TEST(PhiMoeStep, InputJitterKeepsBothNoiseTensors) {
 TEST(Gemma3Step, FullFineTuningKeepsTheNormsFp32NormalisedInputs) {
   TrainingSetup full;
   full.method = Method::full;
-  const auto g = describe_step(load_model("gemma3-1b"), full).layer_activations;  // hidden 1152, 4 x 256 q, 256 kv
+  const auto g = describe_step(load_model("gemma3-1b"), full).tensors.layer_activations;  // hidden 1152, 4 x 256 q, 256 kv
   EXPECT_EQ(kept(g, "input norm normalised input"), 4.0 * 1152);
   EXPECT_EQ(kept(g, "extra norm 3 normalised input"), 4.0 * 1152);
   EXPECT_EQ(kept(g, "q/k norm normalised inputs"), 4.0 * (1024 + 256));
-  const auto q = describe_step(load_model("qwen3-8b"), full).layer_activations;  // hidden 4096
+  const auto q = describe_step(load_model("qwen3-8b"), full).tensors.layer_activations;  // hidden 4096
   EXPECT_EQ(kept(q, "input norm normalised input"), 2.0 * 4096);
-  EXPECT_EQ(kept(describe_step(load_model("gemma3-1b"), TrainingSetup{}).layer_activations,
+  EXPECT_EQ(kept(describe_step(load_model("gemma3-1b"), TrainingSetup{}).tensors.layer_activations,
                  "input norm normalised input"),
             -1);  // LoRA: the norm's weight is frozen
 }
 
 TEST(Gemma3Step, KeepsARotaryTableForEachAttentionKind) {
-  const StepShape st = describe_step(load_model("gemma3-1b"), TrainingSetup{});
+  const StepShape st = describe_step(load_model("gemma3-1b"), TrainingSetup{}).tensors;
   EXPECT_EQ(kept(st.outside_activations, "rotary cos/sin"), 2.0 * 2.0 * 256 * 2);
   EXPECT_EQ(kept(st.layer_activations, "extra norm 3 fp32 input"), 4.0 * 1152);  // four norms a layer
 }
@@ -267,7 +267,7 @@ TEST(MoeStep, ExpertAdaptersAreCountedAsPeftBuildsThem) {
     TrainingSetup s;
     s.method = Method::lora;
     s.lora.dropout = 0;
-    return describe_step(load_model(model), s);
+    return describe_step(load_model(model), s).tensors;
   };
   EXPECT_EQ(plan_of("qwen3-30b-a3b").params.trainable_params, 48.0 * 20760576);
   EXPECT_EQ(plan_of("mixtral-8x7b").params.trainable_params, 32.0 * 11239552);
@@ -285,7 +285,7 @@ TEST(MoeStep, ExpertAdaptersAreCountedAsPeftBuildsThem) {
   named.lora.dropout = 0;
   named.lora.targets = parse_lora_targets("q,k,v,o");
   for (const TrainingSetup& t : {TrainingSetup{}, named})
-    EXPECT_EQ(describe_step(load_model("qwen3-30b-a3b"), t).layer_fixed_activations, 0);
+    EXPECT_EQ(describe_step(load_model("qwen3-30b-a3b"), t).tensors.layer_fixed_activations, 0);
   TrainingSetup phi;
   phi.lora.dropout = 0;
   EXPECT_FALSE(adapts_fused_experts(load_model("phi3.5-moe"), phi));
@@ -329,10 +329,10 @@ TEST(SlidingWindow, TheMaskIsKeptAsABiasByEachSlidingLayerUnderSdpa) {
   s.method = Method::full;
   s.seq = 4096;
   // bf16 bias, seq bytes x 2 per token, in 22 of the 26 layers (the per-layer figure is their average).
-  EXPECT_DOUBLE_EQ(kept(describe_step(g3, s).layer_activations, "sliding-window mask (additive bias)"),
+  EXPECT_DOUBLE_EQ(kept(describe_step(g3, s).tensors.layer_activations, "sliding-window mask (additive bias)"),
                    2.0 * 4096 * 22 / 26);
   s.seq = 256;  // shorter than the window: SDPA's causal kernels, no mask
-  EXPECT_EQ(kept(describe_step(g3, s).layer_activations, "sliding-window mask (additive bias)"), -1);
+  EXPECT_EQ(kept(describe_step(g3, s).tensors.layer_activations, "sliding-window mask (additive bias)"), -1);
 }
 
 // With a mask, transformers repeats grouped key/value heads to the query heads before SDPA, and the
@@ -346,12 +346,12 @@ TEST(SlidingWindow, MaskedLayersKeepKeysAndValuesRepeatedToTheQueryHeads) {
   s.seq = 4096;
   const char* repeated = "key and value repeated to query heads (masked SDPA)";
   // Keys and values of 8 heads in place of 2, 32 wide, bf16, in 22 of the 26 layers.
-  EXPECT_DOUBLE_EQ(kept(describe_step(two_kv, s).layer_activations, repeated), 2.0 * 2 * (8 - 2) * 32 * 22 / 26);
+  EXPECT_DOUBLE_EQ(kept(describe_step(two_kv, s).tensors.layer_activations, repeated), 2.0 * 2 * (8 - 2) * 32 * 22 / 26);
   const ModelSpec one_kv =
       parse_model_config(R"({"model_type": "gemma3_text", )" + dims + R"("num_key_value_heads": 1})", "g3");
-  EXPECT_EQ(kept(describe_step(one_kv, s).layer_activations, repeated), -1);
+  EXPECT_EQ(kept(describe_step(one_kv, s).tensors.layer_activations, repeated), -1);
   s.seq = 256;  // no mask: SDPA takes the grouped heads as they are
-  EXPECT_EQ(kept(describe_step(two_kv, s).layer_activations, repeated), -1);
+  EXPECT_EQ(kept(describe_step(two_kv, s).tensors.layer_activations, repeated), -1);
 }
 
 }  // namespace

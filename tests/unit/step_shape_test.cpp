@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "memory/memory_model.hpp"
-#include "memory/step_shape.hpp"
+#include "step/step.hpp"
 #include "trainfit/trainfit.hpp"
 
 namespace trainfit::detail {
@@ -67,9 +67,9 @@ TEST(LoraTargets, NamesMatchTheEndOfTheModulePathAtADot) {
 
 TEST(LoraTargets, AllLinearSkipsTheRoutedExperts) {
   LoraSetup lora;  // all-linear
-  LinearModule dense{"q_proj", 2048, 4096, 1, false, 1.0};
-  LinearModule router{"gate", 2048, 128, 1, false, 1.0};
-  LinearModule experts{"experts.gate_proj", 2048, 768, 128, false, 8.0 / 128.0, false};
+  LinearModule dense{ModuleRole::attention_query, "q_proj", 2048, 4096, 1, false, 1.0};
+  LinearModule router{ModuleRole::router, "gate", 2048, 128, 1, false, 1.0};
+  LinearModule experts{ModuleRole::expert_gate, "experts.gate_proj", 2048, 768, 128, false, 8.0 / 128.0, false};
   EXPECT_TRUE(targets_module(lora, dense));
   EXPECT_TRUE(targets_module(lora, router));
   EXPECT_FALSE(targets_module(lora, experts));  // fused 3-D parameters, not nn.Linear
@@ -109,7 +109,7 @@ TEST(LayerLinears, ADenseModelHasOneKindOfLayer) {
 TEST(DescribeStep, LoraBranchesAreKeptForTheTargetedModulesOnly) {
   TrainingSetup s;
   s.lora.targets = {"q_proj", "v_proj"};
-  const StepShape st = describe_step(load_model("qwen2.5-0.5b"), s);
+  const StepShape st = describe_step(load_model("qwen2.5-0.5b"), s).tensors;
   int a_outputs = 0;
   for (const auto& a : st.layer_activations) {
     const std::string name = a.name();
