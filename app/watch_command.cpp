@@ -57,7 +57,7 @@ std::string score_json(const Recording& recording, double window_seconds) {
   nlohmann::json phases = nlohmann::json::array();
   for (const PhaseScore& p : score_recording(recording, window_seconds))
     phases.push_back({{"label", p.label},
-                      {"expect", to_string(p.expected)},
+                      {"expect", watch_verdict(p.expected)},
                       {"windows", p.windows},
                       {"right", p.right},
                       {"share", p.windows > 0 ? static_cast<double>(p.right) / p.windows : 0.0},

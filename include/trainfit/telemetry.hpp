@@ -17,10 +17,16 @@
 #include <string_view>
 #include <vector>
 
+#include "trainfit/bottleneck.hpp"
 #include "trainfit/error.hpp"
 
-// Its own namespace: "Verdict" and "Bottleneck" mean other things to the planner.
+// Its own namespace: "Verdict" means another thing to the planner (whether a step fits).
 namespace trainfit::telemetry {
+
+// Watch names the planner's bottlenecks, and the states of a running job beside them, from the one
+// vocabulary (trainfit/bottleneck.hpp); it prints each as watch_verdict(b): "compute-bound",
+// "host-bound", "memory-growing".
+using trainfit::Bottleneck;
 
 // No NVML library, no driver or no GPU: the machine, not the input, so a SystemError (the CLI shows
 // the message and exits with 3).
@@ -222,22 +228,6 @@ struct PhaseMarker {
   double time = 0;
   std::string phase, expect, label;
 };
-
-enum class Bottleneck {
-  idle,
-  compute,
-  input_pipeline,
-  communication,
-  capacity,
-  host_spill,
-  throttled,
-  memory_growth,
-  unknown,   // the driver gave no utilisation reading
-  host,      // the GPU waits for the host to launch work (Python, kernel launches, synchronisations)
-  straggler  // a warning on every GPU of a multi-GPU job: one rank is slower and the others wait for it
-};
-std::string_view to_string(Bottleneck b);         // "compute-bound", "input-pipeline-bound", ...
-Bottleneck parse_bottleneck(std::string_view s);  // the inverse, also "compute"; throws InputError
 
 struct Verdict {
   Bottleneck kind = Bottleneck::idle;

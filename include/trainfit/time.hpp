@@ -7,6 +7,7 @@
 #include <string_view>
 #include <vector>
 
+#include "trainfit/bottleneck.hpp"
 #include "trainfit/hardware.hpp"
 #include "trainfit/memory.hpp"
 #include "trainfit/model.hpp"
@@ -100,9 +101,6 @@ struct TimeTerm {
   std::string name;   // matmul, attention, adapters_fp32, memory_traffic, optimizer, kernel_floor, host, spill
   double seconds = 0;
 };
-
-enum class Bottleneck { compute, memory_bandwidth, launch_overhead, host_link_spill, offload, communication, input_pipeline };
-std::string to_string(Bottleneck b);
 
 // The work of one optimizer step, before any card is involved.
 struct StepWork {

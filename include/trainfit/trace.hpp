@@ -5,7 +5,7 @@
 // - Kineto traces (torch.profiler's Chrome trace JSON, .json or .json.gz, or a folder of per-rank
 //   files), read in a stream: per ProfilerStep#N the wall time, the GPU's busy time, its idle time
 //   and what the host did in it, kernel time by category, the overlap of communication with
-//   compute, and a verdict in the planner's vocabulary (trainfit::Bottleneck).
+//   compute, and a verdict in the planner's vocabulary (trainfit::Bottleneck, which watch shares).
 // - Memory snapshots (torch.cuda.memory._dump_snapshot, rendered as JSON by
 //   python/trainfit_runner/snapshot_json.py): the peak moment and what was alive at it, by the
 //   planner's memory categories (trainfit::MemoryTerm).
@@ -16,6 +16,7 @@
 #include <string_view>
 #include <vector>
 
+#include "trainfit/bottleneck.hpp"
 #include "trainfit/memory.hpp"
 #include "trainfit/plan.hpp"
 #include "trainfit/report.hpp"

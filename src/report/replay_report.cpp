@@ -75,7 +75,7 @@ nlohmann::json replay_to_json(const Recording& recording, std::string_view sourc
                      {"begin", v.begin - t0},
                      {"end", v.end - t0},
                      {"windows", v.windows},
-                     {"verdict", std::string(to_string(v.verdict.kind))},
+                     {"verdict", std::string(watch_verdict(v.verdict.kind))},
                      {"evidence", v.verdict.evidence},
                      {"advice", v.verdict.advice}});
   return {{"source", std::string(source)},

@@ -485,7 +485,7 @@ Diagnosis diagnose_window(std::span<const Sample> window, std::span<const StepEv
                           ? fmt::format(", allocator reserved {} of its cap", share(s.reserved_fraction_of_limit))
                           : "";
     if (pcie >= kPcieBusy || spill_slowdown)
-      add(Bottleneck::host_spill,
+      add(Bottleneck::host_link_spill,
           base + mem + steps_text(s) +
               (spill_slowdown ? fmt::format(", steps {:.1f}x slower than earlier in the run", *s.step_slowdown) : ""),
           kAdviceSpill);
@@ -515,7 +515,7 @@ Diagnosis diagnose_window(std::span<const Sample> window, std::span<const StepEv
     // running flat out while the GPU idles is launching work as fast as it can.
     const bool host_bound =
         s.data_share ? *s.data_share < kNoDataWait : s.host_driving_cores.value_or(0) >= kHostBusyCores;
-    add(host_bound ? Bottleneck::host : Bottleneck::input_pipeline,
+    add(host_bound ? Bottleneck::launch_overhead : Bottleneck::input_pipeline,
         fmt::format("{}, GPU idle {:.0f}% of the time", base, 100 - util) + steps_text(s) + host_text(s),
         host_bound ? kAdviceHost : kAdviceInput);
   } else {
@@ -737,45 +737,6 @@ std::vector<Diagnosis> diagnose_recording(const Recording& r, double window_seco
   return out;
 }
 
-std::string_view to_string(Bottleneck b) {
-  switch (b) {
-    case Bottleneck::idle:
-      return "idle";
-    case Bottleneck::compute:
-      return "compute-bound";
-    case Bottleneck::input_pipeline:
-      return "input-pipeline-bound";
-    case Bottleneck::communication:
-      return "communication-bound";
-    case Bottleneck::capacity:
-      return "capacity-bound";
-    case Bottleneck::host_spill:
-      return "host-spill-suspected";
-    case Bottleneck::throttled:
-      return "throttled";
-    case Bottleneck::memory_growth:
-      return "memory-growing";
-    case Bottleneck::unknown:
-      return "unknown";
-    case Bottleneck::host:
-      return "host-bound";
-    case Bottleneck::straggler:
-      return "straggler";
-  }
-  return "unknown";
-}
-
-Bottleneck parse_bottleneck(std::string_view s) {
-  for (auto b : {Bottleneck::idle, Bottleneck::compute, Bottleneck::input_pipeline, Bottleneck::communication,
-                 Bottleneck::capacity, Bottleneck::host_spill, Bottleneck::throttled, Bottleneck::memory_growth,
-                 Bottleneck::unknown, Bottleneck::host, Bottleneck::straggler}) {
-    const std::string_view name = to_string(b);
-    if (s == name || (name.size() > 6 && name.ends_with("-bound") && s == name.substr(0, name.size() - 6))) return b;
-  }
-  if (s == "input") return Bottleneck::input_pipeline;
-  throw InputError(fmt::format("unknown verdict '{}'", s));
-}
-
 std::vector<PhaseScore> score_recording(const Recording& r, double window_seconds) {
   std::vector<PhaseScore> scores;
   for (std::size_t i = 0; i < r.phases.size(); ++i) {
@@ -802,7 +763,7 @@ std::vector<PhaseScore> score_recording(const Recording& r, double window_second
         if (right)
           score.right += windows;
         else
-          score.wrong[std::string(to_string(d.primary().kind))] += windows;
+          score.wrong[std::string(watch_verdict(d.primary().kind))] += windows;
       }
   });
   return scores;

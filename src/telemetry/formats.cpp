@@ -139,12 +139,12 @@ json sample_to_json(const Sample& s) {
 json diagnosis_to_json(const Diagnosis& d) {
   json also = json::array();
   for (std::size_t i = 1; i < d.verdicts.size(); ++i)
-    also.push_back({{"verdict", to_string(d.verdicts[i].kind)}, {"evidence", d.verdicts[i].evidence}});
+    also.push_back({{"verdict", watch_verdict(d.verdicts[i].kind)}, {"evidence", d.verdicts[i].evidence}});
   return {{"type", "verdict"},
           {"gpu", d.gpu},
           {"begin", d.begin},
           {"end", d.end},
-          {"verdict", to_string(d.primary().kind)},
+          {"verdict", watch_verdict(d.primary().kind)},
           {"evidence", d.primary().evidence},
           {"advice", d.primary().advice},
           {"also", also}};
@@ -464,7 +464,7 @@ std::string render_prometheus(std::span<const GpuInfo> gpus, const Sample& lates
       "# HELP trainfit_bottleneck The verdict of the latest window (1 for the named verdict)\n"
       "# TYPE trainfit_bottleneck gauge\n";
   for (const Diagnosis& d : verdicts)
-    out += fmt::format("trainfit_bottleneck{{gpu=\"{}\",verdict=\"{}\"}} 1\n", d.gpu, to_string(d.primary().kind));
+    out += fmt::format("trainfit_bottleneck{{gpu=\"{}\",verdict=\"{}\"}} 1\n", d.gpu, watch_verdict(d.primary().kind));
   return out;
 }
 

@@ -263,7 +263,7 @@ nlohmann::json summary_to_json(std::span<const VerdictSpan> timeline, std::span<
                      {"begin", v.begin},
                      {"end", v.end},
                      {"windows", v.windows},
-                     {"verdict", to_string(v.verdict.kind)},
+                     {"verdict", watch_verdict(v.verdict.kind)},
                      {"evidence", v.verdict.evidence}});
   nlohmann::json warned = nlohmann::json::array();
   for (const WarningSpan& w : warnings) {
@@ -271,7 +271,7 @@ nlohmann::json summary_to_json(std::span<const VerdictSpan> timeline, std::span<
                            {"begin", w.begin},
                            {"end", w.end},
                            {"windows", w.windows},
-                           {"warning", to_string(w.kind)},
+                           {"warning", watch_verdict(w.kind)},
                            {"evidence", w.verdict.evidence}};
     if (w.kind == Bottleneck::memory_growth) {
       line["growth_bytes_per_second_mean"] = w.growth_rate_mean();
@@ -529,7 +529,7 @@ WatchResult WatchSession::run(const WatchOutput& output, const std::atomic<int>&
       // A job's own output shares the terminal: only changes of verdict are worth a line there.
       const bool changed = prev == current.end() || prev->second.primary().kind != d.primary().kind;
       if (!live && output.verdict_line && (o.command.empty() || changed))
-        output.verdict_line(fmt::format("[{:6.1f} s] GPU {}: {}: {}\n", t - t0, d.gpu, to_string(d.primary().kind),
+        output.verdict_line(fmt::format("[{:6.1f} s] GPU {}: {}: {}\n", t - t0, d.gpu, watch_verdict(d.primary().kind),
                                         d.primary().evidence));
       if (o.plan) {
         if (d.stats.step_seconds_median && step_medians[d.gpu].size() < kMaxLiveSteps)

@@ -62,8 +62,8 @@ std::string live_view_text(std::span<const GpuInfo> gpus, std::span<const GpuRea
                        opt_num(g->power_limit_watts, " W"), opt_num(g->temperature_c, " °C"),
                        g->throttle_reasons ? describe_throttle(*g->throttle_reasons) : "?");
     if (const auto it = verdicts.find(info.index); it != verdicts.end()) {
-      out +=
-          fmt::format("  verdict  {}: {}\x1b[K\n", to_string(it->second.primary().kind), it->second.primary().evidence);
+      out += fmt::format("  verdict  {}: {}\x1b[K\n", watch_verdict(it->second.primary().kind),
+                         it->second.primary().evidence);
       if (!it->second.primary().advice.empty())
         out += fmt::format("  try      {}\x1b[K\n", it->second.primary().advice);
       if (plan)
@@ -72,7 +72,7 @@ std::string live_view_text(std::span<const GpuInfo> gpus, std::span<const GpuRea
             !beside.empty())
           out += fmt::format("  plan     {}\x1b[K\n", beside);
       for (std::size_t v = 1; v < it->second.verdicts.size(); ++v)
-        out += fmt::format("  also     {}: {}\x1b[K\n", to_string(it->second.verdicts[v].kind),
+        out += fmt::format("  also     {}: {}\x1b[K\n", watch_verdict(it->second.verdicts[v].kind),
                            it->second.verdicts[v].evidence);
     }
   }
@@ -93,7 +93,7 @@ std::string timeline_text(const VerdictTimeline& timeline, std::span<const GpuIn
       any = true;
       out +=
           fmt::format("  {:>14} {:<22} {:>3} window{}  {}\n", fmt::format("{:.1f}-{:.1f} s", v.begin - t0, v.end - t0),
-                      to_string(v.verdict.kind), v.windows, v.windows == 1 ? " " : "s", v.verdict.evidence);
+                      watch_verdict(v.verdict.kind), v.windows, v.windows == 1 ? " " : "s", v.verdict.evidence);
       if (!v.verdict.advice.empty()) out += fmt::format("  {:14} {:<22} try: {}\n", "", "", v.verdict.advice);
     }
     if (!any) out += "  (too short to judge: under one window of samples)\n";
@@ -109,7 +109,7 @@ std::string timeline_text(const VerdictTimeline& timeline, std::span<const GpuIn
                            w.verdict.evidence);
       out +=
           fmt::format("  {:>14} {:<22} {:>3} window{}  {}\n", fmt::format("{:.1f}-{:.1f} s", w.begin - t0, w.end - t0),
-                      to_string(w.kind), w.windows, w.windows == 1 ? " " : "s", what);
+                      watch_verdict(w.kind), w.windows, w.windows == 1 ? " " : "s", what);
       if (!w.verdict.advice.empty()) out += fmt::format("  {:14} {:<22} try: {}\n", "", "", w.verdict.advice);
     }
   }

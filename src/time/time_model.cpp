@@ -8,19 +8,6 @@
 
 namespace trainfit {
 
-std::string to_string(Bottleneck b) {
-  switch (b) {
-    case Bottleneck::compute: return "compute";
-    case Bottleneck::memory_bandwidth: return "memory-bandwidth";
-    case Bottleneck::launch_overhead: return "launch-overhead";
-    case Bottleneck::host_link_spill: return "host-link/spill";
-    case Bottleneck::offload: return "offload";
-    case Bottleneck::communication: return "communication";
-    case Bottleneck::input_pipeline: return "input-pipeline";
-  }
-  return "?";
-}
-
 namespace detail {
 
 bool has_rates(const GpuSpec& gpu) {

@@ -32,7 +32,7 @@ Score score(const std::string& file) {
   for (const PhaseScore& p : score_recording(r, 5)) {
     if (excluded(file, p.label)) continue;
     std::cout << fmt::format("  {} phase \"{}\": {}/{} windows {}\n", file, p.label, p.right, p.windows,
-                             to_string(p.expected));
+                             watch_verdict(p.expected));
     s.windows += p.windows;
     s.correct += p.right;
     for (const auto& [verdict, n] : p.wrong) s.wrong[verdict] += n;

@@ -166,7 +166,7 @@ TEST(Diagnose, InputPipelineWithTheProbeSeeingDataWaits) {
 TEST(Diagnose, HostOverheadWhenTheProbeSeesNoDataWait) {
   const auto d = run(stream([](GpuReading& g, int) { g.gpu_util_percent = 60; }),
                      steps(100, 0.05, [](StepEvent& e, int) { e.data_seconds = 0.0005; }));
-  EXPECT_EQ(d.primary().kind, Bottleneck::host);
+  EXPECT_EQ(d.primary().kind, Bottleneck::launch_overhead);
   EXPECT_NE(d.primary().advice.find("CUDA graphs"), std::string::npos) << d.primary().advice;
   EXPECT_NE(d.primary().advice.find("DataLoader workers will not help"), std::string::npos) << d.primary().advice;
 }
@@ -206,7 +206,7 @@ TEST(Diagnose, HostBoundWhenTheTrainingThreadRunsFlatOutWhileTheGpuIdles) {
   // PyTorch's autograd thread together near a full core.
   const auto samples = stream([](GpuReading& g, int i) { g.gpu_util_percent = i % 4 == 0 ? 30 : 8; });
   const auto d = diagnose(samples, steps(100, 0.05), h200(), host_readings(0.55, 0.4, 0, 0));
-  EXPECT_EQ(d.primary().kind, Bottleneck::host);
+  EXPECT_EQ(d.primary().kind, Bottleneck::launch_overhead);
   const std::string& e = d.primary().evidence;
   EXPECT_NE(e.find("main thread 0.55 core, with its busiest other thread 0.95"), std::string::npos) << e;
   EXPECT_NE(d.primary().advice.find("torch.compile"), std::string::npos);
@@ -249,7 +249,7 @@ TEST(Diagnose, EachGpuJudgedOnItsOwnSteps) {
   const auto samples = stream([](GpuReading& g, int) { g.gpu_util_percent = 30; });
   EXPECT_EQ(steps_of_gpu(tagged, 0).size(), 50U);
   EXPECT_EQ(diagnose(samples, steps_of_gpu(tagged, 0), h200()).primary().kind, Bottleneck::input_pipeline);
-  EXPECT_EQ(diagnose(samples, steps_of_gpu(tagged, 1), h200()).primary().kind, Bottleneck::host);
+  EXPECT_EQ(diagnose(samples, steps_of_gpu(tagged, 1), h200()).primary().kind, Bottleneck::launch_overhead);
   tagged[0].device.reset();  // a step without a device belongs to every GPU
   EXPECT_EQ(steps_of_gpu(tagged, 1).size(), 51U);
 }
@@ -392,7 +392,7 @@ TEST(Diagnose, HostSpillWhenMemoryIsFullAndPcieBusy) {
     g.pcie_rx_bytes_per_s = 11e9;
     g.pcie_tx_bytes_per_s = 9e9;
   }));
-  EXPECT_EQ(d.primary().kind, Bottleneck::host_spill);
+  EXPECT_EQ(d.primary().kind, Bottleneck::host_link_spill);
   EXPECT_NE(d.primary().evidence.find("PCIe rx 11.0 GB/s tx 9.0 GB/s"), std::string::npos) << d.primary().evidence;
   EXPECT_NE(d.primary().advice.find("offload"), std::string::npos);
 }
@@ -413,7 +413,7 @@ TEST(Diagnose, HostSpillWhenStepsSlowDownAsMemoryFills) {
                        g.gpu_util_percent = 40;
                      }),
                      e);
-  EXPECT_EQ(d.primary().kind, Bottleneck::host_spill);
+  EXPECT_EQ(d.primary().kind, Bottleneck::host_link_spill);
   EXPECT_NE(d.primary().evidence.find("4.0x slower"), std::string::npos) << d.primary().evidence;
 }
 
@@ -535,11 +535,9 @@ TEST(Diagnose, TimelineMergesConsecutiveWindowsPerGpu) {
 }
 
 TEST(Diagnose, VerdictNamesRoundTrip) {
-  for (auto b : {Bottleneck::idle, Bottleneck::compute, Bottleneck::input_pipeline, Bottleneck::communication,
-                 Bottleneck::capacity, Bottleneck::host_spill, Bottleneck::throttled, Bottleneck::memory_growth,
-                 Bottleneck::unknown, Bottleneck::host})
-    EXPECT_EQ(parse_bottleneck(to_string(b)), b);
-  EXPECT_EQ(parse_bottleneck("host"), Bottleneck::host);
+  using trainfit::parse_bottleneck;
+  for (const Bottleneck b : trainfit::kBottlenecks) EXPECT_EQ(parse_bottleneck(watch_verdict(b)), b);
+  EXPECT_EQ(parse_bottleneck("host"), Bottleneck::launch_overhead);
   EXPECT_EQ(parse_bottleneck("compute"), Bottleneck::compute);
   EXPECT_EQ(parse_bottleneck("input-pipeline"), Bottleneck::input_pipeline);
   EXPECT_THROW(parse_bottleneck("slow"), trainfit::InputError);

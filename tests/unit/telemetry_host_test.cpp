@@ -194,11 +194,11 @@ TEST(WatchHost, TheJobsCpuFiguresAreRecordedAndReplayReachesTheSameVerdicts) {
       if (s.time >= begin && s.time <= end) window.push_back(s);
     const Diagnosis d = diagnose(window, rec.steps, rec.gpus.at(0), rec.host);
     const std::string verdict = line["verdict"];
-    EXPECT_EQ(to_string(d.primary().kind), verdict) << d.primary().evidence;
+    EXPECT_EQ(watch_verdict(d.primary().kind), verdict) << d.primary().evidence;
     EXPECT_EQ(d.primary().evidence, line["evidence"]);
     EXPECT_TRUE(verdict == "host-bound" || verdict == "input-pipeline-bound") << verdict;
     if (d.stats.host_driving_cores) {
-      EXPECT_EQ(d.primary().kind == Bottleneck::host, *d.stats.host_driving_cores >= 0.8);
+      EXPECT_EQ(d.primary().kind == Bottleneck::launch_overhead, *d.stats.host_driving_cores >= 0.8);
       EXPECT_NE(d.primary().evidence.find("training process: main thread"), std::string::npos);
     }
   }
