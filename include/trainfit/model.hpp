@@ -1,6 +1,7 @@
 #pragma once
 // The shape of a decoder-only transformer, read from a Hugging Face config.json.
 // Only shape matters to trainfit: memory and time depend on tensor sizes, not values.
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -171,6 +172,8 @@ std::vector<LinearModule> dense_layer_linear_modules(const ModelSpec& model);
 // The name transformers gives a module of this role in this model's family (its path under the
 // decoder layer, as PEFT matches it): model/module_roles.cpp's table, the one place these live.
 std::string module_name(const ModelSpec& model, ModuleRole role);
+// All of them, indexed by role (static storage: resolved once per family).
+const std::array<std::string, kModuleRoles>& module_names(const ModelSpec& model);
 // Every family the table names differently from the default (Llama's), and the default as "".
 struct FamilyModuleNames {
   std::string family;  // config.json's model_type; "" for the default

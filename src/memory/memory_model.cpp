@@ -578,14 +578,14 @@ StepMemoryBases memory_bases(const ModelSpec& model, const Step& step, const Gpu
 
 BusiestStepMemory busiest_step_memory(const StepMemoryBases& bases, double tokens, std::int64_t grad_accum,
                                       bool grad_ckpt) {
+  const StepMemoryBases::Stage& whole = bases.priced.front();
+  // Without a pipeline: the one basis, built in place (a StepMemory is a kilobyte, and a search
+  // prices millions of points).
+  if (!whole.pipelined)
+    return {step_memory(whole.first_microbatch, tokens, grad_accum, grad_ckpt), &whole.first_microbatch, whole.index};
   BusiestStepMemory best;
   bool any = false;
   for (const StepMemoryBases::Stage& stage : bases.priced) {
-    if (!stage.pipelined) {
-      best = {step_memory(stage.first_microbatch, tokens, grad_accum, grad_ckpt), &stage.first_microbatch,
-              stage.index};
-      return best;
-    }
     // A pipeline stage accumulates its gradients over the step's micro-batches: from the second on,
     // each runs with the gradients alive, as accumulation does.
     const std::int64_t accumulated = grad_accum * bases.microbatches;

@@ -97,17 +97,29 @@ const std::vector<FamilyModuleNames>& module_names_table() {
   return table;
 }
 
-std::string module_name(const ModelSpec& model, ModuleRole role) {
-  const auto& table = module_names_table();
-  const auto named = [role](const FamilyModuleNames& f) -> const std::string* {
-    for (const auto& [r, name] : f.names)
-      if (r == role) return &name;
-    return nullptr;
+const std::array<std::string, kModuleRoles>& module_names(const ModelSpec& model) {
+  // Each family's names resolved once, indexed by role: planning asks for them every time it lists
+  // a layer's modules (a few times a plan, thousands of times a search).
+  struct Resolved {
+    std::string family;
+    std::array<std::string, kModuleRoles> names;
   };
-  for (const FamilyModuleNames& f : table)
-    if (!f.family.empty() && f.family == model.model_type)
-      if (const std::string* name = named(f)) return *name;
-  return *named(table.front());  // the default names every role
+  static const std::vector<Resolved> resolved = [] {
+    const auto& table = module_names_table();
+    std::vector<Resolved> out;
+    for (const FamilyModuleNames& f : table) {
+      Resolved r{f.family, {}};
+      for (const auto& [role, name] : table.front().names) r.names.at(index_of(role)) = name;
+      for (const auto& [role, name] : f.names) r.names.at(index_of(role)) = name;
+      out.push_back(std::move(r));
+    }
+    return out;
+  }();
+  for (const Resolved& r : resolved)
+    if (!r.family.empty() && r.family == model.model_type) return r.names;
+  return resolved.front().names;
 }
+
+std::string module_name(const ModelSpec& model, ModuleRole role) { return module_names(model).at(index_of(role)); }
 
 }  // namespace trainfit

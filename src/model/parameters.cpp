@@ -30,7 +30,7 @@ std::int64_t numel(const LinearModule& m) {
 // A module of the role, named as the model's family names it (model/module_roles.cpp).
 LinearModule module(const ModelSpec& s, ModuleRole role, std::int64_t in, std::int64_t out, std::int64_t count = 1,
                     bool bias = false, double token_fraction = 1.0, bool nn_linear = true) {
-  return {role, module_name(s, role), in, out, count, bias, token_fraction, nn_linear};
+  return {role, module_names(s)[static_cast<std::size_t>(role)], in, out, count, bias, token_fraction, nn_linear};
 }
 
 // Multi-head latent attention (DeepseekV2Attention, DeepseekV3Attention): the query through q_a_proj and
