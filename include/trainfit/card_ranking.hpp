@@ -14,8 +14,8 @@ namespace trainfit {
 
 // One catalogue card's answer for a setup: its plan, its price, and what the tokens cost on it.
 struct CardRank {
-  Plan plan;                     // make_plan on this card (no search for changes that fit)
-  std::optional<GpuPrice> price; // absent when the price table has none for the card
+  Plan plan;                      // make_plan on this card (no search for changes that fit)
+  std::optional<GpuPrice> price;  // absent when the price table has none for the card
   // Hours (and dollars, with a price) to train the tokens; absent when the step cannot run on the
   // card (oom) or its time is unknown.
   std::optional<RunCost> run;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <utility>
 
 #include "memory/memory_model.hpp"
 #include "step/layout.hpp"
@@ -556,9 +557,10 @@ StepMemory step_memory(const MemoryBasis& b, double tokens, std::int64_t grad_ac
 
 StepMemoryBases memory_bases(const ModelSpec& model, const Step& step, const GpuSpec& gpu) {
   StepMemoryBases out;
-  const MemoryBasis whole = memory_basis(model, step, gpu);
+  MemoryBasis whole = memory_basis(model, step, gpu);
   if (!step.first_stage || !step.last_stage) {
-    out.priced.push_back({whole, whole, 0, false});
+    // Moved, not copied: a basis holds a dozen vectors, and a search builds thousands of groups.
+    out.priced.push_back({std::move(whole), {}, 0, false});
     return out;
   }
   out.microbatches = step.setup.microbatches;

@@ -14,13 +14,18 @@ namespace trainfit {
 namespace {
 
 constexpr std::array<const char*, kModuleRoles> kRoleWords = {
-    "attention_query", "attention_key", "attention_value", "attention_qkv", "attention_output",
-    "latent_query_down", "latent_query_up", "latent_kv_down", "latent_kv_up",
-    "mlp_gate", "mlp_up", "mlp_gate_up", "mlp_down",
-    "router", "expert_gate", "expert_up", "expert_gate_up", "expert_down",
-    "shared_expert_gate", "shared_expert_up", "shared_expert_down", "shared_expert_scale"};
+    "attention_query",    "attention_key",    "attention_value",
+    "attention_qkv",      "attention_output", "latent_query_down",
+    "latent_query_up",    "latent_kv_down",   "latent_kv_up",
+    "mlp_gate",           "mlp_up",           "mlp_gate_up",
+    "mlp_down",           "router",           "expert_gate",
+    "expert_up",          "expert_gate_up",   "expert_down",
+    "shared_expert_gate", "shared_expert_up", "shared_expert_down",
+    "shared_expert_scale"};
 
-std::size_t index_of(ModuleRole role) { return static_cast<std::size_t>(role); }
+std::size_t index_of(ModuleRole role) {
+  return static_cast<std::size_t>(role);
+}
 
 std::vector<FamilyModuleNames> make_table() {
   using R = ModuleRole;
@@ -66,14 +71,23 @@ std::vector<FamilyModuleNames> make_table() {
 
 }  // namespace
 
-std::string to_string(ModuleRole role) { return kRoleWords.at(index_of(role)); }
+std::string to_string(ModuleRole role) {
+  return kRoleWords.at(index_of(role));
+}
 
-bool is_attention(ModuleRole role) { return index_of(role) <= index_of(ModuleRole::latent_kv_up); }
+bool is_attention(ModuleRole role) {
+  return index_of(role) <= index_of(ModuleRole::latent_kv_up);
+}
 bool is_mlp_input_side(ModuleRole role) {
   switch (role) {
-    case ModuleRole::mlp_gate: case ModuleRole::mlp_up: case ModuleRole::mlp_gate_up:
-    case ModuleRole::expert_gate: case ModuleRole::expert_up: case ModuleRole::expert_gate_up:
-    case ModuleRole::shared_expert_gate: case ModuleRole::shared_expert_up:
+    case ModuleRole::mlp_gate:
+    case ModuleRole::mlp_up:
+    case ModuleRole::mlp_gate_up:
+    case ModuleRole::expert_gate:
+    case ModuleRole::expert_up:
+    case ModuleRole::expert_gate_up:
+    case ModuleRole::shared_expert_gate:
+    case ModuleRole::shared_expert_up:
       return true;
     default:
       return false;
@@ -90,7 +104,9 @@ bool is_shared_expert(ModuleRole role) {
   return role == ModuleRole::shared_expert_gate || role == ModuleRole::shared_expert_up ||
          role == ModuleRole::shared_expert_down;
 }
-bool is_router_like(ModuleRole role) { return role == ModuleRole::router || role == ModuleRole::shared_expert_scale; }
+bool is_router_like(ModuleRole role) {
+  return role == ModuleRole::router || role == ModuleRole::shared_expert_scale;
+}
 
 const std::vector<FamilyModuleNames>& module_names_table() {
   static const std::vector<FamilyModuleNames> table = make_table();
@@ -120,6 +136,8 @@ const std::array<std::string, kModuleRoles>& module_names(const ModelSpec& model
   return resolved.front().names;
 }
 
-std::string module_name(const ModelSpec& model, ModuleRole role) { return module_names(model).at(index_of(role)); }
+std::string module_name(const ModelSpec& model, ModuleRole role) {
+  return module_names(model).at(index_of(role));
+}
 
 }  // namespace trainfit

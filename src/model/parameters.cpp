@@ -1,5 +1,6 @@
 // The linear modules of a decoder layer and the parameter count of a whole model, laid
 // out as transformers builds them (see docs/models.md for the formula per family).
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -28,9 +29,10 @@ std::int64_t numel(const LinearModule& m) {
 }
 
 // A module of the role, named as the model's family names it (model/module_roles.cpp).
-LinearModule module(const ModelSpec& s, ModuleRole role, std::int64_t in, std::int64_t out, std::int64_t count = 1,
-                    bool bias = false, double token_fraction = 1.0, bool nn_linear = true) {
-  return {role, module_names(s)[static_cast<std::size_t>(role)], in, out, count, bias, token_fraction, nn_linear};
+using ModuleNames = std::array<std::string, kModuleRoles>;
+LinearModule module(const ModuleNames& names, ModuleRole role, std::int64_t in, std::int64_t out,
+                    std::int64_t count = 1, bool bias = false, double token_fraction = 1.0, bool nn_linear = true) {
+  return {role, names[static_cast<std::size_t>(role)], in, out, count, bias, token_fraction, nn_linear};
 }
 
 // Multi-head latent attention (DeepseekV2Attention, DeepseekV3Attention): the query through q_a_proj and
@@ -39,22 +41,24 @@ LinearModule module(const ModelSpec& s, ModuleRole role, std::int64_t in, std::i
 // by every head. Only q_a_proj, kv_a_proj_with_mqa and o_proj take attention_bias.
 void add_latent_attention(const ModelSpec& s, std::vector<LinearModule>& out) {
   using R = ModuleRole;
+  const ModuleNames& n = module_names(s);
   const std::int64_t h = s.hidden_size;
   const std::int64_t q = mul(s.num_heads, s.head_dim);
   if (s.q_lora_rank > 0) {
-    out.push_back(module(s, R::latent_query_down, h, s.q_lora_rank, 1, s.attention_bias));
-    out.push_back(module(s, R::latent_query_up, s.q_lora_rank, q));
+    out.push_back(module(n, R::latent_query_down, h, s.q_lora_rank, 1, s.attention_bias));
+    out.push_back(module(n, R::latent_query_up, s.q_lora_rank, q));
   } else {
-    out.push_back(module(s, R::attention_query, h, q));
+    out.push_back(module(n, R::attention_query, h, q));
   }
-  out.push_back(module(s, R::latent_kv_down, h, add(s.kv_lora_rank, s.qk_rope_head_dim), 1, s.attention_bias));
+  out.push_back(module(n, R::latent_kv_down, h, add(s.kv_lora_rank, s.qk_rope_head_dim), 1, s.attention_bias));
   const std::int64_t key_nope = s.head_dim - s.qk_rope_head_dim;
-  out.push_back(module(s, R::latent_kv_up, s.kv_lora_rank, mul(s.num_heads, add(key_nope, s.v_head_dim))));
-  out.push_back(module(s, R::attention_output, mul(s.num_heads, s.v_head_dim), h, 1, s.attention_out_bias));
+  out.push_back(module(n, R::latent_kv_up, s.kv_lora_rank, mul(s.num_heads, add(key_nope, s.v_head_dim))));
+  out.push_back(module(n, R::attention_output, mul(s.num_heads, s.v_head_dim), h, 1, s.attention_out_bias));
 }
 
 void add_attention(const ModelSpec& s, std::vector<LinearModule>& out) {
   using R = ModuleRole;
+  const ModuleNames& n = module_names(s);
   if (s.is_mla()) {
     add_latent_attention(s, out);
     return;
@@ -62,30 +66,32 @@ void add_attention(const ModelSpec& s, std::vector<LinearModule>& out) {
   const std::int64_t q = mul(s.num_heads, s.head_dim);
   const std::int64_t kv = mul(s.num_kv_heads, s.head_dim);
   if (s.fused_qkv) {
-    out.push_back(module(s, R::attention_qkv, s.hidden_size, add(q, mul(2, kv)), 1, s.attention_bias));
+    out.push_back(module(n, R::attention_qkv, s.hidden_size, add(q, mul(2, kv)), 1, s.attention_bias));
   } else {
-    out.push_back(module(s, R::attention_query, s.hidden_size, q, 1, s.attention_bias));
-    out.push_back(module(s, R::attention_key, s.hidden_size, kv, 1, s.attention_bias));
-    out.push_back(module(s, R::attention_value, s.hidden_size, kv, 1, s.attention_bias));
+    out.push_back(module(n, R::attention_query, s.hidden_size, q, 1, s.attention_bias));
+    out.push_back(module(n, R::attention_key, s.hidden_size, kv, 1, s.attention_bias));
+    out.push_back(module(n, R::attention_value, s.hidden_size, kv, 1, s.attention_bias));
   }
-  out.push_back(module(s, R::attention_output, q, s.hidden_size, 1, s.attention_out_bias));
+  out.push_back(module(n, R::attention_output, q, s.hidden_size, 1, s.attention_out_bias));
 }
 
 void add_dense_mlp(const ModelSpec& s, std::vector<LinearModule>& out) {
   using R = ModuleRole;
+  const ModuleNames& n = module_names(s);
   const std::int64_t h = s.hidden_size;
   const std::int64_t i = s.intermediate_size;
   if (s.fused_qkv) {  // phi3 fuses the MLP's gate and up projections the same way
-    out.push_back(module(s, R::mlp_gate_up, h, mul(2, i), 1, s.mlp_bias));
+    out.push_back(module(n, R::mlp_gate_up, h, mul(2, i), 1, s.mlp_bias));
   } else {
-    out.push_back(module(s, R::mlp_gate, h, i, 1, s.mlp_bias));
-    out.push_back(module(s, R::mlp_up, h, i, 1, s.mlp_bias));
+    out.push_back(module(n, R::mlp_gate, h, i, 1, s.mlp_bias));
+    out.push_back(module(n, R::mlp_up, h, i, 1, s.mlp_bias));
   }
-  out.push_back(module(s, R::mlp_down, i, h, 1, s.mlp_bias));
+  out.push_back(module(n, R::mlp_down, i, h, 1, s.mlp_bias));
 }
 
 void add_moe_mlp(const ModelSpec& s, std::vector<LinearModule>& out) {
   using R = ModuleRole;
+  const ModuleNames& n = module_names(s);
   const std::int64_t h = s.hidden_size;
   const std::int64_t e = s.num_experts;
   const std::int64_t m = s.moe_intermediate_size;
@@ -98,27 +104,27 @@ void add_moe_mlp(const ModelSpec& s, std::vector<LinearModule>& out) {
     // PhimoeTopKRouter and DeepseekV2Moe's gate are nn.Linear; DeepseekV3TopkRouter and
     // MixtralTopKRouter hold a bare weight, which all-linear does not wrap.
     const bool bare_router = s.model_type == "deepseek_v3" || s.model_type == "mixtral";
-    out.push_back(module(s, R::router, h, e, 1, false, 1.0, !bare_router));
-    out.push_back(module(s, R::expert_gate_up, h, mul(2, m), e, false, routed, false));
-    out.push_back(module(s, R::expert_down, m, h, e, false, routed, false));
+    out.push_back(module(n, R::router, h, e, 1, false, 1.0, !bare_router));
+    out.push_back(module(n, R::expert_gate_up, h, mul(2, m), e, false, routed, false));
+    out.push_back(module(n, R::expert_down, m, h, e, false, routed, false));
     if (s.shared_expert_intermediate_size > 0) {
       const std::int64_t sh = s.shared_expert_intermediate_size;
-      out.push_back(module(s, R::shared_expert_gate, h, sh, 1, s.mlp_bias));
-      out.push_back(module(s, R::shared_expert_up, h, sh, 1, s.mlp_bias));
-      out.push_back(module(s, R::shared_expert_down, sh, h, 1, s.mlp_bias));
+      out.push_back(module(n, R::shared_expert_gate, h, sh, 1, s.mlp_bias));
+      out.push_back(module(n, R::shared_expert_up, h, sh, 1, s.mlp_bias));
+      out.push_back(module(n, R::shared_expert_down, sh, h, 1, s.mlp_bias));
     }
     return;
   }
-  out.push_back(module(s, R::router, h, e));
-  out.push_back(module(s, R::expert_gate, h, m, e, false, routed, false));
-  out.push_back(module(s, R::expert_up, h, m, e, false, routed, false));
-  out.push_back(module(s, R::expert_down, m, h, e, false, routed, false));
+  out.push_back(module(n, R::router, h, e));
+  out.push_back(module(n, R::expert_gate, h, m, e, false, routed, false));
+  out.push_back(module(n, R::expert_up, h, m, e, false, routed, false));
+  out.push_back(module(n, R::expert_down, m, h, e, false, routed, false));
   if (s.shared_expert_intermediate_size > 0) {
     const std::int64_t sh = s.shared_expert_intermediate_size;
-    out.push_back(module(s, R::shared_expert_gate, h, sh));
-    out.push_back(module(s, R::shared_expert_up, h, sh));
-    out.push_back(module(s, R::shared_expert_down, sh, h));
-    out.push_back(module(s, R::shared_expert_scale, h, 1));
+    out.push_back(module(n, R::shared_expert_gate, h, sh));
+    out.push_back(module(n, R::shared_expert_up, h, sh));
+    out.push_back(module(n, R::shared_expert_down, sh, h));
+    out.push_back(module(n, R::shared_expert_scale, h, 1));
   }
 }
 

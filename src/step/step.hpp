@@ -13,12 +13,12 @@
 namespace trainfit::detail {
 
 struct Step {
-  TrainingSetup setup;    // as the user gave it (its batch sets `tensors.tokens`)
+  TrainingSetup setup;  // as the user gave it (its batch sets `tensors.tokens`)
   // What the GPUs compute: under a mixed-precision layout the low-precision dtype on copies of the
   // fp32 storage (compute_setup); otherwise `setup` itself.
   TrainingSetup compute;
-  Layout layout;          // how the GPUs share the step (layout_of)
-  StepShape tensors;      // the tensors: per token where they scale with the micro-batch
+  Layout layout;      // how the GPUs share the step (layout_of)
+  StepShape tensors;  // the tensors: per token where they scale with the micro-batch
   // With pipeline parallelism, the two stages either of which can be the busiest: the first (the
   // most micro-batches in flight, the extra layers) and the last (the output layer and the loss);
   // the stages between hold less than the first. Unset without a pipeline.

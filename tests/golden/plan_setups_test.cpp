@@ -22,8 +22,8 @@ namespace {
 struct GoldenLine {
   std::string source;
   nlohmann::json setup;
-  nlohmann::json plan;   // null when refused
-  std::string error;     // the refusal's words
+  nlohmann::json plan;  // null when refused
+  std::string error;    // the refusal's words
 };
 
 const std::vector<GoldenLine>& golden_lines() {
@@ -146,10 +146,9 @@ TEST(PlanGoldenSet, TheAdviseGridPricesEverySetupAsPlanDoes) {
                       point.step_seconds == (p.time.predicted ? p.time.step_seconds : 0.0);
     if (!same && ++differ <= 20)
       ADD_FAILURE() << g.source << " " << setup_label(s) << ": grid " << point.peak_allocated_bytes << " B, "
-                    << point.device_used_bytes << " B used, " << to_string(point.verdict) << ", "
-                    << point.step_seconds << " s; plan " << p.memory.busiest_peak_allocated_bytes << " B, "
-                    << p.memory.device_used_bytes << " B used, " << to_string(p.verdict) << ", "
-                    << p.time.step_seconds << " s";
+                    << point.device_used_bytes << " B used, " << to_string(point.verdict) << ", " << point.step_seconds
+                    << " s; plan " << p.memory.busiest_peak_allocated_bytes << " B, " << p.memory.device_used_bytes
+                    << " B used, " << to_string(p.verdict) << ", " << p.time.step_seconds << " s";
   }
   EXPECT_GT(checked, 2000);
   EXPECT_EQ(differ, 0);

@@ -59,7 +59,9 @@ std::string read_file(const fs::path& p) {
 }
 
 // A setup through the same path a config file or the API takes: its JSON, read back.
-TrainingSetup settled(const TrainingSetup& s) { return setup_from_json(setup_to_json(s)); }
+TrainingSetup settled(const TrainingSetup& s) {
+  return setup_from_json(setup_to_json(s));
+}
 
 void from_bench_plans(std::vector<Entry>& out) {
   std::vector<fs::path> files;
@@ -165,8 +167,8 @@ void from_docs(std::vector<Entry>& out) {
 // output too), but only valid setups count toward the target.
 void generated(std::vector<Entry>& out, int valid_target) {
   const std::vector<std::string> models = builtin_model_names();
-  const std::vector<std::string> cards = {"h200", "h100-sxm", "a100-80gb", "a100-40gb", "rtx-4090", "rtx-5070-ti", "l40s",
-                                          "mi300x"};
+  const std::vector<std::string> cards = {"h200",     "h100-sxm",    "a100-80gb", "a100-40gb",
+                                          "rtx-4090", "rtx-5070-ti", "l40s",      "mi300x"};
   struct LayoutDraw {
     const char* name;
     std::int64_t gpus, tp, pp, cp, nodes;
@@ -199,7 +201,7 @@ void generated(std::vector<Entry>& out, int valid_target) {
       {"nodes4-fsdp-tp", 32, 4, 2, 1, 4, Parallel::fsdp, Offload::none},
   };
   const std::vector<Method> methods = {Method::full, Method::lora, Method::qlora};
-  const std::vector<Objective> objectives = {Objective::sft, Objective::dpo, Objective::orpo, Objective::kto,
+  const std::vector<Objective> objectives = {Objective::sft,    Objective::dpo, Objective::orpo, Objective::kto,
                                              Objective::reward, Objective::ppo, Objective::grpo};
   const std::vector<std::int64_t> seqs = {256, 512, 1024, 2048, 4096, 8192, 32768};
   const std::vector<std::int64_t> batches = {1, 2, 4, 8};
@@ -208,8 +210,8 @@ void generated(std::vector<Entry>& out, int valid_target) {
   const std::vector<std::int64_t> microbatches = {1, 2, 4, 8};
   const std::vector<std::string> targets = {"all-linear", "q,k,v,o", "q,v", "all-linear"};
   const std::vector<Attention> attentions = {Attention::sdpa, Attention::sdpa, Attention::eager, Attention::flash};
-  const std::vector<Optimizer> optimizers = {Optimizer::adamw, Optimizer::adamw, Optimizer::adamw_8bit, Optimizer::sgd,
-                                             Optimizer::sgd_momentum, Optimizer::adafactor};
+  const std::vector<Optimizer> optimizers = {Optimizer::adamw, Optimizer::adamw,        Optimizer::adamw_8bit,
+                                             Optimizer::sgd,   Optimizer::sgd_momentum, Optimizer::adafactor};
   Draw d{20261204};
   int valid = 0;
   for (std::size_t i = 0; valid < valid_target && i < 100000; ++i) {
@@ -219,7 +221,8 @@ void generated(std::vector<Entry>& out, int valid_target) {
     s.gpu = d.pick(cards);
     s.method = methods[(i / 3) % methods.size()];
     s.objective = objectives[(i / 5) % objectives.size()];
-    if (s.method == Method::qlora) s.weights = DType::nf4;
+    if (s.method == Method::qlora)
+      s.weights = DType::nf4;
     else if (d.chance(15)) {
       s.weights = DType::fp32;
       s.amp = DType::bf16;
