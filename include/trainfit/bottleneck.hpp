@@ -123,18 +123,15 @@ constexpr std::string_view watch_verdict(Bottleneck b) {
       return "offload-bound";
     case Bottleneck::capacity:
       return "capacity-bound";
+    // States and warnings: watch prints their own word.
     case Bottleneck::idle:
-      return "idle";
     case Bottleneck::throttled:
-      return "throttled";
     case Bottleneck::memory_growth:
-      return "memory-growing";
     case Bottleneck::unknown:
-      return "unknown";
     case Bottleneck::straggler:
-      return "straggler";
+      break;
   }
-  return "";
+  return detail::bottleneck_word(b);
 }
 
 // The inverse of both: a word ("launch-overhead"), a watch verdict ("host-bound"), or a watch
