@@ -585,12 +585,12 @@ BusiestStepMemory busiest_step_memory(const StepMemoryBases& bases, double token
   // prices millions of points).
   if (!whole.pipelined)
     return {step_memory(whole.first_microbatch, tokens, grad_accum, grad_ckpt), &whole.first_microbatch, whole.index};
+  // A pipeline stage accumulates its gradients over the step's micro-batches: from the second on,
+  // each runs with the gradients alive, as accumulation does.
+  const std::int64_t accumulated = grad_accum * bases.microbatches;
   BusiestStepMemory best;
   bool any = false;
   for (const StepMemoryBases::Stage& stage : bases.priced) {
-    // A pipeline stage accumulates its gradients over the step's micro-batches: from the second on,
-    // each runs with the gradients alive, as accumulation does.
-    const std::int64_t accumulated = grad_accum * bases.microbatches;
     BusiestStepMemory first{step_memory(stage.first_microbatch, tokens, grad_accum, grad_ckpt), &stage.first_microbatch,
                             stage.index};
     BusiestStepMemory later{step_memory(stage.later, tokens, accumulated, grad_ckpt), &stage.later, stage.index};

@@ -83,11 +83,8 @@ SetupGroup::Point SetupGroup::at(std::int64_t batch, std::int64_t grad_accum, bo
       grad_accum > max_grad_accum_)
     validate_point(batch, grad_accum);
   const double tokens = micro_batch_tokens(base_.seq, batch);
-  // Without a pipeline the one basis is the busiest (busiest_step_memory's first case), priced
-  // straight into place: a StepMemory is a kilobyte, and a search prices millions of points.
-  const StepMemoryBases::Stage& whole = memory_.priced.front();
-  const StepMemory memory = whole.pipelined ? busiest_step_memory(memory_, tokens, grad_accum, grad_ckpt).memory
-                                            : step_memory(whole.first_microbatch, tokens, grad_accum, grad_ckpt);
+  const BusiestStepMemory busiest = busiest_step_memory(memory_, tokens, grad_accum, grad_ckpt);
+  const StepMemory& memory = busiest.memory;
   Point p;
   p.peak_allocated_bytes = memory.peak_allocated_bytes;
   p.device_used_bytes = memory.device_used_bytes;
