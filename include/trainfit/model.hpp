@@ -14,7 +14,7 @@ namespace trainfit {
 // One linear (matrix) module of a decoder layer, as PEFT names it.
 // What a linear module of a decoder layer is, whatever its family calls it. The memory and time
 // models, LoRA targeting and `trainfit models` read the role; the name (module_name, from the
-// one table of every family's names in model/module_roles.cpp) is what PEFT and the breakdown see.
+// one table of every family's names in model/families.cpp) is what PEFT and the breakdown see.
 enum class ModuleRole {
   attention_query,      // q_proj
   attention_key,        // k_proj
@@ -170,15 +170,46 @@ std::vector<LinearModule> layer_linear_modules(const ModelSpec& model);
 // The linear modules of a dense layer of an MoE model (empty for dense models).
 std::vector<LinearModule> dense_layer_linear_modules(const ModelSpec& model);
 // The name transformers gives a module of this role in this model's family (its path under the
-// decoder layer, as PEFT matches it): model/module_roles.cpp's table, the one place these live.
+// decoder layer, as PEFT matches it): the family's row of model/families.cpp, the one place these live.
 std::string module_name(const ModelSpec& model, ModuleRole role);
-// All of them, indexed by role (static storage: resolved once per family).
+// All of them, indexed by role.
 const std::array<std::string, kModuleRoles>& module_names(const ModelSpec& model);
-// Every family the table names differently from the default (Llama's), and the default as "".
-struct FamilyModuleNames {
-  std::string family;  // config.json's model_type; "" for the default
-  std::vector<std::pair<ModuleRole, std::string>> names;  // the roles it names, each with its name
+
+// A model family: how its config.json is read, what its modules are called and how transformers
+// lays out its mixture of experts. The built-in families are rows of src/model/families.cpp.
+struct ModelFamily {
+  std::string model_type;  // config.json's model_type
+  // The built-in family whose config fields and layer structure this one has (its reading code in
+  // model_config.cpp); a built-in reads as itself.
+  std::string reads_as;
+  // The roles it names differently from its reads_as family (a built-in: from Llama's names).
+  std::vector<std::pair<ModuleRole, std::string>> renamed;
+  // Mixture of experts as transformers 5 builds it. Its experts are two 3-D parameters, gate and up
+  // fused, which PEFT's all-linear does not take as nn.Linear (Mixtral, PhiMoE, DeepSeek).
+  bool fused_experts = false;
+  // Its router holds a bare weight, not an nn.Linear: all-linear does not wrap it (Mixtral, DeepSeek-V3).
+  bool bare_router = false;
+  // Its router is an nn.Linear whose forward returns a tuple: all-linear wraps it and PEFT's LoRA
+  // forward fails there (PhiMoE).
+  bool router_returns_tuple = false;
+  // Every role's name, resolved when the row is made (Llama's, then reads_as's, then renamed).
+  std::array<std::string, kModuleRoles> names{};
 };
-const std::vector<FamilyModuleNames>& module_names_table();
+// Every family, the built-ins first, in table order.
+const std::vector<const ModelFamily*>& model_families();
+// The family of config.json's model_type; nullptr when none is known.
+const ModelFamily* find_model_family(std::string_view model_type);
+// The model's own family (its model_type's row).
+const ModelFamily& model_family(const ModelSpec& model);
+// Adds a family that reads as a built-in and may name its modules otherwise (docs/architecture.md,
+// "Add a model family"). It inherits its reads_as family's structure. Throws InputError when the
+// model_type is taken or reads_as is not a built-in. Call it before planning starts: planning in
+// other threads reads the table without a lock.
+void add_model_family(const ModelFamily& family);
+
+// Adds a built-in model from its config.json text (its family must be known): it is then listed by
+// builtin_model_names() and loads by its name and its Hub ids. Throws InputError when the name is
+// taken or the config does not read. The same caveat as add_model_family.
+void add_builtin_model(std::string_view name, std::string_view config_json, const std::vector<std::string>& hf_ids = {});
 
 }  // namespace trainfit

@@ -151,4 +151,11 @@ std::string setup_label(const TrainingSetup& setup);
 // with its type, allowed values or range, `default`, `description` and `x-flag`.
 nlohmann::json setup_schema();
 
+namespace detail {
+// A value added to a choice setting's allowed values: a table the setting reads its choices from
+// grew a row (add_data_parallel_scheme). Settings that apply under the value `like` apply under the
+// new one too. InputError when no setting has the key.
+void add_setting_choice(std::string_view key, const std::string& choice, std::string_view like);
+}  // namespace detail
+
 }  // namespace trainfit

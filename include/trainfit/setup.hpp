@@ -31,11 +31,58 @@ enum class Attention { sdpa, eager, flash };
 //   zero1, zero2, zero3: DeepSpeed's ZeRO stages: optimizer states (1), plus gradients (2), plus
 //         parameters (3) partitioned across the data-parallel GPUs; ZeroRedundancyOptimizer is
 //         PyTorch's stage 1.
-enum class Parallel { ddp, fsdp, fsdp_grad_op, hsdp, zero1, zero2, zero3 };
+// Each value is a row of the data-parallel schemes' table (DataParallelScheme below), its index:
+// add_data_parallel_scheme gives a scheme added at run time the next value.
+enum class Parallel : std::uint8_t { ddp, fsdp, fsdp_grad_op, hsdp, zero1, zero2, zero3 };
 // What a sharded layout keeps in host memory instead of on the GPU (DeepSpeed's offload_optimizer
 // and offload_param, FSDP2's CPUOffloadPolicy, which moves both).
 enum class Offload { none, optimizer, params, optimizer_params };
 enum class OffloadDevice { cpu, nvme };
+
+// The framework that runs a data-parallel scheme, which decides how its gradients travel.
+enum class DataParallelFramework {
+  // PyTorch's DistributedDataParallel: gradients copied into buckets and all-reduced once an
+  // optimizer step (accumulating micro-batches run under no_sync).
+  pytorch_ddp,
+  // ZeroRedundancyOptimizer over DDP: the same all-reduce, then each GPU steps its share of the
+  // parameters and broadcasts every parameter tensor it updated.
+  zero_redundancy_optimizer,
+  // DeepSpeed's ZeRO engine: each GPU keeps a flat partition in the optimizer's dtype (fp32 master
+  // weights in bf16 mode), reduces gradients in buckets and all-gathers the updated parameters.
+  deepspeed,
+  // FSDP2's fully_shard: per-parameter shards gathered for each layer's passes, gradients
+  // reduce-scattered every micro-batch, its MixedPrecisionPolicy.
+  fsdp2,
+};
+
+// A data-parallel scheme: what the GPUs that hold the same parameters each keep a share of, how
+// their gradients travel, and what can be offloaded. The built-in schemes are the rows of
+// src/setup/data_parallel.cpp; every term of the memory and time models reads the row, never the
+// scheme's name (docs/architecture.md, "Add a layout").
+struct DataParallelScheme {
+  std::string name;                  // the `parallel` value: "zero2"
+  std::vector<std::string> aliases;  // other spellings accepted for it
+  std::string title;                 // as reports name it: "ZeRO-2"
+  DataParallelFramework framework = DataParallelFramework::pytorch_ddp;
+  bool shards_parameters = false, shards_gradients = false, shards_optimizer = false;
+  bool shards_within_node = false;  // HSDP: shards within a node, replicas across nodes all-reduce
+  bool keeps_gathered = false;      // a layer stays gathered from its forward to its backward
+  bool takes_qlora = false;         // QLoRA's 4-bit storage runs under it (measured)
+  // The `offload` values it takes besides none, whether NVMe, and what a refusal says ({} is the
+  // scheme's name).
+  std::vector<Offload> offloads;
+  bool offloads_to_nvme = false;
+  std::string offload_refusal, nvme_refusal;
+  // The offloads advise's search tries it with (none: advise does not try it).
+  std::vector<Offload> advise_offloads;
+};
+// Every scheme in Parallel's order.
+std::vector<const DataParallelScheme*> data_parallel_schemes();
+const DataParallelScheme& data_parallel_scheme(Parallel p);
+// Adds a scheme and returns its Parallel value: from then on it is a `parallel` value of flags,
+// JSON, bench matrices, the schema and the API. Throws InputError when its name or an alias is taken.
+// Call it before planning starts: planning in other threads reads the table without a lock.
+Parallel add_data_parallel_scheme(const DataParallelScheme& scheme);
 // What one optimizer step trains the policy for, as Hugging Face TRL's trainers compute it
 // (docs/model.md, "Objectives"):
 //   sft:    next-token cross-entropy over `batch` sequences (transformers' loss; no TRL involved).
@@ -184,11 +231,6 @@ void validate(const TrainingSetup& setup);
 
 // The layout's degrees: data-parallel GPUs (gpus / (tp x pp x cp)) and the GPUs one host holds.
 std::int64_t data_parallel_degree(const TrainingSetup& setup);
-// Whether the layout shards parameters at rest (FSDP's family and ZeRO-3), gradients (those and
-// ZeRO-2) or optimizer states (those and ZeRO-1), across the data-parallel GPUs.
-bool shards_parameters(Parallel p);
-bool shards_gradients(Parallel p);
-bool shards_optimizer(Parallel p);
 bool offloads_optimizer(Offload o);
 bool offloads_params(Offload o);
 

@@ -102,6 +102,38 @@ struct TimeTerm {
   double seconds = 0;
 };
 
+// What a setup's layout adds to each of its steps, whatever the micro-batch and checkpointing:
+// the bytes of the collectives and of offloading, and how the step is spread over GPUs (pipeline
+// stages and micro-batches, data-parallel replicas). The time model computes it once a setup
+// (its basis) and every priced step carries it as it is.
+struct LayoutWork {
+  // Data parallelism, per micro-batch: the bytes each GPU's link carries (NCCL's bus bytes).
+  double all_reduce_bytes = 0;      // DDP: 2 (n-1)/n x the trainable gradients
+  double all_gather_bytes = 0;      // FSDP: (n-1)/n x (layers gathered twice, root once, gradients scattered)
+  // Per optimizer step (once however many micro-batches accumulate, under no_sync): ZeRO-1/2's
+  // gradient reduction and parameter all-gather; HSDP's all-reduce between hosts (network_bytes).
+  double step_collective_bytes = 0;
+  double network_bytes = 0;
+  // After the optimizer step, in series with nothing: ZeRO-1/2 send the parameters each GPU
+  // updated to the others (bus bytes a GPU), in this many collectives (ZeroRedundancyOptimizer:
+  // one broadcast a parameter tensor).
+  double post_step_collective_bytes = 0;
+  double post_step_collectives = 0;
+  // Offload over the host link: parameters brought in for every gather (per micro-batch), and
+  // gradients out and updated parameters back (per step); the CPU optimizer's memory traffic.
+  double offload_micro_bytes = 0;
+  double offload_step_bytes = 0;
+  double host_optimizer_bytes = 0;
+  // Pipeline parallelism: stages, and micro-batches a step runs through them (1F1B). A step's work
+  // is then the busiest stage's (the first with the extra layers, or the last with the output
+  // layer and the loss).
+  double pipeline_stages = 1;
+  double pipeline_microbatches = 1;
+  double data_parallel = 1;       // replicas that each run the step's micro-batches (tokens per step)
+  bool dp_crosses_hosts = false;  // the data-parallel group spans hosts: its collectives cross the network
+  bool operator==(const LayoutWork&) const = default;
+};
+
 // The work of one optimizer step, before any card is involved.
 struct StepWork {
   double tensor_flops = 0;     // matmuls on tensor cores (bf16/fp16), including recomputation
@@ -123,36 +155,15 @@ struct StepWork {
   double model_flops = 0;      // the training math alone (no recomputation): for model FLOP utilisation
   double layer_working_set_bytes = 0;  // weights + activations one layer's pass touches (for spill)
   double layer_passes = 0;     // layer passes a step makes (forward, recompute, backward)
-  // Data parallelism, per micro-batch: the bytes each GPU's link carries (NCCL's bus bytes).
-  double all_reduce_bytes = 0;      // DDP: 2 (n-1)/n x the trainable gradients
-  double all_gather_bytes = 0;      // FSDP: (n-1)/n x (layers gathered twice, root once, gradients scattered)
-  // Per optimizer step (once however many micro-batches accumulate, under no_sync): ZeRO-1/2's
-  // gradient reduction and parameter all-gather; HSDP's all-reduce between hosts (network_bytes).
-  double step_collective_bytes = 0;
-  double network_bytes = 0;
-  // After the optimizer step, in series with nothing: ZeRO-1/2 send the parameters each GPU
-  // updated to the others (bus bytes a GPU), in this many collectives (ZeroRedundancyOptimizer:
-  // one broadcast a parameter tensor).
-  double post_step_collective_bytes = 0;
-  double post_step_collectives = 0;
   // Model parallelism, per micro-batch: tensor parallelism's all-gathers and reduce-scatters,
   // context parallelism's key/value ring, pipeline parallelism's activations between stages.
   double model_parallel_bytes = 0;
-  // Offload over the host link: parameters brought in for every gather (per micro-batch), and
-  // gradients out and updated parameters back (per step); the CPU optimizer's memory traffic.
-  double offload_micro_bytes = 0;
-  double offload_step_bytes = 0;
-  double host_optimizer_bytes = 0;
-  // Pipeline parallelism: stages, and micro-batches a step runs through them (1F1B). The work
-  // above is then the busiest stage's (the first with the extra layers, or the last with the
-  // output layer and the loss), and gpu_forward_fraction the share of its GPU work in the forward.
-  double pipeline_stages = 1;
-  double pipeline_microbatches = 1;
+  // With a pipeline, the share of the busiest stage's micro-batch work in the forward.
   double gpu_forward_fraction = 1.0 / 3.0;   // of the micro-batch's GPU work, by FLOPs
   double host_forward_fraction = 0.5;        // of its host operations, by count
-  double data_parallel = 1;  // replicas that each run the step's micro-batches (tokens per step)
   double sequences_per_example = 1;  // sequences trained per example of a micro-batch (2: dpo, orpo, reward)
-  bool dp_crosses_hosts = false;  // the data-parallel group spans hosts: its collectives cross the network
+  // What the layout adds and how it spreads the step: the basis's, the same at every micro-batch.
+  LayoutWork layout;
 };
 
 StepWork step_work(const ModelSpec& model, const TrainingSetup& setup);

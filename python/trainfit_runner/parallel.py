@@ -16,6 +16,7 @@ import gc
 import re
 
 from . import layouts
+from .setup_schema import module_names
 
 # The decoder layers of a transformers causal LM (model.layers.N), under PEFT's wrapper too.
 LAYER_NAME = re.compile(r"(.*\.)?layers\.\d+")
@@ -150,17 +151,19 @@ def apply_tensor_parallel(torch, model, mesh):
     parallelize_module(lm, mesh, {
         "lm_head": ColwiseParallel(input_layouts=Shard(1), output_layouts=Replicate()),
     })
+    # The modules by role, named as the model's family names them (trainfit's table of families).
+    names = module_names(getattr(model.config, "model_type", "llama"))
     for layer in decoder.layers:
         parallelize_module(layer, mesh, {
             "input_layernorm": SequenceParallel(use_local_output=True),
             "post_attention_layernorm": SequenceParallel(use_local_output=True),
-            "self_attn.q_proj": ColwiseParallel(),
-            "self_attn.k_proj": ColwiseParallel(),
-            "self_attn.v_proj": ColwiseParallel(),
-            "self_attn.o_proj": RowwiseParallel(output_layouts=Shard(1)),
-            "mlp.gate_proj": ColwiseParallel(),
-            "mlp.up_proj": ColwiseParallel(),
-            "mlp.down_proj": RowwiseParallel(output_layouts=Shard(1)),
+            "self_attn." + names["attention_query"]: ColwiseParallel(),
+            "self_attn." + names["attention_key"]: ColwiseParallel(),
+            "self_attn." + names["attention_value"]: ColwiseParallel(),
+            "self_attn." + names["attention_output"]: RowwiseParallel(output_layouts=Shard(1)),
+            "mlp." + names["mlp_gate"]: ColwiseParallel(),
+            "mlp." + names["mlp_up"]: ColwiseParallel(),
+            "mlp." + names["mlp_down"]: RowwiseParallel(output_layouts=Shard(1)),
         })
         layer.self_attn.register_forward_pre_hook(_sequence_hook(torch, mesh, Shard(1), Replicate()),
                                                   with_kwargs=True)

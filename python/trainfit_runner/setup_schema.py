@@ -32,6 +32,14 @@ def schema():
     return _cached[path]
 
 
+def module_names(model_type):
+    """What the family of config.json's model_type calls each role's module in a decoder layer
+    ({"attention_query": "q_proj", ...}): trainfit's table of families, exported in the schema.
+    A family trainfit does not know is named as Llama."""
+    names = schema()["x-module-names"]
+    return names.get(model_type, names["llama"])
+
+
 def _text(value):
     """A value as the schema's conditions compare it (a setting's canonical text)."""
     if value is None:

@@ -73,21 +73,34 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 
-// The layouts advise tries on several GPUs when `parallel` is free: each shards or offloads more
-// than the one before.
-const std::vector<std::pair<Parallel, Offload>>& data_parallel_layouts() {
-  static const std::vector<std::pair<Parallel, Offload>> layouts = {
-      {Parallel::ddp, Offload::none},          {Parallel::zero1, Offload::none},
-      {Parallel::zero2, Offload::none},        {Parallel::fsdp_grad_op, Offload::none},
-      {Parallel::fsdp, Offload::none},         {Parallel::zero3, Offload::none},
-      {Parallel::zero3, Offload::optimizer},   {Parallel::zero3, Offload::optimizer_params}};
+// The layouts advise tries on several GPUs when `parallel` is free, from the one that stores the
+// most on each GPU to the one that stores the least: each scheme (its row's advise_offloads) in the
+// order of what it shards (optimizer states, then gradients, then parameters, a layer kept gathered
+// through its backward before one that is not), the table's order among equals.
+std::vector<std::pair<Parallel, Offload>> data_parallel_layouts() {
+  const std::vector<const DataParallelScheme*> schemes = data_parallel_schemes();
+  std::vector<std::size_t> order(schemes.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  const auto stored_less = [&](std::size_t i) {
+    const DataParallelScheme& d = *schemes[i];
+    return int{d.shards_optimizer} + int{d.shards_gradients} + 2 * int{d.shards_parameters} - int{d.keeps_gathered};
+  };
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return stored_less(a) < stored_less(b); });
+  std::vector<std::pair<Parallel, Offload>> layouts;
+  for (const std::size_t i : order)
+    for (const Offload o : schemes[i]->advise_offloads) layouts.emplace_back(static_cast<Parallel>(i), o);
   return layouts;
 }
 
 // Values each free setting takes in the grid. Ranks and sequences are powers of two, as people
 // choose them; the optimizers are the ones that train the same way at different state precision.
-std::vector<std::vector<std::string>> lora_target_choices() {
-  return {{"all-linear"}, {"q_proj", "k_proj", "v_proj", "o_proj"}, {"q_proj", "v_proj"}};
+// The attention projections are named as the model's family names them.
+std::vector<std::vector<std::string>> lora_target_choices(const ModelSpec& model) {
+  using R = ModuleRole;
+  const auto name = [&](R role) { return module_name(model, role); };
+  return {{"all-linear"},
+          {name(R::attention_query), name(R::attention_key), name(R::attention_value), name(R::attention_output)},
+          {name(R::attention_query), name(R::attention_value)}};
 }
 constexpr std::int64_t kRanks[] = {8, 16, 32, 64};
 constexpr std::int64_t kMaxMicroBatch = 4096;
@@ -178,9 +191,9 @@ class Search {
       }
       return out;
     });
-    axis("lora_targets", [](const TrainingSetup& s) {
+    axis("lora_targets", [&](const TrainingSetup& s) {
       std::vector<TrainingSetup> out;
-      for (const auto& targets : lora_target_choices()) {
+      for (const auto& targets : lora_target_choices(model_)) {
         TrainingSetup t = s;
         t.lora.targets = targets;
         out.push_back(t);
@@ -207,7 +220,8 @@ class Search {
     });
     const bool gpus_free = is_free(r_, "gpus");
     const bool layout_free = is_free(r_, "parallel");
-    axes.emplace_back([&](const TrainingSetup& s) {
+    const std::vector<std::pair<Parallel, Offload>> layouts = data_parallel_layouts();
+    axes.emplace_back([&, layouts](const TrainingSetup& s) {
       std::vector<TrainingSetup> out;
       const std::vector<std::int64_t> counts =
           gpus_free ? powers_of_two(std::max<std::int64_t>(1, r_.gpus_max)) : std::vector<std::int64_t>{s.gpus};
@@ -225,7 +239,7 @@ class Search {
         }
         // The data-parallel layouts, from the one that stores the most to the one that stores the
         // least (a layout the setup cannot run, QLoRA under FSDP, is skipped when its group is priced).
-        for (const auto& [p, offload] : data_parallel_layouts()) {
+        for (const auto& [p, offload] : layouts) {
           t.parallel = p;
           t.offload = offload;
           out.push_back(t);

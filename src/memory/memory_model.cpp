@@ -52,8 +52,9 @@ void apply_storage_and_offload(MemoryBasis& b, const TrainingSetup& s, const Lay
     if (lay.fp32_master) base.master_weights = st.params.weights * ratio * share_o;
     base.optimizer_states *= ratio;
     grad_partition = st.gradients * ratio * share_o;
-    b.all_grads = (s.parallel == Parallel::zero2 ? st.gradients : 0.0) + grad_partition;
-    b.layer_grad = s.parallel == Parallel::zero2 ? (b.all_grads - b.root_grads) / b.layers : grad_partition / b.layers;
+    const bool whole_gradients = !data_parallel_scheme(s.parallel).shards_parameters;  // below stage 3
+    b.all_grads = (whole_gradients ? st.gradients : 0.0) + grad_partition;
+    b.layer_grad = whole_gradients ? (b.all_grads - b.root_grads) / b.layers : grad_partition / b.layers;
   } else if (lay.compute_dtype) {
     // FSDP's MixedPrecisionPolicy: the sharded parameters stay in their storage dtype, and so do
     // their gradients (cast back after the reduce-scatter) and the optimizer states; only the

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdint>
+#include <deque>
 #include <filesystem>
 #include <iterator>
 #include <optional>
@@ -73,6 +74,18 @@ const std::vector<Entry>& catalogue() {
   return entries;
 }
 
+// Models added at run time (add_builtin_model): listed after the catalogue. A deque, so that the
+// views the name lists hand out stay valid as it grows.
+struct AddedModel {
+  std::string name;
+  std::string text;
+  std::vector<std::string> hf_ids;
+};
+std::deque<AddedModel>& added_models() {
+  static std::deque<AddedModel> added;
+  return added;
+}
+
 std::string lower(std::string_view s) {
   std::string out(s);
   for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
@@ -83,6 +96,8 @@ std::string_view embedded_text(std::string_view stem) {
   for (const auto& [s, text] : detail::embedded_model_configs()) {
     if (s == stem) return text;
   }
+  for (const AddedModel& m : added_models())
+    if (m.name == stem) return m.text;
   return {};
 }
 
@@ -99,6 +114,13 @@ std::vector<std::pair<std::string, std::string>> all_names() {
   }
   for (const auto& [stem, text] : detail::embedded_model_configs()) {
     names.emplace_back(lower(stem), std::string(stem));
+  }
+  for (const AddedModel& m : added_models()) {
+    names.emplace_back(lower(m.name), m.name);
+    for (const std::string& id : m.hf_ids) {
+      names.emplace_back(lower(id), m.name);
+      names.emplace_back(lower(std::string_view(id).substr(id.find('/') + 1)), m.name);
+    }
   }
   return names;
 }
@@ -144,7 +166,9 @@ std::optional<ModelSpec> find_builtin_model(std::string_view name) {
     const std::string_view stem = config_stem(canonical);
     const std::string_view text = embedded_text(stem);
     if (text.empty()) break;
-    ModelSpec spec = parse_model_config(text, "data/models/" + std::string(stem) + ".json");
+    const bool added = std::any_of(added_models().begin(), added_models().end(),
+                                   [&](const AddedModel& m) { return m.name == stem; });
+    ModelSpec spec = parse_model_config(text, added ? std::string(stem) : "data/models/" + std::string(stem) + ".json");
     spec.name = canonical;
     return spec;
   }
@@ -165,7 +189,17 @@ std::vector<std::string> builtin_model_names() {
   }
   std::sort(extra.begin(), extra.end());
   names.insert(names.end(), std::make_move_iterator(extra.begin()), std::make_move_iterator(extra.end()));
+  for (const AddedModel& m : added_models()) names.push_back(m.name);
   return names;
+}
+
+void add_builtin_model(std::string_view name, std::string_view config_json, const std::vector<std::string>& hf_ids) {
+  if (name.empty()) throw InputError("a built-in model needs a name");
+  const std::string typed = lower(name);
+  for (const auto& [alias, canonical] : all_names())
+    if (alias == typed) throw InputError("model \"" + std::string(name) + "\" exists already");
+  (void)parse_model_config(config_json, name);  // a config that does not read is refused now, not at first use
+  added_models().push_back({std::string(name), std::string(config_json), hf_ids});
 }
 
 ModelSpec load_model(std::string_view name_or_path) {

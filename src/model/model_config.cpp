@@ -22,9 +22,12 @@ namespace {
 
 using nlohmann::json;
 
-constexpr std::string_view kSupportedFamilies =
-    "llama, qwen2, qwen3, mistral, gemma, gemma2, gemma3, gemma3_text, olmo2, phi3, mixtral, qwen2_moe, qwen3_moe, "
-    "phimoe, deepseek_v2, deepseek_v3";
+// The families config.json's model_type may name (model/families.cpp), for messages.
+std::string supported_families() {
+  std::string out;
+  for (const ModelFamily* f : model_families()) out += (out.empty() ? "" : ", ") + f->model_type;
+  return out;
+}
 
 // Upper bounds well beyond any real model; past them the config is a typo or an attack,
 // and keeping every shape small enough rules out int64 overflow in the products below.
@@ -162,14 +165,6 @@ class ConfigReader {
   std::string_view source_;
   std::string prefix_;
 };
-
-constexpr std::string_view kFamilies[] = {
-    "llama", "qwen2", "qwen3",   "mistral",   "gemma",     "gemma2", "gemma3",      "gemma3_text",
-    "olmo2", "phi3",  "mixtral", "qwen2_moe", "qwen3_moe", "phimoe", "deepseek_v2", "deepseek_v3"};
-
-bool is_family(std::string_view t) {
-  return std::find(std::begin(kFamilies), std::end(kFamilies), t) != std::end(kFamilies);
-}
 
 bool is_deepseek(std::string_view t) {
   return t == "deepseek_v2" || t == "deepseek_v3";
@@ -429,13 +424,15 @@ ModelSpec parse_model_config(std::string_view json_text, std::string_view source
   if (!config.is_object()) r.fail("expected a JSON object at the top level (got " + describe(config) + ")");
 
   const json* type = r.find("model_type");
-  if (type == nullptr) r.fail("missing required field \"model_type\" (supported: " + std::string(kSupportedFamilies) + ")");
-  if (!type->is_string() || !is_family(type->get_ref<const std::string&>())) {
-    r.fail("model_type " + describe(*type) + " is not supported (supported: " + std::string(kSupportedFamilies) + ")");
-  }
+  if (type == nullptr) r.fail("missing required field \"model_type\" (supported: " + supported_families() + ")");
+  const ModelFamily* family = type->is_string() ? find_model_family(type->get_ref<const std::string&>()) : nullptr;
+  if (family == nullptr)
+    r.fail("model_type " + describe(*type) + " is not supported (supported: " + supported_families() + ")");
 
+  // A family added beside the built-ins is read by the code of the one it reads as, and keeps its
+  // own model_type: its module names and structure are its row's.
   ModelSpec m;
-  if (type->get_ref<const std::string&>() == "gemma3") {
+  if (family->reads_as == "gemma3") {
     // Gemma3ForConditionalGeneration: a SigLIP vision tower and its projector beside a Gemma 3 text
     // model, whose config is text_config. Only the text model is described (Gemma3ForCausalLM on
     // text_config is what fine-tuning on text trains).
@@ -447,8 +444,9 @@ ModelSpec parse_model_config(std::string_view json_text, std::string_view source
     m = read_decoder(ConfigReader(*text, source_name, "text_config."), "gemma3_text");
     m.text_of_multimodal = true;
   } else {
-    m = read_decoder(r, type->get<std::string>());
+    m = read_decoder(r, family->reads_as);
   }
+  if (family->reads_as != family->model_type) m.model_type = family->model_type;
   m.name = std::string(source_name);
 
   // The per-field bounds keep each product in range, but their combination can still be absurd.

@@ -1,7 +1,5 @@
-// What each family calls the linear modules of its decoder layers: the one table of module names
-// (trainfit/model.hpp, ModuleRole). Read off transformers 5.17's modeling files and checked on the
-// H200 where a name matters to a measurement (data/bench/h200-mixtral-shape-2026-12-04.modules.txt
-// prints what Mixtral's layer holds). A family that names a role as Llama does is not listed.
+// The roles a decoder layer's linear modules play (trainfit/model.hpp, ModuleRole): their words and
+// the groups the memory and time models ask about. What each family names them is in families.cpp.
 #include <algorithm>
 #include <array>
 #include <string>
@@ -25,48 +23,6 @@ constexpr std::array<const char*, kModuleRoles> kRoleWords = {
 
 std::size_t index_of(ModuleRole role) {
   return static_cast<std::size_t>(role);
-}
-
-std::vector<FamilyModuleNames> make_table() {
-  using R = ModuleRole;
-  return {
-      // Llama's names, which most families share: the paths under the decoder layer's self_attn and
-      // mlp that PEFT matches a target against.
-      {"",
-       {{R::attention_query, "q_proj"},
-        {R::attention_key, "k_proj"},
-        {R::attention_value, "v_proj"},
-        {R::attention_qkv, "qkv_proj"},
-        {R::attention_output, "o_proj"},
-        {R::latent_query_down, "q_a_proj"},
-        {R::latent_query_up, "q_b_proj"},
-        {R::latent_kv_down, "kv_a_proj_with_mqa"},
-        {R::latent_kv_up, "kv_b_proj"},
-        {R::mlp_gate, "gate_proj"},
-        {R::mlp_up, "up_proj"},
-        {R::mlp_gate_up, "gate_up_proj"},
-        {R::mlp_down, "down_proj"},
-        {R::router, "mlp.gate"},
-        {R::expert_gate, "experts.gate_proj"},
-        {R::expert_up, "experts.up_proj"},
-        {R::expert_gate_up, "experts.gate_up_proj"},
-        {R::expert_down, "experts.down_proj"},
-        {R::shared_expert_gate, "shared_expert.gate_proj"},
-        {R::shared_expert_up, "shared_expert.up_proj"},
-        {R::shared_expert_down, "shared_expert.down_proj"},
-        {R::shared_expert_scale, "mlp.shared_expert_gate"}}},
-      // DeepSeek's shared experts are one MLP n_shared_experts wide, named in the plural.
-      {"deepseek_v2",
-       {{R::shared_expert_gate, "shared_experts.gate_proj"},
-        {R::shared_expert_up, "shared_experts.up_proj"},
-        {R::shared_expert_down, "shared_experts.down_proj"}}},
-      {"deepseek_v3",
-       {{R::shared_expert_gate, "shared_experts.gate_proj"},
-        {R::shared_expert_up, "shared_experts.up_proj"},
-        {R::shared_expert_down, "shared_experts.down_proj"}}},
-      // PhimoeTopKRouter is an nn.Linear under the MLP block, named router.
-      {"phimoe", {{R::router, "mlp.router"}}},
-  };
 }
 
 }  // namespace
@@ -106,38 +62,6 @@ bool is_shared_expert(ModuleRole role) {
 }
 bool is_router_like(ModuleRole role) {
   return role == ModuleRole::router || role == ModuleRole::shared_expert_scale;
-}
-
-const std::vector<FamilyModuleNames>& module_names_table() {
-  static const std::vector<FamilyModuleNames> table = make_table();
-  return table;
-}
-
-const std::array<std::string, kModuleRoles>& module_names(const ModelSpec& model) {
-  // Each family's names resolved once, indexed by role: planning asks for them every time it lists
-  // a layer's modules (a few times a plan, thousands of times a search).
-  struct Resolved {
-    std::string family;
-    std::array<std::string, kModuleRoles> names;
-  };
-  static const std::vector<Resolved> resolved = [] {
-    const auto& table = module_names_table();
-    std::vector<Resolved> out;
-    for (const FamilyModuleNames& f : table) {
-      Resolved r{f.family, {}};
-      for (const auto& [role, name] : table.front().names) r.names.at(index_of(role)) = name;
-      for (const auto& [role, name] : f.names) r.names.at(index_of(role)) = name;
-      out.push_back(std::move(r));
-    }
-    return out;
-  }();
-  for (const Resolved& r : resolved)
-    if (!r.family.empty() && r.family == model.model_type) return r.names;
-  return resolved.front().names;
-}
-
-std::string module_name(const ModelSpec& model, ModuleRole role) {
-  return module_names(model).at(index_of(role));
 }
 
 }  // namespace trainfit

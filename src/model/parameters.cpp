@@ -28,7 +28,7 @@ std::int64_t numel(const LinearModule& m) {
   return mul(m.count, add(mul(m.in_features, m.out_features), m.bias ? m.out_features : 0));
 }
 
-// A module of the role, named as the model's family names it (model/module_roles.cpp).
+// A module of the role, named as the model's family names it (model/families.cpp).
 using ModuleNames = std::array<std::string, kModuleRoles>;
 LinearModule module(const ModuleNames& names, ModuleRole role, std::int64_t in, std::int64_t out,
                     std::int64_t count = 1, bool bias = false, double token_fraction = 1.0, bool nn_linear = true) {
@@ -96,15 +96,11 @@ void add_moe_mlp(const ModelSpec& s, std::vector<LinearModule>& out) {
   const std::int64_t e = s.num_experts;
   const std::int64_t m = s.moe_intermediate_size;
   const double routed = static_cast<double>(s.experts_per_token) / static_cast<double>(e);
-  const bool deepseek = s.model_type == "deepseek_v2" || s.model_type == "deepseek_v3";
-  if (deepseek || s.model_type == "phimoe" || s.model_type == "mixtral") {
-    // Transformers 5 stores these experts as two 3-D parameters, gate and up fused:
-    // gate_up_proj [E, 2M, h] and down_proj [E, h, M] (Mixtral's checkpoint names w1, w3 and w2
-    // are converted on loading: data/bench/h200-mixtral-shape-2026-12-04.modules.txt).
-    // PhimoeTopKRouter and DeepseekV2Moe's gate are nn.Linear; DeepseekV3TopkRouter and
-    // MixtralTopKRouter hold a bare weight, which all-linear does not wrap.
-    const bool bare_router = s.model_type == "deepseek_v3" || s.model_type == "mixtral";
-    out.push_back(module(n, R::router, h, e, 1, false, 1.0, !bare_router));
+  const ModelFamily& family = model_family(s);
+  if (family.fused_experts) {
+    // Two 3-D parameters, gate and up fused: gate_up_proj [E, 2M, h] and down_proj [E, h, M]
+    // (model/families.cpp says which families transformers 5 builds so).
+    out.push_back(module(n, R::router, h, e, 1, false, 1.0, !family.bare_router));
     out.push_back(module(n, R::expert_gate_up, h, mul(2, m), e, false, routed, false));
     out.push_back(module(n, R::expert_down, m, h, e, false, routed, false));
     if (s.shared_expert_intermediate_size > 0) {

@@ -88,7 +88,7 @@ void carry_reference(TrainingSetup& s, Method to) {
 
 // Changes people make to fit a run, least intrusive first. Each keeps the model and the card;
 // the ones that change what is trained (method, quantisation, sequence) come after the free ones.
-std::vector<Change> changes_for(const TrainingSetup& base) {
+std::vector<Change> changes_for(const ModelSpec& model, const TrainingSetup& base) {
   std::vector<Change> out;
   out.push_back(
       {"--grad-ckpt", "each layer recomputed in backward, about 1/3 more compute", "grad_ckpt", [](TrainingSetup& s) {
@@ -104,8 +104,11 @@ std::vector<Change> changes_for(const TrainingSetup& base) {
                      s.batch = 1;
                      return true;
                    }});
-  const std::vector<std::string> qv = {"q_proj", "v_proj"};
-  out.push_back({"--lora-targets q,v", "LoRA on q_proj and v_proj only: fewer adapters and saved inputs",
+  // The query and value projections, named as the model's family names them.
+  const std::vector<std::string> qv = {module_name(model, ModuleRole::attention_query),
+                                       module_name(model, ModuleRole::attention_value)};
+  out.push_back({"--lora-targets " + lora_targets_text(qv),
+                 fmt::format("LoRA on {} and {} only: fewer adapters and saved inputs", qv[0], qv[1]),
                  "lora_targets", [qv](TrainingSetup& s) {
                    if (s.method == Method::full || s.lora.targets == qv) return false;
                    s.lora.targets = qv;
@@ -177,7 +180,7 @@ Suggestion evaluate(const ModelSpec& model, const TrainingSetup& setup, const Gp
 // else, applied to the user's), so its figures are those of planning it on its own.
 std::vector<Suggestion> alternatives(const ModelSpec& model, const TrainingSetup& setup, const GpuSpec& gpu,
                                      const TimeProfile& profile) {
-  const std::vector<Change> changes = changes_for(setup);
+  const std::vector<Change> changes = changes_for(model, setup);
   std::vector<Suggestion> fitting, closest;
   // Subsets of `changes` of one size, in the table's order (least intrusive first).
   std::vector<std::size_t> pick;
@@ -284,10 +287,11 @@ Plan make_plan(const ModelSpec& model, const TrainingSetup& setup, const GpuSpec
                           plan.memory.untargeted_expert_adapter_parameters));
   // PhiMoE's router is an nn.Linear subclass whose forward returns a tuple: all-linear wraps it and
   // PEFT's LoRA forward fails on it ("'tuple' object has no attribute 'dtype'", on the GPU machine).
-  if (setup.method != Method::full && all_linear && model.model_type == "phimoe")
-    plan.warnings.push_back(
-        "PEFT 0.21's all-linear wraps PhiMoE's router (mlp.router, an nn.Linear whose forward returns a tuple) and "
-        "its LoRA forward fails there; name the targets, e.g. --lora-targets q,k,v,o");
+  if (setup.method != Method::full && all_linear && model_family(model).router_returns_tuple)
+    plan.warnings.push_back(fmt::format(
+        "PEFT 0.21's all-linear wraps PhiMoE's router ({}, an nn.Linear whose forward returns a tuple) and "
+        "its LoRA forward fails there; name the targets, e.g. --lora-targets q,k,v,o",
+        module_name(model, ModuleRole::router)));
   // Offloaded states live in the host's memory: past what a server typically has per GPU, the
   // run needs a larger host (or NVMe), whatever the GPU's verdict says.
   const double gpus_per_host = static_cast<double>(std::max<std::int64_t>(1, setup.gpus / std::max<std::int64_t>(1, setup.nodes)));

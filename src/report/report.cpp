@@ -357,6 +357,17 @@ std::string render_gpu_catalog(const std::vector<GpuSpec>& gpus, Format format) 
   return out;
 }
 
+namespace {
+// A decoder layer's linear modules by role, named as the model's family names them (a dense layer's
+// first, then an MoE layer's): what a LoRA target may name.
+json layer_modules_json(const ModelSpec& m) {
+  json modules = json::object();
+  for (const auto& list : {dense_layer_linear_modules(m), layer_linear_modules(m)})
+    for (const LinearModule& mod : list) modules[to_string(mod.role)] = mod.name;
+  return modules;
+}
+}  // namespace
+
 std::string render_model_catalog(Format format) {
   const bool md = format == Format::markdown;
   json arr = json::array();
@@ -368,7 +379,7 @@ std::string render_model_catalog(Format format) {
     if (format == Format::json) {
       arr.push_back({{"name", name}, {"model_type", m.model_type}, {"parameters", n}, {"layers", m.num_layers},
                      {"hidden_size", m.hidden_size}, {"heads", m.num_heads}, {"kv_heads", m.num_kv_heads},
-                     {"vocab_size", m.vocab_size}, {"experts", m.num_experts}});
+                     {"vocab_size", m.vocab_size}, {"experts", m.num_experts}, {"modules", layer_modules_json(m)}});
       continue;
     }
     const std::string heads = fmt::format("{} ({})", m.num_heads, m.num_kv_heads);

@@ -27,15 +27,7 @@ namespace {
 // The layout of several GPUs as people name it: "DDP", "ZeRO-3, optimizer offloaded", "FSDP, tp 2, pp 2".
 std::string layout_text(const TrainingSetup& s) {
   std::string out;
-  switch (s.parallel) {
-    case Parallel::ddp: out = "DDP"; break;
-    case Parallel::fsdp: out = "FSDP"; break;
-    case Parallel::fsdp_grad_op: out = "FSDP (grad-op)"; break;
-    case Parallel::hsdp: out = "HSDP"; break;
-    case Parallel::zero1: out = "ZeRO-1"; break;
-    case Parallel::zero2: out = "ZeRO-2"; break;
-    case Parallel::zero3: out = "ZeRO-3"; break;
-  }
+  out = data_parallel_scheme(s.parallel).title;
   if (s.offload != Offload::none) {
     out += ", ";
     out += to_string(s.offload);

@@ -52,6 +52,13 @@ SettingCondition condition(std::string setting, std::vector<std::string> one_of,
 SettingCondition under_lora() { return condition("method", {}, {"full"}); }  // LoRA and QLoRA
 SettingCondition under_qlora() { return condition("method", {"qlora"}, {}); }
 SettingCondition several_gpus() { return condition("gpus", {}, {}, 2); }
+// The data-parallel schemes FSDP2 runs, whose MixedPrecisionPolicy the fsdp_* dtypes set.
+std::vector<std::string> fsdp2_schemes() {
+  std::vector<std::string> names;
+  for (const DataParallelScheme* d : data_parallel_schemes())
+    if (d->framework == DataParallelFramework::fsdp2) names.push_back(d->name);
+  return names;
+}
 
 // A nullable dtype choice held in a std::optional<DType>.
 template <typename Member>
@@ -311,7 +318,7 @@ std::vector<Setting> builtin_table() {
                   "layout of the data-parallel GPUs: ddp keeps the whole model on each; fsdp (FSDP2) shards parameters, "
                   "gradients and optimizer states; fsdp-grad-op keeps layers gathered from forward to backward; hsdp "
                   "shards within a node and replicates across nodes; zero1/zero2/zero3 are DeepSpeed's stages");
-    r.choices = {"ddp", "fsdp", "fsdp-grad-op", "hsdp", "zero1", "zero2", "zero3"};
+    for (const DataParallelScheme* d : data_parallel_schemes()) r.choices.push_back(d->name);
     r.applies_when = several_gpus();
     r.label = "{}";
     r.label_always = true;
@@ -339,7 +346,7 @@ std::vector<Setting> builtin_table() {
                   "none: the parameters' own");
     r.choices = {"bf16", "fp16", "fp32"};
     r.nullable = true;
-    r.applies_when = condition("parallel", {"fsdp", "fsdp-grad-op", "hsdp"}, {});
+    r.applies_when = condition("parallel", fsdp2_schemes(), {});
     r.label = "param-{}";
     bind_optional_dtype(r, [](auto& s) -> auto& { return s.fsdp_param_dtype; });
   }
@@ -348,7 +355,7 @@ std::vector<Setting> builtin_table() {
                   "FSDP mixed precision: the dtype gradients are reduce-scattered in (reduce_dtype); none: the compute dtype");
     r.choices = {"bf16", "fp16", "fp32"};
     r.nullable = true;
-    r.applies_when = condition("parallel", {"fsdp", "fsdp-grad-op", "hsdp"}, {});
+    r.applies_when = condition("parallel", fsdp2_schemes(), {});
     r.label = "reduce-{}";
     bind_optional_dtype(r, [](auto& s) -> auto& { return s.fsdp_reduce_dtype; });
   }
@@ -543,6 +550,25 @@ void add_setting(Setting row) {
   }
   table().push_back(std::move(row));
 }
+
+namespace detail {
+void add_setting_choice(std::string_view key, const std::string& choice, std::string_view like) {
+  const std::lock_guard lock(table_mutex());
+  Setting* found = nullptr;
+  for (Setting& row : table())
+    if (row.key == key) found = &row;
+  if (found == nullptr) throw InputError(fmt::format("no setting '{}' to add the choice '{}' to", key, choice));
+  if (std::find(found->choices.begin(), found->choices.end(), choice) == found->choices.end())
+    found->choices.push_back(choice);
+  // Wherever `like` makes a setting apply, so does the new choice.
+  for (Setting& row : table()) {
+    if (!row.applies_when || row.applies_when->setting != key) continue;
+    auto& one_of = row.applies_when->one_of;
+    const bool likes = std::find(one_of.begin(), one_of.end(), like) != one_of.end();
+    if (likes && std::find(one_of.begin(), one_of.end(), choice) == one_of.end()) one_of.push_back(choice);
+  }
+}
+}  // namespace detail
 
 bool applies(const Setting& s, const TrainingSetup& setup) { return !s.applies_when || holds(*s.applies_when, setup); }
 

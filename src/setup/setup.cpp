@@ -61,11 +61,6 @@ constexpr std::array<std::pair<std::string_view, Optimizer>, 7> kOptimizers{{
 constexpr std::array<std::pair<std::string_view, Attention>, 4> kAttention{{
     {"sdpa", Attention::sdpa}, {"eager", Attention::eager}, {"flash", Attention::flash},
     {"flash_attention_2", Attention::flash}}};
-constexpr std::array<std::pair<std::string_view, Parallel>, 12> kParallel{{
-    {"ddp", Parallel::ddp}, {"fsdp", Parallel::fsdp}, {"fsdp-grad-op", Parallel::fsdp_grad_op},
-    {"hsdp", Parallel::hsdp}, {"zero1", Parallel::zero1}, {"zero2", Parallel::zero2}, {"zero3", Parallel::zero3},
-    {"fsdp2", Parallel::fsdp}, {"full-shard", Parallel::fsdp}, {"shard-grad-op", Parallel::fsdp_grad_op},
-    {"hybrid-shard", Parallel::hsdp}, {"zero-redundancy-optimizer", Parallel::zero1}}};
 constexpr std::array<std::pair<std::string_view, Offload>, 6> kOffload{{
     {"none", Offload::none}, {"optimizer", Offload::optimizer}, {"params", Offload::params},
     {"optimizer,params", Offload::optimizer_params}, {"params,optimizer", Offload::optimizer_params},
@@ -93,7 +88,6 @@ Method parse_method(std::string_view s) { return lookup("method", s, kMethods); 
 DType parse_dtype(std::string_view s) { return lookup("dtype", s, kDTypes); }
 Optimizer parse_optimizer(std::string_view s) { return lookup("optimizer", s, kOptimizers); }
 Attention parse_attention(std::string_view s) { return lookup("attention kernel", s, kAttention); }
-Parallel parse_parallel(std::string_view s) { return lookup("data parallelism", s, kParallel); }
 Offload parse_offload(std::string_view s) { return lookup("offload", s, kOffload); }
 OffloadDevice parse_offload_device(std::string_view s) { return lookup("offload device", s, kOffloadDevice); }
 Platform parse_platform(std::string_view s) { return lookup("platform", s, kPlatforms); }
@@ -148,7 +142,6 @@ std::string to_string(Method m) { return name_of(m, kMethods); }
 std::string to_string(DType d) { return name_of(d, kDTypes); }
 std::string to_string(Optimizer o) { return name_of(o, kOptimizers); }
 std::string to_string(Attention a) { return name_of(a, kAttention); }
-std::string to_string(Parallel p) { return name_of(p, kParallel); }
 std::string to_string(Offload o) { return name_of(o, kOffload); }
 std::string to_string(OffloadDevice d) { return name_of(d, kOffloadDevice); }
 std::string to_string(Platform p) { return name_of(p, kPlatforms); }
@@ -231,7 +224,7 @@ void validate_objective(const TrainingSetup& s) {
   // which TRL leaves the frozen models out of) keep them so; sharded and model-parallel layouts
   // would split them, which is not modelled.
   if (s.gpus > 1) {
-    const bool whole = s.parallel == Parallel::ddp || s.parallel == Parallel::zero1 || s.parallel == Parallel::zero2;
+    const bool whole = !data_parallel_scheme(s.parallel).shards_parameters;
     if (!whole || s.tp > 1 || s.pp > 1 || s.cp > 1)
       throw SettingError("objective", fmt::format("{} is planned on one GPU or data-parallel ones (ddp, zero1, zero2); "
                                                   "{} is not modelled for it",
@@ -261,7 +254,7 @@ void validate(const TrainingSetup& s) {
   // FSDP shards parameters; bitsandbytes' 4-bit storage needs its own FSDP path
   // (quant_storage), whose memory has not been measured.
   const bool several = s.gpus > 1;
-  if (several && s.parallel != Parallel::ddp && s.parallel != Parallel::zero1 && s.method == Method::qlora)
+  if (several && !data_parallel_scheme(s.parallel).takes_qlora && s.method == Method::qlora)
     throw SettingError("parallel", fmt::format("{} with `method` qlora is not modelled; plan QLoRA with `parallel` ddp",
                                                to_string(s.parallel)));
   validate_objective(s);
@@ -286,28 +279,11 @@ void validate(const TrainingSetup& s) {
       throw SettingError("offload_device", "nvme needs `offload` optimizer, params or optimizer,params");
     return;
   }
-  switch (s.parallel) {
-    case Parallel::ddp:
-      throw SettingError("offload", "ddp keeps every state on each GPU: offload needs a sharded layout (zero1-3, fsdp)");
-    case Parallel::fsdp:
-    case Parallel::fsdp_grad_op:
-    case Parallel::hsdp:
-      if (s.offload != Offload::optimizer_params)
-        throw SettingError("offload", fmt::format("FSDP's CPUOffloadPolicy offloads parameters and the optimizer together: "
-                                                  "use `offload` optimizer,params with {}", to_string(s.parallel)));
-      if (s.offload_device == OffloadDevice::nvme)
-        throw SettingError("offload_device", "FSDP offloads to CPU memory only; NVMe offload is DeepSpeed's zero3");
-      break;
-    case Parallel::zero1:
-    case Parallel::zero2:
-      if (s.offload != Offload::optimizer)
-        throw SettingError("offload", fmt::format("{} can offload the optimizer only; parameters need zero3",
-                                                  to_string(s.parallel)));
-      if (s.offload_device == OffloadDevice::nvme)
-        throw SettingError("offload_device", "DeepSpeed offloads to NVMe at stage 3 only: use zero3");
-      break;
-    case Parallel::zero3: break;
-  }
+  const DataParallelScheme& scheme = data_parallel_scheme(s.parallel);
+  if (std::find(scheme.offloads.begin(), scheme.offloads.end(), s.offload) == scheme.offloads.end())
+    throw SettingError("offload", fmt::format(fmt::runtime(scheme.offload_refusal), to_string(s.parallel)));
+  if (s.offload_device == OffloadDevice::nvme && !scheme.offloads_to_nvme)
+    throw SettingError("offload_device", scheme.nvme_refusal);
   if (s.pp > 1 || s.tp > 1)
     throw SettingError("offload", "offload with tensor or pipeline parallelism is not modelled");
 }
@@ -317,11 +293,6 @@ std::int64_t data_parallel_degree(const TrainingSetup& s) {
   return model_parallel > 0 ? std::max<std::int64_t>(1, s.gpus / model_parallel) : 1;
 }
 
-bool shards_parameters(Parallel p) {
-  return p == Parallel::fsdp || p == Parallel::fsdp_grad_op || p == Parallel::hsdp || p == Parallel::zero3;
-}
-bool shards_gradients(Parallel p) { return shards_parameters(p) || p == Parallel::zero2; }
-bool shards_optimizer(Parallel p) { return shards_gradients(p) || p == Parallel::zero1; }
 bool offloads_optimizer(Offload o) { return o == Offload::optimizer || o == Offload::optimizer_params; }
 bool offloads_params(Offload o) { return o == Offload::params || o == Offload::optimizer_params; }
 

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "trainfit/error.hpp"
+#include "trainfit/model.hpp"
 #include "trainfit/settings.hpp"
 
 namespace trainfit {
@@ -153,6 +154,14 @@ json setup_schema() {
     properties[row.key] = property_of(row);
     order.push_back(row.key);
   }
+  // What each family (config.json's model_type) calls its decoder layers' linear modules, by role:
+  // model/families.cpp's table, for the runner's tensor-parallel plan and for users' own tools.
+  json module_names = json::object();
+  for (const ModelFamily* f : model_families()) {
+    json by_role = json::object();
+    for (std::size_t i = 0; i < kModuleRoles; ++i) by_role[to_string(static_cast<ModuleRole>(i))] = f->names.at(i);
+    module_names[f->model_type] = by_role;
+  }
   return {{"$schema", "https://json-schema.org/draft/2020-12/schema"},
           {"$id", "trainfit.setup/1"},
           {"title", "trainfit training setup"},
@@ -162,11 +171,15 @@ json setup_schema() {
            "default; x-derived-default gives a default that depends on another setting (the first of its cases "
            "that holds, when it has cases); x-applies-when says when "
            "a setting means anything (JSON written by trainfit leaves out what does not apply); x-order is the "
-           "order in which defaults are resolved; x-shorthands are module names users may abbreviate."},
+           "order in which defaults are resolved; x-shorthands are module names users may abbreviate; "
+           "x-module-names gives, for each model family (config.json's model_type), the name of the module "
+           "that plays each role in a decoder layer (the end of its path, which PEFT matches a LoRA target "
+           "against)."},
           {"type", "object"},
           // The table's order: a derived default depends only on settings before it.
           {"x-order", order},
-          {"properties", properties}};
+          {"properties", properties},
+          {"x-module-names", module_names}};
 }
 
 }  // namespace trainfit

@@ -28,19 +28,20 @@ Layout layout_of(const TrainingSetup& s) {
   l.gpus_per_node = as_d(s.gpus) / as_d(std::max<std::int64_t>(1, s.nodes));
   // The GPUs that hold the same parameters: the data-parallel ones and, with context
   // parallelism, those splitting the same sequences. HSDP shards within a node only.
+  const DataParallelScheme& scheme = data_parallel_scheme(s.parallel);
   double group = l.dp * l.cp;
-  if (s.parallel == Parallel::hsdp) group = std::max(1.0, group / as_d(std::max<std::int64_t>(1, s.nodes)));
-  if (shards_parameters(s.parallel)) l.param_shards = group;
-  if (shards_gradients(s.parallel)) l.grad_shards = group;
-  if (shards_optimizer(s.parallel)) l.state_shards = group;
-  l.gathers_units = shards_parameters(s.parallel) && group > 1;
-  l.keeps_gathered = s.parallel == Parallel::fsdp_grad_op && l.gathers_units;
-  l.ddp_buckets = (s.parallel == Parallel::ddp || s.parallel == Parallel::zero1) && group > 1;
-  l.zero = s.parallel == Parallel::zero2 || s.parallel == Parallel::zero3;
+  if (scheme.shards_within_node) group = std::max(1.0, group / as_d(std::max<std::int64_t>(1, s.nodes)));
+  if (scheme.shards_parameters) l.param_shards = group;
+  if (scheme.shards_gradients) l.grad_shards = group;
+  if (scheme.shards_optimizer) l.state_shards = group;
+  l.gathers_units = scheme.shards_parameters && group > 1;
+  l.keeps_gathered = scheme.keeps_gathered && l.gathers_units;
+  using F = DataParallelFramework;
+  l.ddp_buckets = (scheme.framework == F::pytorch_ddp || scheme.framework == F::zero_redundancy_optimizer) && group > 1;
+  l.zero = scheme.framework == F::deepspeed;
   l.offload_states = offloads_optimizer(s.offload);
   l.offload_params = offloads_params(s.offload);
-  const bool fsdp_family =
-      s.parallel == Parallel::fsdp || s.parallel == Parallel::fsdp_grad_op || s.parallel == Parallel::hsdp;
+  const bool fsdp_family = scheme.framework == F::fsdp2;
   if (s.method == Method::full) {
     if (fsdp_family && s.fsdp_param_dtype && *s.fsdp_param_dtype != s.weights) l.compute_dtype = s.fsdp_param_dtype;
     if (l.zero && s.amp) l.compute_dtype = s.amp;

@@ -766,7 +766,9 @@ void check_lora_targets(const ModelSpec& model, const TrainingSetup& setup) {
 }
 
 bool adapts_fused_experts(const ModelSpec& model, const TrainingSetup& setup) {
-  if (setup.method != Method::lora || !model.is_moe() || model.model_type == "phimoe" || setup.lora.dropout != 0)
+  // A router all-linear cannot wrap (PhiMoE's) fails the run before the experts matter.
+  if (setup.method != Method::lora || !model.is_moe() || model_family(model).router_returns_tuple ||
+      setup.lora.dropout != 0)
     return false;
   return std::any_of(setup.lora.targets.begin(), setup.lora.targets.end(),
                      [](const std::string& t) { return t == "all-linear"; });

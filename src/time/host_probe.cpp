@@ -127,7 +127,7 @@ double host_operations(const StepWork& w, const TrainingSetup& setup) {
   // The time model's host term over host_seconds_per_op: each micro-batch's operations and its
   // share of the once-a-step ones (DDP's bucket copies), through every pipeline micro-batch, and
   // the optimizer step's. DTensor's dispatch (w.dtensor_ops) has its own rate and is not counted.
-  return (w.ops * static_cast<double>(setup.grad_accum) + w.step_ops) * w.pipeline_microbatches + w.optimizer_ops;
+  return (w.ops * static_cast<double>(setup.grad_accum) + w.step_ops) * w.layout.pipeline_microbatches + w.optimizer_ops;
 }
 
 HostDispatch host_dispatch_from_probe(const nlohmann::json& record, const HostProbeCheck& check) {
@@ -183,7 +183,7 @@ HostDispatch host_dispatch_from_probe(const nlohmann::json& record, const HostPr
     }
     const StepWork work = step_work(model, run.setup);
     run.operations = host_operations(work, run.setup);
-    run.kernels = work.kernels * static_cast<double>(run.setup.grad_accum) * work.pipeline_microbatches;
+    run.kernels = work.kernels * static_cast<double>(run.setup.grad_accum) * work.layout.pipeline_microbatches;
     const json& steps = member(r, "step_seconds", where);
     const double warmup = number_or_none(r, "warmup", where).value_or(0);
     if (!steps.is_array()) bad(where + "step_seconds", "must be an array of seconds");

@@ -355,62 +355,55 @@ WorkBasis work_basis(const ModelSpec& model, const Step& step) {
                              : st.gradients;
     const double params = st.params.weights + st.params.adapters;  // compute dtype, this GPU's tp share
     const double root = st.params.root_weights;
-    switch (user_setup.parallel) {
-      case Parallel::ddp:
-      case Parallel::zero1:
-      case Parallel::zero2: {
-        const double moved = (n - 1.0) / n;
-        if (user_setup.parallel == Parallel::ddp) {
-          b.all_reduce_bytes = 2.0 * moved * grads;
-        } else {
-          // ZeRO-1 all-reduces the gradients as DDP does, ZeRO-2 reduce-scatters them; both then
-          // send the parameters each GPU updated to the others once the optimizer step is done:
-          // nothing is left to overlap them with. ZeroRedundancyOptimizer (parameters_as_bucket_view
-          // off, its default) broadcasts every parameter tensor on its own; DeepSpeed all-gathers
-          // in buckets.
-          b.step_collective_bytes = user_setup.parallel == Parallel::zero1 ? 2.0 * moved * grads : moved * grads;
-          const double trainable = user_setup.method == Method::full ? params : st.params.adapters;
-          b.post_step_collective_bytes = moved * trainable;
-          if (replicated)
-            b.post_step_collectives = user_setup.parallel == Parallel::zero1
-                                          ? param_tensors
-                                          : std::ceil(st.params.trainable_params / kDeepSpeedAllgatherBucket);
-        }
-        // PyTorch's DDP (ddp, and zero1 over it) copies the gradients in the synchronising
-        // micro-batch only; DeepSpeed's stage 2 (unmeasured) is left at every micro-batch.
-        if (replicated) {
-          if (user_setup.parallel == Parallel::zero2) b.parallel_ops = kDdpOpsPerGradient * param_tensors;
-          else b.parallel_step_ops = kDdpOpsPerGradient * param_tensors;
-        }
-        break;
+    const DataParallelScheme& scheme = data_parallel_scheme(user_setup.parallel);
+    using F = DataParallelFramework;
+    if (!scheme.shards_parameters) {
+      const double moved = (n - 1.0) / n;
+      if (scheme.framework == F::pytorch_ddp) {
+        b.layout.all_reduce_bytes = 2.0 * moved * grads;
+      } else {
+        // ZeroRedundancyOptimizer all-reduces the gradients as DDP does, DeepSpeed's stage 1-2
+        // reduce-scatter them; both then send the parameters each GPU updated to the others once
+        // the optimizer step is done: nothing is left to overlap them with.
+        // ZeroRedundancyOptimizer (parameters_as_bucket_view off, its default) broadcasts every
+        // parameter tensor on its own; DeepSpeed all-gathers in buckets.
+        const bool zero_redundancy = scheme.framework == F::zero_redundancy_optimizer;
+        b.layout.step_collective_bytes = zero_redundancy ? 2.0 * moved * grads : moved * grads;
+        const double trainable = user_setup.method == Method::full ? params : st.params.adapters;
+        b.layout.post_step_collective_bytes = moved * trainable;
+        if (replicated)
+          b.layout.post_step_collectives =
+              zero_redundancy ? param_tensors : std::ceil(st.params.trainable_params / kDeepSpeedAllgatherBucket);
       }
-      case Parallel::fsdp:
-      case Parallel::fsdp_grad_op:
-      case Parallel::hsdp:
-      case Parallel::zero3: {
-        // HSDP shards within a host and all-reduces the shards' gradients between hosts.
-        const double shard = lay.param_shards;
-        const double moved = shard > 0 ? (shard - 1.0) / shard : 0.0;
-        const double layers = params - root;
-        const double gathers = user_setup.parallel == Parallel::fsdp_grad_op ? 1.0 : 2.0;
-        b.all_gather_bytes = moved * (gathers * layers + root + grads);
-        if (user_setup.parallel == Parallel::hsdp && user_setup.nodes > 1) {
-          const double replicas = as_d(user_setup.nodes);
-          b.network_bytes = 2.0 * (replicas - 1.0) / replicas * grads / shard;
-        }
-        if (replicated) b.parallel_ops = kFsdpOpsPerParameter * (model_tensors + adapter_tensors);
-        break;
+      // PyTorch's DDP (ddp, and ZeroRedundancyOptimizer over it) copies the gradients in the
+      // synchronising micro-batch only; DeepSpeed's stage 2 (unmeasured) is left at every micro-batch.
+      if (replicated) {
+        if (scheme.framework == F::deepspeed) b.parallel_ops = kDdpOpsPerGradient * param_tensors;
+        else b.parallel_step_ops = kDdpOpsPerGradient * param_tensors;
       }
+    } else {
+      // Each layer gathered for its forward and again for its backward, unless it stays gathered
+      // between them; HSDP shards within a host and all-reduces the shards' gradients between hosts.
+      const double shard = lay.param_shards;
+      const double moved = shard > 0 ? (shard - 1.0) / shard : 0.0;
+      const double layers = params - root;
+      const double gathers = scheme.keeps_gathered ? 1.0 : 2.0;
+      b.layout.all_gather_bytes = moved * (gathers * layers + root + grads);
+      if (scheme.shards_within_node && user_setup.nodes > 1) {
+        const double replicas = as_d(user_setup.nodes);
+        b.layout.network_bytes = 2.0 * (replicas - 1.0) / replicas * grads / shard;
+      }
+      if (replicated) b.parallel_ops = kFsdpOpsPerParameter * (model_tensors + adapter_tensors);
     }
     // Offload: an offloaded parameter shard comes over the host link for each gather; the
     // gradients go out and the updated parameters come back once a step.
     const double shards = lay.param_shards;
-    if (lay.offload_params) b.offload_micro_bytes = (user_setup.parallel == Parallel::fsdp_grad_op ? 1.0 : 2.0) * params / shards;
+    if (lay.offload_params) b.layout.offload_micro_bytes = (scheme.keeps_gathered ? 1.0 : 2.0) * params / shards;
     if (lay.offload_states) {
       const double trainable = user_setup.method == Method::full ? params : st.params.adapters;
-      b.offload_step_bytes = (grads + trainable) / lay.state_shards;
+      b.layout.offload_step_bytes = (grads + trainable) / lay.state_shards;
       // The CPU optimizer reads the parameter, gradient and two states and writes three, in fp32.
-      b.host_optimizer_bytes = st.params.trainable_params / lay.state_shards * 7.0 * 4.0;
+      b.layout.host_optimizer_bytes = st.params.trainable_params / lay.state_shards * 7.0 * 4.0;
     }
     // Model parallelism. Tensor parallelism with sequence parallelism all-gathers each layer's
     // input to attention and to the MLP and reduce-scatters their outputs: four collectives of the
@@ -457,12 +450,12 @@ WorkBasis work_basis(const ModelSpec& model, const Step& step) {
     b.work_divisor = lay.tp * lay.cp * lay.pp;
     b.tensor_parallel = lay.tp;
     b.context_parallel = lay.cp;
-    b.pipeline_stages = lay.pp;
-    b.pipeline_microbatches = lay.microbatches;
-    b.data_parallel = lay.dp;
+    b.layout.pipeline_stages = lay.pp;
+    b.layout.pipeline_microbatches = lay.microbatches;
+    b.layout.data_parallel = lay.dp;
     // HSDP keeps its shards within a host; any other data-parallel group over several hosts
     // spans them.
-    b.dp_crosses_hosts = user_setup.nodes > 1 && user_setup.parallel != Parallel::hsdp;
+    b.layout.dp_crosses_hosts = user_setup.nodes > 1 && !scheme.shards_within_node;
     // Each GPU updates its own share of the trainable parameters.
     b.optimizer_bytes /= lay.state_shards;
     if (lay.offload_states) b.optimizer_bytes = 0;
@@ -546,8 +539,7 @@ StepWork step_work(const WorkBasis& b, double tokens, double batch, bool grad_ck
   w.ops = b.forward_ops * (1.0 + kBackwardOpsPerForwardOp) + (ckpt ? L * b.layer_ops + ckpt_hooks : 0.0);
   w.kernels = kKernelsPerOp * w.ops;
   w.optimizer_ops = b.optimizer_ops;
-  w.all_reduce_bytes = b.all_reduce_bytes;
-  w.all_gather_bytes = b.all_gather_bytes;
+  w.layout = b.layout;
   // Operations on DTensors: the forward's, the backward's and, under checkpointing, the layers'
   // forward again (the recompute runs the plan's hooks and operations as the forward did).
   w.dtensor_ops = b.dtensor_forward_ops + b.dtensor_backward_ops +
@@ -567,7 +559,7 @@ StepWork step_work(const WorkBasis& b, double tokens, double batch, bool grad_ck
   // the final norm, the output layer and the loss; the embedding's work is left out).
   if (b.work_divisor > 1) {
     const double tpcp = b.tensor_parallel * b.context_parallel;
-    const bool piped = b.pipeline_stages > 1;
+    const bool piped = b.layout.pipeline_stages > 1;
     const double first_layers = piped ? b.first_stage_layers : L;
     const double last_layers = piped ? b.last_stage_layers : L;
     max_stage_layers = std::max(first_layers, last_layers);
@@ -606,17 +598,6 @@ StepWork step_work(const WorkBasis& b, double tokens, double batch, bool grad_ck
   w.step_ops = b.parallel_step_ops;
   w.model_parallel_bytes = b.model_parallel_bytes_per_token_pass * T * passes * (max_stage_layers / L) +
                            (b.pipeline_bytes_per_token + b.tp_outside_bytes_per_token) * T;
-  w.post_step_collective_bytes = b.post_step_collective_bytes;
-  w.post_step_collectives = b.post_step_collectives;
-  w.step_collective_bytes = b.step_collective_bytes;
-  w.network_bytes = b.network_bytes;
-  w.offload_micro_bytes = b.offload_micro_bytes;
-  w.offload_step_bytes = b.offload_step_bytes;
-  w.host_optimizer_bytes = b.host_optimizer_bytes;
-  w.pipeline_stages = b.pipeline_stages;
-  w.pipeline_microbatches = b.pipeline_microbatches;
-  w.data_parallel = b.data_parallel;
-  w.dp_crosses_hosts = b.dp_crosses_hosts;
 
   // What one layer's pass touches: its weights and its activations (for the spill model).
   w.layer_working_set_bytes = b.weight_bytes_per_layer + b.layer_activation_per_token * T;

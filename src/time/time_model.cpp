@@ -33,27 +33,27 @@ StepSeconds step_seconds(const StepWork& w, const StepCounts& counts, const GpuS
   if (counts.gpus > 1) {
     const double link = gpu.gpu_link_bytes_per_s > 0 ? gpu.gpu_link_bytes_per_s : gpu.host_link_bytes_per_s;
     const double network = gpu.network_bytes_per_s > 0 ? std::min(link, gpu.network_bytes_per_s) : link;
-    const double dp_link = w.dp_crosses_hosts ? network : link;
+    const double dp_link = w.layout.dp_crosses_hosts ? network : link;
     const double reduce_rate = prof.all_reduce_efficiency * dp_link;
     const double gather_rate = prof.all_gather_efficiency * dp_link;
     if (link > 0) {
       // Once-a-step collectives are spread over the step's micro-batches.
-      t.comm = (w.all_reduce_bytes + w.step_collective_bytes) / accum / reduce_rate + w.all_gather_bytes / gather_rate +
-               w.network_bytes / accum / (prof.all_reduce_efficiency * network) +
+      t.comm = (w.layout.all_reduce_bytes + w.layout.step_collective_bytes) / accum / reduce_rate + w.layout.all_gather_bytes / gather_rate +
+               w.layout.network_bytes / accum / (prof.all_reduce_efficiency * network) +
                w.model_parallel_bytes / (prof.all_gather_efficiency * link);
     }
     // After the optimizer step, ZeRO-1/2 send each GPU's updated parameters to the others: in
     // series with the step (nothing is left to overlap them with), each collective launched from
     // Python on the host and taking at least a small collective's latency on the GPU.
-    if (link > 0 && w.post_step_collectives > 0) {
-      t.post_comm_gpu = w.post_step_collective_bytes / gather_rate + w.post_step_collectives * prof.collective_latency_seconds;
-      t.post_comm_host = w.post_step_collectives * prof.collective_launch_seconds;
+    if (link > 0 && w.layout.post_step_collectives > 0) {
+      t.post_comm_gpu = w.layout.post_step_collective_bytes / gather_rate + w.layout.post_step_collectives * prof.collective_latency_seconds;
+      t.post_comm_host = w.layout.post_step_collectives * prof.collective_launch_seconds;
     }
     // Offloading: pinned copies over the host link, and the optimizer step on the CPU.
     if (gpu.host_link_bytes_per_s > 0) {
       const double host_link = kPinnedCopyEfficiency * gpu.host_link_bytes_per_s;
-      t.offload_micro = w.offload_micro_bytes / host_link;
-      t.offload_step = w.offload_step_bytes / host_link + w.host_optimizer_bytes / kHostOptimizerBytesPerSecond;
+      t.offload_micro = w.layout.offload_micro_bytes / host_link;
+      t.offload_step = w.layout.offload_step_bytes / host_link + w.layout.host_optimizer_bytes / kHostOptimizerBytesPerSecond;
     }
   }
   t.gpu_micro = t.matmul + t.attention + t.fp32 + t.traffic + t.floor + t.comm + t.offload_micro;
@@ -67,7 +67,7 @@ StepSeconds step_seconds(const StepWork& w, const StepCounts& counts, const GpuS
   // two sets the pace of each micro-batch and of the optimizer step (with what follows it).
   const double slot = std::max(t.gpu_micro, t.host_micro);
   double micro_batches = accum * slot;
-  if (w.pipeline_stages > 1) {
+  if (w.layout.pipeline_stages > 1) {
     // 1F1B over p stages, m micro-batches, each stage its own process (docs/model.md, "The
     // step"): a stage's host never waits for another's (the schedule's receives make the GPU
     // stream wait, not the host), so the host dispatches its m micro-batches back to back, while
@@ -79,7 +79,7 @@ StepSeconds step_seconds(const StepWork& w, const StepCounts& counts, const GpuS
     // Host-bound (h > g): m h + (p - 1) g_b, no bubble for the host; GPU-bound: (m + p - 1) g,
     // the classic bubble. Within 5% of an event simulation of the schedule (every stage's host
     // and GPU, p = 2..8, m = p..64, g/h = 0.1..4; tests/unit/time_layouts_test.cpp has it).
-    const double m = w.pipeline_microbatches, p = w.pipeline_stages;
+    const double m = w.layout.pipeline_microbatches, p = w.layout.pipeline_stages;
     const double g = t.gpu_micro, h = t.host_micro;
     const double gf = w.gpu_forward_fraction * g, gb = g - gf, hf = w.host_forward_fraction * h;
     const double pipeline = std::max(m * h, m * g + std::max(hf, gf) + (p - 2.0) * gf) + (p - 1.0) * gb;
@@ -96,7 +96,7 @@ StepSeconds step_seconds(const StepWork& w, const StepCounts& counts, const GpuS
               (prof.spill_efficiency * gpu.host_link_bytes_per_s);
   }
   t.step = t.fitting + t.spill;
-  const double tokens = static_cast<double>(counts.seq * counts.batch) * accum * w.pipeline_microbatches * w.data_parallel *
+  const double tokens = static_cast<double>(counts.seq * counts.batch) * accum * w.layout.pipeline_microbatches * w.layout.data_parallel *
                         w.sequences_per_example;
   t.tokens_per_second = tokens / t.step;
   return t;
@@ -127,12 +127,12 @@ TimeEstimate estimate_time(const StepWork& w, const TrainingSetup& setup, const 
   t.step_seconds = s.step;
   t.spill_seconds = s.spill;
   t.spill_slowdown = t.step_seconds / s.fitting;
-  const double micro = accum * w.pipeline_microbatches;
+  const double micro = accum * w.layout.pipeline_microbatches;
   t.gpu_seconds = micro * s.gpu_micro + s.opt_gpu + s.post_comm_gpu;
   t.host_seconds = micro * s.host_micro + s.opt_host + s.post_comm_host;
-  t.communication_seconds = accum * w.pipeline_microbatches * s.comm + s.post_comm_gpu;
+  t.communication_seconds = accum * w.layout.pipeline_microbatches * s.comm + s.post_comm_gpu;
   t.pipeline_bubble_seconds = s.bubble;
-  t.offload_seconds = accum * w.pipeline_microbatches * s.offload_micro + s.offload_step;
+  t.offload_seconds = accum * w.layout.pipeline_microbatches * s.offload_micro + s.offload_step;
   t.tokens_per_second = s.tokens_per_second;
   t.mfu = w.model_flops * micro / (t.step_seconds * s.tensor_peak);  // per GPU: model_flops is one GPU's
   // GPU terms add up to gpu_seconds, host_dispatch is host_seconds; the step is the larger of the
@@ -142,7 +142,7 @@ TimeEstimate estimate_time(const StepWork& w, const TrainingSetup& setup, const 
                  {"kernel_floor", micro * s.floor},     {"optimizer", s.opt_gpu - s.offload_step},
                  {"host_dispatch", t.host_seconds},     {"spill", s.spill}};
   if (setup.gpus > 1) t.breakdown.push_back({"communication", t.communication_seconds});
-  if (w.pipeline_stages > 1) t.breakdown.push_back({"pipeline_bubble", s.bubble});
+  if (w.layout.pipeline_stages > 1) t.breakdown.push_back({"pipeline_bubble", s.bubble});
   if (t.offload_seconds > 0) t.breakdown.push_back({"offload", t.offload_seconds});
 
   // Named as a profile shows it: the host when the GPU waits on it; else the larger of the GPU

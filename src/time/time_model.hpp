@@ -42,21 +42,16 @@ struct WorkBasis {
   double parallel_step_ops = 0;           // DDP's bucket copies (once a step: the synchronising micro-batch)
   double dtensor_forward_ops = 0;         // operations on DTensors in one forward (tensor parallelism)
   double dtensor_backward_ops = 0;        // and in one backward
-  double all_reduce_bytes = 0, all_gather_bytes = 0;
-  double step_collective_bytes = 0, network_bytes = 0;
-  double post_step_collective_bytes = 0, post_step_collectives = 0;  // ZeRO-1/2's parameters after the step
   double model_parallel_bytes_per_token_pass = 0;  // TP/CP collectives, per token and per pass
   double pipeline_bytes_per_token = 0;             // activations and their gradients between stages
   double tp_outside_bytes_per_token = 0;           // TP outside the layers: the embedding's all-reduce, the logits' all-gather
-  double offload_micro_bytes = 0, offload_step_bytes = 0, host_optimizer_bytes = 0;
   double work_divisor = 1;  // tp x cp x pp: each GPU's share of a micro-batch's compute
   double tensor_parallel = 1, context_parallel = 1;
-  double pipeline_stages = 1, pipeline_microbatches = 1, data_parallel = 1;
+  LayoutWork layout;  // the collectives, offload traffic and spread of the step (trainfit/time.hpp)
   // Pipeline parallelism: the decoder layers of the first and of the last stage (the last also
   // runs the final norm, the output layer and the loss), and the share of the trainable
   // parameters the busier of the two steps in the optimizer.
   double first_stage_layers = 0, last_stage_layers = 0, stage_trainable_share = 1;
-  bool dp_crosses_hosts = false;
   double weight_bytes_per_layer = 0;
   // The objective (docs/model.md, "Objectives"): trained sequences per example (`tokens` and
   // `batch` count examples), the output layer's positions per trained token and the bytes the

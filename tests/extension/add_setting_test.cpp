@@ -1,20 +1,16 @@
 // Adding a setting is one row of the settings table: the test adds a row and finds the setting in
-// `plan --help`, in the plan's JSON, in a bench matrix and its configs, in the criteria and in
-// `trainfit schema`, with no other code touched. Its own binary: the row stays in the table for the
-// rest of the process.
+// `plan --help`, in the plan's JSON, in advise's setups, in a bench matrix and its configs, in the
+// criteria, in `trainfit schema` and in the web page's API, with no other code touched. In its own
+// binary: the row stays in the table for the rest of the process.
 #include <gtest/gtest.h>
 
-#include <iostream>
-#include <sstream>
-#include <string>
-#include <vector>
-
-#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
+#include <string>
 
-#include "commands.hpp"
+#include "extension/command_line.hpp"
 #include "trainfit/bench.hpp"
 #include "trainfit/error.hpp"
+#include "trainfit/serve.hpp"
 #include "trainfit/settings.hpp"
 
 namespace trainfit {
@@ -39,32 +35,8 @@ void add_the_knob() {
   ASSERT_TRUE(added);
 }
 
-struct CommandResult {
-  int code = 0;
-  std::string out;
-};
-
-// The trainfit command line in this process, its standard output captured.
-CommandResult run(const std::vector<std::string>& args) {
-  CLI::App app{"trainfit"};
-  app.require_subcommand(1);
-  int code = 0;
-  cli::add_plan_command(app, code);
-  cli::add_catalog_commands(app, code);
-  std::ostringstream captured;
-  std::streambuf* const saved = std::cout.rdbuf(captured.rdbuf());
-  std::vector<std::string> reversed(args.rbegin(), args.rend());
-  try {
-    app.parse(reversed);
-  } catch (const CLI::CallForHelp&) {
-    std::cout << app.get_subcommand(args.front())->help();
-  } catch (...) {
-    std::cout.rdbuf(saved);
-    throw;
-  }
-  std::cout.rdbuf(saved);
-  return {code, captured.str()};
-}
+using test::CommandResult;
+using test::run;
 
 TEST(AddSetting, OneRowReachesFlagsJsonMatrixCriteriaAndSchema) {
   add_the_knob();
@@ -75,7 +47,8 @@ TEST(AddSetting, OneRowReachesFlagsJsonMatrixCriteriaAndSchema) {
   EXPECT_NE(help.out.find("a knob this test adds (1-8; default 2)"), std::string::npos) << help.out;
 
   // the plan's JSON, given and defaulted
-  const CommandResult given = run({"plan", "--model", "qwen2.5-0.5b", "--gpu", "h200", "--test-knob", "3", "--format", "json"});
+  const CommandResult given =
+      run({"plan", "--model", "qwen2.5-0.5b", "--gpu", "h200", "--test-knob", "3", "--format", "json"});
   ASSERT_EQ(given.code, 0);
   EXPECT_EQ(json::parse(given.out)["setup"]["test_knob"], 3);
   const CommandResult defaulted = run({"plan", "--model", "qwen2.5-0.5b", "--gpu", "h200", "--format", "json"});
@@ -97,7 +70,8 @@ test_knob = [1, 3]
 [[criteria]]
 where = 'test_knob == 3'
 expect = 'status == "ok"'
-)", "knob.toml");
+)",
+                                                                  "knob.toml");
   const auto configs = bench::expand_matrix(plan);
   ASSERT_EQ(configs.size(), 2u);
   EXPECT_EQ(bench::config_to_json(configs[1])["test_knob"], 3);
@@ -107,6 +81,20 @@ expect = 'status == "ok"'
   bench::BenchRow row;
   row.config = configs[1];
   EXPECT_EQ(std::get<double>(bench::row_fields(row).at("test_knob")), 3.0);
+
+  // advise keeps it in the setups it searches and ranks
+  const CommandResult advised =
+      run({"advise", "--model", "qwen2.5-0.5b", "--gpu", "h200", "--test-knob", "3", "--top", "1", "--format", "json"});
+  ASSERT_EQ(advised.code, 0) << advised.out;
+  EXPECT_EQ(json::parse(advised.out)["results"][0]["setup"]["test_knob"], 3);
+
+  // the page: a query parameter of its plan, and a field of its form (the schema it reads)
+  const serve::Response planned =
+      serve::handle({"GET", "/api/plan", {{"model", "qwen2.5-0.5b"}, {"gpu", "h200"}, {"test-knob", "4"}}, ""});
+  ASSERT_EQ(planned.status, 200) << planned.body;
+  EXPECT_EQ(json::parse(planned.body)["setup"]["test_knob"], 4);
+  const serve::Response form = serve::handle({"GET", "/api/schema", {}, ""});
+  EXPECT_EQ(json::parse(form.body)["properties"]["test_knob"]["x-flag"], "--test-knob");
 
   // the schema
   const CommandResult schema = run({"schema"});

@@ -1,4 +1,4 @@
-// The module roles table (src/model/module_roles.cpp): every family's modules carry their role and
+// The families table (src/model/families.cpp): every family's modules carry their role and
 // the name the table gives it, and the step finds a family's modules by role whatever their names.
 #include <gtest/gtest.h>
 
@@ -11,17 +11,27 @@
 namespace trainfit {
 namespace {
 
-TEST(ModuleRoles, TheDefaultRowNamesEveryRoleOnce) {
-  const FamilyModuleNames& defaults = module_names_table().front();
-  EXPECT_EQ(defaults.family, "");
-  std::set<ModuleRole> roles;
-  std::set<std::string> names;
-  for (const auto& [role, name] : defaults.names) {
-    roles.insert(role);
-    names.insert(name);
+TEST(ModuleRoles, LlamasRowNamesEveryRoleOnce) {
+  const ModelFamily* llama = find_model_family("llama");
+  ASSERT_NE(llama, nullptr);
+  const std::set<std::string> names(llama->names.begin(), llama->names.end());
+  EXPECT_EQ(names.size(), kModuleRoles);  // every role named, no two roles share a name
+  EXPECT_EQ(names.count(""), 0u);
+}
+
+TEST(ModuleRoles, EveryFamilyReadsAsABuiltInAndNamesEveryRole) {
+  for (const ModelFamily* f : model_families()) {
+    const ModelFamily* base = find_model_family(f->reads_as);
+    ASSERT_NE(base, nullptr) << f->model_type;
+    EXPECT_EQ(base->reads_as, base->model_type) << f->model_type;
+    for (const std::string& name : f->names) EXPECT_FALSE(name.empty()) << f->model_type;
   }
-  EXPECT_EQ(roles.size(), kModuleRoles);
-  EXPECT_EQ(names.size(), kModuleRoles);  // no two roles share a name
+  // The structure transformers 5 gives each MoE family's experts and router.
+  EXPECT_TRUE(find_model_family("mixtral")->fused_experts);
+  EXPECT_TRUE(find_model_family("mixtral")->bare_router);
+  EXPECT_FALSE(find_model_family("qwen3_moe")->fused_experts);
+  EXPECT_TRUE(find_model_family("phimoe")->router_returns_tuple);
+  EXPECT_FALSE(find_model_family("deepseek_v2")->bare_router);
 }
 
 TEST(ModuleRoles, EveryBuiltInModuleIsNamedByTheTable) {

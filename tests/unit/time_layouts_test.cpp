@@ -92,8 +92,8 @@ detail::StepSeconds pipeline_step(double p, double m, double h, double g, double
   const TimeProfile prof = default_profile(gpu);
   w.memory_bytes = g * prof.bandwidth_efficiency * gpu.memory_bandwidth_bytes_per_s;  // g seconds of traffic
   w.ops = h / prof.host_seconds_per_op;
-  w.pipeline_stages = p;
-  w.pipeline_microbatches = m;
+  w.layout.pipeline_stages = p;
+  w.layout.pipeline_microbatches = m;
   w.gpu_forward_fraction = gpu_forward;
   w.host_forward_fraction = host_forward;
   return detail::step_seconds(w, {2048, 1, 1, static_cast<std::int64_t>(p)}, gpu, prof, false);
@@ -247,17 +247,17 @@ TEST(TimeZero, ParametersGoOutAfterTheStepOneBroadcastATensor) {
   const StepWork ddp = step_work(m, s);
   s.parallel = Parallel::zero1;
   const StepWork z = step_work(m, s);
-  EXPECT_EQ(z.step_collective_bytes, ddp.all_reduce_bytes);  // the gradients' all-reduce, overlapped
-  EXPECT_EQ(z.post_step_collectives, 28 * 12 + 3);
+  EXPECT_EQ(z.layout.step_collective_bytes, ddp.layout.all_reduce_bytes);  // the gradients' all-reduce, overlapped
+  EXPECT_EQ(z.layout.post_step_collectives, 28 * 12 + 3);
   const double params = 1543714304.0 * 2;  // bf16
-  EXPECT_NEAR(z.post_step_collective_bytes, 0.5 * params, 0.01 * params);
+  EXPECT_NEAR(z.layout.post_step_collective_bytes, 0.5 * params, 0.01 * params);
   const GpuSpec& g = h200();
   const TimeProfile prof = default_profile(g);
   const auto t = detail::step_seconds(z, {2048, 1, 1, 2}, g, prof, false);
-  EXPECT_NEAR(t.post_comm_host, z.post_step_collectives * prof.collective_launch_seconds, 1e-12);
+  EXPECT_NEAR(t.post_comm_host, z.layout.post_step_collectives * prof.collective_launch_seconds, 1e-12);
   EXPECT_NEAR(t.post_comm_gpu,
-              z.post_step_collective_bytes / (prof.all_gather_efficiency * g.gpu_link_bytes_per_s) +
-                  z.post_step_collectives * prof.collective_latency_seconds,
+              z.layout.post_step_collective_bytes / (prof.all_gather_efficiency * g.gpu_link_bytes_per_s) +
+                  z.layout.post_step_collectives * prof.collective_latency_seconds,
               1e-12);
   // In series with the optimizer step, never hidden behind the micro-batch's host time.
   EXPECT_NEAR(t.step, std::max(t.gpu_micro, t.host_micro) +
@@ -279,9 +279,9 @@ TEST(TimeFsdp, MixedPrecisionStepsAndReducesInFp32) {
   s.fsdp_reduce_dtype = DType::fp32;
   const StepWork mp = step_work(m, s);
   EXPECT_NEAR(mp.optimizer_bytes, 2.0 * bf16.optimizer_bytes, 1e-6 * bf16.optimizer_bytes);
-  EXPECT_EQ(mp_bf16_reduce.all_gather_bytes, bf16.all_gather_bytes);
+  EXPECT_EQ(mp_bf16_reduce.layout.all_gather_bytes, bf16.layout.all_gather_bytes);
   const double grads_bf16 = 1543714304.0 * 2;
-  EXPECT_NEAR(mp.all_gather_bytes - bf16.all_gather_bytes, 0.5 * grads_bf16, 0.01 * grads_bf16);
+  EXPECT_NEAR(mp.layout.all_gather_bytes - bf16.layout.all_gather_bytes, 0.5 * grads_bf16, 0.01 * grads_bf16);
 }
 
 }  // namespace

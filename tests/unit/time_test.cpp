@@ -214,14 +214,14 @@ TEST(TimeDataParallel, CollectivesFollowTheLinkAndTheParallelism) {
   TrainingSetup s;
   s.method = Method::full;
   s.seq = 2048;
-  EXPECT_EQ(step_work(m, s).all_reduce_bytes, 0.0);
+  EXPECT_EQ(step_work(m, s).layout.all_reduce_bytes, 0.0);
   s.gpus = 2;
   const StepWork ddp = step_work(m, s);
-  EXPECT_NEAR(ddp.all_reduce_bytes, 2.0 * 0.5 * 7615616512.0 * 2.0, 1e3);
-  EXPECT_EQ(ddp.all_gather_bytes, 0.0);
+  EXPECT_NEAR(ddp.layout.all_reduce_bytes, 2.0 * 0.5 * 7615616512.0 * 2.0, 1e3);
+  EXPECT_EQ(ddp.layout.all_gather_bytes, 0.0);
   s.parallel = Parallel::fsdp;
   const StepWork fsdp = step_work(m, s);
-  EXPECT_GT(fsdp.all_gather_bytes, ddp.all_reduce_bytes);  // layers twice + gradients once > gradients twice
+  EXPECT_GT(fsdp.layout.all_gather_bytes, ddp.layout.all_reduce_bytes);  // layers twice + gradients once > gradients twice
   GpuSpec g = find_gpu("h200");
   const TimeEstimate fast = estimate_time(m, s, g, default_profile(g), false);
   EXPECT_GT(fast.communication_seconds, 0.0);

@@ -1,0 +1,166 @@
+// The model families: for each config.json model_type, the built-in family whose reading code
+// and layer structure it has, the names it gives its modules (ModuleRole) and how transformers
+// lays out its experts. The one table of module names: read off transformers 5.17's modeling
+// files and checked on the H200 where a name matters to a measurement
+// (data/bench/h200-mixtral-shape-2026-12-04.modules.txt prints what Mixtral's layer holds).
+#include <algorithm>
+#include <deque>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "trainfit/error.hpp"
+#include "trainfit/model.hpp"
+
+namespace trainfit {
+namespace {
+
+using R = ModuleRole;
+
+// Llama's names, which most families share: the paths under the decoder layer's self_attn and mlp
+// that PEFT matches a target against.
+const std::vector<std::pair<ModuleRole, std::string>>& llama_names() {
+  static const std::vector<std::pair<ModuleRole, std::string>> names = {
+      {R::attention_query, "q_proj"},
+      {R::attention_key, "k_proj"},
+      {R::attention_value, "v_proj"},
+      {R::attention_qkv, "qkv_proj"},
+      {R::attention_output, "o_proj"},
+      {R::latent_query_down, "q_a_proj"},
+      {R::latent_query_up, "q_b_proj"},
+      {R::latent_kv_down, "kv_a_proj_with_mqa"},
+      {R::latent_kv_up, "kv_b_proj"},
+      {R::mlp_gate, "gate_proj"},
+      {R::mlp_up, "up_proj"},
+      {R::mlp_gate_up, "gate_up_proj"},
+      {R::mlp_down, "down_proj"},
+      {R::router, "mlp.gate"},
+      {R::expert_gate, "experts.gate_proj"},
+      {R::expert_up, "experts.up_proj"},
+      {R::expert_gate_up, "experts.gate_up_proj"},
+      {R::expert_down, "experts.down_proj"},
+      {R::shared_expert_gate, "shared_expert.gate_proj"},
+      {R::shared_expert_up, "shared_expert.up_proj"},
+      {R::shared_expert_down, "shared_expert.down_proj"},
+      {R::shared_expert_scale, "mlp.shared_expert_gate"}};
+  return names;
+}
+
+ModelFamily built_in(std::string model_type, std::vector<std::pair<ModuleRole, std::string>> renamed = {}) {
+  ModelFamily f;
+  f.reads_as = model_type;
+  f.model_type = std::move(model_type);
+  f.renamed = std::move(renamed);
+  return f;
+}
+
+// DeepSeek's shared experts are one MLP n_shared_experts wide, named in the plural.
+std::vector<std::pair<ModuleRole, std::string>> deepseek_shared_experts() {
+  return {{R::shared_expert_gate, "shared_experts.gate_proj"},
+          {R::shared_expert_up, "shared_experts.up_proj"},
+          {R::shared_expert_down, "shared_experts.down_proj"}};
+}
+
+std::vector<ModelFamily> built_in_families() {
+  std::vector<ModelFamily> rows;
+  for (const char* plain :
+       {"llama", "qwen2", "qwen3", "mistral", "gemma", "gemma2", "gemma3", "gemma3_text", "olmo2", "phi3"})
+    rows.push_back(built_in(plain));
+  // Transformers 5 stores these experts as two 3-D parameters, gate and up fused: gate_up_proj
+  // [E, 2M, h] and down_proj [E, h, M]. Mixtral's checkpoint names w1, w3 and w2 are converted on
+  // loading. MixtralTopKRouter and DeepseekV3TopkRouter hold a bare weight; PhimoeTopKRouter and
+  // DeepseekV2Moe's gate are nn.Linear.
+  ModelFamily mixtral = built_in("mixtral");
+  mixtral.fused_experts = mixtral.bare_router = true;
+  rows.push_back(mixtral);
+  rows.push_back(built_in("qwen2_moe"));
+  rows.push_back(built_in("qwen3_moe"));
+  // PhimoeTopKRouter is an nn.Linear under the MLP block, named router; its forward returns a tuple
+  // (logits and routing weights), which PEFT's LoRA forward cannot take ("'tuple' object has no
+  // attribute 'dtype'", on the GPU machine).
+  ModelFamily phimoe = built_in("phimoe", {{R::router, "mlp.router"}});
+  phimoe.fused_experts = phimoe.router_returns_tuple = true;
+  rows.push_back(phimoe);
+  ModelFamily v2 = built_in("deepseek_v2", deepseek_shared_experts());
+  v2.fused_experts = true;
+  rows.push_back(v2);
+  ModelFamily v3 = built_in("deepseek_v3", deepseek_shared_experts());
+  v3.fused_experts = v3.bare_router = true;
+  rows.push_back(v3);
+  return rows;
+}
+
+void resolve_names(ModelFamily& f, const std::array<std::string, kModuleRoles>& base) {
+  f.names = base;
+  for (const auto& [role, name] : f.renamed) f.names.at(static_cast<std::size_t>(role)) = name;
+}
+
+// Rows live in a deque: adding one leaves every reference to the others valid.
+struct FamilyTable {
+  std::deque<ModelFamily> rows;
+  std::vector<const ModelFamily*> index;
+  const ModelFamily* find(std::string_view model_type) const {
+    for (const ModelFamily* f : index)
+      if (f->model_type == model_type) return f;
+    return nullptr;
+  }
+};
+
+FamilyTable& table() {
+  static FamilyTable t = [] {
+    FamilyTable out;
+    std::array<std::string, kModuleRoles> llama{};
+    for (const auto& [role, name] : llama_names()) llama.at(static_cast<std::size_t>(role)) = name;
+    for (ModelFamily& f : built_in_families()) {
+      resolve_names(f, llama);
+      out.rows.push_back(std::move(f));
+      out.index.push_back(&out.rows.back());
+    }
+    return out;
+  }();
+  return t;
+}
+
+}  // namespace
+
+const std::vector<const ModelFamily*>& model_families() {
+  return table().index;
+}
+
+const ModelFamily* find_model_family(std::string_view model_type) {
+  return table().find(model_type);
+}
+
+const ModelFamily& model_family(const ModelSpec& model) {
+  // A ModelSpec built in code may leave model_type empty: it is then shaped, and named, as Llama.
+  if (const ModelFamily* f = table().find(model.model_type)) return *f;
+  return *table().find("llama");
+}
+
+void add_model_family(const ModelFamily& family) {
+  FamilyTable& t = table();
+  if (family.model_type.empty()) throw InputError("a model family needs a model_type");
+  if (t.find(family.model_type) != nullptr)
+    throw InputError("model family \"" + family.model_type + "\" exists already");
+  const ModelFamily* base = t.find(family.reads_as);
+  if (base == nullptr || base->reads_as != base->model_type)
+    throw InputError("model family \"" + family.model_type + "\" must read as a built-in family (got \"" +
+                     family.reads_as + "\")");
+  ModelFamily row = *base;  // its structure, then its own names
+  row.model_type = family.model_type;
+  row.renamed = family.renamed;
+  resolve_names(row, base->names);
+  t.rows.push_back(std::move(row));
+  t.index.push_back(&t.rows.back());
+}
+
+const std::array<std::string, kModuleRoles>& module_names(const ModelSpec& model) {
+  return model_family(model).names;
+}
+
+std::string module_name(const ModelSpec& model, ModuleRole role) {
+  return module_names(model).at(static_cast<std::size_t>(role));
+}
+
+}  // namespace trainfit
