@@ -135,7 +135,7 @@ MemoryBasis memory_basis(const ModelSpec& model, const Step& step, const GpuSpec
   const Layout& lay = step.layout;
   const TrainingSetup& user_setup = step.setup;
   // The tensors describe the step the GPUs compute: under a mixed-precision layout, in its compute dtype.
-  const TrainingSetup& setup = step.compute;
+  const TrainingSetup& setup = step.compute();
   const StepShape& st = step.tensors;
   const auto& p = st.params;
   const double L = static_cast<double>(model.num_layers);

@@ -7,9 +7,9 @@ Step describe_step(const ModelSpec& model, const TrainingSetup& setup) {
   Step step;
   step.setup = setup;
   step.layout = layout_of(setup);
-  step.compute = compute_setup(setup, step.layout);
+  if (step.layout.compute_dtype) step.compute_ = compute_setup(setup, step.layout);
   // The tensors first: a LoRA target the model lacks is named before a layout it cannot take.
-  step.tensors = describe_tensors(model, step.compute, step.layout);
+  step.tensors = describe_tensors(model, step.compute(), step.layout);
   check_layout(model, setup);
   if (step.layout.pp > 1) {
     step.first_stage = first_stage(model, step.layout);

@@ -15,8 +15,10 @@ namespace trainfit::detail {
 struct Step {
   TrainingSetup setup;  // as the user gave it (its batch sets `tensors.tokens`)
   // What the GPUs compute: under a mixed-precision layout the low-precision dtype on copies of the
-  // fp32 storage (compute_setup); otherwise `setup` itself.
-  TrainingSetup compute;
+  // fp32 storage (compute_setup); otherwise `setup` itself, not copied (a setup's strings and
+  // lists make a copy a measurable share of describing a step).
+  const TrainingSetup& compute() const { return compute_ ? *compute_ : setup; }
+  std::optional<TrainingSetup> compute_;  // set only where it differs from `setup`
   Layout layout;      // how the GPUs share the step (layout_of)
   StepShape tensors;  // the tensors: per token where they scale with the micro-batch
   // With pipeline parallelism, the two stages either of which can be the busiest: the first (the

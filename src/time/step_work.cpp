@@ -231,7 +231,7 @@ void objective_step_work(StepWork& w, const WorkBasis& b, double T, double attn_
 WorkBasis work_basis(const ModelSpec& model, const Step& step) {
   // The GPUs compute in the layout's compute dtype (step/layout.hpp); the tensors describe that step.
   const TrainingSetup& user_setup = step.setup;
-  const TrainingSetup& setup = step.compute;
+  const TrainingSetup& setup = step.compute();
   const Layout& lay = step.layout;
   const StepShape& st = step.tensors;
   WorkBasis b;
