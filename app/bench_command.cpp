@@ -181,6 +181,7 @@ void add_bench_command(CLI::App& app, int& exit_code) {
       // Judging while another bench runs on the directory is allowed (a look at a long run): the
       // rows it has finished, read whole, judged as a snapshot.
       const bench::FinishedRows done = bench::finished_rows(configs, o.results_dir);
+      for (const std::string& w : done.warnings) std::cerr << "trainfit bench: warning: " << w << "\n";
       if (done.run_in_progress)
         std::cerr << fmt::format(
             "{}: a `trainfit bench` is running in {}: judging the {} of {} configs it has finished so far; running "
@@ -205,6 +206,7 @@ void add_bench_command(CLI::App& app, int& exit_code) {
     }
     o.retry_failed = flags->retry_failed;
     o.on_progress = print_progress;
+    o.on_warning = [](const std::string& w) { std::cerr << "trainfit bench: warning: " << w << "\n"; };
     std::unique_ptr<Nvml> nvml;
     if (!flags->no_telemetry || flags->devices) {  // --devices: NVML, when there, says which GPUs exist
       try {

@@ -81,12 +81,14 @@ void add_plan_command(CLI::App& app, int& exit_code) {
       exit_code = run_seed_scenario(*setup_flags, *flags);
       return;
     }
-    const TrainingSetup setup = resolve_setup(setup_flags->given());
+    const std::vector<GivenSetting> given = setup_flags->given();
+    const TrainingSetup setup = resolve_setup(given);
     // `--model ''` was given, so it is not the seed scenario; an empty name is an error of its
     // own, before the card is asked for (it would otherwise read "name the card").
     if (setup.model.empty())
       throw SettingError("model", "empty name; give a built-in model (`trainfit models`) or a path to a config.json");
-    const Plan p = make_plan(load_model(setup.model), setup, resolve_card(setup), to_options(*flags));
+    Plan p = make_plan(load_model(setup.model), setup, resolve_card(setup), to_options(*flags));
+    for (std::string& line : ignored_settings(given, setup)) p.warnings.push_back(std::move(line));
     std::cout << render_plan(p, parse_report_format(flags->format));
     exit_code = 0;
   });

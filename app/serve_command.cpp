@@ -18,6 +18,18 @@ struct ServeFlags {
   int port = 8800;
 };
 
+// Whether only this machine can reach `host`: an address of the loopback network or its name.
+bool is_loopback(const std::string& host) {
+  return host == "localhost" || host == "::1" || host == "[::1]" || host.rfind("127.", 0) == 0 ||
+         host.rfind("::ffff:127.", 0) == 0;
+}
+
+// The page's address: an IPv6 address in brackets (RFC 3986), so that its colons are not the port's.
+std::string page_url(const std::string& host, int port) {
+  const bool bracketed = host.find(':') != std::string::npos && host.front() != '[';
+  return fmt::format("http://{}{}{}:{}/", bracketed ? "[" : "", host, bracketed ? "]" : "", port);
+}
+
 }  // namespace
 
 void add_serve_command(CLI::App& app, int& exit_code) {
@@ -38,8 +50,14 @@ void add_serve_command(CLI::App& app, int& exit_code) {
     sigaddset(&stop_signals, SIGTERM);
     if (pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr) != 0) throw SystemError("cannot block SIGINT");
     const serve::WebServer server(f->host, f->port);
+    if (!is_loopback(f->host))
+      std::cerr << fmt::format(
+          "trainfit serve: warning: listening on {}, so other machines can reach the page and "
+          "its API; it is built for one user's machine, not the internet (docs/serve.md, "
+          "\"Limits\")\n",
+          f->host);
     // The address on stdout (a script waits for this line to know the port); Ctrl-C stops.
-    std::cout << fmt::format("trainfit serve: http://{}:{}/\n", f->host, server.port()) << std::flush;
+    std::cout << "trainfit serve: " << page_url(f->host, server.port()) << "\n" << std::flush;
     int signal = 0;
     sigwait(&stop_signals, &signal);
     exit_code = 0;

@@ -4,6 +4,7 @@
 #   cmake --preset fuzz -DCMAKE_CXX_COMPILER_LAUNCHER=ccache && cmake --build --preset fuzz -j2
 # Usage: fuzz/run-all.sh SECONDS_PER_TARGET [JOBS] [--keep]
 #   JOBS     targets run at once (default 1)
+#   FUZZ_RUNS=N in the environment: each target also stops after N inputs (fuzz/nightly.sh: 10 million)
 #   --keep   merge what a run found that covers new code into fuzz/corpus/<target>/ (libFuzzer's
 #            -merge=1 keeps only inputs that add coverage, so the checked-in corpus stays small)
 # Exits non-zero when a target found a crash, a leak, a sanitizer report or a broken invariant;
@@ -26,7 +27,7 @@ run_target() {
   cp "$here/corpus/$t/"* "$work/$t/corpus/" 2>/dev/null || true
   (cd "$work/$t/found" &&
      "$bin/$t" "$work/$t/corpus" -max_total_time="$seconds" -max_len=65536 -rss_limit_mb=2048 \
-       -print_final_stats=1 >"$work/$t/log" 2>&1) && echo ok >"$work/$t/status" || echo failed >"$work/$t/status"
+       ${FUZZ_RUNS:+-runs="$FUZZ_RUNS"} -print_final_stats=1 >"$work/$t/log" 2>&1) && echo ok >"$work/$t/status" || echo failed >"$work/$t/status"
 }
 
 targets=()

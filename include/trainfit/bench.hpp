@@ -215,6 +215,9 @@ struct RunOptions {
   bool retry_failed = false;      // rerun rows whose status is crashed / timeout / error
   double kill_grace_seconds = 5;  // SIGTERM, then SIGKILL of the process group after this
   std::function<void(const Progress&)> on_progress;
+  // A line for the user before the run: a line of results.jsonl that is not a row (moved to
+  // results.set-aside.jsonl) or a row this trainfit cannot use, with its number and why.
+  std::function<void(const std::string&)> on_warning;
   // The GPUs to run on (NVML indices: PCI bus order). Empty: one config at a time, and its runner
   // sees every GPU. Otherwise as many configs run at once as these devices allow, each on
   // `config.gpus` of them, started in plan order (a config waits for enough free devices, and the
@@ -274,6 +277,7 @@ std::vector<BenchRow> run_configs(const ExperimentPlan& plan, const std::vector<
 struct FinishedRows {
   std::vector<BenchRow> rows;
   bool run_in_progress = false;
+  std::vector<std::string> warnings;  // each line of results.jsonl that was not read, with its number and why
 };
 FinishedRows finished_rows(const std::vector<BenchConfig>& configs, const std::string& results_dir);
 // Writes results_dir/results.json atomically (a temporary file renamed over it).

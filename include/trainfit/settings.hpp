@@ -125,6 +125,10 @@ struct GivenSetting {
 // The setup these settings describe: each given value, each other setting's (derived) default,
 // then validate(). Throws SettingError.
 TrainingSetup resolve_setup(const std::vector<GivenSetting>& given);
+// One line for each given setting that does not apply to the setup it resolved to (its row's
+// applies_when does not hold), so a value the plan leaves out is not dropped without a word:
+// "--nodes is ignored: it applies only when --gpus is at least 2".
+std::vector<std::string> ignored_settings(const std::vector<GivenSetting>& given, const TrainingSetup& setup);
 
 // ---- JSON: where a setup is read or written ----------------------------------------------------
 nlohmann::json setting_value_to_json(const SettingValue& v);

@@ -20,6 +20,7 @@
 #include "trainfit/error.hpp"
 #include "trainfit/prices.hpp"
 #include "trainfit/settings.hpp"
+#include "trainfit/units.hpp"
 
 namespace trainfit {
 
@@ -126,10 +127,16 @@ bool is_free(const AdviseRequest& r, std::string_view key) {
   return std::find(r.free.begin(), r.free.end(), key) != r.free.end();
 }
 
-// Powers of two from 1 up to and including `most`.
+// Powers of two from 1 up to and including `most`. Doubling stops before it passes `most`: past
+// 2^62 it would overflow (undefined; in practice negative, and the loop never ended while the
+// vector grew until allocation failed: `advise --tokens-per-step` near 2^63).
 std::vector<std::int64_t> powers_of_two(std::int64_t most) {
   std::vector<std::int64_t> out;
-  for (std::int64_t v = 1; v <= most; v *= 2) out.push_back(v);
+  if (most < 1) return out;
+  for (std::int64_t v = 1;; v *= 2) {
+    out.push_back(v);
+    if (v > most / 2) break;
+  }
   return out;
 }
 
@@ -152,6 +159,7 @@ class Search {
     Advice out = finish();
     out.judged = judged_;
     out.searched = searched_;
+    if (judged_ == 0) out.refusal = refusal_;
     out.seconds = std::chrono::duration<double>(Clock::now() - start).count();
     return out;
   }
@@ -288,10 +296,30 @@ class Search {
   // The (micro-batch, accumulation) pairs of a group; under grpo only those whose generation
   // batch holds whole groups of completions (validate's rule, which TRL enforces).
   std::vector<std::pair<std::int64_t, std::int64_t>> batches(const TrainingSetup& s) const {
-    auto out = all_batches(s);
+    auto out = batches_in_range(s);
     if (s.objective != Objective::grpo) return out;
     const std::int64_t dp = data_parallel_degree(s);
     std::erase_if(out, [&](const auto& p) { return (p.first * p.second * dp) % s.generations != 0; });
+    return out;
+  }
+
+  void refuse(std::string why) {
+    if (refusal_.empty()) refusal_ = std::move(why);
+  }
+
+  // The largest value a setting takes (its row's maximum).
+  static std::int64_t max_of(std::string_view key) {
+    const Setting* s = find_setting(key);
+    return s != nullptr && s->maximum ? static_cast<std::int64_t>(*s->maximum)
+                                      : std::numeric_limits<std::int64_t>::max();
+  }
+
+  // The (micro-batch, accumulation) pairs of a sequence length, within the settings' ranges: a
+  // token budget of 2^62 would otherwise advise billions of accumulation steps.
+  std::vector<std::pair<std::int64_t, std::int64_t>> batches_in_range(const TrainingSetup& s) const {
+    auto out = all_batches(s);
+    const std::int64_t most_batch = max_of("batch"), most_accum = max_of("grad_accum");
+    std::erase_if(out, [&](const auto& p) { return p.first > most_batch || p.second > most_accum; });
     return out;
   }
 
@@ -333,7 +361,9 @@ class Search {
     if (r_.goal != AdviseGoal::longest_seq && !is_free(r_, "seq")) return {s.seq};
     std::vector<std::int64_t> out;
     const std::int64_t longest = model_.max_position_embeddings > 0 ? model_.max_position_embeddings : 131072;
-    for (std::int64_t q = kShortestSeq; q <= longest; q *= 2) out.push_back(q);
+    // Up to the longest sequence a setup takes, too: a config's context of 2^62 would overflow.
+    const std::int64_t most = std::min<std::int64_t>(longest, static_cast<std::int64_t>(*find_setting("seq")->maximum));
+    for (std::int64_t q = kShortestSeq; q <= most; q *= 2) out.push_back(q);
     return out;
   }
 
@@ -348,15 +378,28 @@ class Search {
       s.grad_accum = 1;
       const auto pairs = batches(s);
       searched_ += pairs.size() * checkpointing_.size();
-      if (pairs.empty()) continue;
+      if (pairs.empty()) {
+        refuse(
+            fmt::format("{} tokens a step is no whole number of micro-batches of {} tokens on {} GPU(s) with a "
+                        "micro-batch of at most {} and at most {} accumulation steps",
+                        tokens_per_step(), seq, s.gpus, max_of("batch"), max_of("grad_accum")));
+        continue;
+      }
       std::optional<detail::SetupGroup> priced;
       try {
         priced.emplace(model_, s, *g.gpu, profile_for(*g.gpu));  // validates the setup
-      } catch (const InputError&) {
+      } catch (const InputError& e) {
+        refuse(e.what());
         continue;  // a combination the setup does not allow (QLoRA with FSDP, targets the model lacks)
       }
       // Offloading needs the host memory to hold what it moves there (docs/advise.md).
-      if (priced->host_bytes() > kTypicalHostBytesPerGpu * static_cast<double>(s.gpus / s.nodes)) continue;
+      if (priced->host_bytes() > kTypicalHostBytesPerGpu * static_cast<double>(s.gpus / s.nodes)) {
+        refuse(fmt::format("offloading needs {} of a host's memory, past the {} a host typically has for its {} GPU(s)",
+                           format_bytes(count_of(priced->host_bytes())),
+                           format_bytes(count_of(kTypicalHostBytesPerGpu * static_cast<double>(s.gpus / s.nodes))),
+                           s.gpus / s.nodes));
+        continue;
+      }
       bool any_fits = false;
       for (const bool ckpt : checkpointing_) {
         for (const auto& [batch, accum] : pairs) {
@@ -543,7 +586,7 @@ class Search {
     }
     if (out.results.empty() && nearest_) {
       out.nearest = materialise(setup_of(*nearest_), groups_[nearest_->group]);
-      out.nearest_over_bytes = static_cast<std::int64_t>(std::ceil(nearest_over_));
+      out.nearest_over_bytes = count_of(std::ceil(nearest_over_));
     }
     return out;
   }
@@ -558,6 +601,7 @@ class Search {
   std::optional<Judged> nearest_;
   double nearest_over_ = 0;
   std::size_t judged_ = 0, searched_ = 0;
+  std::string refusal_;  // why the first setup the search could not judge was refused
 };
 
 }  // namespace

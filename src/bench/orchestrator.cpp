@@ -1,8 +1,9 @@
 // Runs each config in its own process and never loses a finished row.
 //
 // Durability: a row is one write() of one line to results.jsonl (O_APPEND), then fsync, as soon
-// as its config finishes; a torn last line (the orchestrator killed inside write) is cut off on
-// the next start, and that config runs again. Isolation: each runner is its own process group
+// as its config finishes; a torn last line (the orchestrator killed inside write) and a line that
+// is not a row (a hand edit's typo) are moved to results.set-aside.jsonl on the next start, named in
+// a warning, and their configs run again. Isolation: each runner is its own process group
 // (setpgid), so a timeout kills it and everything it started (torchrun's workers); it also dies
 // with the orchestrator (PR_SET_PDEATHSIG), and what a SIGKILLed orchestrator's runners left
 // behind is killed on the next start: .running lists every running group with a token that its
@@ -83,6 +84,8 @@ constexpr std::size_t kRunnerRowBytes = std::size_t{4} << 20;
 // each at most about the plan's 1 MiB), with room to spare. repair_tail looks this far back for
 // the end of the last whole line.
 constexpr std::size_t kResultsLineBytes = std::size_t{64} << 20;
+// Where a resume moves the lines of results.jsonl that are not rows (beside it, appended to).
+constexpr const char* kSetAsideFile = "results.set-aside.jsonl";
 constexpr std::size_t kProcFileBytes = std::size_t{1} << 20;  // /proc/PID/stat and environ
 
 std::string tail(const std::string& s, std::size_t n) { return s.size() <= n ? s : s.substr(s.size() - n); }
@@ -211,9 +214,27 @@ void write_running(const fs::path& running, const std::vector<RunningGroup>& gro
   fs::rename(tmp, running, ec);
 }
 
-// Cuts a torn last line (no newline) so the next row starts on a line of its own. A torn row is
-// the end of one write(), so the last newline is within the last row's length of the end.
-void repair_tail(const fs::path& results) {
+// Appends `lines` (each ending in a newline) to results.set-aside.jsonl and syncs it: what a resume
+// takes out of results.jsonl is kept there, never dropped.
+void set_aside(const fs::path& results, const std::string& lines) {
+  const fs::path aside = results.parent_path() / kSetAsideFile;
+  const int fd = ::open(aside.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) throw SystemError(fmt::format("cannot open '{}': {}", aside.string(), std::strerror(errno)));
+  try {
+    write_all(fd, lines, aside);
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+  const bool synced = ::fsync(fd) == 0;
+  ::close(fd);
+  if (!synced) throw SystemError(fmt::format("cannot sync '{}': {}", aside.string(), std::strerror(errno)));
+}
+
+// Moves a torn last line (no newline) to the set-aside file and cuts it, so the next row starts on
+// a line of its own; the warning names it. A torn row is the end of one write(), so the last
+// newline is within the last row's length of the end.
+void repair_tail(const fs::path& results, const std::function<void(const std::string&)>& warn) {
   std::error_code ec;
   const auto size = fs::file_size(results, ec);
   if (ec || size == 0) return;
@@ -222,8 +243,14 @@ void repair_tail(const fs::path& results) {
   if (end.empty() || end.back() == '\n') return;
   const auto keep = end.rfind('\n');
   const std::uintmax_t cut = keep == std::string::npos ? size - end.size() : size - end.size() + keep + 1;
+  set_aside(results, end.substr(keep == std::string::npos ? 0 : keep + 1) + "\n");
   fs::resize_file(results, cut, ec);
   if (ec) throw SystemError(fmt::format("cannot repair '{}': {}", results.string(), ec.message()));
+  if (warn)
+    warn(
+        fmt::format("{}: its last line ({} bytes) was cut short, by a bench stopped while writing it: moved to {}; "
+                    "its config runs again",
+                    results.string(), size - cut, kSetAsideFile));
 }
 
 struct Exit {
@@ -470,21 +497,47 @@ std::vector<int> parse_devices(std::string_view text, const std::vector<int>* av
 
 namespace {
 
+// A line of results.jsonl that is no row of any config: its number (from 1), why, and whether it
+// is not a row at all (not a JSON object with "bench" and "measured": a typo, a cut line), which a
+// resume moves aside, or a row this trainfit cannot use, which stays where it is.
+struct UnreadLine {
+  std::size_t number = 0;
+  std::string why;
+  bool not_a_row = false;
+};
+
+struct ReadRows {
+  std::unordered_map<std::string, BenchRow> done;
+  std::vector<UnreadLine> unread;
+};
+
 // What is already done: the last row of each config (a retried config's new row wins), by the
 // config's canonical key. The key is recomputed from the config the row was run as (its stored
 // key is that config's JSON), so rows written by an older trainfit, whose keys spelled defaults
-// differently, still resume. Lines that are not rows (a torn last line) are skipped, and so is a
-// last line without its newline when `whole_lines_only` (a row still being written).
-std::unordered_map<std::string, BenchRow> rows_by_key(const fs::path& results, bool whole_lines_only = false) {
-  std::unordered_map<std::string, BenchRow> done;
+// differently, still resume. Every other line is listed in `unread` (empty lines aside), except
+// a last line without its newline when `whole_lines_only` (a row still being written).
+ReadRows read_rows(const fs::path& results, bool whole_lines_only = false) {
+  ReadRows out;
   std::ifstream in(results);
   std::string line;
+  std::size_t number = 0;
   while (std::getline(in, line)) {
+    ++number;
     if (whole_lines_only && in.eof()) break;  // getline met the end before a newline
-    const json j = json::parse(line, nullptr, false);
-    if (!j.is_object() || !j.contains("bench") || !j["bench"].is_object() || !j.contains("measured") ||
-        !j["measured"].is_object())
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    json j;
+    try {
+      j = json::parse(line);
+    } catch (const json::exception& e) {
+      // nlohmann's message says where ("at line 1, column 45") and what it met, in a few words.
+      out.unread.push_back({number, fmt::format("not JSON ({})", detail::printable(e.what(), 160)), true});
       continue;
+    }
+    if (!j.is_object() || !j.contains("bench") || !j["bench"].is_object() || !j.contains("measured") ||
+        !j["measured"].is_object()) {
+      out.unread.push_back({number, "not a row: a row is an object with \"bench\" and \"measured\" objects", true});
+      continue;
+    }
     try {
       BenchRow row = row_from_json(j);
       std::string key = row.config.key;
@@ -499,16 +552,46 @@ std::unordered_map<std::string, BenchRow> rows_by_key(const fs::path& results, b
           // judged, it would stop every resume. The config runs again.
           BenchConfig named = row.config;
           if (run_as.setup.gpu.empty()) named.setup.gpu.clear();
-          if (config_to_json(named).dump() != run_as.key) continue;
+          if (config_to_json(named).dump() != run_as.key) {
+            out.unread.push_back(
+                {number, "its \"config\" is not the config it was run as (\"bench.key\"): edited?", false});
+            continue;
+          }
           key = run_as.key;
         }
       }
-      done.insert_or_assign(key, std::move(row));
-    } catch (const InputError&) {
-      continue;  // a row this trainfit cannot read as a config of any plan
+      out.done.insert_or_assign(key, std::move(row));
+    } catch (const InputError& e) {
+      // A row this trainfit cannot read as a config of any plan (an older one's, another build's).
+      out.unread.push_back({number, detail::printable(e.what(), 160), false});
     }
   }
-  return done;
+  return out;
+}
+
+// The warning for an unread line.
+std::string unread_warning(const fs::path& results, const UnreadLine& u, std::string_view what_happens) {
+  return fmt::format("{} line {}: {}; {}", results.string(), u.number, u.why, what_happens);
+}
+
+// Moves the lines that are not rows out of results.jsonl into the set-aside file (appended and
+// synced first, then results.jsonl rewritten atomically without them), so a resume reads a file of
+// rows and nothing a user wrote is lost.
+void set_aside_lines(const fs::path& results, const std::vector<UnreadLine>& unread) {
+  std::vector<std::size_t> numbers;
+  for (const UnreadLine& u : unread)
+    if (u.not_a_row) numbers.push_back(u.number);
+  if (numbers.empty()) return;
+  std::ifstream in(results);
+  std::string line, kept, aside;
+  std::size_t number = 0;
+  while (std::getline(in, line)) {
+    ++number;
+    (std::binary_search(numbers.begin(), numbers.end(), number) ? aside : kept) += line + "\n";
+  }
+  in.close();
+  set_aside(results, aside);
+  write_file_atomically(results, kept);
 }
 
 }  // namespace
@@ -530,7 +613,9 @@ FinishedRows finished_rows(const std::vector<BenchConfig>& configs, const std::s
       if (fd >= 0) ::close(fd);
     }
   } closer{fd};
-  auto done = rows_by_key(results, out.run_in_progress);
+  ReadRows read = read_rows(results, out.run_in_progress);
+  for (const UnreadLine& u : read.unread) out.warnings.push_back(unread_warning(results, u, "not judged"));
+  auto& done = read.done;
   for (const auto& c : configs)
     if (auto it = done.find(c.key); it != done.end()) out.rows.push_back(std::move(it->second));
   return out;
@@ -546,13 +631,22 @@ std::vector<BenchRow> run_configs(const ExperimentPlan& plan, const std::vector<
   const fs::path running_file = dir / ".running";
   kill_stale_groups(running_file);
   const fs::path results = dir / "results.jsonl";
-  repair_tail(results);
+  repair_tail(results, options.on_warning);
   // The vocabulary the configs are written in, for the runners (python/trainfit_runner/setup_schema.py):
   // a runner reads this binary's settings and defaults, not those of the package it was installed with.
   const fs::path schema = dir / "setup_schema.json";
   write_file_atomically(schema, setup_schema().dump(2) + "\n");
 
-  std::unordered_map<std::string, BenchRow> done = rows_by_key(results);
+  ReadRows read = read_rows(results);
+  for (const UnreadLine& u : read.unread)
+    if (options.on_warning)
+      options.on_warning(unread_warning(results, u,
+                                        u.not_a_row ? fmt::format("moved to {}; fix it there and put it back to keep "
+                                                                  "its config from running again",
+                                                                  kSetAsideFile)
+                                                    : "left in place, and its config runs again"));
+  set_aside_lines(results, read.unread);
+  std::unordered_map<std::string, BenchRow>& done = read.done;
   auto finished = [&](const BenchConfig& c) {
     const auto it = done.find(c.key);
     if (it == done.end()) return false;

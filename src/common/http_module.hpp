@@ -10,7 +10,7 @@
 namespace trainfit::detail {
 
 // A change to this header or to http_server.hpp's structs changes the string.
-inline constexpr const char* kHttpModuleAbi = "trainfit-http/1";
+inline constexpr const char* kHttpModuleAbi = "trainfit-http/2";
 inline constexpr const char* kHttpModuleFile = "libtrainfit_http.so";
 inline constexpr const char* kHttpModuleEntry = "trainfit_make_http_backend";
 

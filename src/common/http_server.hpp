@@ -6,10 +6,13 @@
 // module of its own (src/http/, libtrainfit_http.so), loaded with dlopen when a server is first made, as NVML is; a
 // process that never serves never maps it.
 //
-// The server is cpp-httplib's with every connection bounded: one request a connection, a deadline
-// on its whole life (not on each wait, as httplib 0.11's own timeouts are: a client trickling a
-// header byte every few seconds held a worker as long as it liked), a fixed number of workers, a
-// bounded queue of accepted connections, Range ignored (a Range of 2,600 parts made a reply 962
+// The server is cpp-httplib's request handling behind an I/O loop of our own, every connection
+// bounded: one request a connection, read without a worker until it is whole within a deadline
+// counted from accept (httplib 0.11's own timeouts count each wait: a client trickling a header
+// byte every few seconds held a worker as long as it liked, and 300 of them starved every other
+// client), a fixed number of workers that only ever see whole requests, a reply sent by the loop
+// within a deadline of its own, a bound on open connections and on one client's unfinished ones
+// (past it the oldest unfinished gives way), Range ignored (a Range of 2,600 parts made a reply 962
 // times its page), and stopping that ends every wait at once.
 #include <chrono>
 #include <cstddef>
@@ -22,12 +25,13 @@
 namespace trainfit::detail {
 
 struct HttpServerLimits {
-  std::chrono::milliseconds connection_deadline{10000};  // a connection's whole life, request and response
-  std::size_t workers = 8;                               // connections served at once
-  std::size_t max_queued = 1024;  // accepted connections waiting for a worker; past it accept waits (the
-                                  // kernel's backlog holds the next ones)
-  int listen_backlog = 1024;      // httplib listens with 5, which drops the connections of a burst
-  std::size_t max_body_bytes = 0;  // a larger Content-Length is answered 413 unread; 0: httplib's own limit
+  // From accept to the whole request; and again from the reply's being ready to its last byte sent.
+  std::chrono::milliseconds connection_deadline{10000};
+  std::size_t workers = 8;             // requests answered at once (a worker never waits on a client)
+  std::size_t max_connections = 1024;  // open at once; past it the oldest unfinished is closed for a new one
+  int listen_backlog = 1024;           // httplib listens with 5, which drops the connections of a burst
+  std::size_t max_body_bytes = 0;      // a larger Content-Length is answered 413 unread; 0: 1 MiB
+  std::size_t max_per_client = 64;     // unfinished connections of one address; past it its oldest is closed
 };
 
 struct HttpRequest {

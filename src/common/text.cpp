@@ -66,6 +66,17 @@ std::vector<std::string> split_names(std::string_view list) {
   return out;
 }
 
+std::string quoted(std::string_view s) {
+  return "'" + printable(s, 80) + "'";
+}
+
+std::string printable(std::string_view s, std::size_t max_bytes) {
+  if (s.size() <= max_bytes) return printable(s);
+  std::size_t cut = max_bytes;
+  while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xc0) == 0x80) --cut;  // inside a character
+  return fmt::format("{}... ({} bytes)", printable(s.substr(0, cut)), s.size());
+}
+
 std::string printable(std::string_view s) {
   std::string out;
   out.reserve(s.size());

@@ -20,6 +20,13 @@ std::size_t edit_distance(std::string_view a, std::string_view b);
 // U+009B is a CSI to some terminals) and bytes that are not UTF-8 (\xHH: a lone 0x9b is a CSI to
 // an 8-bit terminal); everything else, UTF-8 text included, is kept as it is.
 std::string printable(std::string_view s);
+// printable() of at most the first `max_bytes` of `s` (cut where a UTF-8 character starts), and
+// "... (N bytes)" after it when it was cut: what an error quotes of a value the user gave, which
+// may be 200 KiB long.
+std::string printable(std::string_view s, std::size_t max_bytes);
+// A value the user gave, as an error quotes it: in single quotes, printable, at most 80 bytes of it
+// (a NUL stays "\x00" rather than ending the message where a C string would).
+std::string quoted(std::string_view s);
 // The deepest nesting of arrays and objects in a JSON text, counted without parsing it (brackets
 // inside strings do not count): a reader refuses a text of 100,000 '[' before nlohmann's parser
 // and dump, which recurse once a level, see it.

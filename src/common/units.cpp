@@ -8,9 +8,11 @@
 #include <cctype>
 #include <charconv>
 #include <cmath>
+#include <stdexcept>
 #include <string>
 #include <system_error>
 
+#include "common/text.hpp"
 #include "trainfit/error.hpp"
 
 namespace trainfit {
@@ -36,7 +38,7 @@ constexpr std::array kUnits{
 };
 
 [[noreturn]] void fail(std::string_view text, std::string_view why) {
-  throw InputError(fmt::format("invalid byte size '{}': {}", text, why));
+  throw InputError(fmt::format("invalid byte size {}: {}", detail::quoted(text), why));
 }
 
 bool is_space(char c) { return c == ' ' || c == '\t'; }
@@ -85,13 +87,22 @@ std::int64_t parse_bytes(std::string_view text) {
   return static_cast<std::int64_t>(bytes);
 }
 
+std::int64_t count_of(double count) {
+  if (std::isnan(count)) throw std::domain_error("a count is not a number");
+  if (!(count > 0.0)) return 0;
+  // 2^63 is the first double past int64's range (the largest int64 is not a double).
+  if (count >= 0x1p63) return kMostBytes;
+  return static_cast<std::int64_t>(std::llround(count));
+}
+
 std::string format_bytes(std::int64_t bytes) {
+  if (bytes == kMostBytes) return "more than 8 EiB";
   // Magnitude as unsigned so INT64_MIN does not overflow on negation.
   const bool negative = bytes < 0;
   const auto magnitude = negative ? 0 - static_cast<std::uint64_t>(bytes) : static_cast<std::uint64_t>(bytes);
   const char* sign = negative ? "-" : "";
   if (magnitude < static_cast<std::uint64_t>(kKiB)) return fmt::format("{}{} B", sign, magnitude);
-  static constexpr std::array<const char*, 5> names{"KiB", "MiB", "GiB", "TiB", "PiB"};
+  static constexpr std::array<const char*, 6> names{"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
   double value = static_cast<double>(magnitude) / 1024.0;
   std::size_t k = 0;
   // Move up a unit when one decimal would round to 1024.0 ("1.0 GiB", not "1024.0 MiB").

@@ -141,9 +141,8 @@ const GpuSpec& find_gpu(std::string_view name) {
                    [](const auto& a, const auto& b) { return a.first < b.first; });
   std::vector<std::string_view> known;
   for (const auto& [score, id] : ranked) known.push_back(id);
-  const std::string shown = name.size() > 80 ? std::string(name.substr(0, 80)) + "..." : std::string(name);
-  throw InputError(fmt::format("unknown GPU '{}'; known: {} (or describe the card with --vram or --gpu-spec)",
-                               shown, fmt::join(known, ", ")));
+  throw InputError(fmt::format("unknown GPU {}; known: {} (or describe the card with --vram or --gpu-spec)",
+                               detail::quoted(name), fmt::join(known, ", ")));
 }
 
 }  // namespace trainfit

@@ -1,6 +1,7 @@
 // libtrainfit_http.so: cpp-httplib's server with bounded connections (common/http_server.hpp says
 // what is bounded and why it is a module of its own), behind the one entry point of
 // common/http_module.hpp. Built and installed beside the library (src/http/CMakeLists.txt).
+#include <fcntl.h>
 #include <httplib.h>
 #include <netdb.h>
 #include <poll.h>
@@ -10,186 +11,176 @@
 
 #include <algorithm>
 #include <array>
+#include <cctype>
 #include <cerrno>
+#include <charconv>
 #include <condition_variable>
+#include <cstdint>
 #include <cstring>
 #include <deque>
 #include <exception>
 #include <functional>
+#include <map>
 #include <mutex>
+#include <string_view>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "common/http_module.hpp"
+#include "http/request_framing.hpp"
 
 namespace trainfit::detail {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// One wait for the peer (a read or a write), inside the connection's deadline.
-constexpr int kWaitMillis = 5000;
+constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
 
-// A connection's socket for httplib, with the deadline on every read and write. `stop_fd` becomes
-// readable when the server stops: every wait ends then, so that a slow client cannot hold up the end
-// of the watch (stopping joins the workers).
-class DeadlineStream final : public httplib::Stream {
+// A whole request for httplib's process_request: read from memory, the reply written to memory, the
+// peer's address as accepted. The I/O loop sends the reply; no worker waits on a socket.
+class MemoryStream final : public httplib::Stream {
  public:
-  DeadlineStream(socket_t sock, Clock::time_point deadline, int stop_fd)
-      : sock_(sock), deadline_(deadline), stop_fd_(stop_fd) {}
+  MemoryStream(const std::string& request, std::string& reply, const std::string& peer, int peer_port,
+               const std::string& local, int local_port)
+      : request_(request), reply_(reply), peer_(peer), local_(local), peer_port_(peer_port), local_port_(local_port) {}
 
-  bool is_readable() const override { return begin_ < end_ || wait(POLLIN); }
-  bool is_writable() const override { return wait(POLLOUT); }
-
+  bool is_readable() const override { return at_ < request_.size(); }
+  bool is_writable() const override { return true; }
   ssize_t read(char* ptr, size_t size) override {
-    // httplib reads the request line and headers a byte at a time: served from a buffer.
-    if (begin_ == end_) {
-      const ssize_t n = io(POLLIN, [&] { return ::recv(sock_, buffer_.data(), buffer_.size(), MSG_DONTWAIT); });
-      if (n <= 0) return n;
-      begin_ = 0;
-      end_ = static_cast<std::size_t>(n);
-    }
-    const std::size_t n = std::min(size, end_ - begin_);
-    std::copy_n(buffer_.data() + begin_, n, ptr);
-    begin_ += n;
+    const std::size_t n = std::min(size, request_.size() - at_);
+    std::copy_n(request_.data() + at_, n, ptr);
+    at_ += n;
     return static_cast<ssize_t>(n);
   }
-
   ssize_t write(const char* ptr, size_t size) override {
-    // As much as the socket takes now, never a blocking send past the deadline; httplib calls again.
-    return io(POLLOUT, [&] { return ::send(sock_, ptr, size, MSG_DONTWAIT | MSG_NOSIGNAL); });
+    reply_.append(ptr, size);
+    return static_cast<ssize_t>(size);
   }
-
-  void get_remote_ip_and_port(std::string& ip, int& port) const override { address(::getpeername, ip, port); }
-  void get_local_ip_and_port(std::string& ip, int& port) const override { address(::getsockname, ip, port); }
-  socket_t socket() const override { return sock_; }
+  void get_remote_ip_and_port(std::string& ip, int& port) const override {
+    ip = peer_;
+    port = peer_port_;
+  }
+  void get_local_ip_and_port(std::string& ip, int& port) const override {
+    ip = local_;
+    port = local_port_;
+  }
+  socket_t socket() const override { return INVALID_SOCKET; }
 
  private:
-  // Whether the socket is ready for `events` before the deadline (a hang-up or an error counts as
-  // ready: the call that follows reports it).
-  bool wait(short events) const {
-    for (;;) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ - Clock::now()).count();
-      if (left <= 0) return false;
-      std::array<pollfd, 2> p{pollfd{sock_, events, 0}, pollfd{stop_fd_, POLLIN, 0}};
-      const int r = ::poll(p.data(), p.size(), static_cast<int>(std::min<std::int64_t>(left, kWaitMillis)));
-      if (r < 0 && errno == EINTR) continue;
-      return r > 0 && p[1].revents == 0 && p[0].revents != 0;
-    }
-  }
-  // A non-blocking call once the socket is ready: -1 past the deadline (httplib then gives up).
-  template <typename F>
-  ssize_t io(short events, F call) const {
-    for (;;) {
-      if (!wait(events)) return -1;
-      const ssize_t n = call();
-      if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) continue;
-      return n;
-    }
-  }
-  using NameOf = int (*)(int, sockaddr*, socklen_t*);
-  void address(NameOf name_of, std::string& ip, int& port) const {
-    sockaddr_storage addr{};
-    socklen_t len = sizeof addr;
-    std::array<char, NI_MAXHOST> host{};
-    std::array<char, NI_MAXSERV> serv{};
-    if (name_of(sock_, reinterpret_cast<sockaddr*>(&addr), &len) == 0 &&
-        getnameinfo(reinterpret_cast<sockaddr*>(&addr), len, host.data(), host.size(), serv.data(), serv.size(),
-                    NI_NUMERICHOST | NI_NUMERICSERV) == 0) {
-      ip = host.data();
-      port = std::atoi(serv.data());
-    }
-  }
-
-  socket_t sock_;
-  Clock::time_point deadline_;
-  int stop_fd_;
-  std::array<char, 4096> buffer_{};
-  std::size_t begin_ = 0, end_ = 0;
+  const std::string& request_;
+  std::string& reply_;
+  const std::string& peer_;
+  const std::string& local_;
+  int peer_port_, local_port_;
+  std::size_t at_ = 0;
 };
 
-// httplib's task queue with a bound: its own ThreadPool queues every accepted connection, however
-// many; this one makes the accept loop wait while `max_queued` are waiting for a worker.
-class BoundedTaskQueue final : public httplib::TaskQueue {
- public:
-  BoundedTaskQueue(std::size_t workers, std::size_t max_queued) : max_queued_(std::max<std::size_t>(max_queued, 1)) {
-    for (std::size_t i = 0; i < std::max<std::size_t>(workers, 1); ++i) threads_.emplace_back([this] { work(); });
-  }
-  ~BoundedTaskQueue() override { shutdown(); }
-  BoundedTaskQueue(const BoundedTaskQueue&) = delete;
-  BoundedTaskQueue& operator=(const BoundedTaskQueue&) = delete;
+bool numeric_address(const sockaddr* addr, socklen_t len, std::string& ip, int& port) {
+  std::array<char, NI_MAXHOST> host{};
+  std::array<char, NI_MAXSERV> serv{};
+  if (getnameinfo(addr, len, host.data(), host.size(), serv.data(), serv.size(), NI_NUMERICHOST | NI_NUMERICSERV) != 0)
+    return false;
+  ip = host.data();
+  port = std::atoi(serv.data());
+  return true;
+}
 
-  void enqueue(std::function<void()> job) override {
-    std::unique_lock lock(mutex_);
-    room_.wait(lock, [this] { return jobs_.size() < max_queued_ || shutdown_; });
-    jobs_.push_back(std::move(job));
-    ready_.notify_one();
-  }
-
-  void shutdown() override {
-    {
-      const std::lock_guard lock(mutex_);
-      if (shutdown_) return;
-      shutdown_ = true;
-    }
-    ready_.notify_all();
-    room_.notify_all();
-    for (std::thread& t : threads_) t.join();
-  }
-
- private:
-  void work() {
-    for (;;) {
-      std::function<void()> job;
-      {
-        std::unique_lock lock(mutex_);
-        ready_.wait(lock, [this] { return !jobs_.empty() || shutdown_; });
-        if (jobs_.empty()) return;  // shut down with nothing left
-        job = std::move(jobs_.front());
-        jobs_.pop_front();
-        room_.notify_one();
-      }
-      job();
-    }
-  }
-
-  std::size_t max_queued_;
-  std::mutex mutex_;
-  std::condition_variable ready_, room_;
-  std::deque<std::function<void()>> jobs_;
-  std::vector<std::thread> threads_;
-  bool shutdown_ = false;
+// One accepted connection, from accept to close.
+struct Connection {
+  enum class State { reading, answering, writing };
+  explicit Connection(std::size_t max_body) : framing(max_body) {}
+  int fd = -1;
+  State state = State::reading;
+  std::string peer, local;  // numeric addresses; `peer` is the key of the per-client bound
+  int peer_port = 0, local_port = 0;
+  Clock::time_point deadline;  // reading: from accept; writing: from when the reply was ready
+  std::string in;
+  RequestFraming framing;
+  bool sent_continue = false;
+  std::string out;
+  std::size_t written = 0;
 };
 
+// The server's connections on one I/O thread (poll), its requests on a fixed pool of workers:
+//  - a connection is read without a worker until its request is whole, within a deadline counted
+//    from accept (a client that trickles a byte a second is dropped at the deadline, and holds no
+//    worker meanwhile);
+//  - a worker runs httplib on a whole request in memory and hands the reply back; the I/O thread
+//    sends it within a deadline of its own, so a client that does not read holds no worker either;
+//  - at most `max_connections` are open, at most `max_per_client` of them unfinished from one
+//    address: past either, the oldest unfinished one (of that address, or of all) is closed for the
+//    new one, so clients that never finish cannot keep a new one out.
 class BoundedHttpServer final : public httplib::Server {
  public:
-  // Throws std::runtime_error when the stop signal cannot be made.
+  // Throws std::runtime_error when the signals cannot be made.
   BoundedHttpServer(const HttpServerLimits& limits, std::string what);
   ~BoundedHttpServer() override;
   BoundedHttpServer(const BoundedHttpServer&) = delete;
   BoundedHttpServer& operator=(const BoundedHttpServer&) = delete;
 
-  // Binds host:port (0: any free port) and starts serving on a thread of its own; the port, or 0
-  // when the address cannot be bound.
+  // Binds host:port (0: any free port) and serves on threads of its own; the port, or 0 when the
+  // address cannot be bound.
   int start(const std::string& host, int port);
   void stop_all();
 
  private:
-  bool process_and_close_socket(socket_t sock) override;
+  struct Job {
+    std::uint64_t id;
+    std::string request, peer, local;
+    int peer_port, local_port;
+  };
+  struct Answer {
+    std::uint64_t id;
+    std::string reply;
+  };
+
+  void serve_connections();
+  void accept_all(Clock::time_point now);
+  void read_from(std::uint64_t id, Connection& c);
+  bool write_to(Connection& c);  // false: done or broken (close it)
+  void close_connection(std::uint64_t id);
+  bool evict_oldest_unfinished(const std::string* peer);
+  void take_answers(Clock::time_point now);
+  void work();
 
   HttpServerLimits limits_;
   std::string what_;
-  int stop_fd_;
+  std::size_t max_body_;
+  int stop_fd_ = -1, wake_fd_ = -1;
   socket_t listen_socket_ = INVALID_SOCKET;
-  std::thread thread_;
+  std::thread io_thread_;
+  std::vector<std::thread> workers_;
+  bool stopped_ = false;
+
+  // The I/O thread's own: connections by the order they were accepted (the oldest first).
+  std::map<std::uint64_t, Connection> connections_;
+  std::unordered_map<std::string, std::size_t> unfinished_by_peer_;
+  std::uint64_t next_id_ = 0;
+
+  std::mutex mutex_;
+  std::condition_variable ready_;
+  std::deque<Job> jobs_;
+  std::vector<Answer> answers_;
+  bool shutdown_ = false;
 };
 
 BoundedHttpServer::BoundedHttpServer(const HttpServerLimits& limits, std::string what)
-    : limits_(limits), what_(std::move(what)), stop_fd_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
-  if (stop_fd_ < 0) throw std::runtime_error("cannot serve " + what_ + ": eventfd: " + std::strerror(errno));
-  new_task_queue = [limits] { return new BoundedTaskQueue(limits.workers, limits.max_queued); };
+    : limits_(limits),
+      what_(std::move(what)),
+      max_body_(limits.max_body_bytes > 0 ? limits.max_body_bytes : kDefaultMaxBodyBytes),
+      stop_fd_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)),
+      wake_fd_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
+  if (stop_fd_ < 0 || wake_fd_ < 0) {
+    const std::string why = std::strerror(errno);
+    if (stop_fd_ >= 0) ::close(stop_fd_);
+    if (wake_fd_ >= 0) ::close(wake_fd_);
+    throw std::runtime_error("cannot serve " + what_ + ": eventfd: " + why);
+  }
+  limits_.max_connections = std::max<std::size_t>(limits_.max_connections, 1);
+  limits_.max_per_client = std::clamp<std::size_t>(limits_.max_per_client, 1, limits_.max_connections);
   // SO_REUSEADDR only: the library's default SO_REUSEPORT would let a second server share the port
-  // and silently take half the requests. The socket is kept to widen the listen backlog after bind.
+  // and silently take half the requests. The socket is kept: the I/O loop accepts on it.
   set_socket_options([this](socket_t sock) {
     int yes = 1;
     setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
@@ -200,6 +191,7 @@ BoundedHttpServer::BoundedHttpServer(const HttpServerLimits& limits, std::string
 BoundedHttpServer::~BoundedHttpServer() {
   stop_all();
   ::close(stop_fd_);
+  ::close(wake_fd_);
 }
 
 int BoundedHttpServer::start(const std::string& host, int port) {
@@ -208,31 +200,217 @@ int BoundedHttpServer::start(const std::string& host, int port) {
     bound = bind_to_any_port(host);
   else if (bind_to_port(host, port))
     bound = port;
-  if (bound <= 0) return 0;
+  if (bound <= 0 || listen_socket_ == INVALID_SOCKET) return 0;
   // Listening again on a listening socket changes its backlog (Linux): httplib's 5 would drop the
   // connections of a burst and leave their clients to retry a second later.
-  if (listen_socket_ != INVALID_SOCKET) ::listen(listen_socket_, limits_.listen_backlog);
-  thread_ = std::thread([this] { listen_after_bind(); });
-  // stop() only stops a server that is running: wait for the loop so a quick stop cannot miss it.
-  for (int i = 0; i < 500 && !is_running(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ::listen(listen_socket_, limits_.listen_backlog);
+  ::fcntl(listen_socket_, F_SETFL, ::fcntl(listen_socket_, F_GETFL) | O_NONBLOCK);
+  for (std::size_t i = 0; i < std::max<std::size_t>(limits_.workers, 1); ++i) workers_.emplace_back([this] { work(); });
+  io_thread_ = std::thread([this] { serve_connections(); });
   return bound;
 }
 
 void BoundedHttpServer::stop_all() {
+  if (stopped_) return;
+  stopped_ = true;
   const std::uint64_t one = 1;
   [[maybe_unused]] const ssize_t n = ::write(stop_fd_, &one, sizeof one);
-  stop();
-  if (thread_.joinable()) thread_.join();
+  if (io_thread_.joinable()) io_thread_.join();
+  {
+    const std::lock_guard lock(mutex_);
+    shutdown_ = true;
+  }
+  ready_.notify_all();
+  for (std::thread& t : workers_) t.join();
+  workers_.clear();
+  for (auto& [id, c] : connections_) ::close(c.fd);
+  connections_.clear();
+  if (listen_socket_ != INVALID_SOCKET) ::close(listen_socket_);
+  listen_socket_ = INVALID_SOCKET;
 }
 
-bool BoundedHttpServer::process_and_close_socket(socket_t sock) {
-  DeadlineStream stream(sock, Clock::now() + limits_.connection_deadline, stop_fd_);
-  bool closed = false;
-  const bool served =
-      process_request(stream, /*close_connection=*/true, closed, [](httplib::Request& req) { req.ranges.clear(); });
-  ::shutdown(sock, SHUT_RDWR);
-  ::close(sock);
-  return served;
+void BoundedHttpServer::work() {
+  for (;;) {
+    Job job;
+    {
+      std::unique_lock lock(mutex_);
+      ready_.wait(lock, [this] { return !jobs_.empty() || shutdown_; });
+      if (shutdown_) return;
+      job = std::move(jobs_.front());
+      jobs_.pop_front();
+    }
+    Answer answer{job.id, {}};
+    MemoryStream stream(job.request, answer.reply, job.peer, job.peer_port, job.local, job.local_port);
+    bool closed = false;
+    process_request(stream, /*close_connection=*/true, closed, [](httplib::Request& req) { req.ranges.clear(); });
+    {
+      const std::lock_guard lock(mutex_);
+      answers_.push_back(std::move(answer));
+    }
+    const std::uint64_t one = 1;
+    [[maybe_unused]] const ssize_t n = ::write(wake_fd_, &one, sizeof one);
+  }
+}
+
+void BoundedHttpServer::serve_connections() {
+  std::vector<pollfd> fds;
+  std::vector<std::uint64_t> ids;  // the connection of each pollfd past the first three
+  for (;;) {
+    const Clock::time_point now = Clock::now();
+    fds.clear();
+    ids.clear();
+    // Accept only while there is room, or an unfinished connection to make room with.
+    const bool room = connections_.size() < limits_.max_connections || !unfinished_by_peer_.empty();
+    fds.push_back({stop_fd_, POLLIN, 0});
+    fds.push_back({wake_fd_, POLLIN, 0});
+    fds.push_back({room ? listen_socket_ : -1, POLLIN, 0});
+    Clock::time_point next = now + std::chrono::seconds(1);
+    for (const auto& [id, c] : connections_) {
+      if (c.state == Connection::State::answering) continue;
+      fds.push_back({c.fd, c.state == Connection::State::reading ? short{POLLIN} : short{POLLOUT}, 0});
+      ids.push_back(id);
+      next = std::min(next, c.deadline);
+    }
+    const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(next - now).count() + 1;
+    const int r = ::poll(fds.data(), fds.size(), static_cast<int>(std::clamp<std::int64_t>(wait, 0, 1000)));
+    if (r < 0 && errno != EINTR) return;
+    if (fds[0].revents != 0) return;
+    const Clock::time_point after = Clock::now();
+    if (fds[1].revents != 0) take_answers(after);
+    for (std::size_t i = 3; i < fds.size(); ++i) {
+      if (fds[i].revents == 0) continue;
+      const auto it = connections_.find(ids[i - 3]);
+      if (it == connections_.end()) continue;
+      if (it->second.state == Connection::State::reading)
+        read_from(it->first, it->second);
+      else if (!write_to(it->second))
+        close_connection(it->first);
+    }
+    if (fds[2].revents != 0) accept_all(after);
+    // Past their deadline: unfinished requests, and replies the client did not take.
+    for (auto it = connections_.begin(); it != connections_.end();) {
+      const auto here = it++;
+      if (here->second.state != Connection::State::answering && here->second.deadline <= after)
+        close_connection(here->first);
+    }
+  }
+}
+
+void BoundedHttpServer::accept_all(Clock::time_point now) {
+  for (;;) {
+    sockaddr_storage addr{};
+    socklen_t len = sizeof addr;
+    const int fd = ::accept4(listen_socket_, reinterpret_cast<sockaddr*>(&addr), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      return;  // EAGAIN: none left; EMFILE and the like: the next round tries again
+    }
+    Connection c(max_body_);
+    c.fd = fd;
+    c.deadline = now + limits_.connection_deadline;
+    numeric_address(reinterpret_cast<sockaddr*>(&addr), len, c.peer, c.peer_port);
+    sockaddr_storage local{};
+    socklen_t local_len = sizeof local;
+    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &local_len) == 0)
+      numeric_address(reinterpret_cast<sockaddr*>(&local), local_len, c.local, c.local_port);
+    // Room for it: a client past its share gives up its own oldest unfinished connection; a full
+    // server, its oldest unfinished one of any client.
+    const auto mine = unfinished_by_peer_.find(c.peer);
+    if (mine != unfinished_by_peer_.end() && mine->second >= limits_.max_per_client) evict_oldest_unfinished(&c.peer);
+    if (connections_.size() >= limits_.max_connections && !evict_oldest_unfinished(nullptr)) {
+      ::close(fd);  // every connection is being answered: the client retries
+      return;
+    }
+    ++unfinished_by_peer_[c.peer];
+    connections_.emplace(next_id_++, std::move(c));
+  }
+}
+
+bool BoundedHttpServer::evict_oldest_unfinished(const std::string* peer) {
+  for (const auto& [id, c] : connections_) {
+    if (c.state == Connection::State::reading && (peer == nullptr || c.peer == *peer)) {
+      close_connection(id);
+      return true;
+    }
+  }
+  return false;
+}
+
+void BoundedHttpServer::read_from(std::uint64_t id, Connection& c) {
+  std::array<char, 16384> buffer{};
+  for (;;) {
+    const ssize_t n = ::recv(c.fd, buffer.data(), buffer.size(), MSG_DONTWAIT);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+    if (n <= 0) {  // the client hung up (or the socket failed) before its request was whole
+      close_connection(id);
+      return;
+    }
+    c.in.append(buffer.data(), static_cast<std::size_t>(n));
+    if (c.framing.whole(c.in)) break;
+  }
+  if (!c.framing.whole(c.in)) {
+    // A client that waits to be told to send its body (curl does past 1 MiB) is told now.
+    if (c.framing.expects_continue() && !c.sent_continue) {
+      c.sent_continue = true;
+      [[maybe_unused]] const ssize_t n = ::send(c.fd, kContinue.data(), kContinue.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+    }
+    return;
+  }
+  c.state = Connection::State::answering;
+  if (--unfinished_by_peer_[c.peer] == 0) unfinished_by_peer_.erase(c.peer);
+  {
+    const std::lock_guard lock(mutex_);
+    jobs_.push_back({id, std::move(c.in), c.peer, c.local, c.peer_port, c.local_port});
+  }
+  c.in.clear();
+  ready_.notify_one();
+}
+
+void BoundedHttpServer::take_answers(Clock::time_point now) {
+  std::uint64_t count = 0;
+  [[maybe_unused]] const ssize_t n = ::read(wake_fd_, &count, sizeof count);
+  std::vector<Answer> answers;
+  {
+    const std::lock_guard lock(mutex_);
+    answers.swap(answers_);
+  }
+  for (Answer& a : answers) {
+    const auto it = connections_.find(a.id);
+    if (it == connections_.end()) continue;
+    Connection& c = it->second;
+    c.out = std::move(a.reply);
+    // httplib tells the client to go on too; it was told already, while its body was read.
+    if (c.sent_continue && std::string_view(c.out).substr(0, kContinue.size()) == kContinue)
+      c.written = kContinue.size();
+    c.state = Connection::State::writing;
+    c.deadline = now + limits_.connection_deadline;
+    if (!write_to(c)) close_connection(a.id);
+  }
+}
+
+bool BoundedHttpServer::write_to(Connection& c) {
+  while (c.written < c.out.size()) {
+    const ssize_t n = ::send(c.fd, c.out.data() + c.written, c.out.size() - c.written, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return true;
+    if (n <= 0) return false;
+    c.written += static_cast<std::size_t>(n);
+  }
+  return false;  // all sent
+}
+
+void BoundedHttpServer::close_connection(std::uint64_t id) {
+  const auto it = connections_.find(id);
+  if (it == connections_.end()) return;
+  Connection& c = it->second;
+  if (c.state == Connection::State::reading) {
+    const auto mine = unfinished_by_peer_.find(c.peer);
+    if (mine != unfinished_by_peer_.end() && --mine->second == 0) unfinished_by_peer_.erase(mine);
+  }
+  ::shutdown(c.fd, SHUT_RDWR);
+  ::close(c.fd);
+  connections_.erase(it);
 }
 
 HttpRequest request_of(const httplib::Request& req) {

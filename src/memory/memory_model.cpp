@@ -9,6 +9,7 @@
 #include "step/layout.hpp"
 #include "step/step_shape.hpp"
 #include "trainfit/memory.hpp"
+#include "trainfit/units.hpp"
 
 namespace trainfit {
 
@@ -22,8 +23,6 @@ std::string to_string(Phase p) {
 }
 
 namespace detail {
-
-std::int64_t to_bytes(double v) { return static_cast<std::int64_t>(std::llround(std::max(0.0, v))); }
 
 double cublas_workspace_bytes(const GpuSpec& gpu) {
   const double each = gpu.compute_capability_major >= kCublasLargeWorkspaceMajor ? kCublasWorkspaceHopper
@@ -273,13 +272,13 @@ MemoryBasis memory_basis(const ModelSpec& model, const Step& step, const GpuSpec
   b.value_all_grads = o.value.gradients;
   b.value_head_grad = o.value.head_gradient;
   b.value_layer_grad = (o.value.gradients - o.value.head_gradient) / L;
-  b.cuda_context_bytes = to_bytes(kCudaContextBytes + (setup.gpus > 1 ? kNcclBytes : 0.0));
+  b.cuda_context_bytes = count_of(kCudaContextBytes + (setup.gpus > 1 ? kNcclBytes : 0.0));
   b.weights_loaded_bytes =
-      to_bytes(base.weights + base.master_weights + base.quant_constants + base.adapters + base.gradient_buckets +
+      count_of(base.weights + base.master_weights + base.quant_constants + base.adapters + base.gradient_buckets +
                base.reference_weights + base.reward_weights + base.value_weights);
-  b.trainable_parameters = static_cast<std::int64_t>(std::llround(p.trainable_params + o.value.parameters));
+  b.trainable_parameters = count_of(p.trainable_params + o.value.parameters);
   b.total_parameters = pc.total + (full ? 0 : b.trainable_parameters);
-  b.untargeted_expert_adapter_parameters = static_cast<std::int64_t>(std::llround(p.untargeted_expert_adapter_params));
+  b.untargeted_expert_adapter_parameters = count_of(p.untargeted_expert_adapter_params);
   return b;
 }
 
@@ -541,18 +540,18 @@ StepMemory step_memory(const MemoryBasis& b, double tokens, std::int64_t grad_ac
       out.peak = i;
     }
   }
-  out.peak_allocated_bytes = to_bytes(peak_total);
-  out.busiest_peak_allocated_bytes = to_bytes(peak_total + b.rebuilt_buckets);
+  out.peak_allocated_bytes = count_of(peak_total);
+  out.busiest_peak_allocated_bytes = count_of(peak_total + b.rebuilt_buckets);
   // Blocks freed before the peak that the allocator cannot reuse for it stay reserved: the
   // lm_head-dtype logits (too small for the loss backward's fp32 blocks) and the blocks of a
   // layer's forward temporaries; under FSDP, its gather pool (memory_basis).
   const double fragmentation =
       (b.logits_upcast ? logits_c : 0.0) + allocator_block(b.layer_forward_transient_per_token * T);
-  out.peak_reserved_bytes = to_bytes(peak_total + fragmentation + b.gather_pool);
-  out.device_used_bytes = out.peak_reserved_bytes + b.cuda_context_bytes;
+  out.peak_reserved_bytes = count_of(peak_total + fragmentation + b.gather_pool);
+  out.device_used_bytes = add_bytes(out.peak_reserved_bytes, b.cuda_context_bytes);
   // The busiest GPU's extra blocks are allocated beside the step's and so reserved too.
   out.busiest_device_used_bytes =
-      to_bytes(peak_total + b.rebuilt_buckets + fragmentation + b.gather_pool) + b.cuda_context_bytes;
+      add_bytes(count_of(peak_total + b.rebuilt_buckets + fragmentation + b.gather_pool), b.cuda_context_bytes);
   return out;
 }
 
@@ -620,32 +619,32 @@ MemoryEstimate estimate_memory(const ModelSpec& model, const Step& step, const G
   est.peak_phase = peak.phase;
   est.peak_moment = peak.what;
   est.breakdown = {
-      {"weights", to_bytes(peak.weights)},
-      {"master_weights", to_bytes(peak.master_weights)},
-      {"quant_constants", to_bytes(peak.quant_constants)},
-      {"adapters", to_bytes(peak.adapters)},
-      {"gradients", to_bytes(peak.gradients)},
-      {"optimizer_states", to_bytes(peak.optimizer_states)},
-      {"activations", to_bytes(peak.activations)},
-      {"logits_and_loss", to_bytes(peak.logits_and_loss)},
-      {"transient", to_bytes(peak.transient)},
-      {"cublas_workspace", to_bytes(peak.cublas_workspace)},
+      {"weights", count_of(peak.weights)},
+      {"master_weights", count_of(peak.master_weights)},
+      {"quant_constants", count_of(peak.quant_constants)},
+      {"adapters", count_of(peak.adapters)},
+      {"gradients", count_of(peak.gradients)},
+      {"optimizer_states", count_of(peak.optimizer_states)},
+      {"activations", count_of(peak.activations)},
+      {"logits_and_loss", count_of(peak.logits_and_loss)},
+      {"transient", count_of(peak.transient)},
+      {"cublas_workspace", count_of(peak.cublas_workspace)},
   };
-  if (lay.ddp_buckets || lay.zero) est.breakdown.push_back({"gradient_buckets", to_bytes(peak.gradient_buckets)});
-  if (lay.gathers_units) est.breakdown.push_back({"gathered_weights", to_bytes(peak.gathered_weights)});
+  if (lay.ddp_buckets || lay.zero) est.breakdown.push_back({"gradient_buckets", count_of(peak.gradient_buckets)});
+  if (lay.gathers_units) est.breakdown.push_back({"gathered_weights", count_of(peak.gathered_weights)});
   // The objectives' other models, when there are some (docs/model.md, "Objectives").
   if (setup.objective != Objective::sft && has_reference_setting(setup.objective))
-    est.breakdown.push_back({"reference_weights", to_bytes(peak.reference_weights)});
+    est.breakdown.push_back({"reference_weights", count_of(peak.reference_weights)});
   if (setup.objective == Objective::ppo) {
-    est.breakdown.push_back({"reward_weights", to_bytes(peak.reward_weights)});
-    est.breakdown.push_back({"value_weights", to_bytes(peak.value_weights)});
+    est.breakdown.push_back({"reward_weights", count_of(peak.reward_weights)});
+    est.breakdown.push_back({"value_weights", count_of(peak.value_weights)});
   }
   for (const Phase ph : {Phase::forward, Phase::backward, Phase::optimizer}) {
     PhasePeak pp{ph, 0, ""};
     for (std::size_t i = 0; i < sm.count; ++i) {
       const MemoryMoment& m = sm.moments[i];
-      if (m.phase == ph && to_bytes(m.total()) > pp.allocated_bytes) {
-        pp.allocated_bytes = to_bytes(m.total());
+      if (m.phase == ph && count_of(m.total()) > pp.allocated_bytes) {
+        pp.allocated_bytes = count_of(m.total());
         pp.moment = m.what;
       }
     }
@@ -659,7 +658,7 @@ MemoryEstimate estimate_memory(const ModelSpec& model, const Step& step, const G
   est.trainable_parameters = basis.trainable_parameters;
   est.total_parameters = basis.total_parameters;
   est.untargeted_expert_adapter_parameters = basis.untargeted_expert_adapter_parameters;
-  est.host_bytes = to_bytes(basis.host_bytes);
+  est.host_bytes = count_of(basis.host_bytes);
   est.pipeline_stage = busiest_stage;
   // The objective's sequences and models (docs/model.md, "Objectives").
   const ObjectiveShape& o = st.objective;
@@ -670,12 +669,12 @@ MemoryEstimate estimate_memory(const ModelSpec& model, const Step& step, const G
     om.no_grad_sequences = om.trained_sequences;
   if (setup.objective == Objective::kto)  // the KL batch through the policy, and both batches through the reference
     om.no_grad_sequences = setup.batch * (reference_runs ? 3 : 1);
-  om.reference_weights_bytes = to_bytes(o.reference_weights);
-  om.reward_weights_bytes = to_bytes(o.reward_weights);
-  om.value_weights_bytes = to_bytes(o.value.weights);
-  om.value_gradients_bytes = to_bytes(o.value.gradients);
-  om.value_optimizer_states_bytes = to_bytes(o.value.optimizer_states);
-  om.value_parameters = static_cast<std::int64_t>(std::llround(o.value.parameters));
+  om.reference_weights_bytes = count_of(o.reference_weights);
+  om.reward_weights_bytes = count_of(o.reward_weights);
+  om.value_weights_bytes = count_of(o.value.weights);
+  om.value_gradients_bytes = count_of(o.value.gradients);
+  om.value_optimizer_states_bytes = count_of(o.value.optimizer_states);
+  om.value_parameters = count_of(o.value.parameters);
   return est;
 }
 

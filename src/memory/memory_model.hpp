@@ -184,7 +184,4 @@ BusiestStepMemory busiest_step_memory(const StepMemoryBases& bases, double token
 // step once for its memory and its time.
 MemoryEstimate estimate_memory(const ModelSpec& model, const Step& step, const GpuSpec& gpu);
 
-// Bytes as the memory model reports them: rounded, never negative.
-std::int64_t to_bytes(double v);
-
 }  // namespace trainfit::detail

@@ -140,7 +140,9 @@ std::string close_names(std::string_view typed) {
   const std::string t = lower(slash == std::string_view::npos ? typed : typed.substr(slash + 1));
   std::vector<std::pair<std::size_t, std::string>> scored;
   for (const std::string& name : builtin_model_names()) {
-    const std::size_t d = edit_distance(t, name);
+    // A name far longer than any built-in is none of them mistyped (and its distance to each costs
+    // its length times theirs: a 200 KiB name would take a second).
+    const std::size_t d = t.size() > 2 * name.size() + 8 ? t.size() : edit_distance(t, name);
     const std::size_t prefix = std::min<std::size_t>(4, name.size());
     if (d <= 3 || t.compare(0, prefix, name, 0, prefix) == 0) scored.emplace_back(d, name);
   }
@@ -222,13 +224,13 @@ ModelSpec load_model(std::string_view name_or_path) {
   }
 
   if (auto spec = find_builtin_model(name_or_path)) return std::move(*spec);
-  throw InputError("unknown model \"" + std::string(name_or_path) +
-                   "\": not a built-in name and no such file or folder; " + close_names(name_or_path));
+  throw InputError("unknown model " + detail::quoted(name_or_path) +
+                   ": not a built-in name and no such file or folder; " + close_names(name_or_path));
 }
 
 ModelSpec load_builtin_model(std::string_view name) {
   if (auto spec = find_builtin_model(name)) return std::move(*spec);
-  throw InputError("unknown model \"" + std::string(name) + "\": not a built-in name; " + close_names(name));
+  throw InputError("unknown model " + detail::quoted(name) + ": not a built-in name; " + close_names(name));
 }
 
 }  // namespace trainfit

@@ -14,6 +14,7 @@
 #include "time/time_model.hpp"
 #include "trainfit/error.hpp"
 #include "trainfit/settings.hpp"
+#include "trainfit/units.hpp"
 
 namespace trainfit {
 
@@ -262,8 +263,9 @@ Plan make_plan(const ModelSpec& model, const TrainingSetup& setup, const GpuSpec
   const double cap = static_cast<double>(gpu.memory_bytes);
   plan.headroom_fraction = 1.0 - static_cast<double>(plan.memory.busiest_peak_allocated_bytes) / cap;
   plan.verdict = e.verdict;
-  plan.over_capacity_bytes = std::max<std::int64_t>(
-      0, std::max(plan.memory.busiest_peak_allocated_bytes, plan.memory.busiest_device_used_bytes) - gpu.memory_bytes);
+  const std::int64_t needs = std::max(plan.memory.busiest_peak_allocated_bytes, plan.memory.busiest_device_used_bytes);
+  // A figure held at the top is over by at least as much: its excess is held there too.
+  plan.over_capacity_bytes = needs == kMostBytes ? kMostBytes : std::max<std::int64_t>(0, needs - gpu.memory_bytes);
   plan.time = std::move(e.time);
   plan.warnings = plan_warnings(model, setup);
   // PEFT 0.21 under transformers 5: all-linear reaches the fused experts after all, through

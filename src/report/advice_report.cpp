@@ -61,14 +61,17 @@ nlohmann::json advice_to_json(const Advice& advice, const AdviseRequest& request
 }
 
 std::string nothing_fits_message(const Advice& advice) {
-  if (!advice.nearest) return "nothing to judge: no setup of the search is valid for this model";
+  if (!advice.nearest)
+    return advice.refusal.empty()
+               ? "nothing to judge: no setup of the search is valid for this model"
+               : "nothing to judge: no setup of the search is valid for this model: " + advice.refusal;
   const AdvisedSetup& n = *advice.nearest;
   const double cap = static_cast<double>(n.gpu.memory_bytes);
   const double line = cap * (1.0 - n.setup.headroom);
   return fmt::format(
       "nothing fits: the nearest, `{}`, needs {} of the {} card's {} ({} allowed with --headroom {:g}), {} over",
       plan_command(n.args), format_bytes(n.peak_allocated_bytes), n.gpu.id.empty() ? n.gpu.name : n.gpu.id,
-      format_bytes(n.gpu.memory_bytes), format_bytes(static_cast<std::int64_t>(line)), n.setup.headroom,
+      format_bytes(n.gpu.memory_bytes), format_bytes(count_of(line)), n.setup.headroom,
       format_bytes(advice.nearest_over_bytes));
 }
 

@@ -23,7 +23,10 @@ using detail::pct;
 using detail::seconds_text;
 using detail::setup_text;
 
-std::string mib(std::int64_t bytes) { return fmt::format("{:.0f} MiB", to_mib(bytes)); }
+std::string mib(std::int64_t bytes) {
+  if (bytes == kMostBytes) return format_bytes(bytes);  // a figure held at the top: "more than 8 EiB"
+  return fmt::format("{:.0f} MiB", to_mib(bytes));
+}
 
 // Human names for the breakdown keys, in display order.
 const std::vector<std::pair<std::string, std::string>>& category_names() {
@@ -256,9 +259,15 @@ std::string render_plan(const Plan& p, Format format) {
   if (p.setup.gpus > 1 && p.setup.pp > 1)
     out += fmt::format("{}Per GPU of pipeline stage {} of {}, the busiest\n", md ? "" : "  ", m.pipeline_stage + 1,
                        p.setup.pp);
+  // A figure held at the top (units.hpp, kMostBytes) reads "more than 8 EiB", not a count of MiB.
   auto row = [&](const std::string& name, std::int64_t bytes, const std::string& note) {
-    if (md) out += fmt::format("| {} | {} | {:.1f} |\n", name + (note.empty() ? "" : " (" + note + ")"), bytes, to_mib(bytes));
-    else out += fmt::format("  {:<24}{:>12}  {}\n", name, fmt::format("{:.1f} MiB", to_mib(bytes)), note);
+    const bool most = bytes == kMostBytes;
+    if (md)
+      out += fmt::format("| {} | {} | {} |\n", name + (note.empty() ? "" : " (" + note + ")"), bytes,
+                         most ? format_bytes(bytes) : fmt::format("{:.1f}", to_mib(bytes)));
+    else
+      out += fmt::format("  {:<24}{:>12}  {}\n", name,
+                         most ? format_bytes(bytes) : fmt::format("{:.1f} MiB", to_mib(bytes)), note);
   };
   for (const auto& [key, name] : category_names()) {
     for (const auto& t : m.breakdown)

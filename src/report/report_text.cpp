@@ -13,8 +13,13 @@ std::string targets_text(const std::vector<std::string>& t) { return fmt::format
 
 }  // namespace
 
-std::string gib(std::int64_t bytes) { return fmt::format("{:.2f} GiB", static_cast<double>(bytes) / static_cast<double>(kGiB)); }
-std::string pct(double fraction) { return fmt::format("{:.0f}%", 100.0 * fraction); }
+std::string gib(std::int64_t bytes) {
+  if (bytes == kMostBytes) return format_bytes(bytes);  // a figure held at the top: "more than 8 EiB"
+  return fmt::format("{:.2f} GiB", static_cast<double>(bytes) / static_cast<double>(kGiB));
+}
+std::string pct(double fraction) {
+  return fmt::format("{:.0f}%", 100.0 * fraction);
+}
 
 std::string params_text(std::int64_t n) {
   const auto d = static_cast<double>(n);

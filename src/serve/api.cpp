@@ -72,7 +72,8 @@ bool bool_of(const Input& in) {
   // A flag without a value (`grad-ckpt=`), as on the command line, is on.
   if (in.text.empty() || in.text == "true" || in.text == "1" || in.text == "on") return true;
   if (in.text == "false" || in.text == "0" || in.text == "off") return false;
-  throw RequestError(400, fmt::format("{}: '{}' is not on or off (give it empty, true or false)", in.name, in.text));
+  throw RequestError(
+      400, fmt::format("{}: {} is not on or off (give it empty, true or false)", in.name, detail::quoted(in.text)));
 }
 
 double number_of(const Input& in) {
@@ -85,7 +86,7 @@ double number_of(const Input& in) {
     char* end = nullptr;
     v = std::strtod(begin, &end);
     if (in.text.empty() || end != begin + in.text.size())
-      throw RequestError(400, fmt::format("{}: '{}' is not a number", in.name, in.text));
+      throw RequestError(400, fmt::format("{}: {} is not a number", in.name, detail::quoted(in.text)));
   }
   if (!std::isfinite(v)) throw RequestError(400, fmt::format("{}: must be a finite number", in.name));
   return v;
@@ -99,7 +100,7 @@ std::int64_t integer_of(const Input& in) {
   }
   const auto [end, ec] = std::from_chars(in.text.data(), in.text.data() + in.text.size(), v);
   if (ec != std::errc() || end != in.text.data() + in.text.size() || in.text.empty())
-    throw RequestError(400, fmt::format("{}: '{}' is not a whole number", in.name, in.text));
+    throw RequestError(400, fmt::format("{}: {} is not a whole number", in.name, detail::quoted(in.text)));
   return v;
 }
 
@@ -203,9 +204,9 @@ Asked read_asked(const Inputs& inputs, const std::vector<std::string>& option_ke
     seen.push_back(key);
     if (s == nullptr) {
       if (std::find(option_keys.begin(), option_keys.end(), in.key) == option_keys.end())
-        throw RequestError(400, fmt::format("unknown parameter '{}' (the settings are `trainfit schema`'s; see "
+        throw RequestError(400, fmt::format("unknown parameter {} (the settings are `trainfit schema`'s; see "
                                             "docs/serve.md)",
-                                            detail::printable(in.name)));
+                                            detail::quoted(in.name)));
       a.options.push_back(in);
       continue;
     }
@@ -240,7 +241,9 @@ Plan plan_of(const Asked& a) {
   const TrainingSetup setup = resolve_setup(a.given);
   PlanOptions options;
   if (const Input* in = option(a, "no_suggest")) options.suggest = !bool_of(*in);
-  return make_plan(*a.model, setup, resolve_card(setup), options);
+  Plan p = make_plan(*a.model, setup, resolve_card(setup), options);
+  for (std::string& line : ignored_settings(a.given, setup)) p.warnings.push_back(std::move(line));
+  return p;
 }
 
 void check_format(const Asked& a) {

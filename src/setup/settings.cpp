@@ -616,8 +616,8 @@ SettingValue check_setting_value(const Setting& s, const SettingValue& raw, std:
         }
       }
       if (std::find(s.choices.begin(), s.choices.end(), name) == s.choices.end())
-        throw SettingError(s.key, fmt::format("unknown value '{}'; expected one of: {}{}", text, fmt::join(s.choices, ", "),
-                                              s.nullable ? ", none" : ""));
+        throw SettingError(s.key, fmt::format("unknown value {}; expected one of: {}{}", detail::quoted(text),
+                                              fmt::join(s.choices, ", "), s.nullable ? ", none" : ""));
       return name;
     }
     case integer: {
@@ -694,7 +694,7 @@ void check_setting_in_bounds(const Setting& s, const SettingValue& value) {
     if (!in_range(s, *d)) check_range(s, *d, number_text(*d));
   } else if (const auto* name = std::get_if<std::string>(&value); name != nullptr && s.type == SettingType::choice) {
     if (std::find(s.choices.begin(), s.choices.end(), *name) == s.choices.end())
-      throw SettingError(s.key, fmt::format("'{}' is not one of: {}", *name, fmt::join(s.choices, ", ")));
+      throw SettingError(s.key, fmt::format("{} is not one of: {}", detail::quoted(*name), fmt::join(s.choices, ", ")));
   }
 }
 
@@ -708,13 +708,14 @@ SettingValue parse_setting_text(const Setting& s, std::string_view input) {
       if (ec == std::errc::result_out_of_range)
         throw SettingError(s.key, fmt::format("must be {} (got {})", range_text(s), t));
       if (ec != std::errc{} || end != t.data() + t.size() || t.empty())
-        throw SettingError(s.key, fmt::format("'{}' is not a whole number", t));
+        throw SettingError(s.key, fmt::format("{} is not a whole number", detail::quoted(t)));
       return check_setting_value(s, v, t);
     }
     case number: {
       char* end = nullptr;
       const double v = std::strtod(t.c_str(), &end);
-      if (t.empty() || end != t.c_str() + t.size()) throw SettingError(s.key, fmt::format("'{}' is not a number", t));
+      if (t.empty() || end != t.c_str() + t.size())
+        throw SettingError(s.key, fmt::format("{} is not a number", detail::quoted(t)));
       return check_setting_value(s, v, t);
     }
     case boolean: {
@@ -722,7 +723,7 @@ SettingValue parse_setting_text(const Setting& s, std::string_view input) {
         if (t == yes) return true;
       for (const char* no : {"false", "0", "no", "off"})
         if (t == no) return false;
-      throw SettingError(s.key, fmt::format("'{}' is not true or false", t));
+      throw SettingError(s.key, fmt::format("{} is not true or false", detail::quoted(t)));
     }
     default:
       return check_setting_value(s, t);
@@ -751,6 +752,22 @@ TrainingSetup resolve_setup(const std::vector<GivenSetting>& given) {
   }
   validate(setup);
   return setup;
+}
+
+std::vector<std::string> ignored_settings(const std::vector<GivenSetting>& given, const TrainingSetup& setup) {
+  std::vector<std::string> lines;
+  for (const GivenSetting& g : given) {
+    if (g.setting == nullptr || applies(*g.setting, setup)) continue;
+    const SettingCondition& c = *g.setting->applies_when;
+    const Setting* other = find_setting(c.setting);
+    const std::string name = other != nullptr ? other->flag : c.setting;
+    std::vector<std::string> parts;
+    if (c.at_least) parts.push_back(fmt::format("{} is at least {}", name, number_text(*c.at_least)));
+    if (!c.one_of.empty()) parts.push_back(fmt::format("{} is {}", name, fmt::join(c.one_of, " or ")));
+    if (!c.none_of.empty()) parts.push_back(fmt::format("{} is not {}", name, fmt::join(c.none_of, " or ")));
+    lines.push_back(fmt::format("{} is ignored: it applies only when {}", g.setting->flag, fmt::join(parts, " and ")));
+  }
+  return lines;
 }
 
 std::vector<std::string> setup_to_args(const TrainingSetup& setup) {

@@ -347,7 +347,10 @@ RankTrace analyse(TraceData data, const std::string& source, const TraceOptions&
                                        busy_by_device.size(), r.device));
     if (const auto it = data.device_names.find(r.device); it != data.device_names.end()) r.device_name = it->second;
   } else {
-    r.warnings.push_back("no GPU activity (kernels, memcpys, memsets) in the trace");
+    // Kineto writes the GPU's activities after the host's events: a file cut short may end first.
+    r.warnings.push_back(data.truncated ? "no GPU activity (kernels, memcpys, memsets) in what was read: the file is "
+                                          "cut short, and Kineto writes the GPU's activities after the host's events"
+                                        : "no GPU activity (kernels, memcpys, memsets) in the trace");
   }
   std::erase_if(data.gpu, [&](const GpuSpan& g) { return g.device != r.device; });
   // Kineto writes each stream's activities in order, and a trace of one stream needs no sort; one
@@ -480,11 +483,13 @@ RankTrace analyse(TraceData data, const std::string& source, const TraceOptions&
   if (busy_by_device.empty()) {  // the host's side alone: no GPU figure to judge by
     t.verdict.reset();
     for (StepTrace& s : r.steps) s.verdict.reset();
-    t.evidence = fmt::format(
-        "the trace holds no GPU activity (recorded without ProfilerActivity.CUDA?), only the host's {:.4g} s "
-        "over {} step{}",
-        t.wall_s, r.steps.size(), r.steps.size() == 1 ? "" : "s");
-    for (StepTrace& s : r.steps) s.evidence = "no GPU activity in the trace";
+    t.evidence =
+        fmt::format("{}, only the host's {:.4g} s over {} step{}",
+                    r.truncated ? "what was read of the file holds no GPU activity (it is cut short before them)"
+                                : "the trace holds no GPU activity (recorded without ProfilerActivity.CUDA?)",
+                    t.wall_s, r.steps.size(), r.steps.size() == 1 ? "" : "s");
+    for (StepTrace& s : r.steps)
+      s.evidence = r.truncated ? "no GPU activity in what was read" : "no GPU activity in the trace";
   }
   note_host_ran_ahead(r);
   r.overlap_fraction = t.communication_s > 0 ? t.communication_overlapped_s / t.communication_s : 0;

@@ -530,7 +530,13 @@ struct ChunkReader::Source {
 
 ChunkReader::Source::Source(const std::string& path_in, std::size_t chunk_bytes) : path(path_in) {
   fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw InputError(fmt::format("cannot read trace '{}': {}", path, errno_text(errno)));
+  if (fd < 0) {
+    // Missing: the user's to fix (exit 2). There but unreadable (permissions, I/O): the machine's
+    // (exit 3, docs/trace.md).
+    if (errno == ENOENT || errno == ENOTDIR)
+      throw InputError(fmt::format("cannot read trace '{}': {}", path, errno_text(errno)));
+    throw SystemError(fmt::format("cannot read trace '{}': {}", path, errno_text(errno)));
+  }
   struct stat st {};
   if (::fstat(fd, &st) == 0) {
     regular = S_ISREG(st.st_mode);

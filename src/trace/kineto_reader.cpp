@@ -1149,8 +1149,11 @@ class EventReader {
             od::raw_json_string arg_key;
             if (auto e = arg.key().get(arg_key)) return e;
             if (arg_key == "device") {
+              // A device that is not a whole number is a field of the wrong type: the event is
+              // malformed (docs/trace.md, "Bad input"), not an activity of device -1.
               std::int64_t device = -1;
-              if (!arg.value().get_int64().get(device)) f.device = device;
+              if (auto e = arg.value().get_int64().get(device)) return e;
+              f.device = device;
               break;  // the rest of args is skipped by the next field
             }
           }
@@ -1299,8 +1302,21 @@ void read_stream(TraceData& data, const std::string& source, const std::function
   }
   reader.flush();
   data.counts.bytes = splitter.bytes();
-  if (!splitter.saw_events())
+  if (!splitter.saw_events()) {
+    // A gzip file cut before its text reached traceEvents (inside its header, say) is cut, not
+    // some other JSON.
+    if (gzip_truncated())
+      throw InputError(
+          fmt::format("trace '{}': the gzip stream is cut short before its traceEvents ({} bytes of "
+                      "JSON inflated): the file is incomplete",
+                      source, splitter.bytes()));
     throw InputError(fmt::format("trace '{}' has no traceEvents array (not a PyTorch profiler trace?)", source));
+  }
+  if (reader.kernel_names_capped())
+    data.warnings.push_back(
+        fmt::format("more than {} distinct kernel names: the kernels past them are summed as "
+                    "\"(other kernels)\"",
+                    kMaxKernelNames));
   if (!splitter.complete() && !data.truncated) {
     data.truncated = true;
     data.warnings.push_back(
@@ -1565,8 +1581,14 @@ bool merge_segments(TraceData& data, const std::string& source, std::vector<std:
   data.counts.bytes = last.bytes;
   gzip_truncated = last.marks.truncated;
   trailing_bytes = last.marks.trailing_bytes;
-  if (!last.saw_events && !order.front()->saw_events)
+  if (!last.saw_events && !order.front()->saw_events) {
+    if (gzip_truncated)
+      throw InputError(
+          fmt::format("trace '{}': the gzip stream is cut short before its traceEvents ({} bytes of "
+                      "JSON inflated): the file is incomplete",
+                      source, last.bytes));
     throw InputError(fmt::format("trace '{}' has no traceEvents array (not a PyTorch profiler trace?)", source));
+  }
   if (!last.complete) {
     data.truncated = true;
     data.warnings.push_back(

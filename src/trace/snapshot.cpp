@@ -8,6 +8,9 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
 #include <map>
 #include <optional>
 #include <unordered_map>
@@ -272,20 +275,36 @@ SnapshotReport analyse(Snapshot s, const std::string& source, std::size_t top_st
 
 }  // namespace
 
+// Why simdjson did not parse a snapshot, in its words, and the depth named when that was it (a
+// snapshot nests about ten levels; simdjson's DOM parser stops at 1,024).
+[[noreturn]] void not_parsed(const std::string& source, simdjson::error_code error) {
+  if (error == simdjson::DEPTH_ERROR)
+    bad(source,
+        fmt::format("JSON nested deeper than {} levels (a snapshot nests about 10)", simdjson::DEFAULT_MAX_DEPTH));
+  bad(source, fmt::format("not JSON ({})", simdjson::error_message(error)));
+}
+
 SnapshotReport analyse_snapshot_text(std::string_view json, const std::string& source, std::size_t top_stacks) {
   dom::parser parser;
   dom::element root;
   const simdjson::padded_string padded(json);
-  if (parser.parse(padded).get(root)) bad(source, "not JSON");
+  if (const auto error = parser.parse(padded).get(root)) not_parsed(source, error);
   return analyse(parse(root, source), source, top_stacks);
 }
 
 SnapshotReport analyse_snapshot(const std::string& path, std::size_t top_stacks) {
+  // A missing file is the user's to fix (exit 2); one that is there and cannot be read, a folder or
+  // a file without read permission, is the machine's (exit 3), as docs/trace.md says.
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec) && !ec) throw InputError(fmt::format("no snapshot '{}': no such file", path));
+  if (std::filesystem::is_directory(path, ec))
+    throw SystemError(fmt::format("cannot read snapshot '{}': it is a folder", path));
   dom::parser parser;
   dom::element root;
   if (const auto error = parser.load(path).get(root)) {
-    if (error == simdjson::IO_ERROR) throw InputError(fmt::format("cannot read snapshot '{}'", path));
-    bad(path, "not JSON");
+    if (error == simdjson::IO_ERROR)
+      throw SystemError(fmt::format("cannot read snapshot '{}': {}", path, std::strerror(errno != 0 ? errno : EIO)));
+    not_parsed(path, error);
   }
   return analyse(parse(root, path), path, top_stacks);
 }

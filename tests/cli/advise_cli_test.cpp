@@ -105,4 +105,16 @@ TEST(AdviseCli, TheDocsPageShowsWhatTheCommandsPrint) {
   EXPECT_EQ(checked, 6);
 }
 
+// A token budget no micro-batch and accumulation can make says why nothing was judged (before
+// issue 39: "no setup of the search is valid" and nothing else).
+TEST(AdviseCli, ABudgetNoStepCanMakeSaysWhy) {
+  const Result r = run("advise --model qwen2.5-0.5b --gpu h100-sxm --tokens-per-step 9223372036854775807");
+  EXPECT_NE(r.out.find("9223372036854775807 tokens a step is no whole number of micro-batches of 512 tokens"),
+            std::string::npos)
+      << r.out;
+  // A budget that needs more accumulation than the setting takes is refused for that reason too.
+  const Result big = run("advise --model qwen2.5-0.5b --gpu h100-sxm --seq 1024 --tokens-per-step 4611686018427387904");
+  EXPECT_NE(big.out.find("at most 1000000 accumulation steps"), std::string::npos) << big.out;
+}
+
 }  // namespace

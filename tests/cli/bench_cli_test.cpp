@@ -173,6 +173,63 @@ expect = 'count(status == "ok") == 2'
   EXPECT_NE(missing.out.find("no results to judge"), std::string::npos) << missing.out;
 }
 
+// A line of results.jsonl that is not a row (a hand edit's typo in the middle, a torn last line) is
+// named by its number: judging says it was not judged; a resume moves it to
+// results.set-aside.jsonl, says so, and runs its config again. Before issue 39 both were dropped
+// without a word (judging 3 of 4, the bad line left in the file).
+TEST(BenchCli, LinesThatAreNotRowsAreNamedAndSetAside) {
+  const fs::path dir = fresh_dir("badlines");
+  const std::string plan = write_plan(dir, R"(
+name = "badlines"
+[run]
+steps = 2
+warmup = 1
+gpu = "h200"
+[matrix]
+model = "qwen2.5-0.5b"
+seq = [128, 256, 512, 1024]
+)");
+  const fs::path out = dir / "out";
+  ASSERT_EQ(run("bench " + plan + " --results " + out.string() + " --runner " + TRAINFIT_STANDIN_RUNNER).code, 0);
+  const auto rows = rows_of(out);
+  ASSERT_EQ(rows.size(), 4u);
+  // The second row with a typo (a quote lost), and a torn copy of the fourth after it.
+  std::string second = rows[1].dump();
+  second.erase(second.find('"'), 1);
+  const std::string torn = rows[3].dump().substr(0, 40);
+  {
+    std::ofstream f(out / "results.jsonl", std::ios::trunc);
+    f << rows[0].dump() << "\n" << second << "\n" << rows[2].dump() << "\n" << rows[3].dump() << "\n" << torn;
+  }
+  const auto judged = run("bench " + plan + " --results " + out.string() + " --judge-only");
+  ASSERT_EQ(judged.code, 0) << judged.out;
+  EXPECT_NE(judged.out.find("results.jsonl line 2: not JSON ("), std::string::npos) << judged.out;
+  EXPECT_NE(judged.out.find("not judged"), std::string::npos) << judged.out;
+  EXPECT_NE(judged.out.find("judging the 3 of 4 configs"), std::string::npos) << judged.out;
+
+  const auto resumed = run("bench " + plan + " --results " + out.string() + " --runner " + TRAINFIT_STANDIN_RUNNER);
+  ASSERT_EQ(resumed.code, 0) << resumed.out;
+  EXPECT_NE(resumed.out.find("its last line (40 bytes) was cut short"), std::string::npos) << resumed.out;
+  EXPECT_NE(resumed.out.find("results.jsonl line 2: not JSON ("), std::string::npos) << resumed.out;
+  EXPECT_NE(resumed.out.find("moved to results.set-aside.jsonl"), std::string::npos) << resumed.out;
+  // results.jsonl: rows only, every config once (the second ran again, nothing else did).
+  const auto after = rows_of(out);
+  ASSERT_EQ(after.size(), 4u);
+  EXPECT_EQ(after[0], rows[0]);
+  EXPECT_EQ(after[1], rows[2]);
+  EXPECT_EQ(after[2], rows[3]);
+  EXPECT_EQ(after[3]["bench"]["key"], rows[1]["bench"]["key"]);
+  // Nothing is lost: the bad line and the torn one, as they were, in the set-aside file.
+  std::ifstream aside(out / "results.set-aside.jsonl");
+  const std::string kept((std::istreambuf_iterator<char>(aside)), {});
+  EXPECT_EQ(kept, torn + "\n" + second + "\n");
+  // A second resume finds nothing to set aside or to run.
+  const auto again = run("bench " + plan + " --results " + out.string() + " --runner " + TRAINFIT_STANDIN_RUNNER);
+  ASSERT_EQ(again.code, 0) << again.out;
+  EXPECT_EQ(again.out.find("warning"), std::string::npos) << again.out;
+  EXPECT_EQ(rows_of(out).size(), 4u);
+}
+
 // The runner's environment: the runner package first on PYTHONPATH. The built binary imports the
 // source's python/trainfit_runner (through the build's share/trainfit/python link), the caller's
 // PYTHONPATH stays after it, and $TRAINFIT_PYTHON_DIR replaces the package's folder. An installed

@@ -128,6 +128,17 @@ TEST(Cli, ModelFromAConfigFolder) {
   EXPECT_EQ(nlohmann::json::parse(r.out)["verdict"], "fits");
 }
 
+// A setting that does not apply is not dropped without a word (issue 39: `--gpus 1 --nodes 4096`).
+TEST(Cli, ASettingThatDoesNotApplyIsAWarning) {
+  const Result r = run("plan --model qwen2.5-0.5b --gpu h200 --gpus 1 --nodes 4096");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("--nodes is ignored: it applies only when --gpus is at least 2"), std::string::npos) << r.out;
+  const Result lora = run("plan --model qwen2.5-0.5b --gpu h200 --method full --rank 64");
+  EXPECT_NE(lora.out.find("--rank is ignored: it applies only when --method is not full"), std::string::npos)
+      << lora.out;
+  EXPECT_EQ(run("plan --model qwen2.5-0.5b --gpu h200 --gpus 2 --nodes 2").out.find("is ignored"), std::string::npos);
+}
+
 TEST(Cli, BadInputGetsOneLineAndExitCodeTwo) {
   for (const std::string args : {
            "plan --model qwen2.5-7b --gpu rtx-9999",

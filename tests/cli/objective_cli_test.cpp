@@ -44,7 +44,13 @@ TEST(ObjectiveCli, SftPlansAsBefore) {
   const auto plain = run(kBase + "--method full");
   const auto sft = run(kBase + "--method full --objective sft --reference precomputed --generations 3");
   ASSERT_EQ(plain.code, 0) << plain.out;
-  EXPECT_EQ(plain.out, sft.out);  // the objective's settings do not apply to sft
+  // The objective's settings do not apply to sft: the same plan, and a warning for each.
+  const std::string warned =
+      "Warning: --reference is ignored: it applies only when --objective is dpo or kto or ppo or grpo.\n\n"
+      "Warning: --generations is ignored: it applies only when --objective is grpo.\n\n";
+  std::string expected = plain.out;
+  expected.insert(expected.find("Memory at the peak"), warned);
+  EXPECT_EQ(expected, sft.out);
   EXPECT_EQ(plain.out.find("Objective"), std::string::npos);
   const auto j = nlohmann::json::parse(run(kBase + "--method full --format json").out);
   EXPECT_EQ(j["objective"]["name"], "sft");

@@ -1,50 +1,75 @@
 // The real `trainfit serve` on a port, and the `--format html` reports of the commands.
+#include <arpa/inet.h>
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "run_cli.hpp"
 
 namespace trainfit::testing {
 namespace {
 
-// `trainfit serve --port 0` as a child process; the port from the line it prints first.
+// `trainfit serve --port 0` (and `extra` flags) as a child process; the port from the line that
+// names the page's address, whatever its stderr printed before it (kept in `preamble`).
 class ServeProcess {
  public:
-  ServeProcess() {
+  explicit ServeProcess(const std::vector<std::string>& extra = {}) {
     int fds[2];
     if (pipe(fds) != 0) return;
     pid_ = fork();
     if (pid_ == 0) {
       dup2(fds[1], STDOUT_FILENO);
+      dup2(fds[1], STDERR_FILENO);
       close(fds[0]);
       close(fds[1]);
-      execl(TRAINFIT_CLI, TRAINFIT_CLI, "serve", "--port", "0", static_cast<char*>(nullptr));
+      std::vector<std::string> args = {TRAINFIT_CLI, "serve", "--port", "0"};
+      args.insert(args.end(), extra.begin(), extra.end());
+      std::vector<char*> argv;
+      for (std::string& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      execv(TRAINFIT_CLI, argv.data());
       _exit(127);
     }
     close(fds[1]);
-    FILE* out = fdopen(fds[0], "r");
-    char line[256] = {};
-    if (out != nullptr && fgets(line, sizeof line, out) != nullptr) {
+    out_ = fdopen(fds[0], "r");
+    char line[512] = {};
+    while (out_ != nullptr && fgets(line, sizeof line, out_) != nullptr) {
       const std::string text = line;
+      if (text.find("http://") == std::string::npos) {
+        preamble_ += text;
+        continue;
+      }
+      url_ = text.substr(text.find("http://"));
       const auto colon = text.rfind(':');
       if (colon != std::string::npos) port_ = std::atoi(text.c_str() + colon + 1);
+      break;
     }
-    if (out != nullptr) fclose(out);
   }
-  ~ServeProcess() { stop(); }
+  ~ServeProcess() {
+    stop();
+    if (out_ != nullptr) fclose(out_);
+  }
   ServeProcess(const ServeProcess&) = delete;
   ServeProcess& operator=(const ServeProcess&) = delete;
   int port() const { return port_; }
+  const std::string& preamble() const { return preamble_; }  // what it printed before the address
+  const std::string& url() const { return url_; }
   // SIGTERM, then its exit code (-1 when it did not exit normally).
   int stop() {
     if (pid_ <= 0) return -1;
@@ -58,7 +83,36 @@ class ServeProcess {
  private:
   pid_t pid_ = -1;
   int port_ = 0;
+  FILE* out_ = nullptr;
+  std::string preamble_, url_;
 };
+
+// A TCP connection to the server from `source` (any address of 127.0.0.0/8: each is this machine),
+// left open; -1 when it cannot be made.
+int connect_from(std::uint32_t source, int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  sockaddr_in from{};
+  from.sin_family = AF_INET;
+  from.sin_addr.s_addr = htonl(source);
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_port = htons(static_cast<std::uint16_t>(port));
+  to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&from), sizeof from) != 0 ||
+      ::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof to) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// Whether the server has closed a connection (a read sees its end or a reset), without waiting.
+bool closed_by_server(int fd) {
+  char byte = 0;
+  const ssize_t n = ::recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+  return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
+}
 
 TEST(ServeCli, PlanEndpointIsByteForByteThePlanCommand) {
   ServeProcess server;
@@ -137,6 +191,130 @@ TEST(ServeCli, ListensOnLoopbackByDefaultAndRefusesABadPort) {
   EXPECT_NE(help.out.find("8800"), std::string::npos);
   EXPECT_EQ(run_cli("serve --port 70000").code, 2);
   EXPECT_EQ(run_cli("serve --host 203.0.113.7 --port 0").code, 2) << "not an address of this machine";
+}
+
+// 300 clients, each from an address of its own, that send a request's first bytes one a second
+// (slowloris): no worker is theirs while they trickle, so a normal request is answered at once
+// while they still hold their sockets. On the server before issue 39 each held one of the 8
+// workers for 10 s, and no other request was answered for as long as they went on.
+TEST(ServeCli, SlowClientsHoldNoWorkerAndANormalRequestIsAnsweredAtOnce) {
+  ServeProcess server;
+  ASSERT_GT(server.port(), 0);
+  std::vector<int> slow;
+  for (std::uint32_t i = 0; i < 300; ++i) {
+    const int fd = connect_from(0x7f000102 + i, server.port());  // 127.0.1.2, 127.0.1.3, ...
+    ASSERT_GE(fd, 0) << "connection " << i << ": " << std::strerror(errno);
+    slow.push_back(fd);
+  }
+  const std::string request = "GET /api/models HTTP/1.1\r\nHost: x\r\n\r\n";
+  std::atomic<bool> done{false};
+  std::thread trickle([&] {
+    for (std::size_t k = 0; !done && k < 12; ++k) {
+      for (const int fd : slow)
+        [[maybe_unused]] const ssize_t n = ::send(fd, &request[k], 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+      for (int t = 0; t < 20 && !done; ++t) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // every slow client has begun
+  for (int i = 0; i < 3; ++i) {
+    httplib::Client client("127.0.0.1", server.port());
+    client.set_connection_timeout(5);
+    client.set_read_timeout(5);
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto res = client.Get("/api/models");
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    ASSERT_TRUE(res) << "request " << i << " not answered in 5 s";
+    EXPECT_EQ(res->status, 200);
+    EXPECT_LT(seconds, 2.0) << "request " << i;
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  }
+  std::size_t still_open = 0;
+  for (const int fd : slow) still_open += closed_by_server(fd) ? 0U : 1U;
+  EXPECT_EQ(still_open, slow.size()) << "the slow clients still hold their sockets (inside the 10 s deadline)";
+  done = true;
+  trickle.join();
+  for (const int fd : slow) ::close(fd);
+  EXPECT_EQ(server.stop(), 0);
+}
+
+// One address may hold 64 unfinished connections; its 65th takes the place of its oldest, so a
+// client that opens hundreds and never finishes them cannot keep its own next request out either.
+TEST(ServeCli, OneClientsUnfinishedConnectionsGiveWayToItsNewOnes) {
+  ServeProcess server;
+  ASSERT_GT(server.port(), 0);
+  std::vector<int> idle;
+  for (int i = 0; i < 200; ++i) {
+    const int fd = connect_from(INADDR_LOOPBACK, server.port());
+    ASSERT_GE(fd, 0);
+    idle.push_back(fd);
+  }
+  httplib::Client client("127.0.0.1", server.port());
+  client.set_read_timeout(5);
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto res = client.Get("/api/models");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 200);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 2.0);
+  std::size_t closed = 0;
+  for (const int fd : idle) closed += closed_by_server(fd) ? 1U : 0U;
+  EXPECT_GE(closed, idle.size() - 64) << "the oldest beyond the address's 64 were closed";
+  for (const int fd : idle) ::close(fd);
+  EXPECT_EQ(server.stop(), 0);
+}
+
+// A request whose bytes arrive in pieces, and one with a chunked body, are read whole before a
+// worker answers them (the server frames requests itself: src/http/bounded_server.cpp).
+TEST(ServeCli, RequestsInPiecesAndChunkedBodiesAreAnswered) {
+  ServeProcess server;
+  ASSERT_GT(server.port(), 0);
+  const auto exchange = [&](const std::vector<std::string>& pieces) {
+    const int fd = connect_from(INADDR_LOOPBACK, server.port());
+    EXPECT_GE(fd, 0);
+    for (const std::string& p : pieces) {
+      EXPECT_EQ(::send(fd, p.data(), p.size(), MSG_NOSIGNAL), static_cast<ssize_t>(p.size()));
+      std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    }
+    std::string reply;
+    char buffer[4096];
+    for (ssize_t n; (n = ::recv(fd, buffer, sizeof buffer, 0)) > 0;) reply.append(buffer, static_cast<std::size_t>(n));
+    ::close(fd);
+    return reply;
+  };
+  const std::string body = R"({"model": "qwen2.5-0.5b", "gpu": "h100-sxm"})";
+  const std::string by_length =
+      exchange({"POST /api/plan HT", "TP/1.1\r\nHost: x\r\nContent-Len",
+                "gth: " + std::to_string(body.size()) + "\r\n\r\n", body.substr(0, 10), body.substr(10)});
+  EXPECT_EQ(by_length.rfind("HTTP/1.1 200", 0), 0U) << by_length.substr(0, 300);
+  EXPECT_NE(by_length.find("\"peak_allocated_bytes\""), std::string::npos);
+  const std::string chunked = exchange({"POST /api/plan HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n",
+                                        fmt::format("{:x}\r\n{}\r\n", 10, body.substr(0, 10)),
+                                        fmt::format("{:x}\r\n{}\r\n", body.size() - 10, body.substr(10)), "0\r\n\r\n"});
+  EXPECT_EQ(chunked.rfind("HTTP/1.1 200", 0), 0U) << chunked.substr(0, 300);
+  const std::string continued =
+      exchange({"POST /api/plan HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
+                "Content-Length: " +
+                    std::to_string(body.size()) + "\r\n\r\n",
+                body});
+  EXPECT_EQ(continued.rfind("HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200", 0), 0U) << continued.substr(0, 300);
+  EXPECT_EQ(server.stop(), 0);
+}
+
+TEST(ServeCli, WarnsWhenOtherMachinesCanReachItAndBracketsIpv6) {
+  {
+    ServeProcess loopback;
+    ASSERT_GT(loopback.port(), 0);
+    EXPECT_EQ(loopback.preamble(), "") << "no warning on loopback";
+  }
+  {
+    ServeProcess everyone({"--host", "0.0.0.0"});
+    ASSERT_GT(everyone.port(), 0);
+    EXPECT_NE(everyone.preamble().find("warning: listening on 0.0.0.0, so other machines can reach"), std::string::npos)
+        << everyone.preamble();
+  }
+  ServeProcess v6({"--host", "::1"});
+  if (v6.port() == 0) GTEST_SKIP() << "no IPv6 loopback here: " << v6.preamble();
+  EXPECT_EQ(v6.url(), fmt::format("http://[::1]:{}/\n", v6.port()));
+  EXPECT_EQ(v6.preamble(), "");
 }
 
 void expect_report(const std::string& args, const std::string& kind) {

@@ -109,4 +109,27 @@ TEST(TraceCli, WhatIsNotATraceIsOneLineAndExitTwo) {
   EXPECT_EQ(run_cli("trace").code, 2);
 }
 
+// A gzip file cut inside its header is a cut file (exit 2 naming the cut), not "no traceEvents".
+TEST(TraceCli, AGzipCutInsideItsHeaderSaysItIsCut) {
+  std::ifstream in(std::string(TRAINFIT_SOURCE_DIR) + "/data/trace/host/trace.json.gz", std::ios::binary);
+  std::string head(5, '\0');
+  in.read(head.data(), 5);
+  const auto r = run_cli("trace " + scratch_file("cut.json.gz", head));
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("the gzip stream is cut short before its traceEvents"), std::string::npos) << r.out;
+}
+
+// Snapshots: a folder given as one is a file that cannot be read (exit 3, as the docs say); a
+// missing one is the user's (exit 2); JSON nested a million deep says so, not "not JSON".
+TEST(TraceCli, SnapshotsThatCannotBeReadSayWhy) {
+  const auto folder = run_cli("trace --snapshot " + std::filesystem::temp_directory_path().string());
+  EXPECT_EQ(folder.code, 3) << folder.out;
+  EXPECT_NE(folder.out.find("it is a folder"), std::string::npos) << folder.out;
+  EXPECT_EQ(run_cli("trace --snapshot /nonexistent/snapshot.json").code, 2);
+  const auto deep =
+      run_cli("trace --snapshot " + scratch_file("deep.json", std::string(1000000, '[') + std::string(1000000, ']')));
+  EXPECT_EQ(deep.code, 2) << deep.out;
+  EXPECT_NE(deep.out.find("nested deeper than 1024 levels"), std::string::npos) << deep.out;
+}
+
 }  // namespace

@@ -291,5 +291,33 @@ TEST(HtmlReport, ReportFormatIsOnlyForReports) {
   EXPECT_THROW(parse_report_format("pdf"), InputError);
 }
 
+// Any byte in a value keeps the error whole (a NUL used to end it where a C string would: "seq:
+// '1"), and a value is quoted by a short prefix, not echoed back whole (a 200 KiB model name was).
+TEST(ServeApi, ErrorsQuoteAShortPrintablePrefixOfAnyValue) {
+  const Response nul = get("/api/plan", {{"model", "qwen2.5-0.5b"}, {"gpu", "h200"}, {"seq", std::string("1\0x", 3)}});
+  EXPECT_EQ(nul.status, 400);
+  EXPECT_NE(error_of(nul).find("'1\\x00x' is not a whole number"), std::string::npos) << error_of(nul);
+  const Response huge = post("/api/plan", R"({"gpu": "h200", "model": ")" + std::string(200 * 1024, 'q') + "\"}");
+  EXPECT_EQ(huge.status, 400);
+  EXPECT_LT(huge.body.size(), 2000U) << huge.body.substr(0, 300);
+  EXPECT_NE(error_of(huge).find("... (204800 bytes)"), std::string::npos) << error_of(huge).substr(0, 300);
+  const Response card = get("/api/plan", {{"model", "qwen2.5-0.5b"}, {"gpu", std::string(100000, 'x') + "\x1b[2J"}});
+  EXPECT_EQ(card.status, 400);
+  EXPECT_LT(card.body.size(), 4000U);
+  EXPECT_EQ(card.body.find("\x1b"), std::string::npos);
+}
+
+// A setting given that does not apply to the setup is named in the plan's warnings, through the
+// API as on the command line (both print the same JSON).
+TEST(ServeApi, ASettingThatDoesNotApplyIsNamed) {
+  const Response r = get("/api/plan", {{"model", "qwen2.5-0.5b"}, {"gpu", "h200"}, {"gpus", "1"}, {"nodes", "4096"}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json warnings = json::parse(r.body).at("warnings");
+  bool named = false;
+  for (const json& w : warnings)
+    named |= w.get<std::string>() == "--nodes is ignored: it applies only when --gpus is at least 2";
+  EXPECT_TRUE(named) << warnings.dump();
+}
+
 }  // namespace
 }  // namespace trainfit::serve

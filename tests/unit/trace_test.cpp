@@ -521,6 +521,51 @@ TEST(TraceAnalysis, MalformedAndUnknownEventsAreSkippedAndCounted) {
   EXPECT_TRUE(said);
 }
 
+// A GPU activity whose args.device is not a whole number is a field of the wrong type: malformed,
+// as docs/trace.md says, not an activity of device -1 (before issue 39 it was counted as one).
+TEST(TraceAnalysis, ADeviceOfTheWrongTypeIsMalformed) {
+  const std::string text = R"({"traceEvents": [
+    {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 100, "dur": 50, "args": {"device": 0}},
+    {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 160, "dur": 50, "args": {"device": "zero"}},
+    {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 220, "dur": 50, "args": {"device": 1.5}},
+    {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 300, "dur": 50, "args": {"device": 0}}]})";
+  const RankTrace r = analyse_trace_text(text, "device of the wrong type");
+  EXPECT_EQ(r.counts.malformed, 2u);
+  EXPECT_EQ(r.counts.gpu_activities, 2u);
+  EXPECT_EQ(r.device, 0);
+  for (const auto& w : r.warnings) EXPECT_EQ(w.find("devices"), std::string::npos) << w;  // one device, not two
+}
+
+// A file cut short before its GPU activities (Kineto writes them after the host's events) says it
+// is cut, not that the trace was recorded without ProfilerActivity.CUDA.
+TEST(TraceAnalysis, ATraceCutBeforeItsGpuEventsSaysItIsCut) {
+  const std::string text = R"({"traceEvents": [
+    {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 7, "tid": 7, "ts": 1000, "dur": 5000},
+    {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 7, "tid": 7, "ts": 1100, "dur": 4000},
+    {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 1200, "d)";
+  const RankTrace r = analyse_trace_text(text, "cut");
+  EXPECT_TRUE(r.truncated);
+  EXPECT_EQ(r.total.evidence.find("ProfilerActivity.CUDA"), std::string::npos) << r.total.evidence;
+  EXPECT_NE(r.total.evidence.find("cut short"), std::string::npos) << r.total.evidence;
+  bool said = false;
+  for (const auto& w : r.warnings) said |= w.find("the file is cut short") != std::string::npos;
+  EXPECT_TRUE(said);
+}
+
+// Past 100,000 distinct kernel names the rest are summed as "(other kernels)", and a note says so.
+TEST(TraceAnalysis, KernelNamesPastTheCapAreNamedInANote) {
+  std::string text = R"({"traceEvents": [)";
+  for (std::size_t i = 0; i < trainfit::trace::detail::kMaxKernelNames + 10; ++i)
+    text += fmt::format(
+        R"({}{{"ph": "X", "cat": "kernel", "name": "k{}", "pid": 0, "tid": 7, "ts": {}, "dur": 1, "args": {{"device": 0}}}})",
+        i == 0 ? "" : ",", i, 10 + 2 * i);
+  text += "]}";
+  const RankTrace r = analyse_trace_text(text, "many kernels");
+  bool said = false;
+  for (const auto& w : r.warnings) said |= w.find("distinct kernel names") != std::string::npos;
+  EXPECT_TRUE(said);
+}
+
 // Most events are read by the fast path, straight from the text; those with an escape in a field
 // it reads, a non-ASCII byte, or fields in another order go to simdjson or the fast path's slower
 // steps. The figures are the same whichever way an event went.

@@ -5,6 +5,7 @@
 #include <limits>
 #include <string>
 
+#include "common/text.hpp"
 #include "trainfit/error.hpp"
 #include "trainfit/units.hpp"
 
@@ -45,7 +46,8 @@ TEST_P(ParseBytesBad, RejectsNamingTheText) {
     parse_bytes(text);
     FAIL() << "accepted '" << text << "'";
   } catch (const InputError& e) {
-    EXPECT_NE(std::string(e.what()).find("'" + text + "'"), std::string::npos) << e.what();
+    // Quoted as errors quote what they were given: printable, a short prefix (common/text.hpp).
+    EXPECT_NE(std::string(e.what()).find(detail::quoted(text)), std::string::npos) << e.what();
   }
 }
 
@@ -81,8 +83,10 @@ TEST(Units, FormatBytes) {
   EXPECT_EQ(format_bytes(kGiB - 1), "1.0 GiB");  // not "1024.0 MiB"
   EXPECT_EQ(format_bytes(3 * kTiB), "3.0 TiB");
   EXPECT_EQ(format_bytes(-2 * kGiB), "-2.0 GiB");
-  EXPECT_EQ(format_bytes(std::numeric_limits<std::int64_t>::min()), "-8192.0 PiB");
-  EXPECT_EQ(format_bytes(std::numeric_limits<std::int64_t>::max()), "8192.0 PiB");
+  EXPECT_EQ(format_bytes(std::numeric_limits<std::int64_t>::min()), "-8.0 EiB");
+  // The largest count is where figures past int64 are held (kMostBytes): "more than", not a size.
+  EXPECT_EQ(format_bytes(std::numeric_limits<std::int64_t>::max()), "more than 8 EiB");
+  EXPECT_EQ(format_bytes(std::numeric_limits<std::int64_t>::max() - 1), "8.0 EiB");
 }
 
 TEST(Units, RoundTripThroughFormat) {
