@@ -36,6 +36,9 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+// How long a client's unfinished connection is left alone before one past its share may take its
+// place: a burst (a page's requests, the load test's 100 clients at once) finishes well within it.
+constexpr auto kUnfinishedPatience = std::chrono::seconds(1);
 
 // A whole request for httplib's process_request: read from memory, the reply written to memory, the
 // peer's address as accepted. The I/O loop sends the reply; no worker waits on a socket.
@@ -94,6 +97,7 @@ struct Connection {
   State state = State::reading;
   std::string peer, local;  // numeric addresses; `peer` is the key of the per-client bound
   int peer_port = 0, local_port = 0;
+  Clock::time_point accepted;
   Clock::time_point deadline;  // reading: from accept; writing: from when the reply was ready
   std::string in;
   RequestFraming framing;
@@ -140,7 +144,9 @@ class BoundedHttpServer final : public httplib::Server {
   void read_from(std::uint64_t id, Connection& c);
   bool write_to(Connection& c);  // false: done or broken (close it)
   void close_connection(std::uint64_t id);
-  bool evict_oldest_unfinished(const std::string* peer);
+  // Closes up to `count` unfinished connections accepted before `before` (of `peer`, or of any
+  // client when null), oldest first; how many it closed.
+  std::size_t evict_unfinished(const std::string* peer, std::size_t count, Clock::time_point before);
   void take_answers(Clock::time_point now);
   void work();
 
@@ -307,17 +313,21 @@ void BoundedHttpServer::accept_all(Clock::time_point now) {
     }
     Connection c(max_body_);
     c.fd = fd;
+    c.accepted = now;
     c.deadline = now + limits_.connection_deadline;
     numeric_address(reinterpret_cast<sockaddr*>(&addr), len, c.peer, c.peer_port);
     sockaddr_storage local{};
     socklen_t local_len = sizeof local;
     if (::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &local_len) == 0)
       numeric_address(reinterpret_cast<sockaddr*>(&local), local_len, c.local, c.local_port);
-    // Room for it: a client past its share gives up its own oldest unfinished connection; a full
-    // server, its oldest unfinished one of any client.
+    // Room for it: a client past its share gives up, oldest first, its unfinished connections that
+    // have waited a second or more, down to its share (a burst of new connections, a page's
+    // requests, is not cut; connections held open unfinished are); a full server, its oldest
+    // unfinished connection of any client.
     const auto mine = unfinished_by_peer_.find(c.peer);
-    if (mine != unfinished_by_peer_.end() && mine->second >= limits_.max_per_client) evict_oldest_unfinished(&c.peer);
-    if (connections_.size() >= limits_.max_connections && !evict_oldest_unfinished(nullptr)) {
+    if (mine != unfinished_by_peer_.end() && mine->second >= limits_.max_per_client)
+      evict_unfinished(&c.peer, mine->second - limits_.max_per_client + 1, now - kUnfinishedPatience);
+    if (connections_.size() >= limits_.max_connections && evict_unfinished(nullptr, 1, Clock::time_point::max()) == 0) {
       ::close(fd);  // every connection is being answered: the client retries
       return;
     }
@@ -326,14 +336,14 @@ void BoundedHttpServer::accept_all(Clock::time_point now) {
   }
 }
 
-bool BoundedHttpServer::evict_oldest_unfinished(const std::string* peer) {
+std::size_t BoundedHttpServer::evict_unfinished(const std::string* peer, std::size_t count, Clock::time_point before) {
+  std::vector<std::uint64_t> ids;
   for (const auto& [id, c] : connections_) {
-    if (c.state == Connection::State::reading && (peer == nullptr || c.peer == *peer)) {
-      close_connection(id);
-      return true;
-    }
+    if (ids.size() == count || c.accepted >= before) break;  // accepted in order: the rest are newer
+    if (c.state == Connection::State::reading && (peer == nullptr || c.peer == *peer)) ids.push_back(id);
   }
-  return false;
+  for (const std::uint64_t id : ids) close_connection(id);
+  return ids.size();
 }
 
 void BoundedHttpServer::read_from(std::uint64_t id, Connection& c) {
@@ -384,6 +394,7 @@ void BoundedHttpServer::take_answers(Clock::time_point now) {
     if (c.sent_continue && std::string_view(c.out).substr(0, kContinue.size()) == kContinue)
       c.written = kContinue.size();
     c.state = Connection::State::writing;
+    c.accepted = now;
     c.deadline = now + limits_.connection_deadline;
     if (!write_to(c)) close_connection(a.id);
   }
