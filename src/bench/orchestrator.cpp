@@ -100,20 +100,27 @@ void write_all(int fd, const std::string& s, const fs::path& what) {
   }
 }
 
-// Writes a temporary file, syncs it and renames it over `path`: a reader sees the old file or the
-// new one, never half of one.
-void write_file_atomically(const fs::path& path, const std::string& text) {
-  const fs::path tmp = path.string() + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw SystemError(fmt::format("cannot write '{}': {}", tmp.string(), std::strerror(errno)));
+// Opens `path` with `flags` (O_TRUNC, or O_APPEND), writes `text` and syncs it: on return the
+// bytes are on disk.
+void write_synced(const fs::path& path, int flags, const std::string& text) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | flags, 0644);
+  if (fd < 0) throw SystemError(fmt::format("cannot write '{}': {}", path.string(), std::strerror(errno)));
   try {
-    write_all(fd, text, tmp);
+    write_all(fd, text, path);
   } catch (...) {
     ::close(fd);
     throw;
   }
-  ::fsync(fd);
+  const bool synced = ::fsync(fd) == 0;
   ::close(fd);
+  if (!synced) throw SystemError(fmt::format("cannot sync '{}': {}", path.string(), std::strerror(errno)));
+}
+
+// Writes a temporary file, syncs it and renames it over `path`: a reader sees the old file or the
+// new one, never half of one.
+void write_file_atomically(const fs::path& path, const std::string& text) {
+  const fs::path tmp = path.string() + ".tmp";
+  write_synced(tmp, O_TRUNC, text);
   std::error_code ec;
   fs::rename(tmp, path, ec);
   if (ec) throw SystemError(fmt::format("cannot write '{}': {}", path.string(), ec.message()));
@@ -217,18 +224,7 @@ void write_running(const fs::path& running, const std::vector<RunningGroup>& gro
 // Appends `lines` (each ending in a newline) to results.set-aside.jsonl and syncs it: what a resume
 // takes out of results.jsonl is kept there, never dropped.
 void set_aside(const fs::path& results, const std::string& lines) {
-  const fs::path aside = results.parent_path() / kSetAsideFile;
-  const int fd = ::open(aside.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
-  if (fd < 0) throw SystemError(fmt::format("cannot open '{}': {}", aside.string(), std::strerror(errno)));
-  try {
-    write_all(fd, lines, aside);
-  } catch (...) {
-    ::close(fd);
-    throw;
-  }
-  const bool synced = ::fsync(fd) == 0;
-  ::close(fd);
-  if (!synced) throw SystemError(fmt::format("cannot sync '{}': {}", aside.string(), std::strerror(errno)));
+  write_synced(results.parent_path() / kSetAsideFile, O_APPEND, lines);
 }
 
 // Moves a torn last line (no newline) to the set-aside file and cuts it, so the next row starts on
