@@ -12,7 +12,7 @@
 // byte every few seconds held a worker as long as it liked, and 300 of them starved every other
 // client), a fixed number of workers that only ever see whole requests, a reply sent by the loop
 // within a deadline of its own, a bound on open connections and on one client's unfinished ones
-// (past it the oldest unfinished gives way), Range ignored (a Range of 2,600 parts made a reply 962
+// (past it the oldest unfinished, once it has waited a second, give way), Range ignored (a Range of 2,600 parts made a reply 962
 // times its page), and stopping that ends every wait at once.
 #include <chrono>
 #include <cstddef>
@@ -31,7 +31,7 @@ struct HttpServerLimits {
   std::size_t max_connections = 1024;  // open at once; past it the oldest unfinished is closed for a new one
   int listen_backlog = 1024;           // httplib listens with 5, which drops the connections of a burst
   std::size_t max_body_bytes = 0;      // a larger Content-Length is answered 413 unread; 0: 1 MiB
-  std::size_t max_per_client = 64;     // unfinished connections of one address; past it its oldest is closed
+  std::size_t max_per_client = 64;     // unfinished connections of one address; past it those that waited 1 s are closed
 };
 
 struct HttpRequest {

@@ -6,6 +6,7 @@
 #include <netdb.h>
 #include <poll.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -113,8 +114,9 @@ struct Connection {
 //  - a worker runs httplib on a whole request in memory and hands the reply back; the I/O thread
 //    sends it within a deadline of its own, so a client that does not read holds no worker either;
 //  - at most `max_connections` are open, at most `max_per_client` of them unfinished from one
-//    address: past either, the oldest unfinished one (of that address, or of all) is closed for the
-//    new one, so clients that never finish cannot keep a new one out.
+//    address: past the first, the oldest unfinished connection is closed for the new one; past the
+//    second, that address's unfinished ones that have waited a second, oldest first, so clients that
+//    never finish cannot hold the server's connections while a burst of new ones is left alone.
 class BoundedHttpServer final : public httplib::Server {
  public:
   // Throws std::runtime_error when the signals cannot be made.
@@ -163,6 +165,7 @@ class BoundedHttpServer final : public httplib::Server {
   std::map<std::uint64_t, Connection> connections_;
   std::unordered_map<std::string, std::size_t> unfinished_by_peer_;
   std::uint64_t next_id_ = 0;
+  Clock::time_point accept_again_{};  // accept waits until then after running out of descriptors
 
   std::mutex mutex_;
   std::condition_variable ready_;
@@ -184,6 +187,18 @@ BoundedHttpServer::BoundedHttpServer(const HttpServerLimits& limits, std::string
     throw std::runtime_error("cannot serve " + what_ + ": eventfd: " + why);
   }
   limits_.max_connections = std::max<std::size_t>(limits_.max_connections, 1);
+  // Each connection is a descriptor: the soft limit (1,024 on many systems) is raised to the hard
+  // one, and the connections kept under what it leaves (64 for the process's other files).
+  rlimit files{};
+  if (::getrlimit(RLIMIT_NOFILE, &files) == 0) {
+    if (files.rlim_cur < files.rlim_max) {
+      files.rlim_cur = files.rlim_max;
+      ::setrlimit(RLIMIT_NOFILE, &files);
+      ::getrlimit(RLIMIT_NOFILE, &files);
+    }
+    if (files.rlim_cur != RLIM_INFINITY && files.rlim_cur > 128)
+      limits_.max_connections = std::min<std::size_t>(limits_.max_connections, files.rlim_cur - 64);
+  }
   limits_.max_per_client = std::clamp<std::size_t>(limits_.max_per_client, 1, limits_.max_connections);
   // SO_REUSEADDR only: the library's default SO_REUSEPORT would let a second server share the port
   // and silently take half the requests. The socket is kept: the I/O loop accepts on it.
@@ -266,11 +281,13 @@ void BoundedHttpServer::serve_connections() {
     fds.clear();
     ids.clear();
     // Accept only while there is room, or an unfinished connection to make room with.
-    const bool room = connections_.size() < limits_.max_connections || !unfinished_by_peer_.empty();
+    const bool room = (connections_.size() < limits_.max_connections || !unfinished_by_peer_.empty()) &&
+                      now >= accept_again_;
     fds.push_back({stop_fd_, POLLIN, 0});
     fds.push_back({wake_fd_, POLLIN, 0});
     fds.push_back({room ? listen_socket_ : -1, POLLIN, 0});
     Clock::time_point next = now + std::chrono::seconds(1);
+    if (accept_again_ > now) next = std::min(next, accept_again_);
     for (const auto& [id, c] : connections_) {
       if (c.state == Connection::State::answering) continue;
       fds.push_back({c.fd, c.state == Connection::State::reading ? short{POLLIN} : short{POLLOUT}, 0});
@@ -309,7 +326,10 @@ void BoundedHttpServer::accept_all(Clock::time_point now) {
     const int fd = ::accept4(listen_socket_, reinterpret_cast<sockaddr*>(&addr), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
       if (errno == EINTR || errno == ECONNABORTED) continue;
-      return;  // EAGAIN: none left; EMFILE and the like: the next round tries again
+      // Out of descriptors (EMFILE, ENFILE, ENOBUFS): the socket stays readable, so listening
+      // is paused a moment rather than the loop spinning on it; EAGAIN: none left.
+      if (errno != EAGAIN && errno != EWOULDBLOCK) accept_again_ = now + std::chrono::milliseconds(100);
+      return;
     }
     Connection c(max_body_);
     c.fd = fd;
