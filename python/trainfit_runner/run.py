@@ -119,6 +119,22 @@ def relaunch_under_torchrun(cfg, out):
     return subprocess.call(cmd)
 
 
+def record_oom_snapshot(torch, path):
+    """Records the allocator's history from here on and, when an allocation fails, writes the
+    memory snapshot to `path` from inside the allocator, before the exception unwinds and frees
+    the step's tensors: the pickle `torch.cuda.memory._dump_snapshot` writes, as PyTorch's own
+    docs tell users to take one at an OOM (the file `trainfit trace --snapshot` reads). Python
+    frames only: C++ frames make the file ten times larger and name no model code."""
+    entries = int(os.environ.get("TRAINFIT_OOM_SNAPSHOT_ENTRIES", "100000"))
+    torch.cuda.memory._record_memory_history(max_entries=entries, stacks="python")
+
+    def observer(device, alloc, device_alloc, device_free):
+        if not os.path.exists(path):  # the first OOM only: a later one is what the first left behind
+            torch.cuda.memory._dump_snapshot(path)
+
+    torch._C._cuda_attach_out_of_memory_observer(observer)
+
+
 # ---------------------------------------------------------------------------------------------
 
 def run(cfg, out):
@@ -142,6 +158,8 @@ def run(cfg, out):
     else:
         device = torch.device("cpu")
     nv = nvml() if device.type == "cuda" else (None, None)
+    if device.type == "cuda" and os.environ.get("TRAINFIT_OOM_SNAPSHOT"):
+        record_oom_snapshot(torch, os.environ["TRAINFIT_OOM_SNAPSHOT"])
     row = {"config": cfg, "stack": stack_info(torch, device, nv)}
     res = {"status": "running"}
     row["measured"] = res
