@@ -126,12 +126,30 @@ TraceReport analyse_trace(const std::string& path, const TraceOptions& options =
 // One trace from memory (tests, fuzzing); `source` names it in messages.
 RankTrace analyse_trace_text(std::string_view json, const std::string& source, const TraceOptions& options = {});
 
-// A memory snapshot's JSON rendering (schema trainfit.snapshot/1, docs/trace.md).
+// A memory snapshot: the pickle torch.cuda.memory._dump_snapshot writes (plain or gzipped), or its
+// JSON rendering (schema trainfit.snapshot/1), docs/trace.md.
 struct AllocationStack {
   std::string frames;  // the allocation's innermost frames of user and library code, "fn (file:line) < ..."
   std::string category;
   std::int64_t bytes = 0;
   std::size_t blocks = 0;
+};
+
+// The moment of an out-of-memory error in the allocator's history (its "oom" event; the last one
+// when there are several): what failed and why (docs/trace.md, "Why it ran out").
+struct SnapshotOom {
+  std::int64_t requested_bytes = 0;  // the block the allocator could not find, rounded as it rounds
+  std::int64_t allocated_bytes = 0;  // in blocks handed out, at the error
+  std::int64_t reserved_bytes = 0;   // in segments the allocator holds, after it freed its unused ones
+  std::int64_t cached_free_bytes = 0;         // reserved - allocated: free inside segments still in use
+  std::int64_t largest_free_block_bytes = 0;  // of the pool the request is served from
+  std::optional<std::int64_t> device_free_bytes;  // what the driver called free on the card (pickles only)
+  bool fragmentation = false;  // the cached free memory held the request, but not in one block
+  double time_s = 0;           // from the first event of the history
+  std::string moment;          // the frames of the request that failed
+  std::size_t oom_events = 0;
+  std::vector<MemoryTerm> breakdown;  // planner categories alive at the error, plus cached_free
+  std::vector<AllocationStack> top_stacks;
 };
 
 struct SnapshotReport {
@@ -147,6 +165,7 @@ struct SnapshotReport {
   double fragmentation = 0;  // 1 - largest free block / free cached bytes, at the end of the history
   std::vector<AllocationStack> top_stacks;
   std::size_t history_events = 0;
+  std::optional<SnapshotOom> oom;  // when the history holds an out-of-memory error
   std::vector<std::string> warnings;
 };
 
@@ -155,7 +174,8 @@ struct SnapshotReport {
 // or untracked (no frames: allocated before the history began).
 std::string snapshot_category(std::string_view frames);
 SnapshotReport analyse_snapshot(const std::string& path, std::size_t top_stacks = 10);
-SnapshotReport analyse_snapshot_text(std::string_view json, const std::string& source, std::size_t top_stacks = 10);
+// From memory (tests, fuzzing): a pickle (by its first bytes) or JSON; gzip only from a file.
+SnapshotReport analyse_snapshot_text(std::string_view text, const std::string& source, std::size_t top_stacks = 10);
 
 // The trace's measured terms beside a plan's predicted ones (docs/trace.md, "Beside the plan").
 struct TermComparison {

@@ -56,7 +56,7 @@ def trial(setup, value, out_dir, snapshot, log):
            "ooms": max([s.get("ooms", 0) for s in steps] or [0]),
            "oom_at_step": m.get("oom_at_step"), "max_allocated_at_oom_mib": m.get("max_allocated_at_oom_mib"),
            "allocator_limit_mib": m.get("allocator_limit_mib"), "context_at_cap_mib": m.get("context_at_cap_mib"),
-           "error": (m.get("error") or "")[:300] or None, "wall_seconds": round(time.time() - t0, 1)}
+           "error": (m.get("error") or "")[:1000] or None, "wall_seconds": round(time.time() - t0, 1)}
     if snap_path and os.path.exists(snap_path):
         if rec["status"] == "oom":
             rec["snapshot"] = os.path.basename(snap_path)

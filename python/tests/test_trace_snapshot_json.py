@@ -1,5 +1,8 @@
 """snapshot_json renders a snapshot (the dict torch.cuda.memory._snapshot() returns) as trainfit.snapshot/1,
-and `trainfit trace --snapshot` reads what it wrote: the peak, with the stacks' categories. No torch."""
+and `trainfit trace --snapshot` reads what it wrote: the peak, with the stacks' categories. trainfit also
+reads the pickle itself (every protocol _dump_snapshot may write, plain or gzipped), and gives the same
+answer as from the rendering. No torch."""
+import gzip
 import json
 import os
 import pickle
@@ -82,6 +85,120 @@ class SnapshotJson(unittest.TestCase):
             self.assertEqual(snap["peak_allocated_bytes"], 12288)
             self.assertEqual(snap["allocator_peak_allocated_bytes"], 12288)
             self.assertEqual(snap["breakdown"], {"weights": 4096, "activations": 8192, "cached_free": 65536 - 12288})
+
+
+MIB = 1 << 20
+BACKWARD = [frame("torch::unwind::unwind()", "??"),
+            frame("at::_ops::mm::call(at::Tensor const&, at::Tensor const&)", "??"),
+            frame("torch::autograd::generated::MmBackward0::apply(std::vector<at::Tensor>&&)", "??")]
+FORWARD = [frame("forward", "/site/transformers/models/llama/modeling_llama.py", 300),
+           frame("c10::cuda::alloc", "??"), frame("train", "C:\\job\\train.py", 12)]
+
+
+def oom_snapshot(after_except):
+    """A 100 MiB segment holding 40 MiB of optimizer state and 30 MiB of activations around a 30 MiB
+    hole; a 2 MiB segment of the small pool; then a 50 MiB request fails. With after_except the dump
+    was taken in an `except` after the activations were freed (PyTorch's OOM observer dumps before)."""
+    base, small = 0x7F0000000000, 0x7E0000000000
+    act_state = "inactive" if after_except else "active_allocated"
+    trace = [
+        {"action": "segment_alloc", "addr": base, "size": 100 * MIB, "frames": FORWARD, "time_us": 1000},
+        {"action": "alloc", "addr": base, "size": 40 * MIB, "frames": [frame("step", "/t/optim/adamw.py", 9)], "time_us": 1010},
+        {"action": "alloc", "addr": base + 40 * MIB, "size": 30 * MIB, "frames": FORWARD, "time_us": 1020},
+        {"action": "alloc", "addr": base + 70 * MIB, "size": 30 * MIB, "frames": FORWARD, "time_us": 1030},
+        {"action": "segment_alloc", "addr": small, "size": 2 * MIB, "frames": BACKWARD, "time_us": 1040},
+        {"action": "alloc", "addr": small, "size": 512, "frames": BACKWARD, "time_us": 1050},
+        {"action": "free_requested", "addr": base + 40 * MIB, "size": 30 * MIB, "frames": FORWARD, "time_us": 1060},
+        {"action": "free_completed", "addr": base + 40 * MIB, "size": 30 * MIB, "frames": FORWARD, "time_us": 1060},
+        {"action": "oom", "device_free": 10 * MIB, "size": 50 * MIB, "frames": FORWARD, "time_us": 2000, "stream": 0},
+    ]
+    if after_except:
+        trace.append({"action": "free_completed", "addr": base + 70 * MIB, "size": 30 * MIB, "frames": [], "time_us": 2100})
+    return {
+        "segments": [
+            {"device": 0, "address": base, "total_size": 100 * MIB, "segment_type": "large", "segment_pool_id": (0, 0),
+             "blocks": [{"address": base, "size": 40 * MIB, "state": "active_allocated",
+                         "frames": [frame("step", "/t/optim/adamw.py", 9)]},
+                        {"address": base + 40 * MIB, "size": 30 * MIB, "state": "inactive", "frames": []},
+                        {"address": base + 70 * MIB, "size": 30 * MIB, "state": act_state, "frames": FORWARD}]},
+            {"device": 0, "address": small, "total_size": 2 * MIB, "segment_type": "small", "segment_pool_id": (0, 0),
+             "blocks": [{"address": small, "size": 512, "state": "active_allocated", "frames": BACKWARD},
+                        {"address": small + 512, "size": 2 * MIB - 512, "state": "inactive", "frames": []}]}],
+        "device_traces": [trace],
+        "allocator_settings": {"PYTORCH_CUDA_ALLOC_CONF": "", "max_split_size": -1,
+                               "garbage_collection_threshold": 0.0, "expandable_segments": False},
+        "external_annotations": [],
+    }
+
+
+class TrainfitReadsThePickle(unittest.TestCase):
+    def setUp(self):
+        self.cli = os.environ.get("TRAINFIT_CLI")
+        if not self.cli:
+            self.skipTest("TRAINFIT_CLI not set (ctest sets it)")
+        self.dir = tempfile.TemporaryDirectory()
+        self.addCleanup(self.dir.cleanup)
+
+    def read(self, path):
+        r = subprocess.run([self.cli, "trace", "--snapshot", path, "--format", "json"], capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        snap = json.loads(r.stdout)["snapshot"]
+        del snap["source"]
+        return snap
+
+    def test_the_pickle_gives_what_its_rendering_gives(self):
+        for name, snapshot in (("peak", SNAPSHOT), ("oom", oom_snapshot(False)), ("oom-after", oom_snapshot(True))):
+            rendering = os.path.join(self.dir.name, name + ".json")
+            snapshot_json.write(snapshot, rendering)
+            expected = self.read(rendering)
+            for protocol in (2, 3, 4, 5):
+                path = os.path.join(self.dir.name, "%s-%d.pickle" % (name, protocol))
+                with open(path, "wb") as f:
+                    pickle.dump(snapshot, f, protocol=protocol)
+                got = self.read(path)
+                if expected["oom"]:  # the rendering keeps no device_free
+                    self.assertEqual(got["oom"].pop("device_free_bytes"), 10 * MIB)
+                    expected["oom"].pop("device_free_bytes", None)
+                self.assertEqual(got, expected, "%s, protocol %d" % (name, protocol))
+            with gzip.open(os.path.join(self.dir.name, name + ".pickle.gz"), "wb") as f:
+                pickle.dump(snapshot, f)
+            got = self.read(os.path.join(self.dir.name, name + ".pickle.gz"))
+            if got["oom"]:
+                got["oom"].pop("device_free_bytes")
+            self.assertEqual(got, expected, name + ", gzipped")
+
+    def test_the_out_of_memory_moment(self):
+        for after_except in (False, True):
+            path = os.path.join(self.dir.name, "oom.pickle")
+            with open(path, "wb") as f:
+                pickle.dump(oom_snapshot(after_except), f)
+            oom = self.read(path)["oom"]
+            self.assertEqual(oom["requested_bytes"], 50 * MIB)
+            # 40 MiB of state and 30 of activations, and 512 B of the small pool; the hole the freed
+            # activations left is 30 MiB, less than the request: not fragmentation.
+            self.assertEqual(oom["allocated_bytes"], 70 * MIB + 512)
+            self.assertEqual(oom["reserved_bytes"], 102 * MIB)
+            self.assertEqual(oom["cached_free_bytes"], 32 * MIB - 512)
+            self.assertEqual(oom["largest_free_block_bytes"], 30 * MIB)
+            self.assertFalse(oom["fragmentation"])
+            self.assertEqual(oom["breakdown"]["activations"], 30 * MIB)
+            self.assertEqual(oom["breakdown"]["optimizer_states"], 40 * MIB)
+            self.assertAlmostEqual(oom["time_s"], 0.001)
+            self.assertTrue(oom["moment"].startswith("forward (llama/modeling_llama.py:300) < train (job\\train.py:12)")
+                            or oom["moment"].startswith("forward (llama/modeling_llama.py:300) < train (job/train.py:12)"),
+                            oom["moment"])
+
+    def test_a_pickle_that_would_run_code_is_refused(self):
+        class Evil:
+            def __reduce__(self):
+                return (os.system, ("echo pwned",))
+        path = os.path.join(self.dir.name, "evil.pickle")
+        with open(path, "wb") as f:
+            pickle.dump({"segments": [Evil()]}, f)
+        r = subprocess.run([self.cli, "trace", "--snapshot", path], capture_output=True, text=True)
+        self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+        self.assertIn("STACK_GLOBAL", r.stderr)
+        self.assertNotIn("pwned", r.stdout + r.stderr)
 
 
 if __name__ == "__main__":

@@ -85,12 +85,37 @@ json rank_json(const RankTrace& r) {
           {"warnings", r.warnings}};
 }
 
+json breakdown_json(const std::vector<MemoryTerm>& terms) {
+  json out = json::object();
+  for (const MemoryTerm& t : terms) out[t.category] = t.bytes;
+  return out;
+}
+
+json stacks_json(const std::vector<AllocationStack>& stacks) {
+  json out = json::array();
+  for (const AllocationStack& st : stacks)
+    out.push_back({{"frames", st.frames}, {"category", st.category}, {"bytes", st.bytes}, {"blocks", st.blocks}});
+  return out;
+}
+
+json oom_json(const SnapshotOom& o) {
+  return {{"requested_bytes", o.requested_bytes},
+          {"allocated_bytes", o.allocated_bytes},
+          {"reserved_bytes", o.reserved_bytes},
+          {"cached_free_bytes", o.cached_free_bytes},
+          {"largest_free_block_bytes", o.largest_free_block_bytes},
+          {"device_free_bytes", o.device_free_bytes ? json(*o.device_free_bytes) : json(nullptr)},
+          {"fragmentation", o.fragmentation},
+          {"time_s", o.time_s},
+          {"moment", o.moment},
+          {"oom_events", o.oom_events},
+          {"breakdown", breakdown_json(o.breakdown)},
+          {"top_stacks", stacks_json(o.top_stacks)}};
+}
+
 json snapshot_json(const SnapshotReport& s) {
-  json breakdown = json::object();
-  for (const MemoryTerm& t : s.breakdown) breakdown[t.category] = t.bytes;
-  json stacks = json::array();
-  for (const AllocationStack& st : s.top_stacks)
-    stacks.push_back({{"frames", st.frames}, {"category", st.category}, {"bytes", st.bytes}, {"blocks", st.blocks}});
+  const json breakdown = breakdown_json(s.breakdown);
+  const json stacks = stacks_json(s.top_stacks);
   return {{"source", s.source},
           {"peak_allocated_bytes", s.peak_allocated_bytes},
           {"reserved_at_peak_bytes", s.reserved_at_peak_bytes},
@@ -104,6 +129,7 @@ json snapshot_json(const SnapshotReport& s) {
           {"fragmentation", s.fragmentation},
           {"top_stacks", stacks},
           {"history_events", s.history_events},
+          {"oom", s.oom ? oom_json(*s.oom) : json(nullptr)},
           {"warnings", s.warnings}};
 }
 
@@ -248,6 +274,59 @@ std::string comparison_text(const PlanComparison& c, bool markdown) {
 
 }  // namespace
 
+namespace {
+
+std::string terms_table(const std::vector<MemoryTerm>& terms, std::int64_t whole, bool markdown) {
+  std::vector<std::vector<std::string>> rows{{"category", "MiB", "share"}};
+  for (const MemoryTerm& t : terms)
+    rows.push_back({t.category, mib(static_cast<double>(t.bytes)),
+                    pct(static_cast<double>(t.bytes), static_cast<double>(whole))});
+  return table(rows, markdown);
+}
+
+std::string stacks_table(const std::vector<AllocationStack>& stacks, bool markdown) {
+  std::vector<std::vector<std::string>> st{{"MiB", "blocks", "category", "frames"}};
+  for (const AllocationStack& a : stacks)
+    st.push_back({mib(static_cast<double>(a.bytes)), fmt::format("{}", a.blocks), a.category, shorten(a.frames, 110)});
+  return table(st, markdown);
+}
+
+// Why it ran out, first: the request, what the allocator held, and whether the memory was there
+// but in pieces (docs/trace.md, "Why it ran out").
+std::string oom_text(const SnapshotOom& o, bool markdown) {
+  const auto m = [](std::int64_t bytes) { return mib(static_cast<double>(bytes)); };
+  std::string out = fmt::format("{}out of memory at {:.3f} s of the history: a request of {} MiB failed\n",
+                                markdown ? "### " : "", o.time_s, m(o.requested_bytes));
+  out += fmt::format("{}allocated {} MiB, reserved {} MiB: {} MiB cached free, the largest free block {} MiB\n",
+                     markdown ? "\n" : "  ", m(o.allocated_bytes), m(o.reserved_bytes), m(o.cached_free_bytes),
+                     m(o.largest_free_block_bytes));
+  if (o.fragmentation)
+    out += fmt::format(
+        "{}fragmentation: the allocator held {} MiB free, more than the request, but in no block of {} MiB; "
+        "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True lets a segment grow instead of leaving gaps\n",
+        markdown ? "\n" : "  ", m(o.cached_free_bytes), m(o.requested_bytes));
+  else
+    out += fmt::format(
+        "{}not fragmentation: the request was {} MiB more than all the allocator held free{}\n",
+        markdown ? "\n" : "  ", m(o.requested_bytes - o.cached_free_bytes),
+        !o.device_free_bytes ? std::string()
+        : *o.device_free_bytes >= o.requested_bytes
+            ? fmt::format("; the driver called {} MiB of the card free, enough, so the process was held to less "
+                          "than the card (set_per_process_memory_fraction, or another process's memory)",
+                          m(*o.device_free_bytes))
+            : fmt::format("; the driver called {} MiB of the card free", m(*o.device_free_bytes)));
+  out += fmt::format("{}the request: {}\n", markdown ? "\n" : "  ", shorten(o.moment, 160));
+  out += markdown ? "\n" : "\nalive at the out-of-memory error:\n";
+  out += terms_table(o.breakdown, o.reserved_bytes, markdown);
+  if (!o.top_stacks.empty()) {
+    out += markdown ? "\nLargest allocation stacks at the error:\n\n" : "\nlargest allocation stacks at the error:\n";
+    out += stacks_table(o.top_stacks, markdown);
+  }
+  return out;
+}
+
+}  // namespace
+
 std::string render_snapshot(const SnapshotReport& s, const PlanComparison* comparison, Format format) {
   if (format == Format::json || format == Format::html) {
     json j = {{"schema", "trainfit.trace/1"}, {"snapshot", snapshot_json(s)}};
@@ -257,7 +336,8 @@ std::string render_snapshot(const SnapshotReport& s, const PlanComparison* compa
     return j.dump(2) + "\n";
   }
   const bool markdown = format == Format::markdown;
-  std::string out =
+  std::string out = s.oom ? oom_text(*s.oom, markdown) + '\n' : std::string();
+  out +=
       fmt::format("{}{}: peak allocated {} MiB (reserved {} MiB) at {:.3f} s of the history\n", markdown ? "### " : "",
                   std::filesystem::path(s.source).filename().string(), mib(static_cast<double>(s.peak_allocated_bytes)),
                   mib(static_cast<double>(s.reserved_at_peak_bytes)), s.peak_time_s);
@@ -268,21 +348,13 @@ std::string render_snapshot(const SnapshotReport& s, const PlanComparison* compa
                            static_cast<double>(*s.allocator_peak_allocated_bytes));
   out += fmt::format("{}peak moment: {}\n", markdown ? "\n" : "", shorten(s.peak_moment, 160));
   out += markdown ? "\n" : "\nalive at the peak:\n";
-  std::vector<std::vector<std::string>> rows{{"category", "MiB", "share"}};
-  for (const MemoryTerm& t : s.breakdown)
-    rows.push_back({t.category, mib(static_cast<double>(t.bytes)),
-                    pct(static_cast<double>(t.bytes), static_cast<double>(s.reserved_at_peak_bytes))});
-  out += table(rows, markdown);
+  out += terms_table(s.breakdown, s.reserved_at_peak_bytes, markdown);
   out += fmt::format("\nfragmentation at the dump: {:.0f}% ({} MiB cached free, largest free block {} MiB)\n",
                      100.0 * s.fragmentation, mib(static_cast<double>(s.free_cached_bytes)),
                      mib(static_cast<double>(s.largest_free_block_bytes)));
   if (!s.top_stacks.empty()) {
     out += markdown ? "\nLargest allocation stacks:\n\n" : "\nlargest allocation stacks at the peak:\n";
-    std::vector<std::vector<std::string>> st{{"MiB", "blocks", "category", "frames"}};
-    for (const AllocationStack& a : s.top_stacks)
-      st.push_back(
-          {mib(static_cast<double>(a.bytes)), fmt::format("{}", a.blocks), a.category, shorten(a.frames, 110)});
-    out += table(st, markdown);
+    out += stacks_table(s.top_stacks, markdown);
   }
   for (const std::string& w : s.warnings) out += fmt::format("note: {}\n", w);
   if (comparison) out += comparison_text(*comparison, markdown);

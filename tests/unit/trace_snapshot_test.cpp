@@ -120,4 +120,61 @@ TEST(TraceSnapshot, WithoutHistoryThePeakIsTheDumpAndSaysSo) {
   ASSERT_FALSE(r.warnings.empty());
 }
 
+// A 100 MiB segment with two 20 MiB holes between blocks in use, and a 2 MiB segment of the small
+// pool with 1.5 MiB free: a 30 MiB request fails though 41.5 MiB are cached free. The holes are
+// what the allocator could not use: fragmentation, named, with the largest block of the large pool
+// (the small pool's free space cannot serve a request over 1 MiB).
+TEST(TraceSnapshot, AnOutOfMemoryErrorInPiecesIsNamedFragmentation) {
+  const SnapshotReport r = analyse_snapshot_text(
+      R"json({"schema": "trainfit.snapshot/1", "stacks": ["forward (m.py:1)", "step (optim/adamw.py:2)"],
+          "segments": [{"address": 0, "total_size": 104857600, "blocks": [
+              {"address": 0, "size": 20971520, "state": "active_allocated", "stack": 1},
+              {"address": 20971520, "size": 20971520, "state": "inactive", "stack": -1},
+              {"address": 41943040, "size": 20971520, "state": "active_allocated", "stack": 0},
+              {"address": 62914560, "size": 20971520, "state": "inactive", "stack": -1},
+              {"address": 83886080, "size": 20971520, "state": "active_allocated", "stack": 0}]},
+            {"address": 209715200, "total_size": 2097152, "blocks": [
+              {"address": 209715200, "size": 524288, "state": "active_allocated", "stack": 0},
+              {"address": 210239488, "size": 1572864, "state": "inactive", "stack": -1}]}],
+          "history": [["alloc", 0, 20971520, 1, 10], ["alloc", 20971520, 20971520, 0, 20],
+                      ["alloc", 41943040, 20971520, 0, 30], ["alloc", 62914560, 20971520, 0, 40],
+                      ["alloc", 83886080, 20971520, 0, 50], ["alloc", 209715200, 524288, 0, 55],
+                      ["free_completed", 20971520, 20971520, 0, 60], ["free_completed", 62914560, 20971520, 0, 70],
+                      ["oom", 0, 31457280, 0, 1000010]]})json",
+      "frag");
+  ASSERT_TRUE(r.oom.has_value());
+  EXPECT_EQ(r.oom->requested_bytes, 31457280);
+  EXPECT_EQ(r.oom->allocated_bytes, 3 * 20971520 + 524288);
+  EXPECT_EQ(r.oom->reserved_bytes, 104857600 + 2097152);
+  EXPECT_EQ(r.oom->cached_free_bytes, 2 * 20971520 + 1572864);
+  EXPECT_EQ(r.oom->largest_free_block_bytes, 20971520);
+  EXPECT_TRUE(r.oom->fragmentation);
+  EXPECT_FALSE(r.oom->device_free_bytes.has_value());  // the JSON rendering keeps none
+  EXPECT_DOUBLE_EQ(r.oom->time_s, 1.0);
+  EXPECT_EQ(r.oom->moment, "forward (m.py:1)");
+  const std::string text = render_snapshot(r, nullptr, trainfit::Format::table);
+  EXPECT_NE(text.find("fragmentation: the allocator held 41.5 MiB free"), std::string::npos) << text;
+}
+
+// Dumped in an `except` after the step's tensors were freed: the state at the error is rebuilt by
+// undoing what came after it, block by block, segment by segment.
+TEST(TraceSnapshot, TheStateAtTheErrorUndoesWhatCameAfterIt) {
+  const SnapshotReport r = analyse_snapshot_text(
+      R"json({"schema": "trainfit.snapshot/1", "stacks": ["forward (m.py:1)"],
+          "segments": [{"address": 0, "total_size": 41943040, "blocks": [
+              {"address": 0, "size": 41943040, "state": "inactive", "stack": -1}]}],
+          "history": [["segment_alloc", 0, 41943040, 0, 0], ["alloc", 0, 20971520, 0, 10],
+                      ["alloc", 20971520, 10485760, 0, 20], ["oom", 0, 31457280, 0, 30],
+                      ["free_completed", 0, 20971520, -1, 40], ["free_completed", 20971520, 10485760, -1, 50],
+                      ["segment_alloc", 104857600, 20971520, -1, 60], ["segment_free", 104857600, 20971520, -1, 70]]})json",
+      "after");
+  ASSERT_TRUE(r.oom.has_value());
+  EXPECT_EQ(r.oom->allocated_bytes, 31457280);
+  EXPECT_EQ(r.oom->reserved_bytes, 41943040);
+  EXPECT_EQ(r.oom->largest_free_block_bytes, 10485760);
+  EXPECT_FALSE(r.oom->fragmentation);  // 10 MiB free, 30 MiB asked
+  EXPECT_EQ(r.oom->breakdown.front().category, "activations");
+  EXPECT_EQ(r.oom->breakdown.front().bytes, 31457280);
+}
+
 }  // namespace
