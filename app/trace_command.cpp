@@ -1,4 +1,4 @@
-// `trainfit trace FILE|DIR [--snapshot SNAPSHOT.json] [--plan <setup flags>]`: where the time (and
+// `trainfit trace FILE|DIR [--snapshot SNAPSHOT] [--plan <setup flags>]`: where the time (and
 // the memory) of real steps went, from PyTorch's profiler files (docs/trace.md).
 #include <iostream>
 #include <memory>
@@ -31,7 +31,7 @@ void add_trace_command(CLI::App& app, int& exit_code) {
                   "a Kineto trace file or a folder of them (one per rank; a process's profiling cycles, one file each, "
                   "read as one)");
   cmd->add_option("--snapshot", flags->snapshot,
-                  "a memory snapshot as JSON (python -m trainfit_runner.snapshot_json SNAPSHOT.pickle OUT.json)");
+                  "a memory snapshot: the pickle torch.cuda.memory._dump_snapshot writes (plain or gzipped; read without Python, nothing in it run), or its JSON rendering; at an out-of-memory error it says why");
   cmd->add_flag("--plan", flags->plan,
                 "put the trace's measured terms beside the planner's prediction for the setup the other flags give");
   cmd->add_option("--format", flags->format, "table | json | markdown | html (one self-contained page: the steps as timelines, the kernels, the snapshot)")->capture_default_str();
