@@ -64,7 +64,12 @@ void add_advise_command(CLI::App& app, int& exit_code) {
     const Format format = parse_report_format(f->format);
     const AdviseRequest r = make_advise_request(inputs, prices);
     const Advice advice = advise(load_model(r.base.model), r);
-    if (advice.results.empty()) throw InputError(nothing_fits_message(advice));
+    if (advice.results.empty()) {
+      // JSON readers get the object still (no results, the nearest setup and by how much, what was
+      // searched); the exit code and the line on stderr say that nothing fits.
+      if (format == Format::json) std::cout << render_advice(advice, r, format, f->verbose) << std::flush;
+      throw InputError(nothing_fits_message(advice));
+    }
     std::cout << render_advice(advice, r, format, f->verbose);
     exit_code = 0;
   });

@@ -42,6 +42,7 @@ struct AdviseRequest {
   // Tokens per optimizer step, all GPUs together (seq x batch x grad_accum x gpus), held while
   // batch, accumulation and GPU count vary. 0: the base's.
   std::int64_t tokens_per_step = 0;
+  bool tokens_per_step_implied = false;  // set by make_advise_request from --gpus-max (docs/advise.md)
   AdviseGoal goal = AdviseGoal::fastest;
   double tokens = 0;                   // tokens to train, for hours and cost (0: none)
   const PriceTable* prices = nullptr;  // for cost; required by the cheapest goal
@@ -59,7 +60,7 @@ struct AdvisedSetup {
   double headroom_fraction = 0;  // 1 - peak allocated / capacity
   double step_seconds = 0;       // 0 when the card's rates are unknown
   double tokens_per_second = 0;
-  double hours = 0;                    // for request.tokens; 0 without tokens or a time
+  double hours = 0;                    // for request.tokens; 0 without tokens or a time (JSON: null)
   std::optional<double> cost;          // USD, with a price for the card
   std::optional<double> usd_per_hour;  // one GPU
   std::string why;                     // why it ranks where it does

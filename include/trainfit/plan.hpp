@@ -27,6 +27,9 @@ struct Suggestion {
   std::int64_t device_used_bytes = 0;
   Verdict verdict = Verdict::fits;
   double step_seconds = 0;           // 0 when the card's throughput is unknown
+  // Whether it trains what the user's setup trains: the same method, targets and sequence, changed
+  // only in layout, precision, optimizer, checkpointing or how the batch is cut (listed first).
+  bool keeps_method = true;
 };
 
 struct Plan {

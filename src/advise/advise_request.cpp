@@ -93,6 +93,17 @@ AdviseRequest make_advise_request(const AdviseInputs& in, const PriceTable& pric
   if (in.tokens_per_step < 0)
     throw InputError(fmt::format("--tokens-per-step: must be positive (got {})", in.tokens_per_step));
   r.tokens_per_step = in.tokens_per_step;
+  // --gpus-max without a token budget: the setup's sequences a GPU, on the most GPUs tried. Held
+  // on fewer GPUs by accumulating, every count of the search divides it; the setup's own budget
+  // (its sequences on its own GPUs) would fit no count but its own, and a search for more GPUs
+  // would try none (docs/advise.md, "GPUs").
+  const bool gpus_free = std::find(r.free.begin(), r.free.end(), "gpus") != r.free.end();
+  if (r.tokens_per_step == 0 && gpus_free && r.gpus_max > r.base.gpus) {
+    std::int64_t most = 1;
+    while (most * 2 <= r.gpus_max) most *= 2;
+    r.tokens_per_step = r.base.seq * r.base.batch * r.base.grad_accum * most;
+    r.tokens_per_step_implied = true;
+  }
   if (in.top < 1 || in.top > 1000) throw InputError(fmt::format("--top: must be 1-1000 (got {})", in.top));
   r.top = static_cast<std::size_t>(in.top);
   if (in.tokens != 0) check_tokens(in.tokens, "--tokens");

@@ -70,6 +70,7 @@ Estimates estimate(const ModelSpec& model, const TrainingSetup& setup, const Gpu
 // At most this many changes are combined into one alternative, and this many alternatives shown.
 constexpr std::size_t kMaxChangesCombined = 3;
 constexpr std::size_t kMaxSuggestions = 5;
+constexpr std::size_t kMaxKeepingSuggestions = 3;  // of them, those that keep the method, listed first
 
 // A change people make to fit a run: `apply` makes it to a setup (which may already carry other
 // changes) and says whether it applies there and changes something.
@@ -78,6 +79,9 @@ struct Change {
   std::string why;      // what it does, shown when it is the only change
   std::string setting;  // the key of the setting it changes: two changes of one setting never combine
   std::function<bool(TrainingSetup&)> apply;
+  // It trains the same thing (layout, precision, optimizer, checkpointing, batch cut): what a user
+  // asks for first. Targets, method and sequence change what is trained.
+  bool keeps_method = true;
 };
 
 // A change of method takes the reference the new method gets by default along, when the setup
@@ -114,13 +118,24 @@ std::vector<Change> changes_for(const ModelSpec& model, const TrainingSetup& bas
                    if (s.method == Method::full || s.lora.targets == qv) return false;
                    s.lora.targets = qv;
                    return true;
-                 }});
+                 },
+                 false});
   // On several GPUs, sharding with FSDP trains the same thing; it costs host work and collectives.
   out.push_back({"--parallel fsdp",
                  fmt::format("weights, gradients and optimizer states sharded over the {} GPUs", base.gpus), "parallel",
                  [](TrainingSetup& s) {
                    if (s.gpus < 2 || s.parallel != Parallel::ddp || s.method == Method::qlora) return false;
                    s.parallel = Parallel::fsdp;
+                   return true;
+                 }});
+  // fp32 master weights under autocast: the weights, gradients and states in bf16 instead (pure
+  // bf16 training, as torchtitan and many recipes run it): half of each.
+  out.push_back({"--weights bf16 --amp none",
+                 "pure bf16: weights, gradients and optimizer states in bf16, no fp32 master copy", "weights",
+                 [](TrainingSetup& s) {
+                   if (s.method != Method::full || s.weights != DType::fp32) return false;
+                   s.weights = DType::bf16;
+                   s.amp.reset();
                    return true;
                  }});
   out.push_back(
@@ -138,7 +153,8 @@ std::vector<Change> changes_for(const ModelSpec& model, const TrainingSetup& bas
                    s.weights = DType::bf16;
                    s.amp.reset();
                    return true;
-                 }});
+                 },
+                 false});
   out.push_back({"--method qlora", fmt::format("a 4-bit NF4 base, adapters rank {}", base.lora.rank), "method",
                  [](TrainingSetup& s) {
                    if (s.method == Method::qlora) return false;
@@ -147,7 +163,8 @@ std::vector<Change> changes_for(const ModelSpec& model, const TrainingSetup& bas
                    s.weights = DType::nf4;
                    s.amp.reset();
                    return true;
-                 }});
+                 },
+                 false});
   if (base.seq > 256)
     out.push_back({fmt::format("--seq {}", base.seq / 2), "half the sequence length", "seq",
                    [seq = base.seq / 2](TrainingSetup& s) {
@@ -156,7 +173,8 @@ std::vector<Change> changes_for(const ModelSpec& model, const TrainingSetup& bas
                      s.completion_len = std::max<std::int64_t>(1, s.completion_len * seq / s.seq);
                      s.seq = seq;
                      return true;
-                   }});
+                   },
+                   false});
   return out;
 }
 
@@ -182,46 +200,66 @@ Suggestion evaluate(const ModelSpec& model, const TrainingSetup& setup, const Gp
 std::vector<Suggestion> alternatives(const ModelSpec& model, const TrainingSetup& setup, const GpuSpec& gpu,
                                      const TimeProfile& profile) {
   const std::vector<Change> changes = changes_for(model, setup);
-  std::vector<Suggestion> fitting, closest;
-  // Subsets of `changes` of one size, in the table's order (least intrusive first).
-  std::vector<std::size_t> pick;
-  const std::function<void(std::size_t, std::size_t)> visit = [&](std::size_t from, std::size_t left) {
-    if (left == 0) {
-      TrainingSetup s = setup;
-      std::vector<std::string> what;
-      for (const std::size_t i : pick) {
-        for (const std::size_t j : pick)
-          if (j < i && changes[j].setting == changes[i].setting) return;  // one setting, one value
-        if (!changes[i].apply(s)) return;  // does not apply, or another change already made it
-        what.push_back(changes[i].what);
+  // The smallest sets of the changes `allowed` admits that fit (every single one, then, only when
+  // none fits, every pair, then every triple), and the sets that did not, in the table's order
+  // (least intrusive first).
+  const auto search = [&](const std::function<bool(const Change&)>& allowed) {
+    std::vector<Suggestion> fitting, closest;
+    std::vector<std::size_t> pick;
+    const std::function<void(std::size_t, std::size_t)> visit = [&](std::size_t from, std::size_t left) {
+      if (left == 0) {
+        TrainingSetup s = setup;
+        std::vector<std::string> what;
+        bool keeps = true;
+        for (const std::size_t i : pick) {
+          for (const std::size_t j : pick)
+            if (j < i && changes[j].setting == changes[i].setting) return;  // one setting, one value
+          if (!changes[i].apply(s)) return;  // does not apply, or another change already made it
+          what.push_back(changes[i].what);
+          keeps = keeps && changes[i].keeps_method;
+        }
+        try {
+          std::string change = what.size() == 1 ? fmt::format("{}: {}", what.front(), changes[pick.front()].why)
+                                                : fmt::format("{}", fmt::join(what, " + "));
+          Suggestion alt = evaluate(model, s, gpu, profile, std::move(change));
+          alt.keeps_method = keeps;
+          (alt.verdict == Verdict::fits ? fitting : closest).push_back(std::move(alt));
+        } catch (const InputError&) {
+          // A combination that makes no sense for this setup is simply not offered.
+        }
+        return;
       }
-      try {
-        std::string change = what.size() == 1 ? fmt::format("{}: {}", what.front(), changes[pick.front()].why)
-                                              : fmt::format("{}", fmt::join(what, " + "));
-        Suggestion alt = evaluate(model, s, gpu, profile, std::move(change));
-        (alt.verdict == Verdict::fits ? fitting : closest).push_back(std::move(alt));
-      } catch (const InputError&) {
-        // A combination that makes no sense for this setup is simply not offered.
+      for (std::size_t i = from; i < changes.size(); ++i) {
+        if (!allowed(changes[i])) continue;
+        pick.push_back(i);
+        visit(i + 1, left - 1);
+        pick.pop_back();
       }
-      return;
-    }
-    for (std::size_t i = from; i < changes.size(); ++i) {
-      pick.push_back(i);
-      visit(i + 1, left - 1);
-      pick.pop_back();
-    }
+    };
+    for (std::size_t size = 1; size <= kMaxChangesCombined && fitting.empty(); ++size) visit(0, size);
+    return std::make_pair(std::move(fitting), std::move(closest));
   };
-  // Sets of one change, then, while none fits, of two and of three.
-  for (std::size_t size = 1; size <= kMaxChangesCombined && fitting.empty(); ++size) visit(0, size);
-  if (fitting.empty()) {
+  // The fixes that keep what is trained come first, even when one that changes the method fits
+  // with fewer changes: FSDP with checkpointing before QLoRA, pure bf16 before LoRA.
+  auto keeping = search([](const Change& c) { return c.keeps_method; }).first;
+  auto [any, closest] = search([](const Change&) { return true; });
+  std::vector<Suggestion> out;
+  for (Suggestion& s : keeping)
+    if (out.size() < kMaxKeepingSuggestions) out.push_back(std::move(s));
+  for (Suggestion& s : any) {
+    if (out.size() >= kMaxSuggestions) break;
+    const bool shown = std::any_of(out.begin(), out.end(), [&](const Suggestion& o) { return o.args == s.args; });
+    if (!shown) out.push_back(std::move(s));
+  }
+  if (out.empty()) {
     // Nothing fits: the sets that came nearest, by peak memory, show how far each gets.
     std::stable_sort(closest.begin(), closest.end(), [](const Suggestion& a, const Suggestion& b) {
       return a.peak_allocated_bytes < b.peak_allocated_bytes;
     });
-    fitting = std::move(closest);
+    out = std::move(closest);
   }
-  if (fitting.size() > kMaxSuggestions) fitting.resize(kMaxSuggestions);
-  return fitting;
+  if (out.size() > kMaxSuggestions) out.resize(kMaxSuggestions);
+  return out;
 }
 
 }  // namespace

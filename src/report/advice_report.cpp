@@ -23,7 +23,7 @@ json advised_to_json(const AdvisedSetup& a) {
             {"headroom_fraction", a.headroom_fraction},
             {"step_seconds", a.step_seconds},
             {"tokens_per_second", a.tokens_per_second},
-            {"hours", a.hours},
+            {"hours", a.hours > 0 ? json(a.hours) : json(nullptr)},  // unknown: no tokens, or no time
             {"cost", a.cost ? json(*a.cost) : json(nullptr)},
             {"usd_per_hour", a.usd_per_hour ? json(*a.usd_per_hour) : json(nullptr)}};
   if (!a.why.empty()) j["why"] = a.why;
@@ -51,10 +51,13 @@ nlohmann::json advice_to_json(const Advice& advice, const AdviseRequest& request
           {"goal", to_string(request.goal)},
           {"free", request.free},
           {"tokens", request.tokens},
+          {"tokens_per_step", request.tokens_per_step > 0 ? json(request.tokens_per_step) : json(nullptr)},
+          {"tokens_per_step_implied", request.tokens_per_step_implied},
           {"results", results},
           {"pareto", pareto},
           {"nearest", advice.nearest ? advised_to_json(*advice.nearest) : json(nullptr)},
           {"nearest_over_bytes", advice.nearest ? json(advice.nearest_over_bytes) : json(nullptr)},
+          {"refusal", advice.refusal.empty() ? json(nullptr) : json(advice.refusal)},
           {"judged", advice.judged},
           {"searched", advice.searched},
           {"seconds", advice.seconds}};
@@ -85,8 +88,14 @@ std::string render_advice(const Advice& advice, const AdviseRequest& request, Fo
   std::vector<std::string> free;
   for (const std::string& key : request.free)
     if (const Setting* s = find_setting(key)) free.push_back(s->flag);
-  out += fmt::format("{}Goal: {}; free: {}\n\n", md ? "## trainfit advise\n\n" : "", to_string(request.goal),
+  out += fmt::format("{}Goal: {}; free: {}\n", md ? "## trainfit advise\n\n" : "", to_string(request.goal),
                      free.empty() ? "nothing" : fmt::format("{}", fmt::join(free, " ")));
+  if (request.tokens_per_step_implied)
+    out += fmt::format("{}Tokens a step: {} (the setup's sequences a GPU on {} GPUs, held on fewer by accumulating; "
+                       "--tokens-per-step sets it)\n",
+                       md ? "\n" : "", request.tokens_per_step,
+                       request.tokens_per_step / (request.base.seq * request.base.batch * request.base.grad_accum));
+  out += "\n";
   for (std::size_t i = 0; i < advice.results.size(); ++i) {
     const AdvisedSetup& a = advice.results[i];
     if (md) {

@@ -202,7 +202,8 @@ json plan_to_json(const Plan& p) {
                            {"step_seconds", s.step_seconds},
                            {"peak_allocated_bytes", s.peak_allocated_bytes},
                            {"device_used_bytes", s.device_used_bytes},
-                           {"verdict", to_string(s.verdict)}});
+                           {"verdict", to_string(s.verdict)},
+                           {"keeps_method", s.keeps_method}});
   const json setup = setup_to_json(p.setup);
   json out = {{"schema", "trainfit.plan/1"},
           {"model", {{"name", p.model.name},

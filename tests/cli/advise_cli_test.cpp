@@ -117,4 +117,57 @@ TEST(AdviseCli, ABudgetNoStepCanMakeSaysWhy) {
   EXPECT_NE(big.out.find("at most 1000000 accumulation steps"), std::string::npos) << big.out;
 }
 
+// Issue 35, advise as users drive it. --gpus-max alone (no --tokens-per-step) searches more GPUs:
+// before, the setup's 512 tokens a step made no micro-batch on 2 GPUs or more, and a 70B full
+// fine-tune that needs 4 H100s was "nothing fits" with a 1-GPU nearest.
+TEST(AdviseCli, GpusMaxImpliesTheTokenBudgetItNeeds) {
+  const Result r = run("advise --model llama3.1-70b --gpu h100-sxm --method full --goal fewest-gpus --gpus-max 64 "
+                       "--top 1 --format json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["tokens_per_step"], 512 * 64);
+  EXPECT_EQ(j["tokens_per_step_implied"], true);
+  ASSERT_EQ(j["results"].size(), 1u);
+  EXPECT_GT(j["results"][0]["setup"]["gpus"].get<int>(), 1);
+  const Result text = run("advise --model llama3.1-70b --gpu h100-sxm --method full --goal fewest-gpus --gpus-max 64");
+  EXPECT_NE(text.out.find("Tokens a step: 32768 (the setup's sequences a GPU on 64 GPUs"), std::string::npos)
+      << text.out;
+}
+
+// Nothing fits, --format json: the object still comes on stdout (no results, the nearest and by
+// how much, what was searched), the exit code and stderr's line say so; hours unknown are null.
+TEST(AdviseCli, NothingFitsStillPrintsItsJsonAndUnknownHoursAreNull) {
+  const auto r = trainfit::testing::run_line(std::string(TRAINFIT_CLI) +
+                                             " advise --model llama3.1-70b --gpu rtx-4090 --method full --format json "
+                                             "2>/dev/null");
+  EXPECT_EQ(r.code, 2);
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_TRUE(j["results"].empty());
+  EXPECT_NE(j["nearest"]["command"].get<std::string>().find("trainfit plan --model llama3.1-70b"), std::string::npos);
+  EXPECT_GT(j["nearest_over_bytes"].get<double>(), 300e9);
+  EXPECT_GT(j["judged"].get<int>(), 0);
+  EXPECT_TRUE(j["nearest"]["hours"].is_null());
+  const Result fits = run("advise --model qwen2.5-0.5b --gpu h200 --top 1 --format json");
+  ASSERT_EQ(fits.code, 0) << fits.out;
+  EXPECT_TRUE(nlohmann::json::parse(fits.out)["results"][0]["hours"].is_null());
+}
+
+// plan's "To fit" lists the fixes that keep the method first: Mixtral LoRA on two H100s was offered
+// only QLoRA though FSDP with checkpointing fits; an fp32-master full fine-tune only LoRA and QLoRA
+// though pure bf16 fits.
+TEST(AdviseCli, ToFitListsTheFixesThatKeepTheMethodFirst) {
+  const Result mixtral =
+      run("plan --model mixtral-8x7b --gpu h100-sxm --gpus 2 --method lora --lora-dropout 0 --format json");
+  const auto m = nlohmann::json::parse(mixtral.out)["suggestions"];
+  ASSERT_GE(m.size(), 2u) << mixtral.out;
+  EXPECT_EQ(m[0]["keeps_method"], true);
+  EXPECT_EQ(m[0]["setup"]["method"], "lora");
+  EXPECT_EQ(m[0]["setup"]["parallel"], "fsdp");
+  EXPECT_EQ(m[0]["verdict"], "fits");
+  EXPECT_EQ(m.back()["keeps_method"], false);  // QLoRA still offered, after
+  const Result fp32 = run("plan --model llama3.1-8b --gpu h100-sxm --method full --weights fp32 --amp bf16");
+  EXPECT_NE(fp32.out.find("--weights bf16 --amp none: pure bf16"), std::string::npos) << fp32.out;
+  EXPECT_LT(fp32.out.find("--weights bf16 --amp none"), fp32.out.find("--method lora")) << fp32.out;
+}
+
 }  // namespace
