@@ -15,7 +15,7 @@ namespace trainfit::cli {
 namespace {
 
 struct PlanFlags {
-  std::string format = "table", profile;
+  std::string format = "table", profile, largest;
   bool no_suggest = false;
 };
 
@@ -23,6 +23,7 @@ PlanOptions to_options(const PlanFlags& f) {
   PlanOptions o;
   o.suggest = !f.no_suggest;
   if (!f.profile.empty()) o.profile = load_profile(f.profile);
+  o.largest = f.largest;
   return o;
 }
 
@@ -74,6 +75,9 @@ void add_plan_command(CLI::App& app, int& exit_code) {
   auto flags = std::make_shared<PlanFlags>();
   plan->add_option("--format", flags->format, "table | json | markdown | html")->capture_default_str();
   plan->add_flag("--no-suggest", flags->no_suggest, "do not search for changes that make the setup fit");
+  plan->add_option("--largest", flags->largest,
+                   "batch | seq: also find the largest micro-batch (or sequence) that runs, every integer searched, "
+                   "where it runs only under allocator pressure, and the headroom policy's largest");
   plan->add_option("--profile", flags->profile, "time profile from `trainfit calibrate` (default: the card's default profile)");
   plan->footer("Every setting is also a JSON key of the plan's \"setup\" object and of bench configs: `trainfit schema`.\n");
   plan->callback([setup_flags, flags, &exit_code] {

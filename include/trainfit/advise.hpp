@@ -75,6 +75,9 @@ struct Advice {
   // How far it is over: its peak allocated past the card less the headroom, or its device use past
   // the card, whichever is further.
   std::int64_t nearest_over_bytes = 0;
+  // For the largest-batch and longest-seq goals: the boundary with all else as the first result
+  // (the largest that runs at all, past the headroom the recommendation keeps).
+  std::optional<Boundary> boundary;
   std::string refusal;       // when none was judged: why the first setup of the search was refused
   std::size_t judged = 0;    // setups whose memory was estimated
   std::size_t searched = 0;  // setups in the grid, including those skipped by monotonicity

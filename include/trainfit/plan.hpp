@@ -32,6 +32,24 @@ struct Suggestion {
   bool keeps_method = true;
 };
 
+// What a step does on a card whose allocator is short (docs/model.md, "The boundary"): it runs
+// with its memory cached as planned (device use inside the card); it runs only under pressure
+// (the cache no longer fits, and the allocator frees cached blocks and retries, slower, before its
+// requests succeed: the tensors alive at the peak and the CUDA context fit); or it fails.
+enum class RunState { runs, under_pressure, fails };
+std::string to_string(RunState s);
+
+// The largest batch (or sequence) of a setup, all else held: every integer searched (memory grows
+// with either, so the answer is where each state ends), beside the headroom policy's largest.
+struct Boundary {
+  std::string setting;                // "batch" or "seq"
+  std::int64_t largest_runs = 0;      // runs with its cache as planned; 0: none
+  std::int64_t largest_at_all = 0;    // runs, under pressure past largest_runs; 0: none; the boundary
+  std::int64_t largest_fits = 0;      // "fits" under the setup's headroom: what advise recommends
+  std::int64_t searched_up_to = 0;    // the setting's largest value (a boundary there is not the card's)
+  std::vector<std::string> args;      // `trainfit plan` arguments of the largest that runs at all
+};
+
 struct Plan {
   ModelSpec model;
   TrainingSetup setup;
@@ -48,6 +66,8 @@ struct Plan {
   TimeProfile profile;                   // the rates the time estimate used
   TimeEstimate time;
   std::vector<std::string> warnings;  // plan_warnings(model, setup)
+  RunState run_state = RunState::runs;  // on a Linux card of this capacity, out of memory as an error
+  std::optional<Boundary> boundary;     // with PlanOptions::largest
 };
 
 // What the user should know about a setup that the figures do not say: a sequence longer than the
@@ -70,6 +90,7 @@ inline constexpr double kTypicalHostBytesPerGpu = 256.0 * static_cast<double>(kG
 struct PlanOptions {
   bool suggest = true;
   std::optional<TimeProfile> profile;  // default: default_profile(gpu)
+  std::string largest;                 // "batch" or "seq": find that boundary too (Plan::boundary)
 };
 
 // The card a setup names: its catalogue `gpu`, its `gpu_spec` file, or a card of `vram` bytes

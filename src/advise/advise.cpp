@@ -356,7 +356,8 @@ class Search {
   }
 
   // The sequence lengths of a group: its own, or with the sequence free (and for the longest-seq
-  // goal) every power of two from 256 up to the model's context.
+  // goal) every power of two from 256 up to the model's context (search_group then searches every
+  // length between the last that fits and the first that does not, for the longest-seq goal).
   std::vector<std::int64_t> sequences(const TrainingSetup& s) const {
     if (r_.goal != AdviseGoal::longest_seq && !is_free(r_, "seq")) return {s.seq};
     std::vector<std::int64_t> out;
@@ -369,59 +370,96 @@ class Search {
 
   void search_group(std::uint32_t index) {
     Group& g = groups_[index];
+    std::int64_t last_fitting_seq = 0;
     for (const std::int64_t seq : sequences(g.setup)) {
-      TrainingSetup s = g.setup;
-      // The completion (ppo, grpo) keeps its share of the sequence.
-      s.completion_len = std::max<std::int64_t>(1, g.setup.completion_len * seq / g.setup.seq);
-      s.seq = seq;
-      s.batch = 1;
-      s.grad_accum = 1;
-      const auto pairs = batches(s);
-      searched_ += pairs.size() * checkpointing_.size();
-      if (pairs.empty()) {
-        refuse(
-            fmt::format("{} tokens a step is no whole number of micro-batches of {} tokens on {} GPU(s) with a "
-                        "micro-batch of at most {} and at most {} accumulation steps",
-                        tokens_per_step(), seq, s.gpus, max_of("batch"), max_of("grad_accum")));
+      if (judge_sequence(index, seq)) {
+        last_fitting_seq = seq;
         continue;
       }
-      std::optional<detail::SetupGroup> priced;
-      try {
-        priced.emplace(model_, s, *g.gpu, profile_for(*g.gpu));  // validates the setup
-      } catch (const InputError& e) {
-        refuse(e.what());
-        continue;  // a combination the setup does not allow (QLoRA with FSDP, targets the model lacks)
-      }
-      // Offloading needs the host memory to hold what it moves there (docs/advise.md).
-      if (priced->host_bytes() > kTypicalHostBytesPerGpu * static_cast<double>(s.gpus / s.nodes)) {
-        refuse(fmt::format("offloading needs {} of a host's memory, past the {} a host typically has for its {} GPU(s)",
-                           format_bytes(count_of(priced->host_bytes())),
-                           format_bytes(count_of(kTypicalHostBytesPerGpu * static_cast<double>(s.gpus / s.nodes))),
-                           s.gpus / s.nodes));
-        continue;
-      }
-      bool any_fits = false;
-      for (const bool ckpt : checkpointing_) {
-        for (const auto& [batch, accum] : pairs) {
-          const detail::SetupGroup::Point p = priced->at(batch, accum, ckpt);
-          ++judged_;
-          const Judged j{static_cast<std::uint32_t>(index), seq, ckpt, batch, accum, p};
-          if (p.verdict == Verdict::fits) {
-            any_fits = true;
-            fits_.push_back(j);
-            continue;
-          }
-          const double over = shortfall(p, *g.gpu, s.headroom);
-          if (!nearest_ || over < nearest_over_) {
-            nearest_ = j;
-            nearest_over_ = over;
-          }
-          break;  // memory grows with the micro-batch: every larger one is further over
+      // Memory grows with the sequence: past the first that fits at no batch, none will. For the
+      // longest sequence, every length between the last that fit and this one is searched
+      // (halving the gap): the boundary is rarely a power of two.
+      if (r_.goal == AdviseGoal::longest_seq && last_fitting_seq > 0) {
+        std::int64_t lo = last_fitting_seq, hi = seq;
+        while (hi - lo > 1) {
+          const std::int64_t mid = lo + (hi - lo) / 2;
+          (judge_sequence(index, mid) ? lo : hi) = mid;
         }
       }
-      // Memory grows with the sequence too: past the first that fits at no batch, none will.
-      if (!any_fits) break;
+      break;
     }
+  }
+
+  // Judges a group's setups at one sequence length; true when any fits.
+  bool judge_sequence(std::uint32_t index, std::int64_t seq) {
+    Group& g = groups_[index];
+    TrainingSetup s = g.setup;
+    // The completion (ppo, grpo) keeps its share of the sequence.
+    s.completion_len = std::max<std::int64_t>(1, g.setup.completion_len * seq / g.setup.seq);
+    s.seq = seq;
+    s.batch = 1;
+    s.grad_accum = 1;
+    const auto pairs = batches(s);
+    searched_ += pairs.size() * checkpointing_.size();
+    if (pairs.empty()) {
+      refuse(fmt::format("{} tokens a step is no whole number of micro-batches of {} tokens on {} GPU(s) with a "
+                         "micro-batch of at most {} and at most {} accumulation steps",
+                         tokens_per_step(), seq, s.gpus, max_of("batch"), max_of("grad_accum")));
+      return false;
+    }
+    std::optional<detail::SetupGroup> priced;
+    try {
+      priced.emplace(model_, s, *g.gpu, profile_for(*g.gpu));  // validates the setup
+    } catch (const InputError& e) {
+      refuse(e.what());
+      return false;  // a combination the setup does not allow (QLoRA with FSDP, targets the model lacks)
+    }
+    // Offloading needs the host memory to hold what it moves there (docs/advise.md).
+    if (priced->host_bytes() > kTypicalHostBytesPerGpu * static_cast<double>(s.gpus / s.nodes)) {
+      refuse(fmt::format("offloading needs {} of a host's memory, past the {} a host typically has for its {} GPU(s)",
+                         format_bytes(count_of(priced->host_bytes())),
+                         format_bytes(count_of(kTypicalHostBytesPerGpu * static_cast<double>(s.gpus / s.nodes))),
+                         s.gpus / s.nodes));
+      return false;
+    }
+    bool any_fits = false;
+    for (const bool ckpt : checkpointing_) {
+      std::int64_t last_fitting_batch = 0;
+      const auto judge = [&](std::int64_t batch, std::int64_t accum) {
+        const detail::SetupGroup::Point p = priced->at(batch, accum, ckpt);
+        ++judged_;
+        const Judged j{index, seq, ckpt, batch, accum, p};
+        if (p.verdict == Verdict::fits) {
+          fits_.push_back(j);
+          return true;
+        }
+        const double over = shortfall(p, *g.gpu, s.headroom);
+        if (!nearest_ || over < nearest_over_) {
+          nearest_ = j;
+          nearest_over_ = over;
+        }
+        return false;
+      };
+      for (const auto& [batch, accum] : pairs) {
+        if (judge(batch, accum)) {
+          any_fits = true;
+          last_fitting_batch = batch;
+          continue;
+        }
+        // Memory grows with the micro-batch: every larger one is further over. For the largest
+        // batch, every micro-batch between the last that fit and this one is judged (halving the
+        // gap), not powers of two only.
+        if (r_.goal == AdviseGoal::largest_batch && last_fitting_batch > 0) {
+          std::int64_t lo = last_fitting_batch, hi = batch;
+          while (hi - lo > 1) {
+            const std::int64_t mid = lo + (hi - lo) / 2;
+            (judge(mid, accum) ? lo : hi) = mid;
+          }
+        }
+        break;
+      }
+    }
+    return any_fits;
   }
 
   TrainingSetup setup_of(const Judged& j) const {
@@ -569,6 +607,16 @@ class Search {
     }
     for (std::size_t k = 0; k < out.results.size(); ++k)
       out.results[k].why = why(out.results[k], &out.results.front(), k);
+    // The boundary itself beside the recommendation: with all else as #1, where the step stops
+    // running, and where it runs only with the allocator under pressure (docs/model.md).
+    if (!out.results.empty() && (r_.goal == AdviseGoal::largest_batch || r_.goal == AdviseGoal::longest_seq)) {
+      const AdvisedSetup& first = out.results.front();
+      PlanOptions o;
+      o.suggest = false;
+      o.profile = profile_for(first.gpu);
+      o.largest = r_.goal == AdviseGoal::largest_batch ? "batch" : "seq";
+      out.boundary = make_plan(model_, first.setup, first.gpu, o).boundary;
+    }
     // The Pareto front of memory against speed: by memory ascending, each point faster than all before.
     std::vector<std::size_t> by_memory(fits_.size());
     for (std::size_t i = 0; i < by_memory.size(); ++i) by_memory[i] = i;

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <functional>
+#include <map>
 #include <utility>
 
 #include "memory/memory_model.hpp"
@@ -14,6 +15,7 @@
 #include "time/time_model.hpp"
 #include "trainfit/error.hpp"
 #include "trainfit/settings.hpp"
+#include "common/text.hpp"
 #include "trainfit/units.hpp"
 
 namespace trainfit {
@@ -41,7 +43,34 @@ Verdict judge(std::int64_t peak_allocated_bytes, std::int64_t device_used_bytes,
   return free_fraction < headroom ? Verdict::tight : Verdict::fits;
 }
 
+std::string to_string(RunState s) {
+  switch (s) {
+    case RunState::runs:
+      return "runs";
+    case RunState::under_pressure:
+      return "runs under allocator pressure";
+    case RunState::fails:
+      return "fails";
+  }
+  return "?";
+}
+
 namespace {
+
+// The step on a Linux card of `capacity` bytes (docs/model.md, "The boundary"). The caching
+// allocator, when a request does not fit what it may still reserve, frees every cached block it
+// holds unused and asks the driver again (c10/cuda/CUDACachingAllocator.cpp: release_cached_blocks,
+// then alloc_block); only when that fails is the request an error. So the step fails when the
+// tensors alive at its peak and the CUDA context do not fit the card, not when the cache the plan
+// expects (device use) does not: between the two it runs, with retries. Memory held in segments
+// that also hold a live block (fragmentation: the cache that cannot be freed at the failing
+// request) is not counted here: it moves the failing point down, which the boundary runs of
+// python/boundary_jobs/ measure.
+RunState run_state_of(const MemoryEstimate& m, std::int64_t capacity) {
+  if (add_bytes(m.busiest_peak_allocated_bytes, m.cuda_context_bytes) > capacity) return RunState::fails;
+  if (m.busiest_device_used_bytes > capacity) return RunState::under_pressure;
+  return RunState::runs;
+}
 
 // The memory and the time of a setup (estimate_memory, estimate_time) from one description of its
 // step: describing it is most of what either costs.
@@ -262,6 +291,60 @@ std::vector<Suggestion> alternatives(const ModelSpec& model, const TrainingSetup
   return out;
 }
 
+// The setup with `setting` at `value`: a sequence keeps the completion's share (ppo, grpo).
+TrainingSetup with_value(const TrainingSetup& setup, std::string_view setting, std::int64_t value) {
+  TrainingSetup s = setup;
+  if (setting == "batch") {
+    s.batch = value;
+  } else {
+    s.completion_len = std::max<std::int64_t>(1, s.completion_len * value / s.seq);
+    s.seq = value;
+  }
+  return s;
+}
+
+// The largest v in [1, most] for which ok(v) holds, 0 when ok(1) does not: ok holds up to a point
+// and not past it (memory grows with the batch and the sequence). Doubling, then halving the gap:
+// some 2 log2(answer) evaluations.
+std::int64_t largest_where(std::int64_t most, const std::function<bool(std::int64_t)>& ok) {
+  if (most < 1 || !ok(1)) return 0;
+  std::int64_t lo = 1, hi = 0;  // ok(lo); hi: the first known not ok, 0 while none is
+  while (hi == 0) {
+    const std::int64_t next = lo > most / 2 ? most : lo * 2;
+    if (next == lo) return lo;  // ok up to the setting's largest value
+    if (ok(next)) {
+      lo = next;
+    } else {
+      hi = next;
+    }
+  }
+  while (hi - lo > 1) {
+    const std::int64_t mid = lo + (hi - lo) / 2;
+    (ok(mid) ? lo : hi) = mid;
+  }
+  return lo;
+}
+
+Boundary find_boundary(const ModelSpec& model, const TrainingSetup& setup, const GpuSpec& gpu,
+                       const TimeProfile& profile, const std::string& setting) {
+  if (setting != "batch" && setting != "seq")
+    throw InputError(fmt::format("--largest: batch or seq (got {})", detail::quoted(setting)));
+  Boundary b;
+  b.setting = setting;
+  b.searched_up_to = static_cast<std::int64_t>(*find_setting(setting)->maximum);
+  std::map<std::int64_t, std::pair<RunState, Verdict>> seen;
+  const auto at = [&](std::int64_t v) {
+    if (const auto it = seen.find(v); it != seen.end()) return it->second;
+    const Estimates e = estimate(model, with_value(setup, setting, v), gpu, profile);
+    return seen[v] = {run_state_of(e.memory, gpu.memory_bytes), e.verdict};
+  };
+  b.largest_at_all = largest_where(b.searched_up_to, [&](std::int64_t v) { return at(v).first != RunState::fails; });
+  b.largest_runs = largest_where(b.largest_at_all, [&](std::int64_t v) { return at(v).first == RunState::runs; });
+  b.largest_fits = largest_where(b.largest_at_all, [&](std::int64_t v) { return at(v).second == Verdict::fits; });
+  if (b.largest_at_all > 0) b.args = setup_to_args(with_value(setup, setting, b.largest_at_all));
+  return b;
+}
+
 }  // namespace
 
 GpuSpec resolve_card(const TrainingSetup& setup, std::string_view fallback) {
@@ -305,6 +388,8 @@ Plan make_plan(const ModelSpec& model, const TrainingSetup& setup, const GpuSpec
   // A figure held at the top is over by at least as much: its excess is held there too.
   plan.over_capacity_bytes = needs == kMostBytes ? kMostBytes : std::max<std::int64_t>(0, needs - gpu.memory_bytes);
   plan.time = std::move(e.time);
+  plan.run_state = run_state_of(plan.memory, gpu.memory_bytes);
+  if (!options.largest.empty()) plan.boundary = find_boundary(model, setup, gpu, plan.profile, options.largest);
   plan.warnings = plan_warnings(model, setup);
   // PEFT 0.21 under transformers 5: all-linear reaches the fused experts after all, through
   // lora.ParamWrapper, which refuses dropout (get_peft_model raised "lora.ParamWrapper does not work

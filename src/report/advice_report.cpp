@@ -58,6 +58,14 @@ nlohmann::json advice_to_json(const Advice& advice, const AdviseRequest& request
           {"nearest", advice.nearest ? advised_to_json(*advice.nearest) : json(nullptr)},
           {"nearest_over_bytes", advice.nearest ? json(advice.nearest_over_bytes) : json(nullptr)},
           {"refusal", advice.refusal.empty() ? json(nullptr) : json(advice.refusal)},
+          {"boundary", advice.boundary ? json{{"setting", advice.boundary->setting},
+                                              {"largest_runs", advice.boundary->largest_runs},
+                                              {"largest_at_all", advice.boundary->largest_at_all},
+                                              {"largest_fits", advice.boundary->largest_fits},
+                                              {"command", advice.boundary->args.empty()
+                                                              ? json(nullptr)
+                                                              : json(plan_command(advice.boundary->args))}}
+                                       : json(nullptr)},
           {"judged", advice.judged},
           {"searched", advice.searched},
           {"seconds", advice.seconds}};
@@ -104,6 +112,14 @@ std::string render_advice(const Advice& advice, const AdviseRequest& request, Fo
     } else {
       out += fmt::format("{}. {}\n   {}\n   {}\n", i + 1, plan_command(a.args), figures(a, request.tokens), a.why);
     }
+  }
+  if (advice.boundary && advice.boundary->largest_at_all > 0) {
+    const Boundary& b = *advice.boundary;
+    const std::string name = b.setting == "batch" ? "micro-batch" : "sequence";
+    out += fmt::format("\n{}The boundary, all else as #1: the largest {} that runs is {} ({} with the cache as "
+                       "planned; past it the allocator frees its cache and retries, slower); {} fails:\n{}{}\n",
+                       md ? "" : "", name, b.largest_at_all, b.largest_runs, b.largest_at_all + 1, md ? "`" : "   ",
+                       plan_command(b.args) + (md ? "`" : ""));
   }
   if (!advice.pareto.empty()) {
     out += fmt::format("\n{}Memory against speed: the {} setups no other beats on both\n", md ? "### " : "",

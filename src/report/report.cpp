@@ -50,6 +50,25 @@ const std::vector<std::pair<std::string, std::string>>& category_names() {
   return names;
 }
 
+// `plan --largest batch|seq`: where each state ends (docs/model.md, "The boundary").
+std::string boundary_lines(const Boundary& b, bool md) {
+  const std::string name = b.setting == "batch" ? "micro-batch" : "sequence";
+  const auto value = [&](std::int64_t v) {
+    return v == 0 ? std::string("none") : v == b.searched_up_to ? fmt::format("{} (the most it takes)", v)
+                                                                 : fmt::format("{}", v);
+  };
+  std::string out = fmt::format("\n{}The largest {} (all else as given):\n{}", md ? "### " : "", name, md ? "\n" : "");
+  const char* item = md ? "- " : "  ";
+  out += fmt::format("{}{:<12} {}: runs with its cache as planned\n", item, value(b.largest_runs), name);
+  out += fmt::format("{}{:<12} {}: the boundary, past it the step fails; up to it, past the one above, it runs only "
+                     "with the allocator freeing its cache and retrying (slower)\n",
+                     item, value(b.largest_at_all), name);
+  out += fmt::format("{}{:<12} {}: the largest that fits the headroom policy (what advise recommends)\n", item,
+                     value(b.largest_fits), name);
+  if (!b.args.empty()) out += fmt::format("{}the boundary: {}\n", item, plan_command(b.args));
+  return out;
+}
+
 std::string verdict_line(const Plan& p) {
   const auto cap = p.gpu.memory_bytes;
   switch (p.verdict) {
@@ -63,8 +82,15 @@ std::string verdict_line(const Plan& p) {
       return fmt::format("SPILLS: needs {} on a {} card, {} over; the driver's system-memory fallback will run it, very slowly",
                          gib(std::max(p.memory.busiest_peak_allocated_bytes, p.memory.busiest_device_used_bytes)), gib(cap), gib(p.over_capacity_bytes));
     case Verdict::oom:
-      return fmt::format("OOM: needs {} on a {} card, {} over: CUDA out of memory",
-                         gib(std::max(p.memory.busiest_peak_allocated_bytes, p.memory.busiest_device_used_bytes)), gib(cap), gib(p.over_capacity_bytes));
+      return fmt::format("OOM: needs {} on a {} card, {} over: CUDA out of memory{}",
+                         gib(std::max(p.memory.busiest_peak_allocated_bytes, p.memory.busiest_device_used_bytes)),
+                         gib(cap), gib(p.over_capacity_bytes),
+                         p.run_state == RunState::under_pressure
+                             ? fmt::format(", unless the allocator, short, frees its cache and retries: the tensors "
+                                           "at the peak and the CUDA context take {}, which fit (it then runs, slower)",
+                                           gib(add_bytes(p.memory.busiest_peak_allocated_bytes,
+                                                         p.memory.cuda_context_bytes)))
+                             : std::string());
   }
   return "";
 }
@@ -230,8 +256,19 @@ json plan_to_json(const Plan& p) {
           {"verdict", to_string(p.verdict)},
           {"headroom_fraction", p.headroom_fraction},
           {"over_capacity_bytes", p.over_capacity_bytes},
+          {"run_state", to_string(p.run_state)},
           {"suggestions", suggestions},
           {"warnings", p.warnings}};
+  if (p.boundary) {
+    const Boundary& b = *p.boundary;
+    out["boundary"] = {{"setting", b.setting},
+                       {"largest_runs", b.largest_runs},
+                       {"largest_at_all", b.largest_at_all},
+                       {"largest_fits", b.largest_fits},
+                       {"searched_up_to", b.searched_up_to},
+                       {"args", b.args},
+                       {"command", b.args.empty() ? json(nullptr) : json(plan_command(b.args))}};
+  }
   // With a pipeline, the figures are its busiest stage's.
   if (p.setup.gpus > 1 && p.setup.pp > 1) out["memory"]["pipeline_stage"] = p.memory.pipeline_stage;
   return out;
@@ -288,6 +325,7 @@ std::string render_plan(const Plan& p, Format format) {
   for (const auto& ph : m.phases) phases.push_back(fmt::format("{} {}", to_string(ph.phase), mib(ph.allocated_bytes)));
   out += fmt::format("Phase peaks: {}\n\n", fmt::join(phases, ", "));
   out += time_lines(p, md);
+  if (p.boundary) out += boundary_lines(*p.boundary, md);
   if (!p.suggestions.empty()) {
     const bool fit = p.suggestions.front().verdict == Verdict::fits;
     const std::string title = fit ? "To fit (each a whole setup: its command plans to these figures)"

@@ -170,4 +170,42 @@ TEST(AdviseCli, ToFitListsTheFixesThatKeepTheMethodFirst) {
   EXPECT_LT(fp32.out.find("--weights bf16 --amp none"), fp32.out.find("--method lora")) << fp32.out;
 }
 
+// The boundary (issue 35): every integer searched, not powers of two. The largest batch that runs
+// at all plans as running (under pressure or not) and one more fails; advise's largest-batch is
+// the largest that fits the headroom policy, one more does not, and the boundary comes beside it.
+TEST(AdviseCli, TheLargestBatchAndSequenceAreSearchedEveryInteger) {
+  const std::string setup = "--model qwen2.5-1.5b --method full --seq 1024 --vram 25757220864";
+  const Result r = run("plan " + setup + " --largest batch --no-suggest --format json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto b = nlohmann::json::parse(r.out)["boundary"];
+  const std::int64_t at_all = b["largest_at_all"], runs = b["largest_runs"], fits = b["largest_fits"];
+  EXPECT_GE(at_all, runs);
+  EXPECT_GE(runs, fits);
+  EXPECT_GE(fits, 1);
+  const auto state = [&](std::int64_t batch) {
+    const Result p = run("plan " + setup + " --batch " + std::to_string(batch) + " --no-suggest --format json");
+    return nlohmann::json::parse(p.out)["run_state"].get<std::string>();
+  };
+  EXPECT_NE(state(at_all), "fails");
+  EXPECT_EQ(state(at_all + 1), "fails");
+  EXPECT_EQ(state(runs), "runs");
+  EXPECT_NE(state(runs + 1), "runs");
+  const Result seq = run("plan --model qwen2.5-7b --method qlora --grad-ckpt --vram 25757220864 --largest seq");
+  EXPECT_NE(seq.out.find("The largest sequence (all else as given):"), std::string::npos) << seq.out;
+  EXPECT_EQ(run("plan " + setup + " --largest rank").code, 2);
+
+  // advise: a micro-batch of 9 fits a Mistral 7B LoRA on an 80 GB card (powers of two stopped at 8).
+  const Result a = run("advise --model mistral-7b --method lora --vram 85520809984 --goal largest-batch "
+                       "--fix grad-ckpt,attn,optimizer,gpus --top 1 --format json");
+  ASSERT_EQ(a.code, 0) << a.out;
+  const auto j = nlohmann::json::parse(a.out);
+  const std::int64_t best = j["results"][0]["setup"]["batch"];
+  // Here it is no power of two (9 at this commit), which the old grid could not name.
+  EXPECT_NE(best & (best - 1), 0) << best;
+  const Result next = run("plan --model mistral-7b --method lora --vram 85520809984 --batch " +
+                          std::to_string(best + 1) + " --no-suggest --format json");
+  EXPECT_NE(nlohmann::json::parse(next.out)["verdict"], "fits");
+  EXPECT_GE(j["boundary"]["largest_at_all"].get<std::int64_t>(), best);
+}
+
 }  // namespace

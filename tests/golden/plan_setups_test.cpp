@@ -128,7 +128,7 @@ TEST(PlanGoldenSet, TheAdviseGridPricesEverySetupAsPlanDoes) {
     if (g.plan.is_null()) continue;
     const TrainingSetup s = setup_from_json(g.setup);
     const GpuSpec gpu = resolve_card(s, "h200");
-    const Plan p = make_plan(model_named(s.model), s, gpu, PlanOptions{.suggest = false, .profile = {}});
+    const Plan p = make_plan(model_named(s.model), s, gpu, PlanOptions{.suggest = false, .profile = {}, .largest = {}});
     std::optional<detail::SetupGroup> group;
     try {
       group.emplace(model_named(s.model), s, gpu, p.profile);
