@@ -188,6 +188,17 @@ class TrainfitReadsThePickle(unittest.TestCase):
                             or oom["moment"].startswith("forward (llama/modeling_llama.py:300) < train (job/train.py:12)"),
                             oom["moment"])
 
+    def test_frames_that_are_not_utf8_or_steer_the_terminal_are_made_printable(self):
+        # A lone surrogate pickles as bytes that are not UTF-8 (fuzz_snapshot_pickle's first find:
+        # --format json went down on them); an escape sequence would recolour the terminal.
+        snap = oom_snapshot(False)
+        snap["device_traces"][0][-1]["frames"] = [frame("forward\udc80\x1b[31m", "/m/model.py", 5)]
+        path = os.path.join(self.dir.name, "odd.pickle")
+        with open(path, "wb") as f:
+            pickle.dump(snap, f)
+        oom = self.read(path)["oom"]
+        self.assertEqual(oom["moment"], "forward\\xed\\xb2\\x80\\x1b[31m (m/model.py:5)")
+
     def test_a_pickle_that_would_run_code_is_refused(self):
         class Evil:
             def __reduce__(self):

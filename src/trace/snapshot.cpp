@@ -20,6 +20,7 @@
 #include <optional>
 #include <unordered_map>
 
+#include "common/text.hpp"
 #include "trace/json_stream.hpp"
 #include "trace/pickle_reader.hpp"
 #include "trainfit/error.hpp"
@@ -118,7 +119,8 @@ Snapshot parse(dom::element root_element, const std::string& source) {
   }
   dom::array stacks, segments, history;
   if (!root["stacks"].get_array().get(stacks))
-    for (dom::element x : stacks) s.stacks.emplace_back(must(x.get_string(), source, "a stack must be a string"));
+    for (dom::element x : stacks)  // printable, as the pickle's (a frame may carry a control character)
+      s.stacks.emplace_back(trainfit::detail::printable(must(x.get_string(), source, "a stack must be a string")));
   const auto stack_of = [&](dom::element x) {
     const std::int64_t k = must(x.get_int64(), source, "a stack must be an integer index");
     if (k >= static_cast<std::int64_t>(s.stacks.size())) bad(source, "a stack index past the stacks");
@@ -353,6 +355,10 @@ class PickleSnapshot {
         if (k > 0) text += " < ";
         text += frame_text(kept[k]);
       }
+      // A pickle's strings are whatever bytes it holds: printable() makes them UTF-8 that JSON can
+      // carry and a terminal cannot be steered by (fuzz_snapshot_pickle found a frame name that was
+      // not UTF-8 taking --format json down).
+      text = trainfit::detail::printable(text);
       const auto [it, added] = by_text_.try_emplace(text, static_cast<std::int64_t>(s.stacks.size()));
       if (added) s.stacks.push_back(std::move(text));
       index = it->second;
