@@ -59,13 +59,16 @@ std::string boundary_lines(const Boundary& b, bool md) {
   };
   std::string out = fmt::format("\n{}The largest {} (all else as given):\n{}", md ? "### " : "", name, md ? "\n" : "");
   const char* item = md ? "- " : "  ";
-  out += fmt::format("{}{:<12} {}: runs with its cache as planned\n", item, value(b.largest_runs), name);
-  out += fmt::format("{}{:<12} {}: the boundary, past it the step fails; up to it, past the one above, it runs only "
-                     "with the allocator freeing its cache and retrying (slower)\n",
-                     item, value(b.largest_at_all), name);
-  out += fmt::format("{}{:<12} {}: the largest that fits the headroom policy (what advise recommends)\n", item,
-                     value(b.largest_fits), name);
-  if (!b.args.empty()) out += fmt::format("{}the boundary: {}\n", item, plan_command(b.args));
+  out += fmt::format("{}{:<8} runs with its cache as planned\n", item, value(b.largest_runs));
+  if (b.largest_at_all > b.largest_runs)
+    out += fmt::format("{}{:<8} the boundary: from {} on it runs only with the allocator freeing its cache and "
+                       "retrying (slower); {} fails\n",
+                       item, value(b.largest_at_all), b.largest_runs + 1, b.largest_at_all + 1);
+  else if (b.largest_at_all > 0)
+    out += fmt::format("{}{:<8} the boundary: {} fails\n", item, value(b.largest_at_all), b.largest_at_all + 1);
+  out += fmt::format("{}{:<8} the largest the headroom policy keeps (what advise recommends)\n", item,
+                     value(b.largest_fits));
+  if (!b.args.empty()) out += fmt::format("{}{}\n", item, plan_command(b.args));
   return out;
 }
 
