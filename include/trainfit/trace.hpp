@@ -139,6 +139,9 @@ struct AllocationStack {
 // when there are several): what failed and why (docs/trace.md, "Why it ran out").
 struct SnapshotOom {
   std::int64_t requested_bytes = 0;  // the block the allocator could not find, rounded as it rounds
+  // The segment it then asked the driver for, which PyTorch's message names ("Tried to allocate"):
+  // 2 MiB for a request up to 1 MiB, 20 MiB up to 10 MiB, else the request rounded up to 2 MiB.
+  std::int64_t segment_request_bytes = 0;
   std::int64_t allocated_bytes = 0;  // in blocks handed out, at the error
   std::int64_t reserved_bytes = 0;   // in segments the allocator holds, after it freed its unused ones
   std::int64_t cached_free_bytes = 0;         // reserved - allocated: free inside segments still in use

@@ -174,6 +174,7 @@ class TrainfitReadsThePickle(unittest.TestCase):
                 pickle.dump(oom_snapshot(after_except), f)
             oom = self.read(path)["oom"]
             self.assertEqual(oom["requested_bytes"], 50 * MIB)
+            self.assertEqual(oom["segment_request_bytes"], 50 * MIB)  # a multiple of 2 MiB already
             # 40 MiB of state and 30 of activations, and 512 B of the small pool; the hole the freed
             # activations left is 30 MiB, less than the request: not fragmentation.
             self.assertEqual(oom["allocated_bytes"], 70 * MIB + 512)

@@ -577,6 +577,13 @@ SnapshotReport analyse(Snapshot s, const std::string& source, std::size_t top_st
     const HistoryEvent& h = s.history[*oom_at];
     SnapshotOom& o = r.oom.emplace();
     o.requested_bytes = h.size;
+    // CUDACachingAllocator's get_allocation_size: kSmallBuffer, kLargeBuffer below kMinLargeAlloc,
+    // else rounded up to kRoundLarge.
+    constexpr std::int64_t kLargeSegmentBytes = std::int64_t{20} << 20, kMinLargeAlloc = std::int64_t{10} << 20;
+    o.segment_request_bytes = h.size <= kSmallRequestBytes ? kSmallSegmentBytes
+                              : h.size < kMinLargeAlloc    ? kLargeSegmentBytes
+                                                           : (h.size + kSmallSegmentBytes - 1) / kSmallSegmentBytes *
+                                                                 kSmallSegmentBytes;
     o.allocated_bytes = oom_allocated;
     o.reserved_bytes = std::max(oom_reserved, oom_allocated);
     o.cached_free_bytes = o.reserved_bytes - o.allocated_bytes;

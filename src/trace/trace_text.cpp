@@ -100,6 +100,7 @@ json stacks_json(const std::vector<AllocationStack>& stacks) {
 
 json oom_json(const SnapshotOom& o) {
   return {{"requested_bytes", o.requested_bytes},
+          {"segment_request_bytes", o.segment_request_bytes},
           {"allocated_bytes", o.allocated_bytes},
           {"reserved_bytes", o.reserved_bytes},
           {"cached_free_bytes", o.cached_free_bytes},
@@ -295,8 +296,10 @@ std::string stacks_table(const std::vector<AllocationStack>& stacks, bool markdo
 // but in pieces (docs/trace.md, "Why it ran out").
 std::string oom_text(const SnapshotOom& o, bool markdown) {
   const auto m = [](std::int64_t bytes) { return mib(static_cast<double>(bytes)); };
-  std::string out = fmt::format("{}out of memory at {:.3f} s of the history: a request of {} MiB failed\n",
-                                markdown ? "### " : "", o.time_s, m(o.requested_bytes));
+  std::string out = fmt::format(
+      "{}out of memory at {:.3f} s of the history: a request of {} MiB failed (the allocator asked the driver for "
+      "a segment of {} MiB: PyTorch's \"Tried to allocate\")\n",
+      markdown ? "### " : "", o.time_s, m(o.requested_bytes), m(o.segment_request_bytes));
   out += fmt::format("{}allocated {} MiB, reserved {} MiB: {} MiB cached free, the largest free block {} MiB\n",
                      markdown ? "\n" : "  ", m(o.allocated_bytes), m(o.reserved_bytes), m(o.cached_free_bytes),
                      m(o.largest_free_block_bytes));

@@ -144,6 +144,7 @@ TEST(TraceSnapshot, AnOutOfMemoryErrorInPiecesIsNamedFragmentation) {
       "frag");
   ASSERT_TRUE(r.oom.has_value());
   EXPECT_EQ(r.oom->requested_bytes, 31457280);
+  EXPECT_EQ(r.oom->segment_request_bytes, 31457280);
   EXPECT_EQ(r.oom->allocated_bytes, 3 * 20971520 + 524288);
   EXPECT_EQ(r.oom->reserved_bytes, 104857600 + 2097152);
   EXPECT_EQ(r.oom->cached_free_bytes, 2 * 20971520 + 1572864);
@@ -170,11 +171,26 @@ TEST(TraceSnapshot, TheStateAtTheErrorUndoesWhatCameAfterIt) {
       "after");
   ASSERT_TRUE(r.oom.has_value());
   EXPECT_EQ(r.oom->allocated_bytes, 31457280);
+  EXPECT_EQ(r.oom->segment_request_bytes, 31457280);
   EXPECT_EQ(r.oom->reserved_bytes, 41943040);
   EXPECT_EQ(r.oom->largest_free_block_bytes, 10485760);
   EXPECT_FALSE(r.oom->fragmentation);  // 10 MiB free, 30 MiB asked
   EXPECT_EQ(r.oom->breakdown.front().category, "activations");
   EXPECT_EQ(r.oom->breakdown.front().bytes, 31457280);
+}
+
+// The segment PyTorch's message names ("Tried to allocate"): the allocator's own sizes.
+TEST(TraceSnapshot, TheSegmentAskedForIsTheAllocatorsSize) {
+  const auto segment_for = [](std::int64_t request) {
+    const SnapshotReport r = analyse_snapshot_text(
+        R"({"schema": "trainfit.snapshot/1", "history": [["oom", 0, )" + std::to_string(request) + R"(, -1, 0]]})",
+        "seg");
+    return r.oom->segment_request_bytes;
+  };
+  EXPECT_EQ(segment_for(512), 2 << 20);                    // the small pool's 2 MiB
+  EXPECT_EQ(segment_for(1 << 20), 2 << 20);
+  EXPECT_EQ(segment_for((1 << 20) + 512), 20 << 20);       // a large block under 10 MiB: 20 MiB
+  EXPECT_EQ(segment_for((10 << 20) + 512), 12 << 20);      // else rounded up to 2 MiB
 }
 
 }  // namespace
