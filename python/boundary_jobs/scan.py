@@ -1,6 +1,7 @@
 """Capped-allocator boundary scans (issue 35): the largest batch or sequence length that runs.
 
     python3 python/boundary_jobs/scan.py setups.json OUT_DIR [--deadline EPOCH_SECONDS] [--snapshots N]
+                                         [--gpu-bytes BYTES]
 
 Each setup of setups.json names a config (the runner's, docs/bench.md), the setting to scan
 ("batch": every integer; "seq": multiples of 128) and where to start (trainfit's own boundary at the
@@ -16,22 +17,34 @@ OUT_DIR/trials.jsonl gets one line per trial, OUT_DIR/boundary.jsonl one per set
 that ran, smallest that failed, whether the search finished before the deadline); with --snapshots N
 the first N failing trials also leave the allocator's snapshot at the OOM (the pickle
 torch.cuda.memory._dump_snapshot writes) in OUT_DIR/snapshots/.  Setups already in boundary.jsonl
-are skipped, so a second call goes on where the first stopped.
+are skipped and trials already in trials.jsonl are not run again, so a second call goes on where the
+first stopped.
+
+--gpu-bytes BYTES scans several setups at once on one GPU, as many as their emulated cards fit in
+BYTES (largest first). The cap is then set from a CUDA context measured once, by a trial run alone
+(x_context_bytes, docs/bench.md): NVML's device-wide figure would count the other processes.
+Setups never share memory (each process has its own cap), so what runs alone runs beside them.
 """
 import argparse
 import json
 import os
 import subprocess
 import sys
+import threading
 import time
 
 STEP = {"batch": 1, "seq": 128}
 TRIAL_SECONDS = 90  # a trial that could not finish before the deadline is not started
 
 
-def trial(setup, value, out_dir, snapshot, log):
+LOCK = threading.Lock()  # trials.jsonl, boundary.jsonl, stdout and the snapshot count
+
+
+def trial(setup, value, out_dir, snapshot, log, context=None):
     cfg = {"device": "cuda", "overflow": "oom", "steps": 3, "warmup": 1, "batch": 1, "seq": 512}
     cfg.update(setup["config"])
+    if context is not None:
+        cfg["x_context_bytes"] = context
     cfg[setup["scan"]] = value
     tag = "%s-%s%d" % (setup["name"], setup["scan"], value)
     row_path = os.path.join(out_dir, "rows", tag + ".json")
@@ -62,26 +75,31 @@ def trial(setup, value, out_dir, snapshot, log):
             rec["snapshot"] = os.path.basename(snap_path)
         else:
             os.remove(snap_path)
-    log.write(json.dumps(rec) + "\n")
-    log.flush()
-    print("%-28s %s=%-6d %-5s peak %s MiB, retries %s (%.0f s)" % (
-        setup["name"], setup["scan"], value, rec["status"], rec["peak_allocated_mib"], rec["alloc_retries"],
-        rec["wall_seconds"]), flush=True)
+    with LOCK:
+        log.write(json.dumps(rec) + "\n")
+        log.flush()
+        print("%-28s %s=%-6d %-5s peak %s MiB, retries %s (%.0f s)" % (
+            setup["name"], setup["scan"], value, rec["status"], rec["peak_allocated_mib"], rec["alloc_retries"],
+            rec["wall_seconds"]), flush=True)
     return rec
 
 
-def scan(setup, out_dir, deadline, snapshots, log):
+def scan(setup, out_dir, deadline, snapshots, log, earlier, context=None):
     step = STEP[setup["scan"]]
-    runs = {}
+    runs = dict(earlier)  # value -> ran, from an earlier call's trials.jsonl
 
     def ok(v):
         if v not in runs:
             if time.time() + TRIAL_SECONDS > deadline:
                 raise TimeoutError
-            want_snapshot = snapshots[0] > 0
-            rec = trial(setup, v, out_dir, want_snapshot, log)
-            if rec.get("snapshot"):
-                snapshots[0] -= 1
+            with LOCK:
+                want_snapshot = snapshots[0] > 0
+                if want_snapshot:
+                    snapshots[0] -= 1
+            rec = trial(setup, v, out_dir, want_snapshot, log, context)
+            if want_snapshot and not rec.get("snapshot"):
+                with LOCK:
+                    snapshots[0] += 1
             runs[v] = rec["status"] == "ok"
         return runs[v]
 
@@ -116,7 +134,34 @@ def scan(setup, out_dir, deadline, snapshots, log):
         complete = False
     return {"setup": setup["name"], "scan": setup["scan"], "config": setup["config"], "start": setup["start"],
             "largest_runs": lo or None, "smallest_fails": hi, "complete": complete,
-            "trials": len(runs)}
+            "trials": len(runs), "x_context_bytes": context}
+
+
+def earlier_trials(out_dir):
+    """setup -> {value: ran} from trials.jsonl; only trials that ran or ran out of memory count
+    (an error, e.g. a killed process, is tried again)."""
+    seen = {}
+    path = os.path.join(out_dir, "trials.jsonl")
+    if os.path.exists(path):
+        with open(path) as f:
+            for line in f:
+                try:
+                    r = json.loads(line)
+                except ValueError:
+                    continue
+                if r.get("status") in ("ok", "oom"):
+                    seen.setdefault(r["setup"], {})[r["value"]] = r["status"] == "ok"
+    return seen
+
+
+def measure_context(setups, out_dir, log):
+    """The CUDA context of one trial run alone (the smallest card's setup at its start value)."""
+    s = min(setups, key=lambda s: s["config"]["vram_bytes"])
+    rec = trial(dict(s, name=s["name"] + "-alone"), s["start"], out_dir, False, log)
+    mib = rec.get("context_at_cap_mib")
+    if mib is None:
+        raise SystemExit("the context could not be measured: %s" % rec.get("error"))
+    return int(mib) * 1024 * 1024
 
 
 def main():
@@ -125,6 +170,7 @@ def main():
     ap.add_argument("out_dir")
     ap.add_argument("--deadline", type=float, default=float("inf"))
     ap.add_argument("--snapshots", type=int, default=0)
+    ap.add_argument("--gpu-bytes", type=int, default=0)
     a = ap.parse_args()
     for d in ("rows", "snapshots"):
         os.makedirs(os.path.join(a.out_dir, d), exist_ok=True)
@@ -136,18 +182,43 @@ def main():
         with open(done_path) as f:
             done = {json.loads(line)["setup"] for line in f if line.strip() and json.loads(line)["complete"]}
     snapshots = [a.snapshots]
+    earlier = earlier_trials(a.out_dir)
+    todo = [s for s in setups if s["name"] not in done]
     with open(os.path.join(a.out_dir, "trials.jsonl"), "a") as log, open(done_path, "a") as out:
-        for s in setups:
-            if s["name"] in done:
-                continue
-            res = scan(s, a.out_dir, a.deadline, snapshots, log)
-            out.write(json.dumps(res) + "\n")
-            out.flush()
-            print("%s: largest %s that runs %s, smallest that fails %s%s" % (
-                s["name"], s["scan"], res["largest_runs"], res["smallest_fails"],
-                "" if res["complete"] else " (stopped at the deadline)"), flush=True)
-            if not res["complete"]:
+
+        def one(s, context):
+            res = scan(s, a.out_dir, a.deadline, snapshots, log, earlier.get(s["name"], {}), context)
+            with LOCK:
+                out.write(json.dumps(res) + "\n")
+                out.flush()
+                print("%s: largest %s that runs %s, smallest that fails %s%s" % (
+                    s["name"], s["scan"], res["largest_runs"], res["smallest_fails"],
+                    "" if res["complete"] else " (stopped at the deadline)"), flush=True)
+
+        if not a.gpu_bytes:
+            for s in todo:
+                one(s, None)
+            return 0
+        context = measure_context(todo, a.out_dir, log) if todo else None
+        todo.sort(key=lambda s: -s["config"]["vram_bytes"])
+        running = {}  # thread -> bytes
+        while todo or running:
+            for t in [t for t in running if not t.is_alive()]:
+                del running[t]
+            free = a.gpu_bytes - sum(running.values())
+            fits = [s for s in todo if s["config"]["vram_bytes"] <= free]
+            if fits and time.time() + TRIAL_SECONDS <= a.deadline:
+                s = fits[0]
+                todo.remove(s)
+                t = threading.Thread(target=one, args=(s, context))
+                running[t] = s["config"]["vram_bytes"]
+                t.start()
+            elif not running and (not fits or time.time() + TRIAL_SECONDS > a.deadline):
+                if todo:
+                    print("not started before the deadline: %s" % ", ".join(s["name"] for s in todo), flush=True)
                 break
+            else:
+                time.sleep(1)
     return 0
 
 

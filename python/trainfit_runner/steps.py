@@ -69,15 +69,18 @@ def make_optimizer(torch, name, params, device):
     return cls(params, **kwargs)
 
 
-def cap_allocator(torch, device, vram, nv):
+def cap_allocator(torch, device, vram, nv, context=None):
     """Caps the caching allocator so that this process, CUDA context included, fits a card of `vram`
-    bytes as NVML reports it (nvidia-smi's total): limit = vram - (device used - reserved)."""
+    bytes as NVML reports it (nvidia-smi's total): limit = vram - (device used - reserved).
+    `context` (bytes) replaces the measured context when other processes share the GPU: NVML's
+    device-wide figure then counts their memory too."""
     torch.cuda.synchronize(device)
-    used = nvml_used(nv)
-    if used is None:
-        free, total = torch.cuda.mem_get_info(device)
-        used = total - free
-    context = max(0, used - torch.cuda.memory_reserved(device))
+    if context is None:
+        used = nvml_used(nv)
+        if used is None:
+            free, total = torch.cuda.mem_get_info(device)
+            used = total - free
+        context = max(0, used - torch.cuda.memory_reserved(device))
     limit = vram - context
     total = torch.cuda.get_device_properties(device).total_memory
     torch.cuda.set_per_process_memory_fraction(max(0.0, min(1.0, limit / total)), device)
@@ -165,7 +168,7 @@ def run_steps(torch, model, cfg, device, vocab, nv, res, dist_info, pipe=None, e
     sync = (lambda: torch.cuda.synchronize(device)) if cuda else (lambda: None)
     vram = cfg.get("vram_bytes")
     if cuda and vram and cfg.get("overflow", "oom") == "oom":
-        res.update(cap_allocator(torch, device, vram, nv))
+        res.update(cap_allocator(torch, device, vram, nv, cfg.get("x_context_bytes")))
     elif vram:
         res["emulated_vram_mib"] = mib(vram)
     sync()
