@@ -1,7 +1,7 @@
 """Capped-allocator boundary scans (issue 35): the largest batch or sequence length that runs.
 
     python3 python/boundary_jobs/scan.py setups.json OUT_DIR [--deadline EPOCH_SECONDS] [--snapshots N]
-                                         [--gpu-bytes BYTES]
+                                         [--gpu-bytes BYTES [--context-bytes BYTES]] [--starts BOUNDARY_JSONL]
 
 Each setup of setups.json names a config (the runner's, docs/bench.md), the setting to scan
 ("batch": every integer; "seq": multiples of 128) and where to start (trainfit's own boundary at the
@@ -23,6 +23,9 @@ first stopped.
 --gpu-bytes BYTES scans several setups at once on one GPU, as many as their emulated cards fit in
 BYTES (largest first). The cap is then set from a CUDA context measured once, by a trial run alone
 (x_context_bytes, docs/bench.md): NVML's device-wide figure would count the other processes.
+--context-bytes gives that context instead (issue 35 caps at the card minus trainfit's own CUDA
+context figure, kCudaContextBytes, 1382 MiB). --starts starts each setup at the largest value an
+earlier scan found.
 Setups never share memory (each process has its own cap), so what runs alone runs beside them.
 """
 import argparse
@@ -171,11 +174,17 @@ def main():
     ap.add_argument("--deadline", type=float, default=float("inf"))
     ap.add_argument("--snapshots", type=int, default=0)
     ap.add_argument("--gpu-bytes", type=int, default=0)
+    ap.add_argument("--context-bytes", type=int, default=None)
+    ap.add_argument("--starts", default=None)
     a = ap.parse_args()
     for d in ("rows", "snapshots"):
         os.makedirs(os.path.join(a.out_dir, d), exist_ok=True)
     with open(a.setups) as f:
         setups = json.load(f)
+    if a.starts:
+        with open(a.starts) as f:
+            found = {r["setup"]: r["largest_runs"] for r in map(json.loads, f) if r.get("largest_runs")}
+        setups = [dict(s, start=found.get(s["name"], s["start"])) for s in setups]
     done_path = os.path.join(a.out_dir, "boundary.jsonl")
     done = set()
     if os.path.exists(done_path):
@@ -199,7 +208,9 @@ def main():
             for s in todo:
                 one(s, None)
             return 0
-        context = measure_context(todo, a.out_dir, log) if todo else None
+        context = a.context_bytes
+        if context is None and todo:
+            context = measure_context(todo, a.out_dir, log)
         todo.sort(key=lambda s: -s["config"]["vram_bytes"])
         running = {}  # thread -> bytes
         while todo or running:
