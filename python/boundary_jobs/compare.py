@@ -8,6 +8,11 @@ scan's config, and prints the measured largest value that ran (any allocator ret
 the smallest that failed beside trainfit's largest that runs at all, the largest that runs without
 the allocator under pressure, and advise's answer. A sequence scan steps by 128 tokens, so trainfit's
 answer is right when it lies in [largest that ran, smallest that failed).
+
+A scan caps the allocator at vram_bytes less the CUDA context it measured or was given
+(x_context_bytes); trainfit's own context figure is 1382 MiB (kCudaContextBytes). trainfit is asked
+about the card whose allocator limit is the scan's: vram_bytes - x_context_bytes + 1382 MiB, so
+that both judge the same bytes.
 """
 import argparse
 import json
@@ -19,6 +24,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_TRAINFIT = os.path.join(HERE, "..", "..", "build", "default", "app", "trainfit")
 # advise leaves these free unless they are given; the scan's runner uses these values.
 PINNED = {"optimizer": "adamw", "attn": "sdpa", "gpus": 1, "grad_accum": 1, "grad_ckpt": False}
+TRAINFIT_CONTEXT_BYTES = 1382 * 1024 * 1024
 
 
 def flags(config, scan):
@@ -46,7 +52,10 @@ def trainfit_json(binary, args):
 
 def compare(row, binary):
     scan = row["scan"]
-    base = flags(row["config"], scan)
+    config = dict(row["config"])
+    if row.get("x_context_bytes") is not None:
+        config["vram_bytes"] += TRAINFIT_CONTEXT_BYTES - row["x_context_bytes"]
+    base = flags(config, scan)
     plan = trainfit_json(binary, ["plan"] + base + ["--largest", scan, "--no-suggest"])["boundary"]
     goal = "largest-batch" if scan == "batch" else "longest-seq"
     advise = trainfit_json(binary, ["advise"] + base + ["--goal", goal]).get("boundary") or {}
