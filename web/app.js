@@ -71,17 +71,54 @@
     $("share-link").textContent = link;
     if (!$("config-json").value.trim()) history.replaceState(null, "", "?" + shareQuery);
     try {
-      const [plan, curves] = await Promise.all([call("plan"), call("curves")]);
+      // The boundary of each setting is a search over every integer (about 60 plans): still milliseconds.
+      const [plan, curves, byBatch, bySeq] =
+          await Promise.all([call("plan"), call("curves"), call("plan", "largest=batch"), call("plan", "largest=seq")]);
       if (ticket !== pending) return;  // a later change is on its way
       $("error").textContent = "";
       $("result").textContent = "";
-      C.renderPlan($("result"), {plan, curves});
+      C.renderPlan($("result"), {plan, curves, boundaries: [byBatch.boundary, bySeq.boundary]});
     } catch (e) {
       if (ticket !== pending) return;
       $("error").textContent = e.message;
       $("result").textContent = "";
     }
     document.body.dataset.renders = String(++renders);
+  }
+
+  // A snapshot file: inflated here when gzipped (the server takes the pickle or JSON as written),
+  // then posted with the setup shown as the query, so that its plan is set beside it.
+  async function snapshotBytes(file) {
+    const bytes = new Uint8Array(await file.arrayBuffer());
+    if (bytes[0] !== 0x1f || bytes[1] !== 0x8b) return bytes;
+    const inflated = new Blob([bytes]).stream().pipeThrough(new DecompressionStream("gzip"));
+    return new Uint8Array(await new Response(inflated).arrayBuffer());
+  }
+  async function analyseSnapshot(file) {
+    const out = $("snapshot-report");
+    out.textContent = `reading ${file.name}...`;
+    try {
+      const body = await snapshotBytes(file);
+      const post = (q) => fetch("/api/snapshot" + (q ? "?" + q : ""), {method: "POST", headers: {"Content-Type": "application/octet-stream"}, body});
+      // With a pasted config.json the setup is not a query: the snapshot is read alone.
+      const q = $("config-json").value.trim() ? "" : query();
+      let response = await post(q);
+      let data = await response.json();
+      let note = "";
+      if (!response.ok && q && !/snapshot/.test(data.error || "")) {  // the setup, not the file, was refused
+        note = "the setup shown could not be planned beside it: " + data.error;
+        response = await post("");
+        data = await response.json();
+      }
+      if (!response.ok) throw new Error(data.error || response.statusText);
+      out.textContent = "";
+      if (note) C.html("p", {class: "note"}, note, out);
+      C.renderReport("trace", data, out);
+    } catch (e) {
+      out.textContent = "";
+      C.html("p", {class: "error"}, `${file.name}: ${e.message}`, out);
+    }
+    document.body.dataset.snapshots = String(Number(document.body.dataset.snapshots || 0) + 1);
   }
 
   function schedule() {
@@ -167,6 +204,17 @@
         C.html("p", {class: "error"}, e.message, $("advice"));
       }
       document.body.dataset.advised = String(Number(document.body.dataset.advised || 0) + 1);
+    });
+    $("snapshot-file").addEventListener("change", () => {
+      if ($("snapshot-file").files.length) analyseSnapshot($("snapshot-file").files[0]);
+    });
+    const drop = $("snapshot-drop");
+    drop.addEventListener("dragover", (e) => { e.preventDefault(); drop.classList.add("over"); });
+    drop.addEventListener("dragleave", () => drop.classList.remove("over"));
+    drop.addEventListener("drop", (e) => {
+      e.preventDefault();
+      drop.classList.remove("over");
+      if (e.dataTransfer.files.length) analyseSnapshot(e.dataTransfer.files[0]);
     });
     recompute();
   }

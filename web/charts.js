@@ -272,6 +272,28 @@ const TrainfitCharts = (() => {
   }
 
   // ---- reports -----------------------------------------------------------------------------------
+  // `plan --largest batch|seq` (docs/model.md, "The boundary"): where each state ends. A value equal
+  // to searched_up_to is the setting's own limit, not the card's.
+  function boundaryTable(parent, boundaries) {
+    const value = (b, v) => (v === 0 ? "none" : v === b.searched_up_to ? `${v} (the most it takes)` : String(v));
+    const box = html("div", {class: "boundary"}, null, parent);
+    textTable(box, ["setting", "runs as planned", "runs at all (the boundary)", "fails from", "advise keeps (headroom)"],
+              boundaries.map((b) => [b.setting === "batch" ? "micro-batch" : "sequence length", value(b, b.largest_runs),
+                                     value(b, b.largest_at_all),
+                                     b.largest_at_all > 0 && b.largest_at_all < b.searched_up_to ? String(b.largest_at_all + 1) : "-",
+                                     value(b, b.largest_fits)]));
+    for (const b of boundaries) {
+      if (b.largest_at_all > b.largest_runs)
+        html("p", {class: "note"}, `${b.setting} ${b.largest_runs + 1} to ${b.largest_at_all}: runs only with the allocator ` +
+                                   "freeing its cache and retrying (slower)", box);
+      if (b.command) {
+        const row = html("p", {}, null, box);
+        html("span", {class: "command", id: "boundary-" + b.setting}, b.command, row);
+        copyButton(row, b.command);
+      }
+    }
+  }
+
   function renderPlan(root, data) {
     const plan = data.plan;
     const sum = html("div", {class: "summary"}, null, root);
@@ -291,6 +313,8 @@ const TrainfitCharts = (() => {
     html("h2", {}, "Memory against micro-batch", batchBox);
     curveChart(batchBox, data.curves.batch, data.curves, plan.setup.batch);
     timeBar(section(root, "Step time, term by term"), plan.time);
+    const boundaries = data.boundaries || (plan.boundary ? [plan.boundary] : []);
+    if (boundaries.length) boundaryTable(section(root, "The largest that runs, all else as set"), boundaries);
     if (plan.suggestions.length) {
       const box = section(root, plan.suggestions[0].verdict === "fits" ? "Changes that make it fit" : "Nothing fits; the nearest");
       commandTable(box, plan.suggestions, [["change", (r) => r.change], ["peak", (r) => mib(r.peak_allocated_bytes), 1],
@@ -417,6 +441,32 @@ const TrainfitCharts = (() => {
       k = end;
     }
   }
+  // The out-of-memory error a snapshot recorded: the request, what the allocator held, and whether
+  // the free memory was there but in pieces (fragmentation) or not there at all.
+  function oomSection(root, oom) {
+    const box = section(root, `Out of memory: a request of ${mib(oom.requested_bytes)} failed`);
+    const sum = html("div", {class: "summary"}, null, box);
+    figure(sum, "the failed request", mib(oom.requested_bytes), "oom-request");
+    figure(sum, "allocated at the error", mib(oom.allocated_bytes), "oom-allocated");
+    figure(sum, "reserved at the error", mib(oom.reserved_bytes), "oom-reserved");
+    figure(sum, "cached free", mib(oom.cached_free_bytes), "oom-cached-free");
+    figure(sum, "largest free block", mib(oom.largest_free_block_bytes), "oom-largest-block");
+    html("p", {class: "words", id: "oom-why"},
+         oom.fragmentation
+           ? `Fragmentation: the allocator held ${mib(oom.cached_free_bytes)} free, more than the request, but in no block ` +
+             `of ${mib(oom.requested_bytes)}. PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True lets a segment grow instead of leaving gaps.`
+           : `Not fragmentation: the request was ${mib(oom.requested_bytes - oom.cached_free_bytes)} more than all the allocator held free.`,
+         box);
+    html("p", {class: "note"}, "the request: " + oom.moment, box);
+    const parts = Object.entries(oom.breakdown).filter(([, b]) => b >= 0.1 * MiB)
+                        .map(([k, b], i) => [k, b, k === "cached_free" ? "#afb8c1" : palette[i % palette.length]]);
+    stackedBar(box, parts, [], oom.reserved_bytes * 1.02 || 1, mib);
+    legend(box, parts.map(([k, b, c]) => [`${k} ${mib(b)}`, c]));
+    if (oom.top_stacks && oom.top_stacks.length)
+      textTable(section(box, "Largest allocation stacks at the error"), ["MiB", "blocks", "category", "frames"],
+                oom.top_stacks.map((a) => [(a.bytes / MiB).toFixed(1), a.blocks, a.category, a.frames]));
+  }
+
   function renderTrace(root, data) {
     const ranks = data.ranks || [];
     for (const r of ranks) {
@@ -451,6 +501,7 @@ const TrainfitCharts = (() => {
     }
     if (data.straggler_check) html("p", {class: "words"}, "straggler: " + data.straggler_check, root);
     for (const w of data.skipped || []) html("p", {class: "note"}, "skipped: " + w, root);
+    if (data.snapshot && data.snapshot.oom) oomSection(root, data.snapshot.oom);
     if (data.snapshot) {
       const snap = data.snapshot;
       const box = section(root, `Memory snapshot: peak allocated ${mib(snap.peak_allocated_bytes)}` +

@@ -16,6 +16,7 @@ namespace trainfit::serve {
 // server goes on serving.
 struct Limits {
   std::size_t max_body_bytes = std::size_t{256} << 10;   // a POST body: a setup and a pasted config.json (a few KiB)
+  std::size_t max_snapshot_bytes = std::size_t{64} << 20;  // a memory snapshot posted to /api/snapshot, inflated
   std::size_t max_parameters = 64;                       // query parameters (a setup has about 30 settings)
   std::size_t max_value_bytes = 4096;                    // one query parameter's value
   std::size_t max_json_depth = 32;                       // nesting of a POST body (a config.json nests 3 deep)
@@ -37,7 +38,7 @@ struct Response {
 };
 
 // Answers one request: the page's files, /api/plan, /api/curves, /api/advise, /api/models,
-// /api/gpus, /api/schema. Never throws for anything a client sends (a bug is a 500 with its message).
+// /api/gpus, /api/schema, and POST /api/snapshot (a memory snapshot file, read as trace --snapshot). Never throws for anything a client sends (a bug is a 500 with its message).
 Response handle(const Request& request, const Limits& limits = {});
 
 // handle() served over HTTP (cpp-httplib) on its own threads until destroyed.

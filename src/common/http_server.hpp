@@ -19,6 +19,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -32,6 +33,10 @@ struct HttpServerLimits {
   int listen_backlog = 1024;           // httplib listens with 5, which drops the connections of a burst
   std::size_t max_body_bytes = 0;      // a larger Content-Length is answered 413 unread; 0: 1 MiB
   std::size_t max_per_client = 64;     // unfinished connections of one address; past it those that waited 1 s are closed
+  // One path whose requests may bring a larger body (a file posted whole); empty: none. A literal:
+  // the connections' framing keeps a view of it.
+  std::string_view large_body_path{};
+  std::size_t large_body_bytes = 0;
 };
 
 struct HttpRequest {

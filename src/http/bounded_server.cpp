@@ -93,7 +93,8 @@ bool numeric_address(const sockaddr* addr, socklen_t len, std::string& ip, int& 
 // One accepted connection, from accept to close.
 struct Connection {
   enum class State { reading, answering, writing };
-  explicit Connection(std::size_t max_body) : framing(max_body) {}
+  Connection(std::size_t max_body, std::string_view large_path, std::size_t large_max_body)
+      : framing(max_body, large_path, large_max_body) {}
   int fd = -1;
   State state = State::reading;
   std::string peer, local;  // numeric addresses; `peer` is the key of the per-client bound
@@ -129,12 +130,15 @@ class BoundedHttpServer final : public httplib::Server {
   // address cannot be bound.
   int start(const std::string& host, int port);
   void stop_all();
+  // How a request refused before httplib reads it is answered (HttpRoutes::refused).
+  void set_refused(std::function<void(HttpReply&)> refused) { refused_ = std::move(refused); }
 
  private:
   struct Job {
     std::uint64_t id;
     std::string request, peer, local;
     int peer_port, local_port;
+    bool too_large;  // answered 413 without httplib (RequestFraming::too_large)
   };
   struct Answer {
     std::uint64_t id;
@@ -151,6 +155,8 @@ class BoundedHttpServer final : public httplib::Server {
   std::size_t evict_unfinished(const std::string* peer, std::size_t count, Clock::time_point before);
   void take_answers(Clock::time_point now);
   void work();
+  std::string refusal(int status) const;  // the whole HTTP response, the connection then closed
+  std::function<void(HttpReply&)> refused_;
 
   HttpServerLimits limits_;
   std::string what_;
@@ -250,6 +256,18 @@ void BoundedHttpServer::stop_all() {
   listen_socket_ = INVALID_SOCKET;
 }
 
+std::string BoundedHttpServer::refusal(int status) const {
+  HttpReply reply;
+  reply.status = status;
+  if (refused_) refused_(reply);
+  // The only refusal answered here is 413 (RFC 9110, 15.5.14).
+  std::string out = "HTTP/1.1 " + std::to_string(status) + (status == 413 ? " Content Too Large" : " Refused") + "\r\n";
+  if (!reply.content_type.empty()) out += "Content-Type: " + reply.content_type + "\r\n";
+  for (const auto& [name, value] : reply.headers) out += name + ": " + value + "\r\n";
+  out += "Content-Length: " + std::to_string(reply.body.size()) + "\r\nConnection: close\r\n\r\n" + reply.body;
+  return out;
+}
+
 void BoundedHttpServer::work() {
   for (;;) {
     Job job;
@@ -261,9 +279,13 @@ void BoundedHttpServer::work() {
       jobs_.pop_front();
     }
     Answer answer{job.id, {}};
-    MemoryStream stream(job.request, answer.reply, job.peer, job.peer_port, job.local, job.local_port);
-    bool closed = false;
-    process_request(stream, /*close_connection=*/true, closed, [](httplib::Request& req) { req.ranges.clear(); });
+    if (job.too_large) {
+      answer.reply = refusal(413);
+    } else {
+      MemoryStream stream(job.request, answer.reply, job.peer, job.peer_port, job.local, job.local_port);
+      bool closed = false;
+      process_request(stream, /*close_connection=*/true, closed, [](httplib::Request& req) { req.ranges.clear(); });
+    }
     {
       const std::lock_guard lock(mutex_);
       answers_.push_back(std::move(answer));
@@ -331,7 +353,7 @@ void BoundedHttpServer::accept_all(Clock::time_point now) {
       if (errno != EAGAIN && errno != EWOULDBLOCK) accept_again_ = now + std::chrono::milliseconds(100);
       return;
     }
-    Connection c(max_body_);
+    Connection c(max_body_, limits_.large_body_path, limits_.large_body_bytes);
     c.fd = fd;
     c.accepted = now;
     c.deadline = now + limits_.connection_deadline;
@@ -391,7 +413,7 @@ void BoundedHttpServer::read_from(std::uint64_t id, Connection& c) {
   if (--unfinished_by_peer_[c.peer] == 0) unfinished_by_peer_.erase(c.peer);
   {
     const std::lock_guard lock(mutex_);
-    jobs_.push_back({id, std::move(c.in), c.peer, c.local, c.peer_port, c.local_port});
+    jobs_.push_back({id, std::move(c.in), c.peer, c.local, c.peer_port, c.local_port, c.framing.too_large()});
   }
   c.in.clear();
   ready_.notify_one();
@@ -463,7 +485,9 @@ class Backend final : public HttpBackend {
  public:
   Backend(const HttpServerLimits& limits, const std::string& what, const HttpRoutes& routes)
       : routes_(routes), server_(limits, what) {
-    if (limits.max_body_bytes > 0) server_.set_payload_max_length(limits.max_body_bytes);
+    // httplib's bound is the larger one; the framing and handle() hold each path to its own.
+    if (limits.max_body_bytes > 0)
+      server_.set_payload_max_length(std::max(limits.max_body_bytes, limits.large_body_bytes));
     const auto serve = [this](const httplib::Request& req, httplib::Response& res) {
       HttpReply reply;
       routes_.handle(request_of(req), reply);
@@ -484,6 +508,7 @@ class Backend final : public HttpBackend {
       else if (method == "OPTIONS")
         server_.Options(any, serve);
     }
+    server_.set_refused(routes_.refused);
     if (routes_.refused) {
       server_.set_error_handler([this](const httplib::Request&, httplib::Response& res) {
         if (!res.body.empty()) return;

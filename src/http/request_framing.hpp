@@ -25,7 +25,10 @@ inline constexpr std::size_t kDefaultMaxBodyBytes = 1024 * 1024;
 // answers it (400, 413, 414) from the bytes that came.
 class RequestFraming {
  public:
-  explicit RequestFraming(std::size_t max_body) : max_body_(max_body) {}
+  // A request whose target's path is `large_path` (a file posted whole, e.g. a memory snapshot) may
+  // bring up to `large_max_body` bytes; every other request up to `max_body`.
+  explicit RequestFraming(std::size_t max_body, std::string_view large_path = {}, std::size_t large_max_body = 0)
+      : max_body_(max_body), large_path_(large_path), large_max_body_(large_max_body) {}
 
   // Whether `bytes` (everything read so far) hold the whole request.
   bool whole(std::string_view bytes) {
@@ -34,6 +37,9 @@ class RequestFraming {
   }
   // The head is read and asks to be told to send its body (Expect: 100-continue).
   bool expects_continue() const { return head_done_ && expects_continue_; }
+  // The body is past its path's bound: whole as far as it came, to be answered 413 unread. The
+  // server answers it itself: httplib's own bound is the largest path's.
+  bool too_large() const { return too_large_; }
 
  private:
   static bool iequals(std::string_view a, std::string_view b) {
@@ -51,7 +57,10 @@ class RequestFraming {
   bool ends_in(std::string_view bytes) {
     if (!head_done_ && !read_head(bytes)) return false;
     if (cut_) return true;
-    if (!chunked_) return content_length_ > max_body_ || bytes.size() - body_start_ >= content_length_;
+    if (!chunked_) {
+      too_large_ = content_length_ > max_body_;
+      return too_large_ || bytes.size() - body_start_ >= content_length_;
+    }
     return read_chunks(bytes);
   }
 
@@ -71,9 +80,22 @@ class RequestFraming {
         chunk_ = scan_;
         return true;
       }
-      if (!request_line) header(line);
+      if (request_line)
+        target(line);
+      else
+        header(line);
       if (scan_ > kMaxHeadBytes) return head_done_ = cut_ = true;
     }
+  }
+
+  // "POST /api/snapshot?x=1 HTTP/1.1": the path picks the body's bound.
+  void target(std::string_view line) {
+    if (large_path_.empty()) return;
+    const std::size_t start = line.find(' ');
+    if (start == std::string_view::npos) return;
+    std::string_view path = line.substr(start + 1);
+    path = path.substr(0, std::min(path.find(' '), path.find('?')));
+    if (path == large_path_) max_body_ = std::max(max_body_, large_max_body_);
   }
 
   void header(std::string_view line) {
@@ -97,9 +119,9 @@ class RequestFraming {
   // trailer lines to an empty one.
   bool read_chunks(std::string_view bytes) {
     for (;;) {
-      if (chunk_ - body_start_ > max_body_) return true;  // httplib's 413
+      if (chunk_ - body_start_ > max_body_) return too_large_ = true;
       const std::size_t eol = bytes.find('\n', chunk_);
-      if (eol == std::string_view::npos) return bytes.size() - body_start_ > max_body_;
+      if (eol == std::string_view::npos) return too_large_ = bytes.size() - body_start_ > max_body_;
       const std::string_view line = trimmed(bytes.substr(chunk_, eol - chunk_));
       if (in_trailer_) {
         chunk_ = eol + 1;
@@ -126,11 +148,14 @@ class RequestFraming {
   }
 
   std::size_t max_body_;
+  std::string_view large_path_;  // the server's, which outlives every connection
+  std::size_t large_max_body_;
   std::size_t scan_ = 0;  // the start of the head's next line
   std::size_t body_start_ = 0;
   std::size_t chunk_ = 0;  // the start of the next chunk's size line
   std::size_t content_length_ = 0;
   bool head_done_ = false, chunked_ = false, in_trailer_ = false, expects_continue_ = false;
+  bool too_large_ = false;
   bool cut_ = false;   // whole as it is: past a bound, or not framed as HTTP
   bool done_ = false;  // whole: what was read is the request
 };

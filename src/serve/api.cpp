@@ -13,6 +13,7 @@
 
 #include "common/text.hpp"
 #include "trainfit/serve.hpp"
+#include "trainfit/trace.hpp"
 #include "trainfit/trainfit.hpp"
 
 namespace trainfit::serve {
@@ -241,6 +242,7 @@ Plan plan_of(const Asked& a) {
   const TrainingSetup setup = resolve_setup(a.given);
   PlanOptions options;
   if (const Input* in = option(a, "no_suggest")) options.suggest = !bool_of(*in);
+  if (const Input* in = option(a, "largest")) options.largest = text_of(*in);
   Plan p = make_plan(*a.model, setup, resolve_card(setup), options);
   for (std::string& line : ignored_settings(a.given, setup)) p.warnings.push_back(std::move(line));
   return p;
@@ -252,7 +254,7 @@ void check_format(const Asked& a) {
 }
 
 Response plan_endpoint(const Inputs& inputs, bool curves) {
-  const Asked a = read_asked(inputs, {"no_suggest", "format"}, false);
+  const Asked a = read_asked(inputs, {"no_suggest", "largest", "format"}, false);
   check_format(a);
   const Plan p = plan_of(a);
   return json_response(curves ? plan_curves(p).dump(2) + "\n" : render_plan(p, Format::json));
@@ -295,6 +297,32 @@ Response advise_endpoint(const Inputs& inputs) {
   return json_response(render_advice(advice, r, Format::json, false));
 }
 
+// POST /api/snapshot: the body is the snapshot file itself (the pickle torch.cuda.memory._dump_snapshot
+// writes, or its JSON rendering); the query may hold a setup, whose plan is set beside it.
+Response snapshot_endpoint(const Request& r, const Limits& limits) {
+  if (r.body.empty())
+    throw RequestError(400,
+                       "POST the snapshot file as the body: the pickle torch.cuda.memory._dump_snapshot writes, "
+                       "or its JSON rendering");
+  if (r.body.size() > limits.max_snapshot_bytes)
+    throw RequestError(413, fmt::format("a snapshot of {} bytes (at most {})", r.body.size(), limits.max_snapshot_bytes));
+  // A gzipped file is inflated by the page (DecompressionStream) before it is posted: inflating
+  // here would let a small body take the server's memory.
+  if (r.body.size() >= 2 && static_cast<unsigned char>(r.body[0]) == 0x1f && static_cast<unsigned char>(r.body[1]) == 0x8b)
+    throw RequestError(400, "the snapshot is gzipped: post it inflated (gunzip it first; the page does)");
+  const trace::SnapshotReport report = trace::analyse_snapshot_text(r.body, "the posted snapshot");
+  std::optional<trace::PlanComparison> comparison;
+  if (!r.query.empty()) {
+    Request setup = r;  // the query read as a GET's
+    setup.method = "GET";
+    setup.body.clear();
+    const Asked a = read_asked(read_inputs(setup, limits), {"format"}, false);
+    check_format(a);
+    comparison = trace::compare_with_plan(trace::RankTrace{}, &report, plan_of(a));
+  }
+  return json_response(trace::render_snapshot(report, comparison ? &*comparison : nullptr, Format::json));
+}
+
 std::string content_type_of(std::string_view name) {
   auto ends = [&](std::string_view ext) {
     return name.size() >= ext.size() && name.compare(name.size() - ext.size(), ext.size(), ext) == 0;
@@ -317,6 +345,10 @@ Response route(const Request& r, const Limits& limits) {
   }
   const std::string endpoint = r.path.substr(5);
   const bool takes_post = endpoint == "plan" || endpoint == "curves" || endpoint == "advise";
+  if (endpoint == "snapshot") {
+    if (!post) return error_response(405, fmt::format("{} {}: POST the snapshot file", r.method, r.path));
+    return snapshot_endpoint(r, limits);
+  }
   if (!get && !(post && takes_post))
     return error_response(405, fmt::format("{} {}: not a method this endpoint answers", r.method, r.path));
   if (endpoint == "plan" || endpoint == "curves") return plan_endpoint(read_inputs(r, limits), endpoint == "curves");

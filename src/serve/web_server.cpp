@@ -14,6 +14,8 @@ detail::HttpServerLimits server_limits(const Limits& limits) {
   l.workers = limits.workers;
   // A body whose Content-Length is over this is answered 413 without being read.
   l.max_body_bytes = limits.max_body_bytes;
+  l.large_body_path = "/api/snapshot";  // a snapshot file, posted whole
+  l.large_body_bytes = limits.max_snapshot_bytes;
   return l;
 }
 

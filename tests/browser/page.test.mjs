@@ -5,7 +5,8 @@
 //
 // Checks: the page shows the peak memory and verdict `trainfit plan --format json` gives for the
 // default setup, for twenty seeded random setups set through its controls, for a shared link and
-// for a pasted config.json; the advisor lists commands; each report opens from a file with its
+// for a pasted config.json; the boundary box is `plan --largest`'s; a dropped OOM snapshot shows
+// what `trace --snapshot` reads; the advisor lists commands; each report opens from a file with its
 // charts; no page logs a console error.
 import {spawn, execFileSync, spawnSync} from "node:child_process";
 import {mkdtempSync, writeFileSync, copyFileSync, readFileSync, mkdirSync} from "node:fs";
@@ -203,6 +204,45 @@ await check("the advisor lists setups that fit, as commands", async () => {
   assert.ok(p.verdict === "fits", `the first advised command fits: ${commands[0]} -> ${p.verdict || p.error}`);
 });
 if (shots) await page.screenshot({path: path.join(shots, "serve-page-advice.png"), fullPage: true});
+
+await check("the boundary box shows `trainfit plan --largest batch` and `--largest seq`", async () => {
+  const args = ["--model", "llama3.1-8b", "--gpu", "a100-40gb", "--method", "lora", "--grad-ckpt"];
+  await setControls(page, {model: "llama3.1-8b", gpu: "a100-40gb", method: "lora", grad_ckpt: "on", seq: "", batch: ""});
+  await showsPlan(page, args, "llama3.1-8b LoRA on a100-40gb");
+  for (const setting of ["batch", "seq"]) {
+    const b = plan([...args, "--largest", setting]).boundary;
+    assert.ok(b && b.command, `plan --largest ${setting} names a command`);
+    await page.waitForFunction((id, c) => document.getElementById(id)?.textContent === c, {timeout: 15000},
+                               "boundary-" + setting, b.command);
+    const row = await page.$$eval(".boundary tr", (rows, i) => [...rows[i].cells].map((c) => c.textContent),
+                                  setting === "batch" ? 1 : 2);
+    assert.equal(row[2], String(b.largest_at_all), `${setting}: the boundary shown`);
+    assert.equal(row[4], b.largest_fits === b.searched_up_to ? `${b.largest_fits} (the most it takes)` : String(b.largest_fits),
+                 `${setting}: what advise keeps`);
+  }
+});
+
+await check("a dropped OOM snapshot (.pickle.gz) shows the failed request, as `trainfit trace --snapshot` reads it", async () => {
+  const file = path.join(source, "data/bench/h200-boundary-2026-12-05/snapshots/q3b-full-ckpt-80g-batch13.pickle.gz");
+  const r = spawnSync(cli, ["trace", "--snapshot", file, "--format", "json"], {encoding: "utf8", maxBuffer: 64 << 20});
+  assert.equal(r.status, 0, r.stderr);
+  const oom = JSON.parse(r.stdout).snapshot.oom;
+  const before = await page.evaluate(() => Number(document.body.dataset.snapshots || 0));
+  const input = await page.$("#snapshot-file");
+  await input.uploadFile(file);
+  await page.waitForFunction((n) => Number(document.body.dataset.snapshots || 0) > n, {timeout: 30000}, before);
+  const got = await page.evaluate(() => ({request: document.getElementById("oom-request")?.textContent,
+                                          largest: document.getElementById("oom-largest-block")?.textContent,
+                                          why: document.getElementById("oom-why")?.textContent,
+                                          error: document.querySelector("#snapshot-report .error")?.textContent}));
+  assert.equal(got.error, undefined, `no error: ${got.error}`);
+  assert.equal(got.request, (oom.requested_bytes / MiB).toFixed(1) + " MiB");
+  assert.equal(got.largest, (oom.largest_free_block_bytes / MiB).toFixed(1) + " MiB");
+  assert.match(got.why, oom.fragmentation ? /^Fragmentation/ : /^Not fragmentation/);
+  const beside = await page.$$eval("#snapshot-report table", (t) => t.length);
+  assert.ok(beside >= 1, "the plan's figures beside it");
+});
+if (shots) await page.screenshot({path: path.join(shots, "serve-page-snapshot.png"), fullPage: true});
 
 await check("bad input at the page: an unknown model is a message, not a crash", async () => {
   const bad = await open(url + "?model=qwen9-1t&gpu=h100-sxm");

@@ -15,6 +15,8 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
@@ -154,6 +156,29 @@ TEST(ServeCli, HugeAndSlowRequestsAreRefusedAndServingGoesOn) {
     ASSERT_TRUE(after);
     EXPECT_EQ(after->status, 200) << "the server goes on serving";
   }
+  EXPECT_EQ(server.stop(), 0);
+}
+
+// A memory snapshot is a file of megabytes: /api/snapshot takes it whole where every other path
+// keeps its small bound (the framing picks the bound from the request line).
+TEST(ServeCli, ASnapshotFileIsTakenWholeAndOtherBodiesStaySmall) {
+  ServeProcess server;
+  ASSERT_GT(server.port(), 0);
+  std::ifstream in(TRAINFIT_SOURCE_DIR "/data/trace/snapshot/peak.pickle.json", std::ios::binary);
+  const std::string file((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSERT_GT(file.size(), std::size_t{1} << 20);
+  httplib::Client client("127.0.0.1", server.port());
+  const auto read = client.Post("/api/snapshot?model=qwen2.5-0.5b&gpu=h200", file, "application/octet-stream");
+  ASSERT_TRUE(read);
+  EXPECT_EQ(read->status, 200) << read->body.substr(0, 300);
+  const nlohmann::json j = nlohmann::json::parse(read->body);
+  EXPECT_GT(j.at("snapshot").at("peak_allocated_bytes").get<std::int64_t>(), 0);
+  EXPECT_TRUE(j.contains("plan"));
+  // Over /api/plan's bound, yet small enough for the socket's buffer: the client is still writing
+  // nothing when the server answers 413 and closes.
+  const auto refused = client.Post("/api/plan", file.substr(0, 300 * 1024), "application/json");
+  ASSERT_TRUE(refused);
+  EXPECT_EQ(refused->status, 413) << "the snapshot's bound is its path's alone";
   EXPECT_EQ(server.stop(), 0);
 }
 

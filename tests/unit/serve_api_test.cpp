@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "trainfit/serve.hpp"
+#include "trainfit/trace.hpp"
 #include "trainfit/trainfit.hpp"
 
 namespace trainfit::serve {
@@ -254,6 +255,73 @@ TEST(ServeApi, ANumberPastADoublesRangeIsABadRequest) {
   const Response r = post("/api/plan", R"({"model": "qwen2.5-0.5b", "gpu": "h200", "seq": 1e643})");
   EXPECT_EQ(r.status, 400);
   EXPECT_NE(error_of(r).find("not JSON"), std::string::npos) << r.body;
+}
+
+TEST(ServeApi, LargestIsPlanLargest) {
+  for (const char* setting : {"batch", "seq"}) {
+    const Response r = get("/api/plan", {{"model", "llama3.1-8b"}, {"gpu", "a100-40gb"}, {"method", "lora"},
+                                         {"grad-ckpt", ""}, {"largest", setting}});
+    ASSERT_EQ(r.status, 200) << r.body;
+    const TrainingSetup s = resolve_setup({text("model", "llama3.1-8b"), text("gpu", "a100-40gb"),
+                                           text("method", "lora"), text("grad_ckpt", "true")});
+    PlanOptions o;
+    o.largest = setting;
+    const Plan p = make_plan(load_model(s.model), s, resolve_card(s), o);
+    ASSERT_TRUE(p.boundary);
+    const json b = json::parse(r.body).at("boundary");
+    EXPECT_EQ(b.at("largest_at_all"), p.boundary->largest_at_all) << setting;
+    EXPECT_EQ(b.at("largest_fits"), p.boundary->largest_fits) << setting;
+    EXPECT_GT(p.boundary->largest_at_all, 1) << setting << ": an 8B LoRA with checkpointing runs past 1 on 40 GB";
+    EXPECT_GE(p.boundary->largest_at_all, p.boundary->largest_fits);
+  }
+  EXPECT_EQ(get("/api/plan", {{"model", "qwen2.5-7b"}, {"largest", "grad_accum"}}).status, 400);
+}
+
+TEST(ServeApi, APostedSnapshotIsReadAsTraceSnapshotReadsIt) {
+  const std::string file = read_file(TRAINFIT_SOURCE_DIR "/data/trace/snapshot/peak.pickle.json");
+  ASSERT_GT(file.size(), Limits{}.max_body_bytes) << "larger than any other POST may be";
+  const Response alone = post("/api/snapshot", file);
+  ASSERT_EQ(alone.status, 200) << alone.body.substr(0, 300);
+  EXPECT_EQ(alone.body, trace::render_snapshot(trace::analyse_snapshot_text(file, "the posted snapshot"), nullptr,
+                                               Format::json));
+  EXPECT_FALSE(json::parse(alone.body).contains("plan"));
+  // With a setup in the query, its plan is set beside the snapshot.
+  const Response beside = handle({"POST", "/api/snapshot", {{"model", "qwen2.5-0.5b"}, {"gpu", "h200"}}, file});
+  ASSERT_EQ(beside.status, 200) << beside.body.substr(0, 300);
+  const json plan = json::parse(beside.body).at("plan");
+  bool peak = false;
+  for (const json& row : plan.at("memory")) peak = peak || row.at("term") == "peak_allocated";
+  EXPECT_TRUE(peak) << plan.dump();
+}
+
+TEST(ServeApi, ABadSnapshotGetsAMessage) {
+  const std::string gz = read_file(TRAINFIT_SOURCE_DIR "/data/bench/h200-boundary-2026-12-05/snapshots/"
+                                                       "l8b-lora-ckpt-40g-batch7.pickle.gz");
+  ASSERT_GT(gz.size(), 2u);
+  struct Case {
+    Request request;
+    int status;
+    const char* says;
+  };
+  const std::vector<Case> cases = {
+      {{"POST", "/api/snapshot", {}, ""}, 400, "POST the snapshot file"},
+      {{"POST", "/api/snapshot", {}, gz}, 400, "gzipped"},
+      {{"POST", "/api/snapshot", {}, "not a snapshot at all"}, 400, "snapshot"},
+      {{"POST", "/api/snapshot", {{"model", "qwen9-1t"}}, read_file(TRAINFIT_SOURCE_DIR
+                                                                    "/data/trace/snapshot/peak.pickle.json")},
+       400, "unknown model"},
+      {{"GET", "/api/snapshot", {}, ""}, 405, "POST"},
+  };
+  for (const Case& c : cases) {
+    const Response r = handle(c.request);
+    EXPECT_EQ(r.status, c.status) << c.request.method << " " << c.request.body.substr(0, 40);
+    EXPECT_NE(error_of(r).find(c.says), std::string::npos) << error_of(r);
+  }
+  Limits small;
+  small.max_snapshot_bytes = 1000;
+  const Response r = handle({"POST", "/api/snapshot", {}, std::string(1001, '{')}, small);
+  EXPECT_EQ(r.status, 413);
+  EXPECT_NE(error_of(r).find("at most 1000"), std::string::npos) << error_of(r);
 }
 
 TEST(HtmlReport, IsOnePageWithItsDataAndCharts) {
