@@ -457,6 +457,10 @@ const TrainfitCharts = (() => {
              `of ${mib(oom.requested_bytes)}. PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True lets a segment grow instead of leaving gaps.`
            : `Not fragmentation: the request was ${mib(oom.requested_bytes - oom.cached_free_bytes)} more than all the allocator held free.`,
          box);
+    if (oom.limit_needed_bytes !== null && oom.limit_needed_bytes !== undefined)
+      html("p", {class: "words", id: "oom-limit-needed"},
+           `Replayed through the caching allocator's rules, this history gets past the request with an allocator limit of ` +
+           `${mib(oom.limit_needed_bytes)} or more; were no free memory stranded, ${mib(oom.unstranded_need_bytes)} (allocated + request).`, box);
     html("p", {class: "note"}, "the request: " + oom.moment, box);
     const parts = Object.entries(oom.breakdown).filter(([, b]) => b >= 0.1 * MiB)
                         .map(([k, b], i) => [k, b, k === "cached_free" ? "#afb8c1" : palette[i % palette.length]]);

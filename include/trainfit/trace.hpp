@@ -148,6 +148,12 @@ struct SnapshotOom {
   std::int64_t largest_free_block_bytes = 0;  // of the pool the request is served from
   std::optional<std::int64_t> device_free_bytes;  // what the driver called free on the card (pickles only)
   bool fragmentation = false;  // the cached free memory held the request, but not in one block
+  // The history replayed through the caching allocator's rules (docs/trace.md, "Replaying the
+  // allocator"): the smallest allocator limit under which the failed request is served, a
+  // multiple of 2 MiB; none when the history does not reach back to the process's first
+  // allocation. And what it would need were no free memory stranded: allocated + request.
+  std::optional<std::int64_t> limit_needed_bytes;
+  std::int64_t unstranded_need_bytes = 0;
   double time_s = 0;           // from the first event of the history
   std::string moment;          // the frames of the request that failed
   std::size_t oom_events = 0;

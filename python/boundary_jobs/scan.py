@@ -1,6 +1,6 @@
 """Capped-allocator boundary scans (issue 35): the largest batch or sequence length that runs.
 
-    python3 python/boundary_jobs/scan.py setups.json OUT_DIR [--deadline EPOCH_SECONDS] [--snapshots N]
+    python3 python/boundary_jobs/scan.py setups.json OUT_DIR [--deadline EPOCH_SECONDS] [--snapshots N | --snapshot-every]
                                          [--gpu-bytes BYTES [--context-bytes BYTES]] [--starts BOUNDARY_JSONL]
 
 Each setup of setups.json names a config (the runner's, docs/bench.md), the setting to scan
@@ -16,7 +16,8 @@ at every smaller one.
 OUT_DIR/trials.jsonl gets one line per trial, OUT_DIR/boundary.jsonl one per setup (largest value
 that ran, smallest that failed, whether the search finished before the deadline); with --snapshots N
 the first N failing trials also leave the allocator's snapshot at the OOM (the pickle
-torch.cuda.memory._dump_snapshot writes) in OUT_DIR/snapshots/.  Setups already in boundary.jsonl
+torch.cuda.memory._dump_snapshot writes) in OUT_DIR/snapshots/; with --snapshot-every every trial
+does, one that ran at its end (the allocator's whole history on both sides of a boundary).  Setups already in boundary.jsonl
 are skipped and trials already in trials.jsonl are not run again, so a second call goes on where the
 first stopped.
 
@@ -56,6 +57,8 @@ def trial(setup, value, out_dir, snapshot, log, context=None):
     if snapshot:
         snap_path = os.path.join(out_dir, "snapshots", tag + ".pickle")
         env["TRAINFIT_OOM_SNAPSHOT"] = snap_path
+        if snapshot == "every":
+            env["TRAINFIT_SNAPSHOT_AT_END"] = "1"  # a run that fits keeps its history too
     t0 = time.time()
     with open(os.path.join(out_dir, "rows", tag + ".log"), "w") as lf:
         subprocess.call([sys.executable, "-m", "trainfit_runner", "--config", json.dumps(cfg), "--out", row_path],
@@ -74,7 +77,7 @@ def trial(setup, value, out_dir, snapshot, log, context=None):
            "allocator_limit_mib": m.get("allocator_limit_mib"), "context_at_cap_mib": m.get("context_at_cap_mib"),
            "error": (m.get("error") or "")[:1000] or None, "wall_seconds": round(time.time() - t0, 1)}
     if snap_path and os.path.exists(snap_path):
-        if rec["status"] == "oom":
+        if rec["status"] == "oom" or snapshot == "every":
             rec["snapshot"] = os.path.basename(snap_path)
         else:
             os.remove(snap_path)
@@ -96,11 +99,11 @@ def scan(setup, out_dir, deadline, snapshots, log, earlier, context=None):
             if time.time() + TRIAL_SECONDS > deadline:
                 raise TimeoutError
             with LOCK:
-                want_snapshot = snapshots[0] > 0
-                if want_snapshot:
+                want_snapshot = "every" if snapshots[0] == "every" else snapshots[0] > 0
+                if want_snapshot is True:
                     snapshots[0] -= 1
             rec = trial(setup, v, out_dir, want_snapshot, log, context)
-            if want_snapshot and not rec.get("snapshot"):
+            if want_snapshot is True and not rec.get("snapshot"):
                 with LOCK:
                     snapshots[0] += 1
             runs[v] = rec["status"] == "ok"
@@ -176,6 +179,7 @@ def main():
     ap.add_argument("--gpu-bytes", type=int, default=0)
     ap.add_argument("--context-bytes", type=int, default=None)
     ap.add_argument("--starts", default=None)
+    ap.add_argument("--snapshot-every", action="store_true")
     a = ap.parse_args()
     for d in ("rows", "snapshots"):
         os.makedirs(os.path.join(a.out_dir, d), exist_ok=True)
@@ -190,7 +194,7 @@ def main():
     if os.path.exists(done_path):
         with open(done_path) as f:
             done = {json.loads(line)["setup"] for line in f if line.strip() and json.loads(line)["complete"]}
-    snapshots = [a.snapshots]
+    snapshots = ["every" if a.snapshot_every else a.snapshots]
     earlier = earlier_trials(a.out_dir)
     todo = [s for s in setups if s["name"] not in done]
     with open(os.path.join(a.out_dir, "trials.jsonl"), "a") as log, open(done_path, "a") as out:

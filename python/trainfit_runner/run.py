@@ -190,6 +190,11 @@ def run(cfg, out):
         run_steps(torch, model, cfg, device, vocab, nv, res, dist_info, pipe, extras)
         if res["status"] == "running":
             res["status"] = "ok"
+        # A run that did not fail leaves its history too when asked (the boundary scans keep both
+        # sides of a boundary: the allocator's stream of a run that fits beside one that does not).
+        snap = os.environ.get("TRAINFIT_OOM_SNAPSHOT")
+        if snap and os.environ.get("TRAINFIT_SNAPSHOT_AT_END") and device.type == "cuda" and not os.path.exists(snap):
+            torch.cuda.memory._dump_snapshot(snap)
         if os.environ.get("TRAINFIT_HOST_PROBE"):
             del model, extras, pipe  # the host probe's tiny models run next, with this one's memory freed
     except Exception as e:  # the row says what went wrong; the orchestrator keeps going

@@ -21,6 +21,7 @@
 #include <unordered_map>
 
 #include "common/text.hpp"
+#include "memory/caching_allocator.hpp"
 #include "trace/json_stream.hpp"
 #include "trace/pickle_reader.hpp"
 #include "trainfit/error.hpp"
@@ -30,6 +31,7 @@ namespace trainfit::trace {
 namespace {
 
 namespace dom = simdjson::dom;
+using trainfit::detail::CachingAllocatorModel;
 
 enum class Action { alloc, free_requested, free_completed, segment_alloc, segment_free, oom, other };
 
@@ -515,6 +517,49 @@ std::pair<std::int64_t, std::int64_t> largest_free_blocks(const Snapshot& s, std
   return largest;
 }
 
+// The history's requests up to and including event `through` (an alloc, or the request an oom
+// event names) replayed through the caching allocator's rules under `limit`: whether each is
+// served. An earlier oom event's request is left out: it was not served then either.
+bool replay_serves(const Snapshot& s, std::size_t through, std::int64_t limit) {
+  CachingAllocatorModel model(limit);
+  std::unordered_map<std::uint64_t, CachingAllocatorModel::Handle> live;
+  for (std::size_t k = 0; k <= through && k < s.history.size(); ++k) {
+    const HistoryEvent& h = s.history[k];
+    if (h.action == Action::alloc || (h.action == Action::oom && k == through)) {
+      const std::optional<CachingAllocatorModel::Handle> block = model.allocate(h.size);
+      if (!block) return false;
+      if (h.action == Action::alloc) live[h.address] = *block;
+    } else if (h.action == Action::free_completed) {
+      if (const auto it = live.find(h.address); it != live.end()) {
+        model.free(it->second);
+        live.erase(it);
+      }
+    }
+  }
+  return true;
+}
+
+// The smallest allocator limit (a multiple of 2 MiB: segments are) under which the replay serves
+// the request of event `oom_at`; at least `at_least`, the bytes in use plus the request. None past
+// a petabyte (a history no GPU could have written).
+std::optional<std::int64_t> limit_needed(const Snapshot& s, std::size_t oom_at, std::int64_t at_least) {
+  constexpr std::int64_t kGrain = std::int64_t{2} << 20;
+  constexpr std::int64_t kMost = std::int64_t{1} << 50;
+  if (at_least < 0 || at_least > kMost) return std::nullopt;
+  std::int64_t lo = at_least / kGrain * kGrain;  // may not serve it
+  std::int64_t hi = lo + kGrain;
+  while (!replay_serves(s, oom_at, hi)) {  // a history needs at most what it ever reserved, plus the request
+    if (hi > kMost) return std::nullopt;
+    lo = hi;
+    hi = lo + std::max(kGrain, (hi - at_least) * 2 / kGrain * kGrain);
+  }
+  while (hi - lo > kGrain) {
+    const std::int64_t mid = lo + (hi - lo) / 2 / kGrain * kGrain;
+    (replay_serves(s, oom_at, mid) ? hi : lo) = mid;
+  }
+  return hi;
+}
+
 SnapshotReport analyse(Snapshot s, const std::string& source, std::size_t top_stacks) {
   SnapshotReport r;
   r.source = source;
@@ -560,6 +605,7 @@ SnapshotReport analyse(Snapshot s, const std::string& source, std::size_t top_st
   }
   if (allocated < 0 || reserved < 0)
     r.warnings.push_back("the history does not add up to the dumped state (events lost from the ring buffer?)");
+  const bool history_complete = reserved == 0 && !s.history.empty();  // every segment made in it
   r.peak_allocated_bytes = peak;
   r.reserved_at_peak_bytes = std::max(peak_reserved, peak);
 
@@ -579,11 +625,7 @@ SnapshotReport analyse(Snapshot s, const std::string& source, std::size_t top_st
     o.requested_bytes = h.size;
     // CUDACachingAllocator's get_allocation_size: kSmallBuffer, kLargeBuffer below kMinLargeAlloc,
     // else rounded up to kRoundLarge.
-    constexpr std::int64_t kLargeSegmentBytes = std::int64_t{20} << 20, kMinLargeAlloc = std::int64_t{10} << 20;
-    o.segment_request_bytes = h.size <= kSmallRequestBytes ? kSmallSegmentBytes
-                              : h.size < kMinLargeAlloc    ? kLargeSegmentBytes
-                                                           : (h.size + kSmallSegmentBytes - 1) / kSmallSegmentBytes *
-                                                                 kSmallSegmentBytes;
+    o.segment_request_bytes = CachingAllocatorModel::segment_size(CachingAllocatorModel::block_size(h.size));
     o.allocated_bytes = oom_allocated;
     o.reserved_bytes = std::max(oom_reserved, oom_allocated);
     o.cached_free_bytes = o.reserved_bytes - o.allocated_bytes;
@@ -597,6 +639,10 @@ SnapshotReport analyse(Snapshot s, const std::string& source, std::size_t top_st
     o.fragmentation = o.cached_free_bytes >= o.requested_bytes;
     describe_live(s, live_after(s, *oom_at, free_stacks), top_stacks, o.breakdown, o.top_stacks);
     o.breakdown.push_back({"cached_free", o.cached_free_bytes});
+    o.unstranded_need_bytes = add_bytes(o.allocated_bytes, o.requested_bytes);
+    // Replayed only when the history reaches back to the process's first allocation (nothing was
+    // reserved before it): otherwise the segments made before it are unknown.
+    if (history_complete && consistent) o.limit_needed_bytes = limit_needed(s, *oom_at, o.unstranded_need_bytes);
     if (!consistent)
       r.warnings.push_back(
           "an event of the history names memory outside every segment: the free blocks at the out-of-memory "

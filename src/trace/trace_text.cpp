@@ -107,6 +107,8 @@ json oom_json(const SnapshotOom& o) {
           {"largest_free_block_bytes", o.largest_free_block_bytes},
           {"device_free_bytes", o.device_free_bytes ? json(*o.device_free_bytes) : json(nullptr)},
           {"fragmentation", o.fragmentation},
+          {"limit_needed_bytes", o.limit_needed_bytes ? json(*o.limit_needed_bytes) : json(nullptr)},
+          {"unstranded_need_bytes", o.unstranded_need_bytes},
           {"time_s", o.time_s},
           {"moment", o.moment},
           {"oom_events", o.oom_events},
@@ -318,6 +320,11 @@ std::string oom_text(const SnapshotOom& o, bool markdown) {
                           "than the card (set_per_process_memory_fraction, or another process's memory)",
                           m(*o.device_free_bytes))
             : fmt::format("; the driver called {} MiB of the card free", m(*o.device_free_bytes)));
+  if (o.limit_needed_bytes)
+    out += fmt::format(
+        "{}replayed through the caching allocator's rules, this history gets past the request with an allocator "
+        "limit of {} MiB or more; were no free memory stranded, {} MiB (allocated + request)\n",
+        markdown ? "\n" : "  ", m(*o.limit_needed_bytes), m(o.unstranded_need_bytes));
   out += fmt::format("{}the request: {}\n", markdown ? "\n" : "  ", shorten(o.moment, 160));
   out += markdown ? "\n" : "\nalive at the out-of-memory error:\n";
   out += terms_table(o.breakdown, o.reserved_bytes, markdown);

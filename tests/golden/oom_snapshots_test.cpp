@@ -92,4 +92,31 @@ TEST(OomSnapshots, TheFiguresAtTheErrorAreThoseOfPyTorchsMessage) {
   EXPECT_LT(fragmented, checked);
 }
 
+// The caching allocator's rules (memory/caching_allocator.hpp), replaying each pickle's history,
+// agree with the GPU: under the limit the trial ran at (allocator_limit_mib in trials.jsonl) the
+// request is not served, and under a limit raised by the segment it asked for, it is.
+TEST(OomSnapshots, TheAllocatorReplayFailsWhereTheGpuFailed) {
+  std::ifstream trials(kScan / "trials.jsonl");
+  ASSERT_TRUE(trials) << kScan;
+  int checked = 0;
+  std::string line;
+  while (std::getline(trials, line)) {
+    const auto row = nlohmann::json::parse(line);
+    if (!row.contains("snapshot")) continue;
+    const fs::path pickle = kScan / "snapshots" / (row["snapshot"].get<std::string>() + ".gz");
+    const auto report = trainfit::trace::analyse_snapshot(pickle.string());
+    ASSERT_TRUE(report.oom.has_value()) << pickle;
+    const auto& oom = *report.oom;
+    const std::string what = pickle.filename().string();
+    ASSERT_TRUE(oom.limit_needed_bytes.has_value()) << what << ": the history reaches back to the first allocation";
+    const double limit = row["allocator_limit_mib"].get<double>() * 1048576.0;
+    const auto needed = static_cast<double>(*oom.limit_needed_bytes);
+    EXPECT_GT(needed, limit) << what << ": the replay serves the request under the limit the GPU refused it at";
+    EXPECT_LE(needed, limit + static_cast<double>(oom.segment_request_bytes)) << what;
+    EXPECT_GE(*oom.limit_needed_bytes, oom.unstranded_need_bytes) << what;
+    ++checked;
+  }
+  EXPECT_GE(checked, 5);
+}
+
 }  // namespace
