@@ -67,6 +67,11 @@ struct MemoryEstimate {
   // reserved beside the step's, and the CUDA context and NCCL's buffers are the same on every
   // GPU. The verdict is judged on these two busiest figures. Otherwise device_used_bytes.
   std::int64_t busiest_device_used_bytes = 0;
+  // The boundary (docs/model.md): when the first optimizer step's largest state tensor lands in the
+  // first step's fp32 logits segment (no activation's freed block holds it), the later steps' fp32
+  // logits need a segment of their own beside it: its size, which the step must find on top of the
+  // busiest peak to run at all. 0 when the states land elsewhere.
+  std::int64_t later_logits_segment_bytes = 0;
   // Host memory one host needs for offloaded states (every GPU of the host; 0 without offload).
   std::int64_t host_bytes = 0;
   // With pipeline parallelism, the stage these figures are for: the busiest (0 = the first).

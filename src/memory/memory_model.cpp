@@ -172,6 +172,11 @@ MemoryBasis memory_basis(const ModelSpec& model, const Step& step, const GpuSpec
   const double states_per_param_copy = setup.optimizer == Optimizer::adamw ? 2.0
                                        : setup.optimizer == Optimizer::sgd_momentum ? 1.0 : 0.0;
   base.optimizer_states = st.optimizer_states * share_o + states_per_param_copy * p.trainable_rounding * share_o / share;
+  // Measured on one GPU (the boundary scans): whole states, whole logits, no pipeline or DeepSpeed.
+  if (states_per_param_copy > 0 && p.trainable_params > 0 && lay.state_shards == 1 && !lay.offload_states &&
+      lay.tp == 1 && lay.pp == 1 && lay.cp == 1 && !lay.zero)
+    b.largest_state_tensor =
+        allocator_block(p.largest_trainable * st.optimizer_states / (states_per_param_copy * p.trainable_params));
   // The libraries' workspaces are the one static term that depends on the card.
   base.cublas_workspace = cublas_workspace_bytes(gpu);
   // DDP's reducer allocates flat bucket buffers for every trainable gradient when it wraps the
@@ -541,6 +546,25 @@ StepMemory step_memory(const MemoryBasis& b, double tokens, std::int64_t grad_ac
     }
   }
   out.peak_allocated_bytes = count_of(peak_total);
+  // The boundary (docs/model.md, "The boundary"): the first optimizer step allocates its states,
+  // and the caching allocator puts each in the smallest cached free block that holds it. States
+  // of 1 MiB or less come from the small pool's own segments. Larger ones go to the blocks the
+  // step freed: the saved activations' (less the gradients the backward allocated into them) and
+  // the loss's fp32 logits'. When one is larger than every activation block, or all of them do not
+  // fit the activations' free space, states stay in a first-step logits segment, which can then not
+  // serve the next step's fp32 logits: they need a segment of their own beside it.
+  if (b.objective == Objective::sft && b.largest_state_tensor > caching_allocator::kSmallSize &&
+      b.largest_state_tensor <= logits_f) {
+    double largest_activation = allocator_block(b.checkpoint_per_token * T);
+    for (const TensorSizes* sizes : {&b.layer_activations, &b.outside_activations})
+      for (const TensorSizes::SameSize& d : sizes->distinct)
+        largest_activation = std::max(largest_activation, allocator_block(d.bytes_per_token * T));
+    // Under checkpointing the layers' recomputed tensors reuse one layer's blocks.
+    const double freed_activations = (grad_ckpt ? L * kept_per_layer + layer_acts : L * layer_acts) + outside;
+    const double room = freed_activations - b.all_grads;
+    if (b.largest_state_tensor > largest_activation || base.optimizer_states > room)
+      out.later_logits_segment_bytes = count_of(logits_f);
+  }
   out.busiest_peak_allocated_bytes = count_of(peak_total + b.rebuilt_buckets);
   // Blocks freed before the peak that the allocator cannot reuse for it stay reserved: the
   // lm_head-dtype logits (too small for the loss backward's fp32 blocks) and the blocks of a
@@ -651,6 +675,7 @@ MemoryEstimate estimate_memory(const ModelSpec& model, const Step& step, const G
     est.phases.push_back(pp);
   }
   est.peak_reserved_bytes = sm.peak_reserved_bytes;
+  est.later_logits_segment_bytes = sm.later_logits_segment_bytes;
   est.cuda_context_bytes = basis.cuda_context_bytes;
   est.device_used_bytes = sm.device_used_bytes;
   est.busiest_device_used_bytes = sm.busiest_device_used_bytes;

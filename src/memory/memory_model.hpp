@@ -96,6 +96,9 @@ struct MemoryBasis {
   double dequant_transient = 0;
   double embedding_backward_transient = 0;
   double optimizer_transient = 0;
+  // The first optimizer step's largest state tensor, as allocated (whole tensors on this GPU; 0
+  // when states are sharded, offloaded or not kept): where it lands decides the boundary.
+  double largest_state_tensor = 0;
   double gather_pool = 0;  // FSDP's all-gather buffers kept reserved in its stream's pool
   // Layouts (step/layout.hpp): the tokens a GPU holds are the micro-batch's / tokens_divisor
   // (context parallelism); fsdp-grad-op keeps each layer gathered (kept_gathered_layer bytes)
@@ -148,7 +151,20 @@ struct StepMemory {
   std::int64_t busiest_device_used_bytes = 0;     // the same GPU's device use (MemoryEstimate's)
   std::int64_t peak_reserved_bytes = 0;
   std::int64_t device_used_bytes = 0;
+  // The fp32 logits segment a later step must make beside the first step's, which the first
+  // optimizer step's states made unusable for them (MemoryEstimate::later_logits_segment_bytes).
+  std::int64_t later_logits_segment_bytes = 0;
 };
+
+// What a card must hold for the steps after the first to run at all when the first optimizer step
+// strands the first step's logits segment (StepMemory::later_logits_segment_bytes): the busiest
+// peak's tensors, the new segment and the CUDA context; 0 when nothing is stranded. The verdict
+// and the run state judge it beside the device use (docs/model.md, "The boundary").
+inline std::int64_t later_step_need_bytes(std::int64_t busiest_peak_allocated, std::int64_t later_logits_segment,
+                                          std::int64_t cuda_context) {
+  return later_logits_segment > 0 ? add_bytes(add_bytes(busiest_peak_allocated, later_logits_segment), cuda_context)
+                                  : 0;
+}
 
 // The memory of a step of `tokens` tokens a micro-batch (micro_batch_tokens), with `grad_accum`
 // micro-batches a step, with or without checkpointing.

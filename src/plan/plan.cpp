@@ -57,6 +57,12 @@ std::string to_string(RunState s) {
 
 namespace {
 
+// MemoryEstimate's figures for later_step_need_bytes (memory/memory_model.hpp).
+std::int64_t later_need(const MemoryEstimate& m) {
+  return detail::later_step_need_bytes(m.busiest_peak_allocated_bytes, m.later_logits_segment_bytes,
+                                       m.cuda_context_bytes);
+}
+
 // The step on a Linux card of `capacity` bytes (docs/model.md, "The boundary"). The caching
 // allocator, when a request does not fit what it may still reserve, frees every cached block it
 // holds unused and asks the driver again (c10/cuda/CUDACachingAllocator.cpp: release_cached_blocks,
@@ -68,6 +74,8 @@ namespace {
 // python/boundary_jobs/ measure.
 RunState run_state_of(const MemoryEstimate& m, std::int64_t capacity) {
   if (add_bytes(m.busiest_peak_allocated_bytes, m.cuda_context_bytes) > capacity) return RunState::fails;
+  // The later steps' logits segment, when the first optimizer step strands the first one's.
+  if (later_need(m) > capacity) return RunState::fails;
   if (m.busiest_device_used_bytes > capacity) return RunState::under_pressure;
   return RunState::runs;
 }
@@ -85,9 +93,8 @@ Estimates estimate(const ModelSpec& model, const TrainingSetup& setup, const Gpu
   const detail::Step step = detail::describe_step(model, setup);
   Estimates e;
   e.memory = detail::estimate_memory(model, step, gpu);
-  e.verdict = judge(e.memory.busiest_peak_allocated_bytes, e.memory.busiest_device_used_bytes, gpu.memory_bytes,
-                    setup.headroom,
-                    setup.platform);
+  e.verdict = judge(e.memory.busiest_peak_allocated_bytes, std::max(e.memory.busiest_device_used_bytes, later_need(e.memory)),
+                    gpu.memory_bytes, setup.headroom, setup.platform);
   // A card without rates gets no time (estimate_time says so without counting the work).
   if (detail::has_rates(gpu))
     e.time = estimate_time(detail::step_work(model, step), setup, gpu, profile, e.verdict == Verdict::spills);
@@ -384,7 +391,8 @@ Plan make_plan(const ModelSpec& model, const TrainingSetup& setup, const GpuSpec
   const double cap = static_cast<double>(gpu.memory_bytes);
   plan.headroom_fraction = 1.0 - static_cast<double>(plan.memory.busiest_peak_allocated_bytes) / cap;
   plan.verdict = e.verdict;
-  const std::int64_t needs = std::max(plan.memory.busiest_peak_allocated_bytes, plan.memory.busiest_device_used_bytes);
+  const std::int64_t needs = std::max({plan.memory.busiest_peak_allocated_bytes, plan.memory.busiest_device_used_bytes,
+                                       later_need(plan.memory)});
   // A figure held at the top is over by at least as much: its excess is held there too.
   plan.over_capacity_bytes = needs == kMostBytes ? kMostBytes : std::max<std::int64_t>(0, needs - gpu.memory_bytes);
   plan.time = std::move(e.time);

@@ -91,8 +91,11 @@ SetupGroup::Point SetupGroup::at(std::int64_t batch, std::int64_t grad_accum, bo
   p.busiest_peak_allocated_bytes = memory.busiest_peak_allocated_bytes;
   p.busiest_device_used_bytes = memory.busiest_device_used_bytes;
   // The busiest GPU over the run decides (MemoryEstimate::busiest_peak_allocated_bytes).
-  p.verdict = judge(p.busiest_peak_allocated_bytes, p.busiest_device_used_bytes, gpu_.memory_bytes, base_.headroom,
-                    base_.platform);
+  // A later step's logits segment, when the first optimizer step strands the first one's, counts as device use.
+  const std::int64_t later = later_step_need_bytes(p.busiest_peak_allocated_bytes, memory.later_logits_segment_bytes,
+                                                   busiest.basis->cuda_context_bytes);
+  p.verdict = judge(p.busiest_peak_allocated_bytes, std::max(p.busiest_device_used_bytes, later), gpu_.memory_bytes,
+                    base_.headroom, base_.platform);
   if (timed_) {
     const StepWork work = step_work(work_, tokens, static_cast<double>(batch), grad_ckpt);
     const StepSeconds time =

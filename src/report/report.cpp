@@ -72,6 +72,15 @@ std::string boundary_lines(const Boundary& b, bool md) {
   return out;
 }
 
+// Whether the plan needs more for its later steps' logits segment than for its peak and its cache
+// (MemoryEstimate::later_logits_segment_bytes): then that is why it does not fit.
+bool stranded_logits(const Plan& p) {
+  const MemoryEstimate& m = p.memory;
+  return m.later_logits_segment_bytes > 0 &&
+         add_bytes(add_bytes(m.busiest_peak_allocated_bytes, m.later_logits_segment_bytes), m.cuda_context_bytes) >
+             std::max(m.busiest_peak_allocated_bytes, m.busiest_device_used_bytes);
+}
+
 std::string verdict_line(const Plan& p) {
   const auto cap = p.gpu.memory_bytes;
   switch (p.verdict) {
@@ -83,11 +92,15 @@ std::string verdict_line(const Plan& p) {
                          pct(p.headroom_fraction), pct(p.setup.headroom));
     case Verdict::spills:
       return fmt::format("SPILLS: needs {} on a {} card, {} over; the driver's system-memory fallback will run it, very slowly",
-                         gib(std::max(p.memory.busiest_peak_allocated_bytes, p.memory.busiest_device_used_bytes)), gib(cap), gib(p.over_capacity_bytes));
+                         gib(add_bytes(cap, p.over_capacity_bytes)), gib(cap), gib(p.over_capacity_bytes));
     case Verdict::oom:
-      return fmt::format("OOM: needs {} on a {} card, {} over: CUDA out of memory{}",
-                         gib(std::max(p.memory.busiest_peak_allocated_bytes, p.memory.busiest_device_used_bytes)),
-                         gib(cap), gib(p.over_capacity_bytes),
+      return fmt::format("OOM: needs {} on a {} card, {} over: CUDA out of memory{}{}",
+                         gib(add_bytes(cap, p.over_capacity_bytes)), gib(cap), gib(p.over_capacity_bytes),
+                         stranded_logits(p)
+                             ? fmt::format(" in the second step: the first optimizer step leaves states in the first "
+                                           "step's fp32 logits segment, so the next logits need {} more of their own",
+                                           gib(p.memory.later_logits_segment_bytes))
+                             : std::string(),
                          p.run_state == RunState::under_pressure
                              ? fmt::format(", unless the allocator, short, frees its cache and retries: the tensors "
                                            "at the peak and the CUDA context take {}, which fit (it then runs, slower)",
@@ -252,7 +265,8 @@ json plan_to_json(const Plan& p) {
                       {"phases", phases},
                       {"host_bytes", p.memory.host_bytes},
                       {"busiest_peak_allocated_bytes", p.memory.busiest_peak_allocated_bytes},
-                      {"busiest_device_used_bytes", p.memory.busiest_device_used_bytes}}},
+                      {"busiest_device_used_bytes", p.memory.busiest_device_used_bytes},
+                      {"later_logits_segment_bytes", p.memory.later_logits_segment_bytes}}},
           {"device", {{"name", p.gpu.name}, {"id", p.gpu.id}, {"capacity_bytes", p.gpu.memory_bytes}}},
           {"objective", objective_to_json(p)},
           {"time", time_to_json(p)},

@@ -7,6 +7,7 @@
 #include <zlib.h>
 
 #include <array>
+#include <filesystem>
 #include <map>
 #include <set>
 #include <sstream>
@@ -53,7 +54,13 @@ const std::vector<GoldenLine>& golden_lines() {
 const ModelSpec& model_named(const std::string& name) {
   static std::map<std::string, ModelSpec> cache;
   auto it = cache.find(name);
-  if (it == cache.end()) it = cache.emplace(name, load_model(name)).first;
+  if (it == cache.end()) {
+    // A bench plan names a model folder relative to the repository (plans/mixtral-shape-h200.toml),
+    // as `trainfit bench` run from its root reads it, and the set was captured there: the plan's
+    // model name is that path, so it is planned from there again.
+    std::filesystem::current_path(TRAINFIT_SOURCE_DIR);
+    it = cache.emplace(name, load_model(name)).first;
+  }
   return it->second;
 }
 
