@@ -229,6 +229,10 @@ inline constexpr std::int64_t kMaxMicroBatchTokens = std::int64_t{1} << 24;
 // inconsistent (qlora with bf16 weights, rank 0, seq 0...).
 void validate(const TrainingSetup& setup);
 
+// The setup at another sequence length, its completion (ppo, grpo) keeping its share of the
+// sequence (at least one token): what the advisor, the boundary and a suggestion vary.
+TrainingSetup with_seq(TrainingSetup setup, std::int64_t seq);
+
 // The layout's degrees: data-parallel GPUs (gpus / (tp x pp x cp)) and the GPUs one host holds.
 std::int64_t data_parallel_degree(const TrainingSetup& setup);
 bool offloads_optimizer(Offload o);

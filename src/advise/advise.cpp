@@ -16,6 +16,7 @@
 #include <optional>
 #include <set>
 
+#include "common/threshold_search.hpp"
 #include "plan/setup_grid.hpp"
 #include "trainfit/error.hpp"
 #include "trainfit/prices.hpp"
@@ -393,10 +394,7 @@ class Search {
   // Judges a group's setups at one sequence length; true when any fits.
   bool judge_sequence(std::uint32_t index, std::int64_t seq) {
     Group& g = groups_[index];
-    TrainingSetup s = g.setup;
-    // The completion (ppo, grpo) keeps its share of the sequence.
-    s.completion_len = std::max<std::int64_t>(1, g.setup.completion_len * seq / g.setup.seq);
-    s.seq = seq;
+    TrainingSetup s = with_seq(g.setup, seq);
     s.batch = 1;
     s.grad_accum = 1;
     const auto pairs = batches(s);
@@ -449,13 +447,8 @@ class Search {
         // Memory grows with the micro-batch: every larger one is further over. For the largest
         // batch, every micro-batch between the last that fit and this one is judged (halving the
         // gap), not powers of two only.
-        if (r_.goal == AdviseGoal::largest_batch && last_fitting_batch > 0) {
-          std::int64_t lo = last_fitting_batch, hi = batch;
-          while (hi - lo > 1) {
-            const std::int64_t mid = lo + (hi - lo) / 2;
-            (judge(mid, accum) ? lo : hi) = mid;
-          }
-        }
+        if (r_.goal == AdviseGoal::largest_batch && last_fitting_batch > 0)
+          detail::last_holding(last_fitting_batch, batch, [&](std::int64_t mid) { return judge(mid, accum); });
         break;
       }
     }
@@ -463,8 +456,7 @@ class Search {
   }
 
   TrainingSetup setup_of(const Judged& j) const {
-    TrainingSetup s = groups_[j.group].setup;
-    s.seq = j.seq;
+    TrainingSetup s = with_seq(groups_[j.group].setup, j.seq);
     s.grad_ckpt = j.grad_ckpt;
     s.batch = j.batch;
     s.grad_accum = j.grad_accum;

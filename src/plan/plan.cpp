@@ -8,8 +8,10 @@
 #include <cstddef>
 #include <functional>
 #include <map>
+#include <optional>
 #include <utility>
 
+#include "common/threshold_search.hpp"
 #include "memory/memory_model.hpp"
 #include "step/step_shape.hpp"
 #include "time/time_model.hpp"
@@ -205,9 +207,7 @@ std::vector<Change> changes_for(const ModelSpec& model, const TrainingSetup& bas
     out.push_back({fmt::format("--seq {}", base.seq / 2), "half the sequence length", "seq",
                    [seq = base.seq / 2](TrainingSetup& s) {
                      if (s.seq <= seq) return false;
-                     // The completion (ppo, grpo) keeps its share of the sequence.
-                     s.completion_len = std::max<std::int64_t>(1, s.completion_len * seq / s.seq);
-                     s.seq = seq;
+                     s = with_seq(s, seq);
                      return true;
                    },
                    false});
@@ -236,6 +236,8 @@ Suggestion evaluate(const ModelSpec& model, const TrainingSetup& setup, const Gp
 std::vector<Suggestion> alternatives(const ModelSpec& model, const TrainingSetup& setup, const GpuSpec& gpu,
                                      const TimeProfile& profile) {
   const std::vector<Change> changes = changes_for(model, setup);
+  // Each set is planned once: the method-keeping search's sets come again in the open one.
+  std::map<std::vector<std::size_t>, std::optional<Suggestion>> planned;  // none: refused
   // The smallest sets of the changes `allowed` admits that fit (every single one, then, only when
   // none fits, every pair, then every triple), and the sets that did not, in the table's order
   // (least intrusive first).
@@ -254,15 +256,18 @@ std::vector<Suggestion> alternatives(const ModelSpec& model, const TrainingSetup
           what.push_back(changes[i].what);
           keeps = keeps && changes[i].keeps_method;
         }
-        try {
-          std::string change = what.size() == 1 ? fmt::format("{}: {}", what.front(), changes[pick.front()].why)
-                                                : fmt::format("{}", fmt::join(what, " + "));
-          Suggestion alt = evaluate(model, s, gpu, profile, std::move(change));
-          alt.keeps_method = keeps;
-          (alt.verdict == Verdict::fits ? fitting : closest).push_back(std::move(alt));
-        } catch (const InputError&) {
-          // A combination that makes no sense for this setup is simply not offered.
+        auto [at, fresh] = planned.try_emplace(pick);
+        if (fresh) {
+          try {
+            std::string change = what.size() == 1 ? fmt::format("{}: {}", what.front(), changes[pick.front()].why)
+                                                  : fmt::format("{}", fmt::join(what, " + "));
+            at->second = evaluate(model, s, gpu, profile, std::move(change));
+            at->second->keeps_method = keeps;
+          } catch (const InputError&) {
+            // A combination that makes no sense for this setup is simply not offered.
+          }
         }
+        if (at->second) (at->second->verdict == Verdict::fits ? fitting : closest).push_back(*at->second);
         return;
       }
       for (std::size_t i = from; i < changes.size(); ++i) {
@@ -300,13 +305,9 @@ std::vector<Suggestion> alternatives(const ModelSpec& model, const TrainingSetup
 
 // The setup with `setting` at `value`: a sequence keeps the completion's share (ppo, grpo).
 TrainingSetup with_value(const TrainingSetup& setup, std::string_view setting, std::int64_t value) {
+  if (setting != "batch") return with_seq(setup, value);
   TrainingSetup s = setup;
-  if (setting == "batch") {
-    s.batch = value;
-  } else {
-    s.completion_len = std::max<std::int64_t>(1, s.completion_len * value / s.seq);
-    s.seq = value;
-  }
+  s.batch = value;
   return s;
 }
 
@@ -325,11 +326,7 @@ std::int64_t largest_where(std::int64_t most, const std::function<bool(std::int6
       hi = next;
     }
   }
-  while (hi - lo > 1) {
-    const std::int64_t mid = lo + (hi - lo) / 2;
-    (ok(mid) ? lo : hi) = mid;
-  }
-  return lo;
+  return detail::last_holding(lo, hi, ok);
 }
 
 Boundary find_boundary(const ModelSpec& model, const TrainingSetup& setup, const GpuSpec& gpu,

@@ -235,6 +235,12 @@ void validate_objective(const TrainingSetup& s) {
 
 }  // namespace
 
+TrainingSetup with_seq(TrainingSetup setup, std::int64_t seq) {
+  setup.completion_len = std::max<std::int64_t>(1, setup.completion_len * seq / setup.seq);
+  setup.seq = seq;
+  return setup;
+}
+
 void validate(const TrainingSetup& s) {
   // Each value inside its row's range and choices (settings.cpp): a setup built in code is held
   // to what a flag or a file would be.

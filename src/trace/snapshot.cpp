@@ -21,6 +21,7 @@
 #include <unordered_map>
 
 #include "common/text.hpp"
+#include "common/threshold_search.hpp"
 #include "memory/caching_allocator.hpp"
 #include "trace/json_stream.hpp"
 #include "trace/pickle_reader.hpp"
@@ -553,11 +554,10 @@ std::optional<std::int64_t> limit_needed(const Snapshot& s, std::size_t oom_at, 
     lo = hi;
     hi = lo + std::max(kGrain, (hi - at_least) * 2 / kGrain * kGrain);
   }
-  while (hi - lo > kGrain) {
-    const std::int64_t mid = lo + (hi - lo) / 2 / kGrain * kGrain;
-    (replay_serves(s, oom_at, mid) ? hi : lo) = mid;
-  }
-  return hi;
+  // The last limit that does not serve it, then one grain more.
+  return trainfit::detail::last_holding(
+             lo, hi, [&](std::int64_t limit) { return !replay_serves(s, oom_at, limit); }, kGrain) +
+         kGrain;
 }
 
 SnapshotReport analyse(Snapshot s, const std::string& source, std::size_t top_stacks) {

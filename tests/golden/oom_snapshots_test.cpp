@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <string>
+#include <vector>
 
 #include "trainfit/trace.hpp"
 
@@ -57,18 +58,34 @@ void expect_within(double ours, double theirs, double fraction, double rounding,
 
 double rounding_of(double bytes) { return bytes >= 1073741824.0 ? 0.005 * 1073741824.0 : 0.005 * 1048576.0; }
 
+// The scan's trials that left a pickle, each read by trace --snapshot once for every test.
+struct OomTrial {
+  nlohmann::json row;
+  fs::path pickle;
+  trainfit::trace::SnapshotReport report;
+};
+
+const std::vector<OomTrial>& oom_trials() {
+  static const std::vector<OomTrial> trials = [] {
+    std::vector<OomTrial> out;
+    std::ifstream in(kScan / "trials.jsonl");
+    std::string line;
+    while (std::getline(in, line)) {
+      auto row = nlohmann::json::parse(line);
+      if (!row.contains("snapshot")) continue;
+      fs::path pickle = kScan / "snapshots" / (row["snapshot"].get<std::string>() + ".gz");
+      auto report = trainfit::trace::analyse_snapshot(pickle.string());
+      out.push_back({std::move(row), std::move(pickle), std::move(report)});
+    }
+    return out;
+  }();
+  return trials;
+}
+
 TEST(OomSnapshots, TheFiguresAtTheErrorAreThoseOfPyTorchsMessage) {
-  std::ifstream trials(kScan / "trials.jsonl");
-  ASSERT_TRUE(trials) << kScan;
   int checked = 0;
   int fragmented = 0;
-  std::string line;
-  while (std::getline(trials, line)) {
-    const auto row = nlohmann::json::parse(line);
-    if (!row.contains("snapshot")) continue;
-    const fs::path pickle = kScan / "snapshots" / (row["snapshot"].get<std::string>() + ".gz");
-    ASSERT_TRUE(fs::exists(pickle)) << pickle;
-    const auto report = trainfit::trace::analyse_snapshot(pickle.string());
+  for (const auto& [row, pickle, report] : oom_trials()) {
     ASSERT_TRUE(report.oom.has_value()) << pickle;
     const auto& oom = *report.oom;
     const Message m = parse_message(row["error"].get<std::string>());
@@ -96,15 +113,8 @@ TEST(OomSnapshots, TheFiguresAtTheErrorAreThoseOfPyTorchsMessage) {
 // agree with the GPU: under the limit the trial ran at (allocator_limit_mib in trials.jsonl) the
 // request is not served, and under a limit raised by the segment it asked for, it is.
 TEST(OomSnapshots, TheAllocatorReplayFailsWhereTheGpuFailed) {
-  std::ifstream trials(kScan / "trials.jsonl");
-  ASSERT_TRUE(trials) << kScan;
   int checked = 0;
-  std::string line;
-  while (std::getline(trials, line)) {
-    const auto row = nlohmann::json::parse(line);
-    if (!row.contains("snapshot")) continue;
-    const fs::path pickle = kScan / "snapshots" / (row["snapshot"].get<std::string>() + ".gz");
-    const auto report = trainfit::trace::analyse_snapshot(pickle.string());
+  for (const auto& [row, pickle, report] : oom_trials()) {
     ASSERT_TRUE(report.oom.has_value()) << pickle;
     const auto& oom = *report.oom;
     const std::string what = pickle.filename().string();
