@@ -1,14 +1,20 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages trainfit builds and tests with, and any packages named as
 # arguments (what one script alone needs: trace-speed.sh's pandas). Safe to run again.
+#   scripts/install-deps.sh [--browser] [PACKAGE...]
+# --browser adds what only the browser tests need (scripts/test.sh passes it): Chromium and Node.js
+# are most of the download, and the quick start's first command answers without them.
 set -euo pipefail
 packages=(g++ cmake ninja-build pkg-config libcli11-dev nlohmann-json3-dev libfmt-dev libtomlplusplus-dev
           libgtest-dev libgmock-dev libbenchmark-dev libcpp-httplib-dev python3
           libsimdjson-dev zlib1g-dev libisal-dev)
-# The browser tests (tests/browser): Debian's chromium, and Node.js with npm unless a Node.js is
-# already there (a NodeSource nodejs brings its own npm, which Debian's npm package would conflict with).
-packages+=(chromium)
-command -v node >/dev/null && command -v npm >/dev/null || packages+=(nodejs npm)
+if [ "${1:-}" = --browser ]; then
+  shift
+  # The browser tests (tests/browser): Debian's chromium, and Node.js with npm unless a Node.js is
+  # already there (a NodeSource nodejs brings its own npm, which Debian's npm package would conflict with).
+  packages+=(chromium)
+  command -v node >/dev/null && command -v npm >/dev/null || packages+=(nodejs npm)
+fi
 packages+=("$@")
 missing=()
 for p in "${packages[@]}"; do
