@@ -5,6 +5,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstddef>
 #include <functional>
 #include <map>
@@ -368,6 +369,20 @@ std::vector<std::string> plan_warnings(const ModelSpec& model, const TrainingSet
         "the sequence ({} tokens) is longer than the model's max_position_embeddings ({}): positions past {} were "
         "not trained, and the model may degrade there; memory and time are planned for the {} tokens asked",
         setup.seq, model.max_position_embeddings, model.max_position_embeddings, setup.seq));
+  }
+  // A short name that the catalogue resolves to one card of a family with several (`a100` is the
+  // 80 GB one): the others are named, so that the plan's card is not a surprise.
+  if (!setup.gpu.empty()) {
+    const GpuSpec& card = find_gpu(setup.gpu);
+    std::string given;
+    for (const char c : setup.gpu) given.push_back(static_cast<char>(std::tolower(static_cast<unsigned char>(c))));
+    std::vector<std::string> others;
+    const std::string family = given + "-";
+    for (const GpuSpec& g : gpu_catalog())
+      if (g.id != card.id && g.id.starts_with(family)) others.push_back(g.id);
+    if (card.id != given && !others.empty())
+      warnings.push_back(fmt::format("--gpu {} is taken as {} ({}); name {} to plan {}", setup.gpu, card.id, card.name,
+                                     fmt::join(others, " or "), others.size() == 1 ? "that one" : "one of those"));
   }
   if (model.text_of_multimodal) {
     warnings.push_back(

@@ -107,6 +107,22 @@ TEST(Plan, FittingSetupHasNoSuggestionsAndPositiveHeadroom) {
   EXPECT_EQ(p.over_capacity_bytes, 0);
 }
 
+TEST(Plan, AShortCardNameSaysWhichCardItTookAndNamesTheOthers) {
+  const auto warned = [](const std::string& gpu) {
+    TrainingSetup s;
+    s.gpu = gpu;
+    const Plan p = make_plan(load_model("qwen2.5-0.5b"), s, resolve_card(s));
+    for (const std::string& w : p.warnings)
+      if (w.find("is taken as") != std::string::npos) return w;
+    return std::string();
+  };
+  const std::string a100 = warned("a100");
+  EXPECT_NE(a100.find("a100-80gb"), std::string::npos) << a100;
+  EXPECT_NE(a100.find("a100-40gb"), std::string::npos) << a100;
+  EXPECT_EQ(warned("A100-40GB"), "") << "a card's own id names one card";
+  EXPECT_EQ(warned("h200"), "") << "no other h200";
+}
+
 TEST(Report, JsonCarriesTheContractFields) {
   TrainingSetup s;
   const Plan p = make_plan(load_model("qwen2.5-7b"), s, find_gpu("rtx-5070-ti"));
