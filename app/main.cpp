@@ -2,9 +2,11 @@
 // (commands.hpp); main maps errors to exit codes: 2 for bad input, 3 for a failure of the machine
 // (I/O, a process that cannot start, no driver), 1 for anything unexpected (a bug).
 #include <CLI/CLI.hpp>
+#include <fmt/format.h>
 #include <algorithm>
 #include <array>
 #include <iostream>
+#include <regex>
 #include <string>
 #include <string_view>
 
@@ -31,6 +33,34 @@ constexpr std::array<CommandGroup, 9> kCommands = {{
     {{"trace"}, trainfit::cli::add_trace_command},
 }};
 
+// CLI11's parse errors in trainfit's words: what was wrong and what to do, as the library's own
+// errors say it. Anything not recognised keeps CLI11's words, pointed at --help.
+std::string parse_error_words(const CLI::ParseError& e, const CLI::App& app, std::string_view first) {
+  const std::string what = e.what();
+  const CLI::App* command = app.get_subcommands().empty() ? nullptr : app.get_subcommands().front();
+  const std::string help = command ? fmt::format("`trainfit {} --help`", command->get_name()) : "`trainfit --help`";
+  std::smatch m;
+  static const std::regex repeated(R"(^(\S+): At Most (\d+) required but received (\d+)$)");
+  static const std::regex no_value(R"(^(\S+): (\d+) required (\S+) missing$)");
+  static const std::regex unexpected(R"(^The following arguments? (?:was|were) not expected: (.*)$)");
+  if (std::regex_match(what, m, repeated))
+    return fmt::format("{} was given {} times: give it {}", m[1].str(), m[3].str(),
+                       m[2].str() == "1" ? "once" : "at most " + m[2].str() + " times");
+  if (std::regex_match(what, m, no_value)) return fmt::format("{} needs a value ({})", m[1].str(), m[3].str());
+  if (std::regex_match(what, m, unexpected))
+    return fmt::format("not {} of {}: {} (its options: {})", command ? "an option" : "a command",
+                       command ? fmt::format("`trainfit {}`", command->get_name()) : "trainfit", m[1].str(), help);
+  if (what == "A subcommand is required") {
+    std::string names;
+    for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; }))
+      names += (names.empty() ? "" : ", ") + sub->get_name();
+    if (!first.empty() && first.front() != '-')
+      return fmt::format("unknown command '{}'; the commands: {}", first, names);
+    return "name a command: " + names;
+  }
+  return fmt::format("{} (see {})", what, help);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -55,7 +85,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::Success& e) {
     return app.exit(e);  // --help, --version
   } catch (const CLI::ParseError& e) {
-    std::cerr << "trainfit: " << e.what() << " (see --help)\n";
+    std::cerr << "trainfit: " << parse_error_words(e, app, first) << "\n";
     return trainfit::cli::kExitBadInput;
   } catch (const trainfit::SettingError& e) {
     std::cerr << "trainfit: " << trainfit::cli::flag_message(e) << "\n";

@@ -7,6 +7,8 @@
 #include <cstdio>
 #include <fstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -30,6 +32,22 @@ TEST(Cli, DefaultPlanAnswersTheSeedQuestion) {
     EXPECT_NE(r.out.find(model), std::string::npos) << model;
   EXPECT_NE(r.out.find("spills"), std::string::npos);
   EXPECT_NE(r.out.find("RTX 5070 Ti"), std::string::npos);
+}
+
+// The argument parser's refusals in trainfit's words, each one line with exit code 2.
+TEST(Cli, ParseErrorsSayWhatToDo) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"plan --model qwen2.5-7b --seq 1 --seq 2", "trainfit: --seq was given 2 times: give it once\n"},
+      {"plan --model", "trainfit: --model needs a value (NAME|PATH)\n"},
+      {"plan --model qwen2.5-7b extra", "trainfit: not an option of `trainfit plan`: extra (its options: `trainfit plan --help`)\n"},
+      {"frob", "trainfit: unknown command 'frob'; the commands: plan, advise, gpus, models, schema, validate, watch, "
+               "calibrate, bench, serve, trace\n"},
+  };
+  for (const auto& [args, says] : cases) {
+    const auto r = run(args);
+    EXPECT_EQ(r.code, 2) << args;
+    EXPECT_EQ(r.out, says) << args;
+  }
 }
 
 TEST(Cli, PlanJsonFollowsTheContract) {
