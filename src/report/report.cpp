@@ -306,9 +306,12 @@ std::string render_plan(const Plan& p, Format format) {
     for (const std::string& w : p.warnings) out += fmt::format("> **Warning:** {}.\n\n", w);
     out += fmt::format("Peak at **{}** ({}).\n\n| memory | bytes | MiB |\n|---|---:|---:|\n", to_string(m.peak_phase), m.peak_moment);
   } else {
+    // The verdict and the warnings are sentences: wrapped to the 100 columns the tables keep.
     out += fmt::format("Model    {}\nSetup    {}\n{}GPU      {} ({})\n\n{}\n\n", model_text(p), setup_text(p.setup),
-                       objective_line(p, false), p.gpu.name, mib(p.gpu.memory_bytes), verdict_line(p));
-    for (const std::string& w : p.warnings) out += fmt::format("Warning: {}.\n\n", w);
+                       objective_line(p, false), p.gpu.name, mib(p.gpu.memory_bytes),
+                       detail::wrapped(verdict_line(p), detail::kTextColumns, "  "));
+    for (const std::string& w : p.warnings)
+      out += fmt::format("{}\n\n", detail::wrapped(fmt::format("Warning: {}.", w), detail::kTextColumns, "  "));
     out += fmt::format("Memory at the peak ({}: {})\n", to_string(m.peak_phase), m.peak_moment);
   }
   if (p.setup.gpus > 1 && p.setup.pp > 1)

@@ -86,4 +86,26 @@ std::string seconds_text(double s) {
   return fmt::format("{:.1f} ms", s * 1e3);
 }
 
+std::string wrapped(std::string_view text, std::size_t width, std::string_view indent) {
+  std::string out;
+  std::size_t column = 0;
+  while (!text.empty()) {
+    const std::size_t space = text.find(' ');
+    const std::string_view word = text.substr(0, space);
+    text = space == std::string_view::npos ? std::string_view() : text.substr(space + 1);
+    if (word.empty()) continue;
+    if (column > 0 && column + 1 + word.size() > width) {
+      out += '\n';
+      out += indent;
+      column = indent.size();
+    } else if (column > 0) {
+      out += ' ';
+      ++column;
+    }
+    out += word;
+    column += word.size();
+  }
+  return out;
+}
+
 }  // namespace trainfit::detail

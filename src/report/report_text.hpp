@@ -2,7 +2,9 @@
 // The words and numbers every renderer of src/report/ writes the same way, so that a plan, a
 // comparison of plans and a ranking of cards say a setup, a size and a time alike.
 #include <cstdint>
+#include <cstddef>
 #include <string>
+#include <string_view>
 
 #include "trainfit/plan.hpp"
 #include "trainfit/setup.hpp"
@@ -16,5 +18,10 @@ std::string params_text(std::int64_t n);          // "7.62B", "40.4M"
 std::string setup_text(const TrainingSetup& s);
 std::string model_text(const Plan& p);            // "qwen2.5-7b (7.62B parameters, 40.4M trainable)"
 std::string seconds_text(double s);               // "21.7 s", "0.425 s", "8.3 ms"
+// The columns text output keeps to (a terminal's, or a pasted issue's): sentences wrap there.
+inline constexpr std::size_t kTextColumns = 100;
+// `text` broken at spaces into lines of at most `width` columns (a word longer than that stands
+// alone), each line after the first starting with `indent`; no trailing newline.
+std::string wrapped(std::string_view text, std::size_t width, std::string_view indent = "");
 
 }  // namespace trainfit::detail
