@@ -411,16 +411,45 @@ std::string render_gpu_catalog(const std::vector<GpuSpec>& gpus, Format format) 
     return arr.dump(2) + "\n";
   }
   const bool md = format == Format::markdown;
-  std::string out = md ? "| id | name | memory | bandwidth | bf16 dense | host link | GPU link |\n|---|---|---:|---:|---:|---|---|\n"
-                       : fmt::format("{:<18}{:<34}{:>11}{:>11}{:>13}  {:<12}{}\n", "id", "name", "memory", "bandwidth", "bf16 dense", "host link", "GPU link");
+  std::vector<std::array<std::string, 7>> rows = {{"id", "name", "memory", "bandwidth", "bf16 dense", "host link", "GPU link"}};
   for (const auto& g : gpus) {
     const std::string mem = fmt::format("{:.1f} GiB", static_cast<double>(g.memory_bytes) / static_cast<double>(kGiB));
     const std::string bw = fmt::format("{:.0f} GB/s", g.memory_bandwidth_bytes_per_s / 1e9);
     const std::string bf = g.bf16_flops > 0 ? fmt::format("{:.0f} TFLOP/s", g.bf16_flops / 1e12) : "-";
     const std::string host = g.pcie_generation > 0 ? fmt::format("PCIe{} x{}", g.pcie_generation, g.pcie_lanes) : "-";
     const std::string link = g.gpu_link_bytes_per_s > 0 ? fmt::format("{} {:.0f} GB/s", g.gpu_link, g.gpu_link_bytes_per_s / 1e9) : g.gpu_link;
-    if (md) out += fmt::format("| {} | {} | {} | {} | {} | {} | {} |\n", g.id, g.name, mem, bw, bf, host, link);
-    else out += fmt::format("{:<18}{:<34}{:>11}{:>11}{:>13}  {:<12}{}\n", g.id, g.name, mem, bw, bf, host, link);
+    // The table's name drops the brand words its id already implies ("NVIDIA GeForce "), so that a
+    // row keeps to 100 columns; JSON and Markdown keep the whole name.
+    std::string_view name = g.name;
+    if (!md)
+      for (const std::string_view brand : {"NVIDIA ", "GeForce ", "Tesla ", "AMD "})
+        if (name.starts_with(brand)) name.remove_prefix(brand.size());
+    rows.push_back({g.id, std::string(name), mem, bw, bf, host, link});
+  }
+  // The table leaves the host link out (JSON and Markdown have it): with it a row is 112 columns.
+  if (!md)
+    for (auto& row : rows) row[5].clear();
+  std::string out;
+  if (md) {
+    out = "| id | name | memory | bandwidth | bf16 dense | host link | GPU link |\n|---|---|---:|---:|---:|---|---|\n";
+    for (std::size_t r = 1; r < rows.size(); ++r)
+      out += fmt::format("| {} |\n", fmt::join(rows[r], " | "));
+    return out;
+  }
+  // Columns as wide as their widest cell, two spaces apart; the figures right-aligned.
+  std::array<std::size_t, 7> width{};
+  for (const auto& row : rows)
+    for (std::size_t c = 0; c < row.size(); ++c) width[c] = std::max(width[c], row[c].size());
+  for (const auto& row : rows) {
+    std::string line;
+    for (std::size_t c = 0; c < row.size(); ++c) {
+      const bool figure = c >= 2 && c <= 4;
+      if (width[c] == 0) continue;  // a column left out
+      line += figure ? fmt::format("{:>{}}", row[c], width[c]) : fmt::format("{:<{}}", row[c], width[c]);
+      line += c + 1 < row.size() ? "  " : "";
+    }
+    while (!line.empty() && line.back() == ' ') line.pop_back();
+    out += line + "\n";
   }
   return out;
 }

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <sstream>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -19,6 +20,24 @@ const nlohmann::json& result_for(const nlohmann::json& j, const std::string& gpu
   for (const auto& r : j["results"])
     if (r["gpu"] == gpu) return r;
   throw std::runtime_error("no result for " + gpu);
+}
+
+// The catalogue's and the ranking's tables and notes keep to a terminal's 100 columns, whatever the
+// rows hold (the widest card ids, AMD's link name, verdicts hundreds of GiB over).
+TEST(GpusFor, TablesKeepTo100Columns) {
+  for (const std::string args : {"gpus", "gpus --for --model qwen2.5-7b", "gpus --for --model qwen2.5-72b --method full"}) {
+    const auto r = run(args);
+    ASSERT_EQ(r.code, 0) << args << r.out;
+    std::istringstream lines(r.out);
+    std::string line;
+    int rows = 0;
+    while (std::getline(lines, line)) {
+      if (line.starts_with("Setup ")) continue;  // the setup's own words (issue 38 has them still)
+      EXPECT_LE(line.size(), 100u) << args << ": " << line;
+      ++rows;
+    }
+    EXPECT_GT(rows, 20) << args;
+  }
 }
 
 TEST(GpusFor, JsonRanksEveryCardWithItsCost) {
