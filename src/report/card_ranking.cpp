@@ -1,7 +1,5 @@
 // A setup ranked over the GPU catalogue (`trainfit gpus --for`) as a terminal table, JSON (schema
 // trainfit.gpus-for/1) and Markdown. docs/prices.md defines every figure.
-#include <algorithm>
-#include <array>
 #include <string>
 #include <vector>
 
@@ -134,7 +132,7 @@ std::string render_card_ranking(const std::vector<CardRank>& ranks, const Traini
   }
   // The table's columns are as wide as their widest cell, two spaces apart, so that a row keeps to
   // 100 columns; its short headers are the Markdown's: peak allocated, tokens/s, $/GPU-hour.
-  std::vector<std::array<std::string, 9>> rows = {
+  std::vector<std::vector<std::string>> rows = {
       {"card", "peak", "of card", "verdict", "step", "tokens/s", "hours", "$/hour", "cost"}};
   for (const CardRank& r : ranks) {
     const Cells c = cells_of(r);
@@ -143,22 +141,8 @@ std::string render_card_ranking(const std::vector<CardRank>& ranks, const Traini
                          c.speed, c.hours, c.price, c.cost);
     rows.push_back({c.card, c.peak, c.share, c.verdict, c.step, c.speed, c.hours, c.price, c.cost});
   }
-  if (!md) {
-    std::array<std::size_t, 9> width{};
-    for (const auto& row : rows)
-      for (std::size_t i = 0; i < row.size(); ++i) width[i] = std::max(width[i], row[i].size());
-    for (const auto& row : rows) {
-      std::string line = " ";
-      for (std::size_t i = 0; i < row.size(); ++i) {
-        const bool words = i == 0 || i == 3;  // the card and the verdict; the rest are figures
-        line += ' ';
-        line += words ? fmt::format("{:<{}}", row[i], width[i]) : fmt::format("{:>{}}", row[i], width[i]);
-        line += i + 1 < row.size() ? " " : "";
-      }
-      while (!line.empty() && line.back() == ' ') line.pop_back();
-      out += line + "\n";
-    }
-  }
+  // The card and the verdict left-aligned; the rest are figures.
+  if (!md) out += detail::aligned_table(rows, {true, false, false, true}, "  ");
   out += "\n" + detail::wrapped("Cards that fit come first (fits, then tight): priced ones the cheapest first, the others "
                                 "the fastest first. Cards that do not fit come last, with how far their device memory is "
                                 "over the card; an oom card has no time, since its step cannot run. A card without a "

@@ -411,7 +411,7 @@ std::string render_gpu_catalog(const std::vector<GpuSpec>& gpus, Format format) 
     return arr.dump(2) + "\n";
   }
   const bool md = format == Format::markdown;
-  std::vector<std::array<std::string, 7>> rows = {{"id", "name", "memory", "bandwidth", "bf16 dense", "host link", "GPU link"}};
+  std::vector<std::vector<std::string>> rows = {{"id", "name", "memory", "bandwidth", "bf16 dense", "host link", "GPU link"}};
   for (const auto& g : gpus) {
     const std::string mem = fmt::format("{:.1f} GiB", static_cast<double>(g.memory_bytes) / static_cast<double>(kGiB));
     const std::string bw = fmt::format("{:.0f} GB/s", g.memory_bandwidth_bytes_per_s / 1e9);
@@ -436,22 +436,8 @@ std::string render_gpu_catalog(const std::vector<GpuSpec>& gpus, Format format) 
       out += fmt::format("| {} |\n", fmt::join(rows[r], " | "));
     return out;
   }
-  // Columns as wide as their widest cell, two spaces apart; the figures right-aligned.
-  std::array<std::size_t, 7> width{};
-  for (const auto& row : rows)
-    for (std::size_t c = 0; c < row.size(); ++c) width[c] = std::max(width[c], row[c].size());
-  for (const auto& row : rows) {
-    std::string line;
-    for (std::size_t c = 0; c < row.size(); ++c) {
-      const bool figure = c >= 2 && c <= 4;
-      if (width[c] == 0) continue;  // a column left out
-      line += figure ? fmt::format("{:>{}}", row[c], width[c]) : fmt::format("{:<{}}", row[c], width[c]);
-      line += c + 1 < row.size() ? "  " : "";
-    }
-    while (!line.empty() && line.back() == ' ') line.pop_back();
-    out += line + "\n";
-  }
-  return out;
+  // The figures (memory, bandwidth, bf16) right-aligned.
+  return detail::aligned_table(rows, {true, true, false, false, false, true, true});
 }
 
 namespace {

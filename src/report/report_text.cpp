@@ -108,4 +108,25 @@ std::string wrapped(std::string_view text, std::size_t width, std::string_view i
   return out;
 }
 
+std::string aligned_table(const std::vector<std::vector<std::string>>& rows, const std::vector<bool>& left,
+                          std::string_view indent) {
+  std::vector<std::size_t> width;
+  for (const auto& row : rows) {
+    if (width.size() < row.size()) width.resize(row.size(), 0);
+    for (std::size_t c = 0; c < row.size(); ++c) width[c] = std::max(width[c], row[c].size());
+  }
+  std::string out;
+  for (const auto& row : rows) {
+    std::string line(indent);
+    for (std::size_t c = 0; c < row.size(); ++c) {
+      if (width[c] == 0) continue;
+      if (line.size() > indent.size()) line += "  ";
+      line += c < left.size() && left[c] ? fmt::format("{:<{}}", row[c], width[c]) : fmt::format("{:>{}}", row[c], width[c]);
+    }
+    while (!line.empty() && line.back() == ' ') line.pop_back();
+    out += line + '\n';
+  }
+  return out;
+}
+
 }  // namespace trainfit::detail

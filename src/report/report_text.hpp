@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "trainfit/plan.hpp"
 #include "trainfit/setup.hpp"
@@ -18,6 +19,11 @@ std::string params_text(std::int64_t n);          // "7.62B", "40.4M"
 std::string setup_text(const TrainingSetup& s);
 std::string model_text(const Plan& p);            // "qwen2.5-7b (7.62B parameters, 40.4M trainable)"
 std::string seconds_text(double s);               // "21.7 s", "0.425 s", "8.3 ms"
+// Rows (the first the headers) as a text table: each column as wide as its widest cell, two spaces
+// apart, after `indent`; a column whose cells are all empty is left out; the columns `left` marks
+// are left-aligned, the others (figures) right-aligned; no trailing spaces.
+std::string aligned_table(const std::vector<std::vector<std::string>>& rows, const std::vector<bool>& left,
+                          std::string_view indent = "");
 // The columns text output keeps to (a terminal's, or a pasted issue's): sentences wrap there.
 inline constexpr std::size_t kTextColumns = 100;
 // `text` broken at spaces into lines of at most `width` columns (a word longer than that stands
