@@ -310,9 +310,13 @@ Response snapshot_endpoint(const Request& r, const Limits& limits) {
   // here would let a small body take the server's memory.
   if (r.body.size() >= 2 && static_cast<unsigned char>(r.body[0]) == 0x1f && static_cast<unsigned char>(r.body[1]) == 0x8b)
     throw RequestError(400, "the snapshot is gzipped: post it inflated (gunzip it first; the page does)");
+  for (const auto& [key, value] : r.query)
+    if (key == "format" && value != "json") throw RequestError(400, "format: the API answers in JSON only (format=json)");
   const trace::SnapshotReport report = trace::analyse_snapshot_text(r.body, "the posted snapshot");
   std::optional<trace::PlanComparison> comparison;
-  if (!r.query.empty()) {
+  // A query of settings (more than `format`) is a setup to plan beside the snapshot.
+  const bool setup_given = std::any_of(r.query.begin(), r.query.end(), [](const auto& kv) { return kv.first != "format"; });
+  if (setup_given) {
     Request setup = r;  // the query read as a GET's
     setup.method = "GET";
     setup.body.clear();

@@ -285,6 +285,8 @@ TEST(ServeApi, APostedSnapshotIsReadAsTraceSnapshotReadsIt) {
   EXPECT_EQ(alone.body, trace::render_snapshot(trace::analyse_snapshot_text(file, "the posted snapshot"), nullptr,
                                                Format::json));
   EXPECT_FALSE(json::parse(alone.body).contains("plan"));
+  const Response formatted = handle({"POST", "/api/snapshot", {{"format", "json"}}, file});
+  EXPECT_EQ(formatted.body, alone.body) << "format alone is no setup";
   // With a setup in the query, its plan is set beside the snapshot.
   const Response beside = handle({"POST", "/api/snapshot", {{"model", "qwen2.5-0.5b"}, {"gpu", "h200"}}, file});
   ASSERT_EQ(beside.status, 200) << beside.body.substr(0, 300);
@@ -311,6 +313,7 @@ TEST(ServeApi, ABadSnapshotGetsAMessage) {
                                                                     "/data/trace/snapshot/peak.pickle.json")},
        400, "unknown model"},
       {{"GET", "/api/snapshot", {}, ""}, 405, "POST"},
+      {{"POST", "/api/snapshot", {{"format", "table"}}, "{}"}, 400, "JSON only"},
   };
   for (const Case& c : cases) {
     const Response r = handle(c.request);
