@@ -448,7 +448,8 @@ class Search {
         // batch, every micro-batch between the last that fit and this one is judged (halving the
         // gap), not powers of two only.
         if (r_.goal == AdviseGoal::largest_batch && last_fitting_batch > 0)
-          detail::last_holding(last_fitting_batch, batch, [&](std::int64_t mid) { return judge(mid, accum); });
+          detail::last_holding(last_fitting_batch, batch,
+                               [&judge, a = accum](std::int64_t mid) { return judge(mid, a); });
         break;
       }
     }
