@@ -71,13 +71,15 @@
     $("share-link").textContent = link;
     if (!$("config-json").value.trim()) history.replaceState(null, "", "?" + shareQuery);
     try {
-      // The boundary of each setting is a search over every integer (about 60 plans): still milliseconds.
+      // The boundary of each setting is a search over every integer (about 60 plans): still
+      // milliseconds. A setting whose search is refused only leaves its row out.
+      const boundary = (setting) => call("plan", "largest=" + setting).then((p) => p.boundary, () => null);
       const [plan, curves, byBatch, bySeq] =
-          await Promise.all([call("plan"), call("curves"), call("plan", "largest=batch"), call("plan", "largest=seq")]);
+          await Promise.all([call("plan"), call("curves"), boundary("batch"), boundary("seq")]);
       if (ticket !== pending) return;  // a later change is on its way
       $("error").textContent = "";
       $("result").textContent = "";
-      C.renderPlan($("result"), {plan, curves, boundaries: [byBatch.boundary, bySeq.boundary]});
+      C.renderPlan($("result"), {plan, curves, boundaries: [byBatch, bySeq].filter((b) => b)});
     } catch (e) {
       if (ticket !== pending) return;
       $("error").textContent = e.message;
