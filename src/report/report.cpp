@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "memory/memory_model.hpp"
 #include "report/report_text.hpp"
 #include "trainfit/error.hpp"
 #include "trainfit/settings.hpp"
@@ -76,9 +77,9 @@ std::string boundary_lines(const Boundary& b, bool md) {
 // (MemoryEstimate::later_logits_segment_bytes): then that is why it does not fit.
 bool stranded_logits(const Plan& p) {
   const MemoryEstimate& m = p.memory;
-  return m.later_logits_segment_bytes > 0 &&
-         add_bytes(add_bytes(m.busiest_peak_allocated_bytes, m.later_logits_segment_bytes), m.cuda_context_bytes) >
-             std::max(m.busiest_peak_allocated_bytes, m.busiest_device_used_bytes);
+  return detail::later_step_need_bytes(m.busiest_peak_allocated_bytes, m.later_logits_segment_bytes,
+                                       m.cuda_context_bytes) >
+         std::max(m.busiest_peak_allocated_bytes, m.busiest_device_used_bytes);
 }
 
 std::string verdict_line(const Plan& p) {
