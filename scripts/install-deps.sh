@@ -7,7 +7,7 @@
 set -euo pipefail
 packages=(g++ cmake ninja-build pkg-config libcli11-dev nlohmann-json3-dev libfmt-dev libtomlplusplus-dev
           libgtest-dev libgmock-dev libbenchmark-dev libcpp-httplib-dev python3
-          libsimdjson-dev zlib1g-dev libisal-dev)
+          libsimdjson-dev zlib1g-dev libisal-dev python3-dev python3-venv pybind11-dev)
 if [ "${1:-}" = --browser ]; then
   shift
   # The browser tests (tests/browser): Debian's chromium, and Node.js with npm unless a Node.js is

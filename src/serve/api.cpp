@@ -248,16 +248,41 @@ Plan plan_of(const Asked& a) {
   return p;
 }
 
-void check_format(const Asked& a) {
-  if (const Input* in = option(a, "format"); in != nullptr && text_of(*in) != "json")
-    throw RequestError(400, "format: the API answers in JSON only (format=json)");
+// The format asked for (format=json, the default; table, markdown or html as the commands print
+// them, for a client that shows them as they are: the Python package, curl) and its content type.
+struct Rendering {
+  Format format = Format::json;
+  std::string content_type = "application/json";
+};
+
+Rendering rendering_of(const Asked& a) {
+  Rendering r;
+  const Input* in = option(a, "format");
+  if (in == nullptr) return r;
+  const std::string text = text_of(*in);
+  try {
+    r.format = parse_report_format(text);
+  } catch (const InputError&) {
+    throw RequestError(400, fmt::format("format: {} is not one of json, table, markdown, html", detail::quoted(text)));
+  }
+  if (r.format == Format::table) r.content_type = "text/plain; charset=utf-8";
+  if (r.format == Format::markdown) r.content_type = "text/markdown; charset=utf-8";
+  if (r.format == Format::html) r.content_type = "text/html; charset=utf-8";
+  return r;
+}
+
+void check_json_format(const Asked& a) {
+  if (rendering_of(a).format != Format::json)
+    throw RequestError(400, "format: this endpoint answers in JSON only (format=json)");
 }
 
 Response plan_endpoint(const Inputs& inputs, bool curves) {
   const Asked a = read_asked(inputs, {"no_suggest", "largest", "format"}, false);
-  check_format(a);
+  if (curves) check_json_format(a);
+  const Rendering how = rendering_of(a);
   const Plan p = plan_of(a);
-  return json_response(curves ? plan_curves(p).dump(2) + "\n" : render_plan(p, Format::json));
+  if (curves) return json_response(plan_curves(p).dump(2) + "\n");
+  return {200, how.content_type, render_plan(p, how.format)};
 }
 
 Response advise_endpoint(const Inputs& inputs) {
@@ -265,11 +290,12 @@ Response advise_endpoint(const Inputs& inputs) {
                              {"goal", "free", "fix", "gpus_max", "top", "tokens_per_step", "tokens", "epochs",
                               "dataset_tokens", "verbose", "format"},
                              true);
-  check_format(a);
+  const Rendering how = rendering_of(a);
   AdviseInputs in;
   in.given = a.given;
   in.gpu_text = a.gpu_text;
   in.method_text = a.method_text;
+  bool verbose = false;
   for (const Input& o : a.options) {
     if (o.key == "goal")
       in.goal = text_of(o);
@@ -289,12 +315,13 @@ Response advise_endpoint(const Inputs& inputs) {
       in.epochs = number_of(o);
     else if (o.key == "dataset_tokens")
       in.dataset_tokens = number_of(o);
-    // verbose: the JSON is the same with or without it, as on the command line.
+    else if (o.key == "verbose")
+      verbose = bool_of(o);  // the JSON is the same with or without it, as on the command line
   }
   const AdviseRequest r = make_advise_request(in, builtin_prices());
   const Advice advice = advise(*a.model, r);
   if (advice.results.empty()) throw RequestError(400, nothing_fits_message(advice));
-  return json_response(render_advice(advice, r, Format::json, false));
+  return {200, how.content_type, render_advice(advice, r, how.format, verbose)};
 }
 
 // POST /api/snapshot: the body is the snapshot file itself (the pickle torch.cuda.memory._dump_snapshot
@@ -321,7 +348,7 @@ Response snapshot_endpoint(const Request& r, const Limits& limits) {
     setup.method = "GET";
     setup.body.clear();
     const Asked a = read_asked(read_inputs(setup, limits), {"format"}, false);
-    check_format(a);
+    check_json_format(a);
     comparison = trace::compare_with_plan(trace::RankTrace{}, &report, plan_of(a));
   }
   return json_response(trace::render_snapshot(report, comparison ? &*comparison : nullptr, Format::json));

@@ -41,6 +41,26 @@ GivenSetting text(const char* key, const char* value) {
   return {s, parse_setting_text(*s, value)};
 }
 
+// format=table|markdown|html answers what `trainfit plan --format ...` prints, with its content
+// type: the Python package and curl show the command's own text.
+TEST(ServeApi, PlanInTheCommandsOtherFormats) {
+  const std::vector<GivenSetting> given{text("model", "qwen2.5-7b"), text("gpu", "rtx-4090"), text("method", "qlora")};
+  const TrainingSetup s = resolve_setup(given);
+  const Plan p = make_plan(load_model(s.model), s, resolve_card(s));
+  const std::pair<const char*, const char*> formats[] = {
+      {"table", "text/plain; charset=utf-8"}, {"markdown", "text/markdown; charset=utf-8"}, {"html", "text/html; charset=utf-8"}};
+  for (const auto& [name, type] : formats) {
+    const Response r = get("/api/plan", {{"model", "qwen2.5-7b"}, {"gpu", "rtx-4090"}, {"method", "qlora"}, {"format", name}});
+    ASSERT_EQ(r.status, 200) << name << ": " << r.body;
+    EXPECT_EQ(r.content_type, type);
+    EXPECT_EQ(r.body, render_plan(p, parse_report_format(name))) << name;
+  }
+  const Response table = post("/api/advise", R"({"model": "qwen2.5-7b", "gpu": "rtx-4090", "format": "table"})");
+  ASSERT_EQ(table.status, 200) << table.body;
+  EXPECT_EQ(table.content_type, "text/plain; charset=utf-8");
+  EXPECT_NE(table.body.find("qwen2.5-7b"), std::string::npos) << table.body;
+}
+
 TEST(ServeApi, PlanQueryIsWhatPlanPrints) {
   const Response r = get("/api/plan", {{"model", "qwen2.5-7b"},
                                        {"gpu", "rtx-5070-ti"},
@@ -210,7 +230,8 @@ TEST(ServeApi, BadRequestsGetAMessage) {
        "twice"},
       {{"GET", "/api/plan", {{"model", "qwen2.5-7b"}, {"grad-ckpt", "maybe"}}, ""}, 400, "on or off"},
       {{"GET", "/api/plan", {{"model", "qwen2.5-7b"}, {"colour", "red"}}, ""}, 400, "unknown parameter"},
-      {{"GET", "/api/plan", {{"model", "qwen2.5-7b"}, {"format", "table"}}, ""}, 400, "JSON only"},
+      {{"GET", "/api/plan", {{"model", "qwen2.5-7b"}, {"format", "pdf"}}, ""}, 400, "json, table, markdown, html"},
+      {{"GET", "/api/curves", {{"model", "qwen2.5-7b"}, {"format", "table"}}, ""}, 400, "JSON only"},
       {{"GET", "/api/plan", {{"model", std::string(5000, 'q')}}, ""}, 400, "bytes"},
       {{"GET", "/api/plan", {{"model", "qwen2.5-7b"}, {"gpu", "no-such-card"}}, ""}, 400, "no-such-card"},
       {{"GET", "/api/advise", {{"model", "qwen2.5-7b"}, {"gpu", "h100-sxm"}, {"top", "many"}}, ""},
