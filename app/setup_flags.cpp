@@ -55,17 +55,35 @@ SetupFlags::SetupFlags(CLI::App& cmd) : cmd_(&cmd) {
       cmd.add_option(s.flag, text_[s.key], help_of(s))->type_name(type_name(s));
     }
   }
+  cmd.add_option("--setup", setup_file_,
+                 "a setup as JSON: the plan `plan --format json` wrote (its \"setup\"), or an object of settings by "
+                 "their JSON keys (`trainfit schema`); flags given beside it override it")
+      ->type_name("FILE");
 }
 
-bool SetupFlags::was_given(std::string_view key) const {
+bool SetupFlags::on_command_line(std::string_view key) const {
   const Setting* s = find_setting(key);
   const bool has_flag = text_.count(key) > 0 || switch_.count(key) > 0;  // rows added after the flags were made have none
   return s != nullptr && has_flag && cmd_->count(s->flag) > 0;
 }
 
+const GivenSetting* SetupFlags::in_file(std::string_view key) const {
+  if (setup_file_.empty()) return nullptr;
+  if (!from_file_) from_file_ = load_setup_file(setup_file_);
+  for (const GivenSetting& g : *from_file_)
+    if (g.setting->key == key) return &g;
+  return nullptr;
+}
+
+bool SetupFlags::was_given(std::string_view key) const { return on_command_line(key) || in_file(key) != nullptr; }
+
 std::string SetupFlags::text_of(std::string_view key) const {
-  const auto it = text_.find(key);
-  return it != text_.end() && was_given(key) ? it->second : std::string();
+  if (on_command_line(key)) {
+    const auto it = text_.find(key);
+    return it != text_.end() ? it->second : std::string();
+  }
+  const GivenSetting* g = in_file(key);
+  return g != nullptr && g->setting->type != SettingType::boolean ? setting_text(*g->setting, g->value) : std::string();
 }
 
 std::vector<GivenSetting> SetupFlags::given() const { return given({}); }
@@ -73,7 +91,11 @@ std::vector<GivenSetting> SetupFlags::given() const { return given({}); }
 std::vector<GivenSetting> SetupFlags::given(const std::vector<std::string>& except) const {
   std::vector<GivenSetting> out;
   for (const Setting& s : settings()) {
-    if (!was_given(s.key) || std::find(except.begin(), except.end(), s.key) != except.end()) continue;
+    if (std::find(except.begin(), except.end(), s.key) != except.end()) continue;
+    if (!on_command_line(s.key)) {
+      if (const GivenSetting* g = in_file(s.key)) out.push_back(*g);
+      continue;
+    }
     GivenSetting g;
     g.setting = &s;
     if (s.type == SettingType::boolean) g.value = switch_.at(s.key);

@@ -139,6 +139,15 @@ struct SetupJsonOptions {
 };
 // Every setting that applies, with its value; unset names and sizes are left out.
 nlohmann::json setup_to_json(const TrainingSetup& setup, const SetupJsonOptions& options = {});
+// The settings an object holds, checked one by one (no defaults, no validation of the whole):
+// what setup_from_json resolves, and what a command line lays its own flags over. `other_key` as
+// for setup_from_json. Throws SettingError.
+std::vector<GivenSetting> given_from_json(const nlohmann::json& object,
+                                          const std::function<bool(std::string_view key)>& other_key = {});
+// The settings of a setup file (`--setup FILE`): the "setup" object trainfit writes (a plan's
+// JSON, whole, or that object alone), or any object of settings by their JSON keys. A key that is
+// no setting is an error naming it. Throws InputError (unreadable, not JSON) or SettingError.
+std::vector<GivenSetting> load_setup_file(const std::string& path);
 // Reads the settings an object holds (missing ones take their defaults) and validates the setup.
 // Keys that are not settings are passed to `other_key`: true accepts them (the caller reads them),
 // false makes them an error; without it they are ignored. Throws SettingError.

@@ -72,6 +72,12 @@ class PlanIsWhatTheCommandPrints(unittest.TestCase):
         self.assertIsNone(p.step_seconds)
         self.assertIsNone(p.tokens_per_second)
         self.assertIn("oom", repr(p))
+        # A card known by its memory alone has no rates: no step time, not an error.
+        by_memory = trainfit.plan(model="qwen2.5-0.5b", vram="24GiB")
+        self.assertTrue(by_memory.fits)
+        self.assertIsNone(by_memory.step_seconds)
+        self.assertIsNone(by_memory.bottleneck)
+        self.assertIn("fits", live.forecast_text(by_memory))
 
     def test_the_boundary(self):
         p = trainfit.plan(model="qwen2.5-7b", gpu="rtx-4090", method="qlora", grad_ckpt=True, largest="batch")

@@ -151,8 +151,10 @@ class Plan(_Result):
 
     @property
     def step_seconds(self):
-        """The predicted optimizer step; None for a setup that cannot run."""
-        return None if self.verdict in ("oom", "spills") else self.json["time"]["step_seconds"]
+        """The predicted optimizer step; None for a setup that cannot run, or a card known only by
+        its memory (vram=), which has no rates to price a step from."""
+        time = self.json.get("time")
+        return None if self.verdict in ("oom", "spills") or not time else time["step_seconds"]
 
     @property
     def tokens_per_second(self):
@@ -160,7 +162,8 @@ class Plan(_Result):
 
     @property
     def bottleneck(self):
-        return self.json["time"]["bottleneck"]
+        time = self.json.get("time")
+        return time["bottleneck"] if time else None
 
     @property
     def warnings(self):

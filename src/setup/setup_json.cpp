@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "common/text.hpp"
 #include "trainfit/error.hpp"
 #include "trainfit/model.hpp"
 #include "trainfit/settings.hpp"
@@ -125,7 +126,7 @@ json setup_to_json(const TrainingSetup& setup, const SetupJsonOptions& options) 
   return j;
 }
 
-TrainingSetup setup_from_json(const json& object, const std::function<bool(std::string_view)>& other_key) {
+std::vector<GivenSetting> given_from_json(const json& object, const std::function<bool(std::string_view)>& other_key) {
   if (!object.is_object()) throw InputError("a setup must be a JSON object");
   std::vector<GivenSetting> given;
   for (const auto& [key, value] : object.items()) {
@@ -144,7 +145,31 @@ TrainingSetup setup_from_json(const json& object, const std::function<bool(std::
     // A number's JSON text, so that a range error shows what the file says.
     given.push_back({row, check_setting_value(*row, raw, value.is_number() ? value.dump() : std::string())});
   }
-  return resolve_setup(given);
+  return given;
+}
+
+TrainingSetup setup_from_json(const json& object, const std::function<bool(std::string_view)>& other_key) {
+  return resolve_setup(given_from_json(object, other_key));
+}
+
+std::vector<GivenSetting> load_setup_file(const std::string& path) {
+  // A setup is a few hundred bytes; a plan with its suggestions a few KiB.
+  const std::string text = detail::read_text_file(path, "setup file", std::size_t{4} << 20);
+  json object;
+  try {
+    object = json::parse(text);
+  } catch (const json::exception& e) {
+    throw InputError(fmt::format("setup file '{}' is not JSON: {}", path, e.what()));
+  }
+  if (!object.is_object())
+    throw InputError(fmt::format("setup file '{}': a JSON object of settings, or the plan trainfit wrote", path));
+  // The whole plan (`plan --format json`, schema trainfit.plan/1): its setup.
+  if (object.contains("schema") && object.contains("setup") && object["setup"].is_object()) object = object["setup"];
+  try {
+    return given_from_json(object, [](std::string_view) { return false; });
+  } catch (const SettingError& e) {
+    throw SettingError(e.setting(), fmt::format("{} (in the setup file '{}')", e.reason(), path));
+  }
 }
 
 json setup_schema() {

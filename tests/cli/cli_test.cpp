@@ -90,6 +90,46 @@ TEST(Cli, PlanForSeveralGpusIsPerGpu) {
   EXPECT_EQ(run("plan --model qwen2.5-7b --gpu h200 --gpus 0").code, 2);
 }
 
+// The setup trainfit writes goes back in: `plan --setup FILE` with the plan's JSON plans the same
+// setup, flags beside it override it, and a file's bad key is named.
+TEST(Cli, ASetupFileGoesBackIn) {
+  const auto first = run("plan --model llama3.1-8b --gpu a100-40gb --method lora --seq 2048 --grad-ckpt --batch 4 "
+                         "--lora-targets q,v --format json");
+  ASSERT_EQ(first.code, 0) << first.out;
+  const std::string plan_file = testing::TempDir() + "/plan.json";
+  std::ofstream(plan_file) << first.out;
+  const auto again = run("plan --setup " + plan_file + " --format json");
+  ASSERT_EQ(again.code, 0) << again.out;
+  EXPECT_EQ(again.out, first.out);
+  // Only its setup object, and a flag beside it.
+  const std::string setup_file = testing::TempDir() + "/setup.json";
+  std::ofstream(setup_file) << nlohmann::json::parse(first.out)["setup"].dump();
+  const auto bigger = run("plan --setup " + setup_file + " --batch 8 --format json");
+  ASSERT_EQ(bigger.code, 0) << bigger.out;
+  const auto bigger_setup = nlohmann::json::parse(bigger.out)["setup"];
+  EXPECT_EQ(bigger_setup["batch"], 8);
+  EXPECT_EQ(bigger_setup["lora_targets"], nlohmann::json::parse(first.out)["setup"]["lora_targets"]);
+  EXPECT_TRUE(bigger_setup["grad_ckpt"].get<bool>());
+  // A model named only in the file is no seed scenario; advise reads the file's card text too.
+  const std::string partial = testing::TempDir() + "/partial.json";
+  std::ofstream(partial) << R"({"model": "qwen2.5-7b", "gpu": "rtx-4090", "method": "qlora"})";
+  const auto one = run("plan --setup " + partial + " --format json");
+  ASSERT_EQ(one.code, 0) << one.out;
+  EXPECT_EQ(nlohmann::json::parse(one.out)["setup"]["method"], "qlora");
+  const auto advised = run("advise --setup " + partial + " --top 1 --format json");
+  ASSERT_EQ(advised.code, 0) << advised.out;
+  EXPECT_EQ(nlohmann::json::parse(advised.out)["results"][0]["setup"]["gpu"], "rtx-4090");
+  const std::string bad = testing::TempDir() + "/bad-setup.json";
+  std::ofstream(bad) << R"({"model": "qwen2.5-7b", "colour": "red"})";
+  const auto refused = run("plan --setup " + bad);
+  EXPECT_EQ(refused.code, 2);
+  EXPECT_NE(refused.out.find("colour: unknown setting"), std::string::npos) << refused.out;
+  EXPECT_NE(refused.out.find(bad), std::string::npos) << refused.out;
+  const auto missing = run("plan --setup " + testing::TempDir() + "/no-such.json");
+  EXPECT_EQ(missing.code, 2);
+  EXPECT_NE(missing.out.find("cannot read setup file"), std::string::npos) << missing.out;
+}
+
 TEST(Cli, CalibrateWritesAProfileThatPlanUses) {
   const std::string profile = testing::TempDir() + "/profile.toml";
   const auto r = run(std::string("calibrate ") + TRAINFIT_SOURCE_DIR +
