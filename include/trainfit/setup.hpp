@@ -17,7 +17,10 @@ namespace trainfit {
 
 enum class Method { full, lora, qlora };
 enum class DType { fp32, bf16, fp16, int8, nf4, fp4 };
-enum class Optimizer { adamw, adamw_8bit, sgd, sgd_momentum, adafactor };
+// adamw is torch.optim.AdamW(fused=True); adamw_foreach the same optimizer without fused=True, its
+// default on CUDA (transformers' optim="adamw_torch"), which steps with list operations that keep
+// a copy of the second moments (docs/model.md, "Optimizer states").
+enum class Optimizer { adamw, adamw_8bit, sgd, sgd_momentum, adafactor, adamw_foreach };
 enum class Attention { sdpa, eager, flash };
 // How several GPUs share the work of one step (data parallelism: each GPU runs its own micro-batch).
 //   ddp:  PyTorch DistributedDataParallel: every GPU holds the whole model; gradients are
@@ -236,6 +239,8 @@ TrainingSetup with_seq(TrainingSetup setup, std::int64_t seq);
 // The layout's degrees: data-parallel GPUs (gpus / (tp x pp x cp)) and the GPUs one host holds.
 std::int64_t data_parallel_degree(const TrainingSetup& setup);
 bool offloads_optimizer(Offload o);
+// AdamW, fused or foreach: two states of each trainable parameter's shape and dtype.
+bool keeps_two_moments(Optimizer o);
 bool offloads_params(Offload o);
 
 }  // namespace trainfit

@@ -27,6 +27,10 @@ namespace trainfit {
 struct TimeProfile {
   std::string name = "default";
   std::string source;                  // what it was measured or fitted on
+  // The catalogue card whose measurements give the rates (every field's initialiser below is the
+  // H200's). On another card the same fractions of that card's datasheet peaks are used: the plan
+  // says its step time is extrapolated from this card.
+  std::string measured_on = "h200";
   // Fraction of dense bf16/fp16 tensor peak that training GEMMs reach. Micro-benchmarks at training
   // shapes reach 760-825 of 989 TFLOP/s, but in a step GEMMs run below that (backward layouts,
   // mixed shapes): the profile of a Qwen2.5-14B LoRA step

@@ -18,7 +18,7 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, ".."))
+sys.path.append(os.path.join(HERE, ".."))  # after $PYTHONPATH, which may hold an installed trainfit
 
 CASES = {
     # name: (built-in model, LoRA?, grad_ckpt, batch, seq, weights dtype)

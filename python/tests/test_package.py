@@ -161,6 +161,8 @@ class ReadingTheLiveRun(unittest.TestCase):
         self.assertEqual(settings, {"batch": 4, "grad_accum": 8, "grad_ckpt": True, "optimizer": "adamw-8bit",
                                     "amp": "bf16", "objective": "sft", "seq": 2048})
         self.assertEqual(notes, [])
+        args.optim = "adamw_torch"  # torch's AdamW without fused=True
+        self.assertEqual(live.settings_of_args(args)[0]["optimizer"], "adamw-foreach")
         args.optim = "lomo"
         settings, notes = live.settings_of_args(args, method="lora", weights="bf16")
         self.assertNotIn("optimizer", settings)

@@ -51,6 +51,8 @@ def optimizer_spec(torch, name, device):
     what ZeroRedundancyOptimizer (zero1) builds on each rank's share of the parameters."""
     if name == "adamw":
         return torch.optim.AdamW, dict(lr=1e-4, **({"fused": True} if device.type == "cuda" else {}))
+    if name == "adamw-foreach":  # torch's default on CUDA: the foreach implementation
+        return torch.optim.AdamW, dict(lr=1e-4, foreach=True)
     if name == "sgd":
         return torch.optim.SGD, {"lr": 1e-4}
     if name == "sgd-momentum":

@@ -169,7 +169,7 @@ MemoryBasis memory_basis(const ModelSpec& model, const Step& step, const GpuSpec
   base.quant_constants = p.quant_constants;
   base.adapters = p.adapters * share;
   // Optimizer states have their parameters' shapes, so they round like them.
-  const double states_per_param_copy = setup.optimizer == Optimizer::adamw ? 2.0
+  const double states_per_param_copy = keeps_two_moments(setup.optimizer) ? 2.0
                                        : setup.optimizer == Optimizer::sgd_momentum ? 1.0 : 0.0;
   base.optimizer_states = st.optimizer_states * share_o + states_per_param_copy * p.trainable_rounding * share_o / share;
   // Measured on one GPU (the boundary scans): whole states, whole logits, no pipeline or DeepSpeed.

@@ -179,7 +179,7 @@ std::vector<Change> changes_for(const ModelSpec& model, const TrainingSetup& bas
                  }});
   out.push_back(
       {"--optimizer adamw-8bit", "8-bit AdamW, its states at 2 bytes a parameter", "optimizer", [](TrainingSetup& s) {
-         if (s.method != Method::full || s.optimizer != Optimizer::adamw) return false;
+         if (s.method != Method::full || !keeps_two_moments(s.optimizer)) return false;
          s.optimizer = Optimizer::adamw_8bit;
          return true;
        }});

@@ -52,6 +52,8 @@ const std::vector<std::pair<std::string, std::string>>& category_names() {
 }
 
 // `plan --largest batch|seq`: where each state ends (docs/model.md, "The boundary").
+std::string plan_command_lines(const std::vector<std::string>& args, std::string_view indent);  // below
+
 std::string boundary_lines(const Boundary& b, bool md) {
   const std::string name = b.setting == "batch" ? "micro-batch" : "sequence";
   const auto value = [&](std::int64_t v) {
@@ -69,7 +71,7 @@ std::string boundary_lines(const Boundary& b, bool md) {
     out += fmt::format("{}{:<8} the boundary: {} fails\n", item, value(b.largest_at_all), b.largest_at_all + 1);
   out += fmt::format("{}{:<8} the largest the headroom policy keeps (what advise recommends)\n", item,
                      value(b.largest_fits));
-  if (!b.args.empty()) out += fmt::format("{}{}\n", item, plan_command(b.args));
+  if (!b.args.empty()) out += (md ? item + plan_command(b.args) : plan_command_lines(b.args, item)) + "\n";
   return out;
 }
 
@@ -182,7 +184,20 @@ json time_to_json(const Plan& p) {
           {"spill_seconds", t.spill_seconds},
           {"spill_slowdown", t.spill_slowdown},
           {"profile", p.profile.name},
+          // The card the profile's rates were measured on, when it is not this one (null: measured here).
+          {"extrapolated_from", p.profile.measured_on != p.gpu.id && !p.profile.measured_on.empty()
+                                    ? json(p.profile.measured_on)
+                                    : json(nullptr)},
           {"breakdown", breakdown}};
+}
+
+// A time term's JSON key in words, for the text ("memory_traffic": "memory traffic").
+std::string time_term_words(std::string_view key) {
+  if (key == "adapters_fp32") return "fp32 adapter matmuls";
+  if (key == "matmul") return "matmuls";
+  std::string words(key);
+  std::replace(words.begin(), words.end(), '_', ' ');
+  return words;
 }
 
 std::string time_lines(const Plan& p, bool md) {
@@ -197,9 +212,19 @@ std::string time_lines(const Plan& p, bool md) {
                        md ? "" : "        ", t.spill_slowdown);
   std::vector<std::string> terms;
   for (const auto& term : t.breakdown)
-    if (term.seconds > 0) terms.push_back(fmt::format("{} {}", term.name, seconds_text(term.seconds)));
-  out += fmt::format("{}GPU {} | host {}: {}\n", md ? "" : "        ", seconds_text(t.gpu_seconds),
-                     seconds_text(t.host_seconds), fmt::join(terms, ", "));
+    if (term.seconds > 0) terms.push_back(fmt::format("{} {}", time_term_words(term.name), seconds_text(term.seconds)));
+  const std::string indent = md ? "" : "        ";
+  // The host's dispatch overlaps the GPU's work: the step is the longer of the two, not their sum.
+  const std::string terms_line = fmt::format("GPU {}, host {} (they overlap; the step is the longer): {}",
+                                             seconds_text(t.gpu_seconds), seconds_text(t.host_seconds),
+                                             fmt::join(terms, ", "));
+  out += indent + (md ? terms_line : detail::wrapped(terms_line, detail::kTextColumns - indent.size(), indent)) + "\n";
+  if (p.profile.measured_on != p.gpu.id && !p.profile.measured_on.empty()) {
+    const std::string note = fmt::format(
+        "Extrapolated: the rates were measured on the {} (profile {}) and are applied to this card's datasheet peaks",
+        find_gpu(p.profile.measured_on).name, p.profile.name);
+    out += indent + (md ? note : detail::wrapped(note, detail::kTextColumns - indent.size(), indent)) + "\n";
+  }
   return out;
 }
 
@@ -222,6 +247,37 @@ std::string plan_command(const std::vector<std::string>& args) {
   }
   return out;
 }
+
+namespace {
+
+// plan_command for the terminal: at `indent`, broken between arguments with the shell's line
+// continuation so that every line fits kTextColumns and the lines still paste as one command.
+// A flag and its value stay on one line.
+std::string plan_command_lines(const std::vector<std::string>& args, std::string_view indent) {
+  std::vector<std::string> parts{"trainfit plan"};
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    std::string part = shell_word(args[i]);
+    if (args[i].rfind("--", 0) == 0 && i + 1 < args.size() && args[i + 1].rfind("--", 0) != 0)
+      part += " " + shell_word(args[++i]);
+    parts.push_back(std::move(part));
+  }
+  std::string out(indent);
+  std::size_t column = indent.size();
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    if (i > 0 && column + 1 + parts[i].size() + 2 > detail::kTextColumns) {
+      out += fmt::format(" \\\n{}    ", indent);
+      column = indent.size() + 4;
+    } else if (i > 0) {
+      out += ' ';
+      ++column;
+    }
+    out += parts[i];
+    column += parts[i].size();
+  }
+  return out;
+}
+
+}  // namespace
 
 Format parse_format(std::string_view s) {
   if (s == "table") return Format::table;
@@ -308,7 +364,8 @@ std::string render_plan(const Plan& p, Format format) {
     out += fmt::format("Peak at **{}** ({}).\n\n| memory | bytes | MiB |\n|---|---:|---:|\n", to_string(m.peak_phase), m.peak_moment);
   } else {
     // The verdict and the warnings are sentences: wrapped to the 100 columns the tables keep.
-    out += fmt::format("Model    {}\nSetup    {}\n{}GPU      {} ({})\n\n{}\n\n", model_text(p), setup_text(p.setup),
+    out += fmt::format("Model    {}\nSetup    {}\n{}GPU      {} ({})\n\n{}\n\n", model_text(p),
+                       detail::wrapped(setup_text(p.setup), detail::kTextColumns, "         "),
                        objective_line(p, false), p.gpu.name, mib(p.gpu.memory_bytes),
                        detail::wrapped(verdict_line(p), detail::kTextColumns, "  "));
     for (const std::string& w : p.warnings)
@@ -363,7 +420,7 @@ std::string render_plan(const Plan& p, Format format) {
                            mib(s.device_used_bytes), to_string(s.verdict), step);
       } else {
         out += fmt::format("  {:<7}{:>10}{:>10}  {}\n", to_string(s.verdict), mib(s.peak_allocated_bytes), step, s.change);
-        out += fmt::format("  {:27}  {}\n", "", command);
+        out += plan_command_lines(s.args, "    ") + "\n";
       }
     }
   }

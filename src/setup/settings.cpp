@@ -222,8 +222,10 @@ std::vector<Setting> builtin_table() {
     bind<bool>(r, [](auto& s) -> auto& { return s.quant.kbit_prepare; });
   }
   {
-    auto& r = row("optimizer", "--optimizer", choice, "optimizer; adamw-8bit is bitsandbytes' 8-bit AdamW");
-    r.choices = {"adamw", "adamw-8bit", "sgd", "sgd-momentum", "adafactor"};
+    auto& r = row("optimizer", "--optimizer", choice,
+                  "optimizer; adamw is torch's fused AdamW, adamw-foreach torch's default AdamW (transformers' "
+                  "adamw_torch), adamw-8bit bitsandbytes' 8-bit AdamW");
+    r.choices = {"adamw", "adamw-8bit", "sgd", "sgd-momentum", "adafactor", "adamw-foreach"};
     r.label = "{}";
     bind_enum(r, [](auto& s) -> auto& { return s.optimizer; }, parse_optimizer, to_string);
   }

@@ -54,9 +54,10 @@ constexpr std::array<std::pair<std::string_view, DType>, 9> kDTypes{{
     {"fp32", DType::fp32}, {"bf16", DType::bf16}, {"fp16", DType::fp16}, {"int8", DType::int8},
     {"nf4", DType::nf4}, {"fp4", DType::fp4}, {"float32", DType::fp32}, {"bfloat16", DType::bf16},
     {"float16", DType::fp16}}};
-constexpr std::array<std::pair<std::string_view, Optimizer>, 7> kOptimizers{{
+constexpr std::array<std::pair<std::string_view, Optimizer>, 8> kOptimizers{{
     {"adamw", Optimizer::adamw}, {"adamw-8bit", Optimizer::adamw_8bit}, {"sgd", Optimizer::sgd},
     {"sgd-momentum", Optimizer::sgd_momentum}, {"adafactor", Optimizer::adafactor},
+    {"adamw-foreach", Optimizer::adamw_foreach},
     {"adam", Optimizer::adamw}, {"paged-adamw-8bit", Optimizer::adamw_8bit}}};
 constexpr std::array<std::pair<std::string_view, Attention>, 4> kAttention{{
     {"sdpa", Attention::sdpa}, {"eager", Attention::eager}, {"flash", Attention::flash},
@@ -300,6 +301,8 @@ std::int64_t data_parallel_degree(const TrainingSetup& s) {
 }
 
 bool offloads_optimizer(Offload o) { return o == Offload::optimizer || o == Offload::optimizer_params; }
+
+bool keeps_two_moments(Optimizer o) { return o == Optimizer::adamw || o == Optimizer::adamw_foreach; }
 bool offloads_params(Offload o) { return o == Offload::params || o == Offload::optimizer_params; }
 
 }  // namespace trainfit

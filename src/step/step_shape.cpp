@@ -263,6 +263,14 @@ OptimizerMemory optimizer_memory(const StepBasis& b, const LinearTotals& lin, co
       // exp_avg and exp_avg_sq in the parameter's dtype; fused AdamW needs no temporaries.
       o.states = 2.0 * tp * p.trainable_bytes_each;
       break;
+    case Optimizer::adamw_foreach:
+      // The same states. torch/optim/adam.py's _multi_tensor_adam (no fused=True, not capturable)
+      // steps every parameter of a device and dtype at once: exp_avg_sq_sqrt =
+      // torch._foreach_sqrt(exp_avg_sqs) is a new tensor per state, all alive until the update
+      // (addcdiv_) has used them: one more copy of the second moments, rounded as they are.
+      o.states = 2.0 * tp * p.trainable_bytes_each;
+      o.transient = tp * p.trainable_bytes_each + p.trainable_rounding;
+      break;
     case Optimizer::adamw_8bit:
       // bitsandbytes: two uint8 states with one fp32 absmax per 2048-element block.
       o.states = 2.0 * tp * (1.0 + kFp32Bytes / kEightBitStateBlock);
@@ -958,7 +966,7 @@ StepShape describe_tensors(const ModelSpec& model, const TrainingSetup& setup, c
     ValueModelShape& value = st.objective.value;
     value.weights = vs.params.weights + vs.params.weights_rounding;
     value.gradients = vs.gradients + vs.params.trainable_rounding;
-    const double states_per_param_copy = setup.optimizer == Optimizer::adamw ? 2.0
+    const double states_per_param_copy = keeps_two_moments(setup.optimizer) ? 2.0
                                          : setup.optimizer == Optimizer::sgd_momentum ? 1.0 : 0.0;
     value.optimizer_states = vs.optimizer_states + states_per_param_copy * vs.params.trainable_rounding;
     value.parameters = vs.params.trainable_params;

@@ -33,7 +33,7 @@ TimeProfile parse_profile(std::string_view text, std::string_view src) {
   const toml::table t = detail::parse_toml(text, src);
   const detail::TomlReader r(src);
   r.reject_unknown(t, "",
-                   {"name", "source", "matmul_efficiency", "attention_efficiency", "fp32_efficiency",
+                   {"name", "source", "measured_on", "matmul_efficiency", "attention_efficiency", "fp32_efficiency",
                     "bandwidth_efficiency", "host_seconds_per_op", "kernel_floor_seconds", "spill_efficiency",
                     "all_reduce_efficiency", "all_gather_efficiency", "dtensor_seconds_per_op",
                     "collective_launch_seconds", "collective_latency_seconds"});
@@ -41,6 +41,7 @@ TimeProfile parse_profile(std::string_view text, std::string_view src) {
   TimeProfile p;
   if (const auto* n = t.get("name")) p.name = r.text(*n, "name");
   if (const auto* n = t.get("source")) p.source = r.text(*n, "source");
+  if (const auto* n = t.get("measured_on")) p.measured_on = r.text(*n, "measured_on");
   // Every rate in (kProfileRateAbove, kProfileRateAtMost]: the range calibrate() checks its fit
   // against too (include/trainfit/time.hpp says why).
   auto rate = [&](const char* key, double& field) {
@@ -68,6 +69,7 @@ TimeProfile load_profile(std::string_view path) {
 std::string profile_to_toml(const TimeProfile& p) {
   toml::table t{{"name", p.name},
                 {"source", p.source},
+                {"measured_on", p.measured_on},
                 {"matmul_efficiency", p.matmul_efficiency},
                 {"attention_efficiency", p.attention_efficiency},
                 {"fp32_efficiency", p.fp32_efficiency},

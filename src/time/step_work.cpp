@@ -20,6 +20,12 @@ double as_d(std::int64_t v) { return static_cast<double>(v); }
 // three projections with their views and transposes (9), rotary embedding on q and k (16), the
 // attention call (1), the output reshape (2), o_proj (1), two residual adds (2), the MLP (5)
 // and its views (~6).
+// The passes over parameter-sized arrays (elements of the states' dtype) that torch's foreach AdamW
+// makes (torch/optim/adam.py, _multi_tensor_adam): lerp_ of exp_avg toward the gradient (read 2,
+// write 1), mul_ and addcmul_ of exp_avg_sq (2 + 3), sqrt into a new list (2), div_ and add_ on it
+// (2 + 2), addcdiv_ into the parameters (read 3, write 1), the decoupled weight decay's mul_ (2):
+// 20, where the fused kernel reads parameter, gradient and both states once and writes three (7).
+constexpr double kForeachAdamwPasses = 20;
 constexpr double kLayerForwardOps = 50;
 // Eager attention adds the key/value repeat (4), scores matmul, scale, mask add, softmax, cast,
 // dropout, value matmul and transpose.
@@ -171,7 +177,9 @@ void objective_work(WorkBasis& b, const ModelSpec& model, const TrainingSetup& s
     b.value_weight_bytes = v.weights;
     b.value_forward_ops = b.forward_ops - kLoraForwardOps * targets;
     const double pb = v.parameters > 0 ? v.gradients / v.parameters : 0.0;  // bytes a parameter
-    b.value_optimizer_bytes = setup.optimizer == Optimizer::adamw ? v.parameters * 7.0 * pb : v.parameters * 3.0 * pb;
+    b.value_optimizer_bytes = setup.optimizer == Optimizer::adamw           ? v.parameters * 7.0 * pb
+                              : setup.optimizer == Optimizer::adamw_foreach ? v.parameters * kForeachAdamwPasses * pb
+                                                                            : v.parameters * 3.0 * pb;
     b.value_optimizer_ops = 0.25 * 0.5 * model_tensors;  // zero_grad over its tensors; the fused launches are shared
   }
   (void)model;
@@ -297,6 +305,7 @@ WorkBasis work_basis(const ModelSpec& model, const Step& step) {
                                                 : st.params.trainable_bytes_each;
   switch (setup.optimizer) {
     case Optimizer::adamw: b.optimizer_bytes = tp * (3.0 * pb + 4.0 * pb); break;
+    case Optimizer::adamw_foreach: b.optimizer_bytes = tp * kForeachAdamwPasses * pb; break;
     case Optimizer::adamw_8bit: b.optimizer_bytes = tp * (3.0 * pb + 4.0); break;
     case Optimizer::sgd: b.optimizer_bytes = tp * 3.0 * pb; break;
     case Optimizer::sgd_momentum: b.optimizer_bytes = tp * 5.0 * pb; break;

@@ -124,6 +124,28 @@ TEST(Memory, OptimizersOrderAsTheirStates) {
   EXPECT_LT(adam8 * 3, adam);
 }
 
+// torch's foreach AdamW keeps the same states as the fused one, and its step holds one more copy of
+// the second moments (_foreach_sqrt): the optimizer moment is larger by one state's bytes.
+TEST(Memory, ForeachAdamwHoldsACopyOfTheSecondMomentsInItsStep) {
+  TrainingSetup s;
+  s.method = Method::full;
+  s.weights = DType::bf16;
+  s.grad_ckpt = true;
+  auto optimizer_phase = [&](const MemoryEstimate& e) {
+    for (const auto& ph : e.phases)
+      if (ph.phase == Phase::optimizer) return ph.allocated_bytes;
+    return std::int64_t{-1};
+  };
+  s.optimizer = Optimizer::adamw;
+  const auto fused = estimate("qwen2.5-3b", s);
+  s.optimizer = Optimizer::adamw_foreach;
+  const auto foreach_ = estimate("qwen2.5-3b", s);
+  EXPECT_EQ(breakdown(foreach_)["optimizer_states"], breakdown(fused)["optimizer_states"]);
+  const double one_moment = static_cast<double>(breakdown(fused)["optimizer_states"]) / 2;
+  EXPECT_NEAR(static_cast<double>(optimizer_phase(foreach_) - optimizer_phase(fused)), one_moment, 0.001 * one_moment);
+  EXPECT_EQ(foreach_.peak_phase, Phase::optimizer);
+}
+
 TEST(Memory, GradientAccumulationKeepsGradientsThroughTheNextForward) {
   TrainingSetup s;
   s.method = Method::full;

@@ -68,6 +68,8 @@ TEST(TimeProfile, RoundTripsAndRejectsBadFiles) {
   const TimeProfile q = parse_profile(profile_to_toml(p), "test");
   EXPECT_DOUBLE_EQ(q.host_seconds_per_op, 1.25e-5);
   EXPECT_DOUBLE_EQ(q.matmul_efficiency, p.matmul_efficiency);
+  EXPECT_EQ(q.measured_on, "h200");
+  EXPECT_EQ(parse_profile("measured_on = \"rtx-4090\"\n", "t").measured_on, "rtx-4090");
   EXPECT_THROW(parse_profile("matmul_efficiency = 1.5\n", "t"), InputError);
   EXPECT_THROW(parse_profile("matmul_efficiency = -1\n", "t"), InputError);
   EXPECT_THROW(parse_profile("matmul_eficiency = 0.5\n", "t"), InputError);
@@ -99,9 +101,9 @@ TEST(TimeProfile, ErrorsNameFileLineAndField) {
 }
 
 // Every rate of a profile, by name: comparing them all, a new rate cannot be left out unnoticed
-// (a profile's size is its two names and these).
+// (a profile's size is its two names, the card it was measured on, and these).
 std::vector<std::pair<const char*, double>> rates(const TimeProfile& p) {
-  static_assert(sizeof(TimeProfile) == 2 * sizeof(std::string) + 12 * sizeof(double), "a rate was added: list it here");
+  static_assert(sizeof(TimeProfile) == 3 * sizeof(std::string) + 12 * sizeof(double), "a rate was added: list it here");
   return {{"matmul_efficiency", p.matmul_efficiency},       {"attention_efficiency", p.attention_efficiency},
           {"fp32_efficiency", p.fp32_efficiency},           {"bandwidth_efficiency", p.bandwidth_efficiency},
           {"host_seconds_per_op", p.host_seconds_per_op},   {"kernel_floor_seconds", p.kernel_floor_seconds},
