@@ -1,6 +1,7 @@
 // `trainfit trace --snapshot` on real out-of-memory pickles (issue 35): the boundary scans of
-// data/bench/h200-boundary-2026-12-05/ left the allocator's snapshot at the OOM of their first
-// failing trials (torch 2.11 on an H200, python/boundary_jobs/scan.py). PyTorch's own error message,
+// data/bench/h200-boundary-2026-12-05/ (torch 2.11 on an H200) and h100-boundary-2026-12-06/ (the
+// same on an H100, held-out setups among them) left the allocator's snapshot at the OOM of failing
+// trials (python/boundary_jobs/scan.py). PyTorch's own error message,
 // in trials.jsonl, names the request ("Tried to allocate") and the allocated and reserved-unallocated
 // totals at that moment; trainfit reads only the pickle. The issue's bars: the request within 0.5%,
 // allocated and reserved within 1.5%, fragmentation named exactly when the cached free memory
@@ -22,7 +23,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const fs::path kScan = fs::path(TRAINFIT_SOURCE_DIR) / "data/bench/h200-boundary-2026-12-05";
+const fs::path kScans[] = {fs::path(TRAINFIT_SOURCE_DIR) / "data/bench/h200-boundary-2026-12-05",
+                           fs::path(TRAINFIT_SOURCE_DIR) / "data/bench/h100-boundary-2026-12-06"};
 
 // "1.74 GiB" -> bytes, as PyTorch's format_size writes them (two decimals).
 double message_bytes(const std::string& number, const std::string& unit) {
@@ -68,14 +70,17 @@ struct OomTrial {
 const std::vector<OomTrial>& oom_trials() {
   static const std::vector<OomTrial> trials = [] {
     std::vector<OomTrial> out;
-    std::ifstream in(kScan / "trials.jsonl");
-    std::string line;
-    while (std::getline(in, line)) {
-      auto row = nlohmann::json::parse(line);
-      if (!row.contains("snapshot")) continue;
-      fs::path pickle = kScan / "snapshots" / (row["snapshot"].get<std::string>() + ".gz");
-      auto report = trainfit::trace::analyse_snapshot(pickle.string());
-      out.push_back({std::move(row), std::move(pickle), std::move(report)});
+    for (const fs::path& scan : kScans) {
+      std::ifstream in(scan / "trials.jsonl");
+      std::string line;
+      while (std::getline(in, line)) {
+        auto row = nlohmann::json::parse(line);
+        // A trial that ran kept its history too (--snapshot-every); only the errors' are checked in.
+        if (!row.contains("snapshot") || row["status"] != "oom") continue;
+        fs::path pickle = scan / "snapshots" / (row["snapshot"].get<std::string>() + ".gz");
+        auto report = trainfit::trace::analyse_snapshot(pickle.string());
+        out.push_back({std::move(row), std::move(pickle), std::move(report)});
+      }
     }
     return out;
   }();
@@ -114,11 +119,17 @@ TEST(OomSnapshots, TheFiguresAtTheErrorAreThoseOfPyTorchsMessage) {
 // request is not served, and under a limit raised by the segment it asked for, it is.
 TEST(OomSnapshots, TheAllocatorReplayFailsWhereTheGpuFailed) {
   int checked = 0;
+  int cut_short = 0;
   for (const auto& [row, pickle, report] : oom_trials()) {
     ASSERT_TRUE(report.oom.has_value()) << pickle;
     const auto& oom = *report.oom;
     const std::string what = pickle.filename().string();
-    ASSERT_TRUE(oom.limit_needed_bytes.has_value()) << what << ": the history reaches back to the first allocation";
+    // A history that does not reach back to the first allocation (the recorder's max_entries ran
+    // out: the Qwen2.5 7B QLoRA seq 8448 trial failed in its third step) cannot be replayed.
+    if (!oom.limit_needed_bytes.has_value()) {
+      ++cut_short;
+      continue;
+    }
     const double limit = row["allocator_limit_mib"].get<double>() * 1048576.0;
     const auto needed = static_cast<double>(*oom.limit_needed_bytes);
     EXPECT_GT(needed, limit) << what << ": the replay serves the request under the limit the GPU refused it at";
@@ -126,7 +137,8 @@ TEST(OomSnapshots, TheAllocatorReplayFailsWhereTheGpuFailed) {
     EXPECT_GE(*oom.limit_needed_bytes, oom.unstranded_need_bytes) << what;
     ++checked;
   }
-  EXPECT_GE(checked, 5);
+  EXPECT_GE(checked, 14);
+  EXPECT_LE(cut_short, 1);
 }
 
 }  // namespace
