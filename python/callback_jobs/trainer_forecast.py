@@ -10,6 +10,11 @@ sequence length; everything else is read from the model, the adapter, the argume
 device). OUT_DIR/CASE.txt keeps what the callback printed; OUT_DIR/results.jsonl one line per case:
 the settings read, the plan's peak and step, the measured steady peak (max_memory_allocated over the
 optimizer steps after the first) and median step, and the library versions.
+
+The trl-* cases run TRL's SFTTrainer (TRL's sources on PYTHONPATH, ../shared/tools/python-sources.sh).
+On the GPU machine the package's module is built there first (device_module.sh). The TRL cases have
+not run on a GPU yet (the 2026-12-06 session's device time ran out): the Trainer cases have
+(data/bench/h100-trainer-callback-2026-12-06.jsonl).
 """
 import io
 import json
@@ -27,6 +32,21 @@ CASES = {
     "l1b-lora-ckpt": ("llama3.2-1b", True, True, 8, 2048, "bf16"),
     "q3b-full-ckpt-bf16": ("qwen2.5-3b", False, True, 2, 1024, "bf16"),
 }
+# The same cases run by TRL's SFTTrainer (its SFTConfig: max_length is read as seq; loss_type "nll",
+# the whole-vocabulary loss trainfit plans, where TRL's default chunked loss is issue 34's).
+TRL_CASES = {
+    "trl-q1.5b-lora-ckpt": ("qwen2.5-1.5b", True, True, 4, 1024, "bf16"),
+    "trl-q0.5b-full": ("qwen2.5-0.5b", False, False, 4, 1024, "bf16"),
+}
+
+
+def word_tokenizer(vocab_size):
+    """A word-level tokenizer built in code (w0 ... wN), for trainers that want one."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+    tok = Tokenizer(models.WordLevel({"w%d" % i: i for i in range(vocab_size)}, unk_token="w0"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="w0", pad_token="w0", eos_token="w1")
 
 
 def run_case(name, out_dir):
@@ -37,7 +57,8 @@ def run_case(name, out_dir):
     import trainfit
     from trainfit.hf import Callback
 
-    model_name, lora, ckpt, batch, seq, weights = CASES[name]
+    trl = name in TRL_CASES
+    model_name, lora, ckpt, batch, seq, weights = TRL_CASES[name] if trl else CASES[name]
     torch.manual_seed(0)
     config = load_hf_config(model_name)
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[weights]
@@ -52,15 +73,23 @@ def run_case(name, out_dir):
     g = torch.Generator().manual_seed(1)
     rows = [{"input_ids": ids, "labels": ids.clone()}
             for ids in torch.randint(0, vocab, (batch * 8, seq), generator=g)]
-    args = TrainingArguments(output_dir=os.path.join(out_dir, "trainer-" + name), per_device_train_batch_size=batch,
-                             gradient_accumulation_steps=1, max_steps=6, learning_rate=1e-5,
-                             bf16=(weights == "fp32"), gradient_checkpointing=ckpt,
-                             gradient_checkpointing_kwargs={"use_reentrant": False} if ckpt else None,
-                             logging_steps=100, save_strategy="no", report_to=[], optim="adamw_torch",
-                             dataloader_num_workers=0, remove_unused_columns=False)
+    common = dict(output_dir=os.path.join(out_dir, "trainer-" + name), per_device_train_batch_size=batch,
+                  gradient_accumulation_steps=1, max_steps=6, learning_rate=1e-5, bf16=(weights == "fp32"),
+                  gradient_checkpointing=ckpt, gradient_checkpointing_kwargs={"use_reentrant": False} if ckpt else None,
+                  logging_steps=100, save_strategy="no", report_to=[], dataloader_num_workers=0)
     said = io.StringIO()
-    callback = Callback(seq=seq, stream=said)
-    trainer = Trainer(model=model, args=args, train_dataset=rows, callbacks=[callback])
+    if trl:
+        import datasets
+        from trl import SFTConfig, SFTTrainer
+        args = SFTConfig(max_length=seq, loss_type="nll", **common)  # the Trainer's default optim: fused AdamW
+        callback = Callback(stream=said)  # everything from the run, seq from max_length
+        data = datasets.Dataset.from_dict({"input_ids": [r["input_ids"].tolist() for r in rows]})
+        trainer = SFTTrainer(model=model, args=args, train_dataset=data, processing_class=word_tokenizer(vocab),
+                             callbacks=[callback])
+    else:
+        args = TrainingArguments(optim="adamw_torch", remove_unused_columns=False, **common)
+        callback = Callback(seq=seq, stream=said)
+        trainer = Trainer(model=model, args=args, train_dataset=rows, callbacks=[callback])
     t0 = time.time()
     status = "ok"
     try:
@@ -83,6 +112,7 @@ def run_case(name, out_dir):
            if measured.get("step_seconds_median") and p.step_seconds else None,
            "wall_seconds": round(time.time() - t0, 1), "printed": text,
            "stack": {"torch": torch.__version__, "transformers": transformers.__version__, "peft": peft_version,
+                     "trl": __import__("trl").__version__ if trl else None, "optim": str(args.optim),
                      "trainfit": trainfit.__version__, "gpu": torch.cuda.get_device_name(0),
                      "date": time.strftime("%Y-%m-%d")}}
     with open(os.path.join(out_dir, "results.jsonl"), "a") as f:
@@ -96,7 +126,7 @@ def run_case(name, out_dir):
 def main():
     out_dir = sys.argv[1]
     os.makedirs(out_dir, exist_ok=True)
-    for name in sys.argv[2:] or list(CASES):
+    for name in sys.argv[2:] or list(CASES) + list(TRL_CASES):
         try:
             run_case(name, out_dir)
         except Exception as e:  # one case's failure is written and the others still run
