@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "report/report_text.hpp"
 #include "trainfit/advise.hpp"
 #include "trainfit/report.hpp"
 #include "trainfit/settings.hpp"
@@ -110,16 +111,21 @@ std::string render_advice(const Advice& advice, const AdviseRequest& request, Fo
       out +=
           fmt::format("{}. `{}`  \n   {}  \n   {}\n", i + 1, plan_command(a.args), figures(a, request.tokens), a.why);
     } else {
-      out += fmt::format("{}. {}\n   {}\n   {}\n", i + 1, plan_command(a.args), figures(a, request.tokens), a.why);
+      const std::string number = fmt::format("{}. ", i + 1);
+      out += number + detail::plan_command_lines(a.args, std::string(number.size(), ' ')).substr(number.size()) +
+             fmt::format("\n   {}\n{}\n", detail::wrapped(figures(a, request.tokens), detail::kTextColumns - 3, "   "), "   " + detail::wrapped(a.why, detail::kTextColumns - 3, "   "));
     }
   }
   if (advice.boundary && advice.boundary->largest_at_all > 0) {
     const Boundary& b = *advice.boundary;
     const std::string name = b.setting == "batch" ? "micro-batch" : "sequence";
-    out += fmt::format("\n{}The boundary, all else as #1: the largest {} that runs is {} ({} with the cache as "
-                       "planned; past it the allocator frees its cache and retries, slower); {} fails:\n{}{}\n",
-                       md ? "" : "", name, b.largest_at_all, b.largest_runs, b.largest_at_all + 1, md ? "`" : "   ",
-                       plan_command(b.args) + (md ? "`" : ""));
+    const std::string sentence = fmt::format(
+        "The boundary, all else as #1: the largest {} that runs is {} ({} with the cache as planned; past it the "
+        "allocator frees its cache and retries, slower); {} fails:",
+        name, b.largest_at_all, b.largest_runs, b.largest_at_all + 1);
+    out += md ? fmt::format("\n{}\n`{}`\n", sentence, plan_command(b.args))
+              : fmt::format("\n{}\n{}\n", detail::wrapped(sentence, detail::kTextColumns),
+                            detail::plan_command_lines(b.args, "   "));
   }
   if (!advice.pareto.empty()) {
     out += fmt::format("\n{}Memory against speed: the {} setups no other beats on both\n", md ? "### " : "",
@@ -130,8 +136,8 @@ std::string render_advice(const Advice& advice, const AdviseRequest& request, Fo
         out += fmt::format("| {:.0f} MiB | {:.0f} | `{}` |\n", to_mib(a.peak_allocated_bytes), a.tokens_per_second,
                            plan_command(a.args));
       else
-        out += fmt::format("  {:>9.0f} MiB {:>10.0f} tokens/s  {}\n", to_mib(a.peak_allocated_bytes),
-                           a.tokens_per_second, plan_command(a.args));
+        out += fmt::format("  {:>9.0f} MiB {:>10.0f} tokens/s\n{}\n", to_mib(a.peak_allocated_bytes),
+                           a.tokens_per_second, detail::plan_command_lines(a.args, "    "));
     }
   }
   if (verbose)

@@ -52,8 +52,6 @@ const std::vector<std::pair<std::string, std::string>>& category_names() {
 }
 
 // `plan --largest batch|seq`: where each state ends (docs/model.md, "The boundary").
-std::string plan_command_lines(const std::vector<std::string>& args, std::string_view indent);  // below
-
 std::string boundary_lines(const Boundary& b, bool md) {
   const std::string name = b.setting == "batch" ? "micro-batch" : "sequence";
   const auto value = [&](std::int64_t v) {
@@ -71,7 +69,7 @@ std::string boundary_lines(const Boundary& b, bool md) {
     out += fmt::format("{}{:<8} the boundary: {} fails\n", item, value(b.largest_at_all), b.largest_at_all + 1);
   out += fmt::format("{}{:<8} the largest the headroom policy keeps (what advise recommends)\n", item,
                      value(b.largest_fits));
-  if (!b.args.empty()) out += (md ? item + plan_command(b.args) : plan_command_lines(b.args, item)) + "\n";
+  if (!b.args.empty()) out += (md ? item + plan_command(b.args) : detail::plan_command_lines(b.args, item)) + "\n";
   return out;
 }
 
@@ -248,37 +246,6 @@ std::string plan_command(const std::vector<std::string>& args) {
   return out;
 }
 
-namespace {
-
-// plan_command for the terminal: at `indent`, broken between arguments with the shell's line
-// continuation so that every line fits kTextColumns and the lines still paste as one command.
-// A flag and its value stay on one line.
-std::string plan_command_lines(const std::vector<std::string>& args, std::string_view indent) {
-  std::vector<std::string> parts{"trainfit plan"};
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    std::string part = shell_word(args[i]);
-    if (args[i].rfind("--", 0) == 0 && i + 1 < args.size() && args[i + 1].rfind("--", 0) != 0)
-      part += " " + shell_word(args[++i]);
-    parts.push_back(std::move(part));
-  }
-  std::string out(indent);
-  std::size_t column = indent.size();
-  for (std::size_t i = 0; i < parts.size(); ++i) {
-    if (i > 0 && column + 1 + parts[i].size() + 2 > detail::kTextColumns) {
-      out += fmt::format(" \\\n{}    ", indent);
-      column = indent.size() + 4;
-    } else if (i > 0) {
-      out += ' ';
-      ++column;
-    }
-    out += parts[i];
-    column += parts[i].size();
-  }
-  return out;
-}
-
-}  // namespace
-
 Format parse_format(std::string_view s) {
   if (s == "table") return Format::table;
   if (s == "json") return Format::json;
@@ -420,7 +387,7 @@ std::string render_plan(const Plan& p, Format format) {
                            mib(s.device_used_bytes), to_string(s.verdict), step);
       } else {
         out += fmt::format("  {:<7}{:>10}{:>10}  {}\n", to_string(s.verdict), mib(s.peak_allocated_bytes), step, s.change);
-        out += plan_command_lines(s.args, "    ") + "\n";
+        out += detail::plan_command_lines(s.args, "    ") + "\n";
       }
     }
   }
@@ -437,20 +404,22 @@ std::string render_plan_comparison(const std::vector<Plan>& plans, Format format
     return doc.dump(2) + "\n";
   }
   const bool md = format == Format::markdown;
-  std::string out = md ? fmt::format("## {}\n\n", title) : title + "\n\n";
+  std::string out = md ? fmt::format("## {}\n\n", title) : detail::wrapped(title, detail::kTextColumns) + "\n\n";
   if (!plans.empty()) {
-    out += fmt::format("{}GPU: {} ({}); {}\n\n", md ? "" : "", plans.front().gpu.name, mib(plans.front().gpu.memory_bytes),
-                       setup_text(plans.front().setup));
+    const std::string line = fmt::format("GPU: {} ({}); {}", plans.front().gpu.name,
+                                         mib(plans.front().gpu.memory_bytes), setup_text(plans.front().setup));
+    out += (md ? line : detail::wrapped(line, detail::kTextColumns, "  ")) + "\n\n";
   }
   if (md) out += "| model | checkpointing | peak allocated | of card | device used | verdict | over by | step | bottleneck |\n|---|---|---:|---:|---:|---|---:|---:|---|\n";
-  else out += fmt::format("  {:<14}{:<8}{:>16}{:>9}{:>14}  {:<8}{:>12}{:>10}  {}\n", "model", "ckpt", "peak allocated", "of card", "device used", "verdict", "over by", "step", "bottleneck");
+  // 100 columns with the longest values ("qwen2.5-14b", "host-link/spill").
+  else out += fmt::format("  {:<14}{:<6}{:>12}{:>8}{:>12}  {:<8}{:>10}{:>9}  {}\n", "model", "ckpt", "peak alloc", "of card", "device used", "verdict", "over by", "step", "bottleneck");
   for (const auto& p : plans) {
     const double share = static_cast<double>(p.memory.peak_allocated_bytes) / static_cast<double>(p.gpu.memory_bytes);
     const std::string over = p.over_capacity_bytes > 0 ? mib(p.over_capacity_bytes) : "-";
     const std::string step = p.time.predicted ? seconds_text(p.time.step_seconds) : "-";
     const std::string why = p.time.predicted ? to_string(p.time.bottleneck) : "-";
     if (md) out += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", p.model.name, p.setup.grad_ckpt ? "on" : "off", mib(p.memory.peak_allocated_bytes), pct(share), mib(p.memory.device_used_bytes), to_string(p.verdict), over, step, why);
-    else out += fmt::format("  {:<14}{:<8}{:>16}{:>9}{:>14}  {:<8}{:>12}{:>10}  {}\n", p.model.name, p.setup.grad_ckpt ? "on" : "off", mib(p.memory.peak_allocated_bytes), pct(share), mib(p.memory.device_used_bytes), to_string(p.verdict), over, step, why);
+    else out += fmt::format("  {:<14}{:<6}{:>12}{:>8}{:>12}  {:<8}{:>10}{:>9}  {}\n", p.model.name, p.setup.grad_ckpt ? "on" : "off", mib(p.memory.peak_allocated_bytes), pct(share), mib(p.memory.device_used_bytes), to_string(p.verdict), over, step, why);
   }
   return out;
 }

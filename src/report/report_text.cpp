@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "trainfit/report.hpp"
 #include "trainfit/units.hpp"
 
 namespace trainfit::detail {
@@ -84,6 +85,33 @@ std::string seconds_text(double s) {
   if (s >= 10) return fmt::format("{:.1f} s", s);
   if (s >= 0.1) return fmt::format("{:.3f} s", s);
   return fmt::format("{:.1f} ms", s * 1e3);
+}
+
+// plan_command for the terminal: at `indent`, broken between arguments with the shell's line
+// continuation so that every line fits kTextColumns and the lines still paste as one command.
+// A flag and its value stay on one line.
+std::string plan_command_lines(const std::vector<std::string>& args, std::string_view indent) {
+  std::vector<std::string> parts{"trainfit plan"};
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    std::string part = shell_word(args[i]);
+    if (args[i].rfind("--", 0) == 0 && i + 1 < args.size() && args[i + 1].rfind("--", 0) != 0)
+      part += " " + shell_word(args[++i]);
+    parts.push_back(std::move(part));
+  }
+  std::string out(indent);
+  std::size_t column = indent.size();
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    if (i > 0 && column + 1 + parts[i].size() + 2 > kTextColumns) {
+      out += fmt::format(" \\\n{}    ", indent);
+      column = indent.size() + 4;
+    } else if (i > 0) {
+      out += ' ';
+      ++column;
+    }
+    out += parts[i];
+    column += parts[i].size();
+  }
+  return out;
 }
 
 std::string wrapped(std::string_view text, std::size_t width, std::string_view indent) {

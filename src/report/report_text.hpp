@@ -6,6 +6,8 @@
 #include <string>
 #include <string_view>
 #include <vector>
+#include <string_view>
+#include <vector>
 
 #include "trainfit/plan.hpp"
 #include "trainfit/setup.hpp"
@@ -29,5 +31,8 @@ inline constexpr std::size_t kTextColumns = 100;
 // `text` broken at spaces into lines of at most `width` columns (a word longer than that stands
 // alone), each line after the first starting with `indent`; no trailing newline.
 std::string wrapped(std::string_view text, std::size_t width, std::string_view indent = "");
+// `trainfit plan ARGS` at `indent`, broken between arguments with the shell's line continuation so
+// that every line fits kTextColumns and still pastes as one command; a flag keeps its value.
+std::string plan_command_lines(const std::vector<std::string>& args, std::string_view indent);
 
 }  // namespace trainfit::detail

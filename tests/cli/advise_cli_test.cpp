@@ -4,6 +4,7 @@
 #include <cctype>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -86,12 +87,21 @@ TEST(AdviseCli, TheDocsPageShowsWhatTheCommandsPrint) {
     if (command.empty()) return;
     const auto r = run(command.substr(std::string("trainfit ").size()));
     EXPECT_EQ(r.code, 0) << command << "\n" << r.out;
-    for (const std::string& s : shown) EXPECT_NE(r.out.find(s), std::string::npos) << command << "\nlacks: " << s;
+    // A command broken with the shell's continuation (" \\" and an indented next line) is one line.
+    const std::string out = std::regex_replace(r.out, std::regex(" \\\\\n +"), " ");
+    for (const std::string& s : shown) EXPECT_NE(out.find(s), std::string::npos) << command << "\nlacks: " << s;
     ++checked;
     command.clear();
     shown.clear();
   };
+  bool continued = false;  // the last shown line ended with " \\"
   while (std::getline(in, line)) {
+    if (continued) {
+      shown.back() += " " + line.substr(line.find_first_not_of(' '));
+      continued = shown.back().size() >= 2 && shown.back().compare(shown.back().size() - 2, 2, " \\") == 0;
+      if (continued) shown.back().resize(shown.back().size() - 2);
+      continue;
+    }
     if (line.rfind("$ trainfit ", 0) == 0) {
       check();
       command = line.substr(2);
@@ -99,7 +109,8 @@ TEST(AdviseCli, TheDocsPageShowsWhatTheCommandsPrint) {
       check();
     } else if (!command.empty() && line.size() > 3 && std::isdigit(static_cast<unsigned char>(line[0])) &&
                line.find(". trainfit plan ") != std::string::npos) {
-      shown.push_back(line);
+      continued = line.size() >= 2 && line.compare(line.size() - 2, 2, " \\") == 0;
+      shown.push_back(continued ? line.substr(0, line.size() - 2) : line);
     }
   }
   EXPECT_EQ(checked, 6);
