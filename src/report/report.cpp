@@ -212,8 +212,9 @@ std::string time_lines(const Plan& p, bool md) {
   for (const auto& term : t.breakdown)
     if (term.seconds > 0) terms.push_back(fmt::format("{} {}", time_term_words(term.name), seconds_text(term.seconds)));
   const std::string indent = md ? "" : "        ";
-  // The host's dispatch overlaps the GPU's work: the step is the longer of the two, not their sum.
-  const std::string terms_line = fmt::format("GPU {}, host {} (they overlap; the step is the longer): {}",
+  // The host's dispatch overlaps the GPU's work: a micro-batch takes the longer of the two, not their
+  // sum (time_model.cpp; a pipeline's schedule and the optimizer step are priced on top).
+  const std::string terms_line = fmt::format("GPU {}, host {} (they overlap: each micro-batch takes the longer of its two): {}",
                                              seconds_text(t.gpu_seconds), seconds_text(t.host_seconds),
                                              fmt::join(terms, ", "));
   out += indent + (md ? terms_line : detail::wrapped(terms_line, detail::kTextColumns - indent.size(), indent)) + "\n";
@@ -332,7 +333,7 @@ std::string render_plan(const Plan& p, Format format) {
   } else {
     // The verdict and the warnings are sentences: wrapped to the 100 columns the tables keep.
     out += fmt::format("Model    {}\nSetup    {}\n{}GPU      {} ({})\n\n{}\n\n", model_text(p),
-                       detail::wrapped(setup_text(p.setup), detail::kTextColumns, "         "),
+                       detail::wrapped(setup_text(p.setup), detail::kTextColumns - 9, "         "),
                        objective_line(p, false), p.gpu.name, mib(p.gpu.memory_bytes),
                        detail::wrapped(verdict_line(p), detail::kTextColumns, "  "));
     for (const std::string& w : p.warnings)
