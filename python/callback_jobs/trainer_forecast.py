@@ -99,7 +99,7 @@ def run_case(name, out_dir):
     text = said.getvalue()
     with open(os.path.join(out_dir, name + ".txt"), "w") as f:
         f.write(text)
-    forecast = callback.forecast
+    forecast = callback.recorder
     p = forecast.plan
     measured = forecast.measured or {}
     row = {"case": name, "status": status, "settings": {k: v for k, v in forecast.settings.items()

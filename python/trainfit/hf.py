@@ -15,27 +15,12 @@ from .live import Forecast
 
 
 def Callback(*, stop_if_oom=False, steps_path=None, rows_path=None, warmup=1, stream=None, **settings):
-    """A transformers.TrainerCallback (made on call, so that importing trainfit needs no transformers)."""
-    from transformers import TrainerCallback
+    """A transformers.TrainerCallback (made on call, so that importing trainfit needs no transformers).
+    Its `recorder` is the run's Forecast once training has begun."""
+    from trainfit_runner.probe import trainer_callback
 
-    class TrainfitCallback(TrainerCallback):
-        def __init__(self):
-            self.forecast = None
+    def start(args, model):
+        return Forecast(model, args, stop_if_oom=stop_if_oom, steps_path=steps_path, rows_path=rows_path,
+                        warmup=warmup, stream=stream, **settings)
 
-        def on_train_begin(self, args, state, control, model=None, **kwargs):
-            self.forecast = Forecast(model, args, stop_if_oom=stop_if_oom, steps_path=steps_path,
-                                     rows_path=rows_path, warmup=warmup, stream=stream, **settings)
-
-        def on_step_begin(self, args, state, control, **kwargs):
-            if self.forecast is not None:
-                self.forecast.begin()
-
-        def on_step_end(self, args, state, control, **kwargs):
-            if self.forecast is not None:
-                self.forecast.end()
-
-        def on_train_end(self, args, state, control, **kwargs):
-            if self.forecast is not None:
-                self.forecast.close()
-
-    return TrainfitCallback()
+    return trainer_callback(start)

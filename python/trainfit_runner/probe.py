@@ -259,31 +259,42 @@ class Probe:
         return False
 
 
-def trainfit_callback(path=None, config=None, rows=None, warmup=1):
-    """A transformers.TrainerCallback that runs a Probe around every optimizer step."""
+def trainer_callback(start):
+    """A transformers.TrainerCallback around every optimizer step: at on_train_begin,
+    start(args, model) makes the recorder (a Probe, or anything with begin, end and close), whose
+    begin and end bracket each step and whose close ends the run."""
     from transformers import TrainerCallback
 
-    class TrainfitCallback(TrainerCallback):
+    class StepCallback(TrainerCallback):
         def __init__(self):
-            self.probe = None
+            self.recorder = None
 
-        def on_train_begin(self, args, state, control, **kw):
-            cfg = dict(config or {})
-            cfg.setdefault("batch", args.per_device_train_batch_size)
-            cfg.setdefault("grad_accum", args.gradient_accumulation_steps)
-            cfg.setdefault("grad_ckpt", bool(args.gradient_checkpointing))
-            self.probe = Probe(path, cfg, rows, warmup)
+        def on_train_begin(self, args, state, control, model=None, **kw):
+            self.recorder = start(args, model)
 
         def on_step_begin(self, args, state, control, **kw):
-            if self.probe is not None:
-                self.probe.begin()
+            if self.recorder is not None:
+                self.recorder.begin()
 
         def on_step_end(self, args, state, control, **kw):
-            if self.probe is not None:
-                self.probe.end()
+            if self.recorder is not None:
+                self.recorder.end()
 
         def on_train_end(self, args, state, control, **kw):
-            if self.probe is not None:
-                self.probe.close()
+            if self.recorder is not None:
+                self.recorder.close()
 
-    return TrainfitCallback()
+    return StepCallback()
+
+
+def trainfit_callback(path=None, config=None, rows=None, warmup=1):
+    """A transformers.TrainerCallback that runs a Probe around every optimizer step."""
+
+    def start(args, model):
+        cfg = dict(config or {})
+        cfg.setdefault("batch", args.per_device_train_batch_size)
+        cfg.setdefault("grad_accum", args.gradient_accumulation_steps)
+        cfg.setdefault("grad_ckpt", bool(args.gradient_checkpointing))
+        return Probe(path, cfg, rows, warmup)
+
+    return trainer_callback(start)

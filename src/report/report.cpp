@@ -168,6 +168,12 @@ std::string objective_line(const Plan& p, bool md) {
                      o.no_grad_sequences, reference, models, extra);
 }
 
+// The card the plan's time profile was measured on, when it is not the planned card ("" when it is,
+// or when the profile does not say): the plan's step time is then extrapolated.
+std::string extrapolated_from(const Plan& p) {
+  return p.profile.measured_on != p.gpu.id ? p.profile.measured_on : std::string();
+}
+
 json time_to_json(const Plan& p) {
   const auto& t = p.time;
   if (!t.predicted) return nullptr;
@@ -183,9 +189,7 @@ json time_to_json(const Plan& p) {
           {"spill_slowdown", t.spill_slowdown},
           {"profile", p.profile.name},
           // The card the profile's rates were measured on, when it is not this one (null: measured here).
-          {"extrapolated_from", p.profile.measured_on != p.gpu.id && !p.profile.measured_on.empty()
-                                    ? json(p.profile.measured_on)
-                                    : json(nullptr)},
+          {"extrapolated_from", extrapolated_from(p).empty() ? json(nullptr) : json(extrapolated_from(p))},
           {"breakdown", breakdown}};
 }
 
@@ -217,13 +221,14 @@ std::string time_lines(const Plan& p, bool md) {
   const std::string terms_line = fmt::format("GPU {}, host {} (they overlap: each micro-batch takes the longer of its two): {}",
                                              seconds_text(t.gpu_seconds), seconds_text(t.host_seconds),
                                              fmt::join(terms, ", "));
-  out += indent + (md ? terms_line : detail::wrapped(terms_line, detail::kTextColumns - indent.size(), indent)) + "\n";
-  if (p.profile.measured_on != p.gpu.id && !p.profile.measured_on.empty()) {
-    const std::string note = fmt::format(
+  const auto line = [&](const std::string& text) {
+    return indent + (md ? text : detail::wrapped(text, detail::kTextColumns - indent.size(), indent)) + "\n";
+  };
+  out += line(terms_line);
+  if (const std::string measured_on = extrapolated_from(p); !measured_on.empty())
+    out += line(fmt::format(
         "Extrapolated: the rates were measured on the {} (profile {}) and are applied to this card's datasheet peaks",
-        find_gpu(p.profile.measured_on).name, p.profile.name);
-    out += indent + (md ? note : detail::wrapped(note, detail::kTextColumns - indent.size(), indent)) + "\n";
-  }
+        find_gpu(measured_on).name, p.profile.name));
   return out;
 }
 
