@@ -186,6 +186,9 @@ class ReadingTheLiveRun(unittest.TestCase):
         self.assertTrue(any("seq=" in n for n in notes), notes)
         settings, notes = live.settings_of_run("qwen2.5-0.5b", args, gpu="rtx-4090", seq=1024)
         self.assertEqual(notes, [])
+        # Without a card given, the device is read: none here (no GPU, or no PyTorch) is no error.
+        settings, notes = live.settings_of_run("qwen2.5-0.5b", seq=512)
+        self.assertEqual(settings["model"], "qwen2.5-0.5b")
 
     def test_the_forecast_text(self):
         p = trainfit.plan(model="qwen2.5-7b", gpu="rtx-4090", method="qlora")

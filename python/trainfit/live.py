@@ -134,7 +134,10 @@ def settings_of_args(args, method="full", weights=None):
 
 def settings_of_device(device_index=None):
     """The card: the catalogue's when the CUDA device's name and memory match one, else its memory."""
-    import torch
+    try:
+        import torch
+    except ImportError:  # planning from a notebook without PyTorch: the card is the setup's own
+        return {}
     if not torch.cuda.is_available():
         return {}
     index = torch.cuda.current_device() if device_index is None else device_index
