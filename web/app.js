@@ -136,13 +136,28 @@
     if (rule.none_of && rule.none_of.includes(other)) return false;
     return true;
   }
+  // A setting that means nothing for the setup shown (a LoRA rank under full fine-tuning) is hidden,
+  // and so is a group with nothing left to show.
   function refreshApplies() {
     for (const row of document.querySelectorAll(".control[data-key]"))
-      row.classList.toggle("off", !applies(schema.properties[row.dataset.key]));
+      row.hidden = !applies(schema.properties[row.dataset.key]);
+    for (const group of document.querySelectorAll("#setting-controls fieldset"))
+      group.hidden = ![...group.querySelectorAll(".control[data-key]")].some((row) => !row.hidden);
+  }
+
+  // The controls in the schema's groups (x-group: model and card, method, precision, step,
+  // objective, layout, judging), each group in the table's order.
+  function groupBox(name) {
+    const id = "group-" + name.replace(/\W+/g, "-");
+    return $(id) || (() => {
+      const box = C.html("fieldset", {id, class: "group"}, null, $("setting-controls"));
+      C.html("legend", {}, name, box);
+      return box;
+    })();
   }
 
   function control(key, p, models, gpus) {
-    const row = C.html("div", {class: "control", "data-key": key, title: p.description}, null, $("setting-controls"));
+    const row = C.html("div", {class: "control", "data-key": key, title: p.description}, null, groupBox(p["x-group"] || "other"));
     C.html("label", {for: "setting-" + key}, flagOf(key), row);
     const types = typesOf(p);
     let input;
@@ -185,10 +200,10 @@
       if (typesOf(schema.properties[key]).includes("boolean")) given.set(key, off || value === "false" ? "off" : "on");
       else given.set(key, value);
     }
-    if (![...params.keys()].length) {  // the seed's question: a 7B model on a 16 GB card
-      given.set("model", "qwen2.5-7b");
-      given.set("gpu", "rtx-5070-ti");
-    }
+    // No setup in the address: the one the server starts the page on (the seed's question).
+    const start = [...params.keys()].length ? params : new URLSearchParams($("result").dataset.setup || "");
+    if (start !== params)
+      for (const [name, value] of start) given.set(byFlag.get(name), value);
     for (const key of schema["x-order"]) if (!hidden.has(key)) control(key, schema.properties[key], models, gpus);
     refreshApplies();
     $("config-json").addEventListener("input", () => {

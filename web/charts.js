@@ -31,16 +31,22 @@ const TrainfitCharts = (() => {
     return e;
   }
 
-  // ---- numbers as shown (docs/serve.md, "Figures") ----------------------------------------------
+  // ---- numbers and words as shown (docs/serve.md, "Figures") -------------------------------------
   const mib = (bytes) => (bytes / MiB).toFixed(1) + " MiB";
   const gib = (bytes) => (bytes / GiB).toFixed(2) + " GiB";
   const percent = (f) => (100 * f).toFixed(0) + "%";
+  // As the text output writes a time (seconds_text in src/report/report_text.cpp).
   function seconds(s) {
     if (!(s > 0)) return "-";
-    if (s < 1e-3) return (s * 1e6).toFixed(0) + " µs";
-    if (s < 1) return (s * 1e3).toFixed(1) + " ms";
-    return s.toFixed(2) + " s";
+    if (s >= 10) return s.toFixed(1) + " s";
+    if (s >= 0.1) return s.toFixed(3) + " s";
+    return (s * 1e3).toFixed(1) + " ms";
   }
+  const secondsTick = (v) => (v > 0 ? seconds(v) : "0");
+  // A JSON key in the words the text output uses for it (report_words(), served as words.js and
+  // inlined in every report); a key it does not name reads with spaces for its underscores.
+  const words = typeof TrainfitWords !== "undefined" ? TrainfitWords : {};
+  const word = (key) => words[key] || key.replace(/_/g, " ");
 
   function legend(parent, items) {
     const box = html("div", {class: "legend"}, null, parent);
@@ -86,7 +92,7 @@ const TrainfitCharts = (() => {
   function memoryBar(parent, plan, scale) {
     const m = plan.memory, cap = plan.device.capacity_bytes;
     const headroom = plan.setup.headroom !== undefined ? plan.setup.headroom : 0.2;
-    const parts = Object.entries(m.breakdown).filter(([, b]) => b > 0).map(([k, b], i) => [k, b, palette[i % palette.length]]);
+    const parts = Object.entries(m.breakdown).filter(([, b]) => b > 0).map(([k, b], i) => [word(k), b, palette[i % palette.length]]);
     parts.push(["allocator reserve", m.peak_reserved_bytes - m.peak_allocated_bytes, "#afb8c1"]);
     parts.push(["CUDA context", m.device_used_bytes - m.peak_reserved_bytes, "#57606a"]);
     const total = scale || Math.max(cap, m.device_used_bytes) * 1.06;
@@ -97,66 +103,181 @@ const TrainfitCharts = (() => {
     legend(parent, parts.filter(([, b]) => b > 0).map(([k, b, c]) => [`${k} ${gib(b)}`, c]));
   }
 
-  function timeBar(parent, time) {
+  // The step's time: the critical path (the terms that set its length, adding up to the step) and,
+  // under it, the work that overlaps it (the host's dispatch while the GPU is the slower, or the
+  // GPU's kernels while the host is), with a seconds axis and the step marked.
+  function timeBar(parent, plan) {
+    const time = plan.time;
     if (!time) {
       html("p", {class: "note"}, "Step time unknown: the card's throughput is not known (a card given by its memory only).", parent);
       return;
     }
-    const parts = Object.entries(time.breakdown).filter(([, s]) => s > 0).map(([k, s], i) => [k, s, palette[i % palette.length]]);
-    const total = parts.reduce((a, [, s]) => a + s, 0) * 1.02 || 1;
-    stackedBar(parent, parts, [], total, seconds);
-    legend(parent, parts.map(([k, s, c]) => [`${k} ${seconds(s)}`, c]));
+    if (plan.verdict === "oom") {
+      html("p", {class: "note", id: "time-none"}, "No step time: the setup runs out of memory, so no step runs.", parent);
+      return;
+    }
+    const keys = Object.keys(time.breakdown);
+    const colour = (k) => palette[keys.indexOf(k) % palette.length];
+    const onPath = Object.entries(time.critical_path || time.breakdown).filter(([, v]) => v > 0);
+    const under = keys.map((k) => [k, time.breakdown[k] - ((time.critical_path || {})[k] || 0)])
+                      .filter(([k, v]) => k !== "pipeline_bubble" && v > 1e-9 * time.step_seconds);
+    const underTotal = under.reduce((a, [, v]) => a + v, 0);
+    const step = time.step_seconds;
+    const ticks = linearTicks(0, Math.max(step, underTotal), 1, 5);
+    const total = ticks[ticks.length - 1];
+    const W = 640, H = under.length ? 104 : 74, left = 96, right = 12, barH = 22, rows = [18, 50];
+    const s = svg("svg", {viewBox: `0 0 ${W} ${H}`, width: W, height: H, role: "img", id: "time-bar"}, parent);
+    s.dataset.stepSeconds = String(step);
+    const x = (v) => left + (W - left - right) * v / total;
+    const lane = (terms, y, cls, opacity) => {
+      let at = 0;
+      for (const [k, v] of terms) {
+        const r = svg("rect", {class: cls, x: x(at), y, width: Math.max(0.5, x(at + v) - x(at)), height: barH, fill: colour(k),
+                               opacity}, s);
+        r.dataset.seconds = String(v);
+        svg("title", {}, r).textContent = `${word(k)}: ${seconds(v)}${cls === "overlapped" ? " (overlapped)" : ""}`;
+        at += v;
+      }
+    };
+    text(s, 0, rows[0] + 15, "critical path");
+    lane(onPath, rows[0], "critical", 1);
+    if (under.length) {
+      text(s, 0, rows[1] + 15, "overlapped");
+      lane(under, rows[1], "overlapped", 0.4);
+    }
+    const axis = H - 22;
+    svg("line", {x1: x(0), x2: x(total), y1: axis, y2: axis, stroke: "#8c959f"}, s);
+    for (const t of ticks) {
+      svg("line", {x1: x(t), x2: x(t), y1: axis, y2: axis + 4, stroke: "#8c959f"}, s);
+      text(s, x(t), axis + 15, secondsTick(t), {"text-anchor": "middle", fill: "#5b6470"});
+    }
+    svg("line", {id: "time-total-mark", x1: x(step), x2: x(step), y1: rows[0] - 6, y2: axis, stroke: "#1b1f24", "stroke-width": 2}, s);
+    const label = text(s, x(step) + (x(step) > W * 0.7 ? -4 : 4), rows[0] - 8, `step ${seconds(step)}`,
+                       {id: "time-total", "text-anchor": x(step) > W * 0.7 ? "end" : "start", "font-weight": 600});
+    label.dataset.seconds = String(step);
+    legend(parent, onPath.map(([k, v]) => [`${word(k)} ${seconds(v)}`, colour(k)])
+                         .concat(under.map(([k, v]) => [`${word(k)} ${seconds(v)} (overlapped)`, colour(k)])));
+  }
+
+  // ---- axes: round ticks --------------------------------------------------------------------------
+  const round12 = (v) => Number(v.toPrecision(12));
+  // A tick's number as written: "16", "0.5", "1.25" (no float noise).
+  const tickNumber = (v) => String(Number(v.toPrecision(6)));
+  // Linear ticks 1, 2 or 5 times a power of ten apart, in the axis's unit (`unit`: what one unit
+  // stands for, e.g. a GiB of bytes), from one at or below `lo` to one at or above `hi`.
+  function linearTicks(lo, hi, unit, count) {
+    const a = lo / unit, b = hi / unit;
+    if (!Number.isFinite(a) || !Number.isFinite(b)) return [0, 1];
+    const raw = (b - a) / (count || 4) || Math.abs(a) || 1;
+    const p = Math.pow(10, Math.floor(Math.log10(raw)));
+    const step = [1, 2, 5, 10].map((m) => m * p).find((st) => st >= raw * (1 - 1e-9));
+    const ticks = [];
+    for (let k = Math.floor(a / step + 1e-9); ; k++) {
+      ticks.push(round12(k * step) * unit);
+      if (k * step >= b * (1 - 1e-12) - 1e-12 && ticks.length > 1) break;
+    }
+    return ticks;
+  }
+  // Logarithmic ticks at 1, 2 and 5 times the powers of ten (only the powers when that would be
+  // more than ten), in the axis's unit, from one at or below `lo` to one at or above `hi` (lo > 0).
+  function logTicks(lo, hi, unit) {
+    const a = lo / unit, b = hi / unit;
+    if (!(a > 0) || !Number.isFinite(b)) return [unit, 10 * unit];
+    for (const mantissas of [[1, 2, 5], [1]]) {
+      const ticks = [];
+      for (let e = Math.floor(Math.log10(a)); ticks.length === 0 || ticks[ticks.length - 1] < b * (1 - 1e-12); e++)
+        for (const m of mantissas) ticks.push(round12(m * Math.pow(10, e)));
+      while (ticks.length > 1 && ticks[1] <= a * (1 + 1e-12)) ticks.shift();
+      while (ticks.length > 1 && ticks[ticks.length - 2] >= b * (1 - 1e-12)) ticks.pop();
+      if (ticks.length <= 10 || mantissas.length === 1) return ticks.map((t) => t * unit);
+    }
+    return [];
   }
 
   // ---- an x-y chart: lines, points, horizontal and vertical marks, bands ----------------------
+  // The y axis is logarithmic when spec.logY is true, or "auto" and the values span more than 20
+  // times; its ticks are round in spec.yUnit. Every point is drawn at its value: the axis reaches
+  // the round tick past the largest. Only a spec.yMax (a ceiling that means something, 100%) clips,
+  // and a clipped point gets an off-scale marker (a triangle at the edge, with its value).
   function plot(parent, spec) {
-    const W = spec.width || 460, H = spec.height || 230, L = 64, R = 12, T = 12, B = 34;
+    const W = spec.width || 460, H = spec.height || 230, L = 64, R = 12, T = 14, B = 34;
     const s = svg("svg", {viewBox: `0 0 ${W} ${H}`, width: W, height: H, role: "img"}, parent);
     const xs = spec.series.flatMap((d) => d.x).concat(spec.xExtra || []);
-    const ys = spec.series.flatMap((d) => d.y.filter((v) => v !== null)).concat((spec.hlines || []).map((h) => h.y));
+    const ys = spec.series.flatMap((d) => d.y.filter((v) => v !== null && v !== undefined))
+                   .concat((spec.hlines || []).map((h) => h.y));
     const logX = !!spec.logX;
     const fx = (v) => (logX ? Math.log2(v) : v);
     let x0 = Math.min(...xs.map(fx)), x1 = Math.max(...xs.map(fx));
     if (!(x1 > x0)) { x0 -= 1; x1 += 1; }
-    const y0 = spec.yMin !== undefined ? spec.yMin : 0;
-    let y1 = Math.max(...ys, y0 + 1e-9) * 1.08;
-    if (spec.yMax !== undefined) y1 = spec.yMax;
+    const yUnit = spec.yUnit || 1;
+    const positive = ys.filter((v) => v > 0);
+    const spread = positive.length ? Math.max(...positive) / Math.min(...positive) : 1;
+    const logY = spec.logY === true || (spec.logY === "auto" && spread > 20 && positive.length === ys.length);
+    const top = spec.yMax !== undefined ? spec.yMax : Math.max(...ys);
+    const yTicks = logY ? logTicks(Math.min(...positive), top, yUnit)
+                        : linearTicks(spec.yMin !== undefined ? spec.yMin : Math.min(0, ...ys), top, yUnit);
+    const y0 = yTicks[0], y1 = spec.yMax !== undefined ? spec.yMax : yTicks[yTicks.length - 1];
+    s.dataset.yScale = logY ? "log" : "linear";
     const px = (v) => L + (W - L - R) * (fx(v) - x0) / (x1 - x0);
-    // Values past the top are drawn at it (a curve that runs far over the card).
-    const py = (v) => Math.max(T, Math.min(H - B, H - B - (H - T - B) * (v - y0) / (y1 - y0)));
+    const fy = (v) => (logY ? Math.log10(v) : v);
+    const rawY = (v) => H - B - (H - T - B) * (fy(v) - fy(y0)) / (fy(y1) - fy(y0));
+    const offScale = (v) => !(v >= y0 * (1 - 1e-12)) || v > y1 * (1 + 1e-12) || (logY && !(v > 0));
+    const py = (v) => (offScale(v) ? (v > y1 ? T : H - B) : rawY(v));
     for (const band of spec.bands || [])
       svg("rect", {x: px(band.from), y: T, width: Math.max(1, px(band.to) - px(band.from)), height: H - T - B,
                    fill: band.colour, opacity: 0.18}, s);
+    for (const v of yTicks) {
+      if (v > y1 * (1 + 1e-12)) continue;
+      svg("line", {class: "grid", x1: L, x2: W - R, y1: rawY(v), y2: rawY(v), stroke: "#eaeef2"}, s);
+      text(s, L - 4, rawY(v) + 4, spec.yFormat(v), {"text-anchor": "end", class: "y-tick"});
+    }
     svg("line", {x1: L, x2: W - R, y1: H - B, y2: H - B, stroke: "#8c959f"}, s);
     svg("line", {x1: L, x2: L, y1: T, y2: H - B, stroke: "#8c959f"}, s);
-    for (let i = 0; i <= 4; i++) {
-      const v = y0 + (y1 - y0) * i / 4;
-      text(s, L - 4, py(v) + 4, spec.yFormat(v), {"text-anchor": "end"});
-    }
-    const ticks = spec.xTicks || [...new Set(xs)].sort((a, b) => a - b);
-    const step = Math.max(1, Math.ceil(ticks.length / 9));
-    ticks.forEach((v, i) => { if (i % step === 0) text(s, px(v), H - B + 14, spec.xFormat(v), {"text-anchor": "middle"}); });
+    let xTicks = spec.xTicks || [...new Set(xs)].sort((a, b) => a - b);
+    if (spec.xUnit) xTicks = linearTicks(Math.min(...xs), Math.max(...xs), spec.xUnit).filter((v) => fx(v) >= x0 && fx(v) <= x1);
+    const step = Math.max(1, Math.ceil(xTicks.length / 9));
+    xTicks.forEach((v, i) => { if (i % step === 0) text(s, px(v), H - B + 14, spec.xFormat(v), {"text-anchor": "middle"}); });
     text(s, (L + W - R) / 2, H - 4, spec.xLabel, {"text-anchor": "middle", fill: "#5b6470"});
+    const labelled = [];  // heights of the labels written: a label too close to one goes under its line
     for (const h of spec.hlines || []) {
+      if (offScale(h.y)) continue;
       svg("line", {x1: L, x2: W - R, y1: py(h.y), y2: py(h.y), stroke: h.colour, "stroke-dasharray": h.dash ? "5 3" : ""}, s);
-      text(s, W - R - 2, py(h.y) - 3, h.label, {"text-anchor": "end", fill: h.colour});
+      let at = py(h.y) - 3;
+      if (labelled.some((y) => Math.abs(y - at) < 12)) at = py(h.y) + 11;
+      labelled.push(at);
+      text(s, W - R - 2, at, h.label, {"text-anchor": "end", fill: h.colour});
     }
     for (const v of spec.vlines || []) {
       svg("line", {x1: px(v.x), x2: px(v.x), y1: T, y2: H - B, stroke: v.colour, "stroke-width": v.width || 1,
                    "stroke-dasharray": v.dash ? "4 3" : ""}, s);
-      if (v.label) text(s, px(v.x) + 3, T + 10 + (v.row || 0) * 12, v.label, {fill: v.colour});
+      if (v.label) {
+        const right = px(v.x) > (L + W - R) / 2;  // a label past the middle reads leftwards from its line
+        text(s, px(v.x) + (right ? -3 : 3), T + 10 + (v.row || 0) * 12, v.label,
+             {fill: v.colour, "text-anchor": right ? "end" : "start"});
+      }
     }
+    const drawn = (v) => v !== null && v !== undefined;
     for (const d of spec.series) {
       let path = "";
       d.x.forEach((xv, i) => {
-        if (d.y[i] === null || d.y[i] === undefined) return;
-        path += (path && d.y[i - 1] !== null ? "L" : "M") + px(xv).toFixed(1) + " " + py(d.y[i]).toFixed(1);
+        if (!drawn(d.y[i]) || offScale(d.y[i])) return;
+        path += (path && drawn(d.y[i - 1]) && !offScale(d.y[i - 1]) ? "L" : "M") + px(xv).toFixed(1) + " " + py(d.y[i]).toFixed(1);
       });
       if (!d.pointsOnly) svg("path", {d: path, fill: "none", stroke: d.colour, "stroke-width": 1.6}, s);
-      if (d.points) d.x.forEach((xv, i) => {
-        if (d.y[i] === null) return;
-        const c = svg("circle", {cx: px(xv), cy: py(d.y[i]), r: 3, fill: d.pointColour ? d.pointColour(i) : d.colour}, s);
-        if (d.title) svg("title", {}, c).textContent = d.title(i);
+      d.x.forEach((xv, i) => {
+        if (!drawn(d.y[i])) return;
+        const colour = d.pointColour ? d.pointColour(i) : d.colour;
+        let mark;
+        if (offScale(d.y[i])) {
+          const up = d.y[i] > y1, x = px(xv), y = py(d.y[i]);
+          mark = svg("path", {class: "off-scale", d: up ? `M${x - 5} ${y + 8}L${x + 5} ${y + 8}L${x} ${y}Z`
+                                                      : `M${x - 5} ${y - 8}L${x + 5} ${y - 8}L${x} ${y}Z`, fill: colour}, s);
+          svg("title", {}, mark).textContent = `${d.title ? d.title(i) : spec.yFormat(d.y[i])} (off the scale)`;
+        } else if (d.points) {
+          mark = svg("circle", {class: "point", cx: px(xv), cy: py(d.y[i]), r: 3, fill: colour}, s);
+          if (d.title) svg("title", {}, mark).textContent = d.title(i);
+        }
+        if (mark) mark.dataset.value = String(d.y[i]);
       });
     }
     legend(parent, spec.series.map((d) => [d.name, d.colour]).concat((spec.legendExtra || [])));
@@ -179,43 +300,18 @@ const TrainfitCharts = (() => {
     }
     const boundaryLine = vlines.length > 1 ? vlines[1].x : null;
     plot(parent, {
-      logX: true, xLabel: curve.setting === "seq" ? "sequence length (tokens)" : "micro-batch (sequences)",
-      xFormat: (v) => (v >= 1024 ? v / 1024 + "k" : String(v)), yFormat: (v) => (v / GiB).toFixed(0) + " GiB",
+      logX: true, logY: "auto", yUnit: GiB, xLabel: curve.setting === "seq" ? "sequence length (tokens)" : "micro-batch (sequences)",
+      xFormat: (v) => (v >= 1024 ? v / 1024 + "k" : String(v)), yFormat: (v) => tickNumber(v / GiB) + " GiB",
       series: [
         {name: "peak allocated", colour: "#0969da", x: pts.map((p) => p.value), y: pts.map((p) => p.peak_allocated_bytes),
          points: true, pointColour: (i) => verdictColour[pts[i].verdict],
-         title: (i) => `${curve.setting} ${pts[i].value}: ${mib(pts[i].peak_allocated_bytes)} peak, ${pts[i].verdict}`},
+         title: (i) => `${curve.setting} ${pts[i].value}: ${gib(pts[i].peak_allocated_bytes)} peak, ${pts[i].verdict}`},
         {name: "device used", colour: "#bf8700", x: pts.map((p) => p.value), y: pts.map((p) => p.device_used_bytes)},
       ],
       hlines: [{y: cap, label: "capacity", colour: "#cf222e"},
                {y: cap * (1 - curves.headroom), label: "headroom line", colour: "#9a6700", dash: true}],
-      vlines, yMax: Math.max(cap * 1.25, Math.min(Math.max(...pts.map((p) => p.device_used_bytes)), cap * 3)),
-      bands: boundaryLine ? [{from: boundaryLine, to: pts[pts.length - 1].value, colour: "#cf222e"}] : [],
+      vlines, bands: boundaryLine ? [{from: boundaryLine, to: pts[pts.length - 1].value, colour: "#cf222e"}] : [],
     });
-  }
-
-  // ---- words -------------------------------------------------------------------------------------
-  function verdictWords(plan) {
-    const m = plan.memory, cap = plan.device.capacity_bytes;
-    const headroom = plan.setup.headroom !== undefined ? plan.setup.headroom : 0.2;
-    const free = percent(plan.headroom_fraction);
-    const words = {
-      fits: `Fits: the step's peak of ${gib(m.peak_allocated_bytes)} leaves ${free} of the ${gib(cap)} card free, ` +
-            `more than the ${percent(headroom)} the headroom policy keeps.`,
-      tight: `Tight: it fits, but the peak of ${gib(m.peak_allocated_bytes)} leaves only ${free} of the card free, ` +
-             `less than the ${percent(headroom)} policy; fragmentation or a longer batch can still run out of memory.`,
-      spills: `Spills: the device would need ${gib(m.device_used_bytes)}, ${gib(plan.over_capacity_bytes)} over the ` +
-              `card; the driver moves the rest into system memory and every step crosses the host link.`,
-      oom: `Out of memory: the device would need ${gib(m.device_used_bytes)}, ${gib(plan.over_capacity_bytes)} over ` +
-           `the card; the step fails with a CUDA out-of-memory error.`,
-    };
-    let out = words[plan.verdict] || plan.verdict;
-    out += ` The peak comes in the ${m.peak_phase} pass.`;
-    if (plan.time) {
-      out += ` A step takes ${seconds(plan.time.step_seconds)} (${Math.round(plan.time.tokens_per_second)} tokens/s); ` +
-             `what holds it back: ${plan.time.bottleneck}.`;
-    }
-    return out;
   }
 
   function copyButton(parent, value) {
@@ -296,14 +392,16 @@ const TrainfitCharts = (() => {
 
   function renderPlan(root, data) {
     const plan = data.plan;
+    const runs = plan.verdict !== "oom" && plan.time;
+    // The same figures as the summary the server draws (plan_summary_html in src/report/html_report.cpp).
     const sum = html("div", {class: "summary"}, null, root);
-    figure(sum, "peak allocated (torch.cuda.max_memory_allocated)", mib(plan.memory.peak_allocated_bytes), "peak-allocated");
+    figure(sum, "peak allocated (torch.cuda.max_memory_allocated)", gib(plan.memory.peak_allocated_bytes), "peak-allocated");
     figure(sum, "verdict", plan.verdict, "verdict", "verdict-" + plan.verdict);
-    figure(sum, "device used (nvidia-smi)", mib(plan.memory.device_used_bytes), "device-used");
+    figure(sum, "device used (nvidia-smi)", gib(plan.memory.device_used_bytes), "device-used");
     figure(sum, "card", `${plan.device.name} (${gib(plan.device.capacity_bytes)})`, "card");
-    figure(sum, "step time", plan.time ? seconds(plan.time.step_seconds) : "unknown", "step-time");
-    figure(sum, "tokens/s", plan.time ? String(Math.round(plan.time.tokens_per_second)) : "-", "tokens-per-second");
-    html("p", {class: "words", id: "verdict-words"}, verdictWords(plan), root);
+    figure(sum, "step time", plan.verdict === "oom" ? "does not run" : plan.time ? seconds(plan.time.step_seconds) : "unknown", "step-time");
+    figure(sum, "tokens/s", runs ? String(Math.round(plan.time.tokens_per_second)) : "-", "tokens-per-second");
+    html("p", {class: "words", id: "verdict-words"}, plan.summary, root);
     memoryBar(section(root, "Memory at the peak, against the card"), plan);
     const charts = html("div", {class: "charts"}, null, root);
     const seqBox = html("div", {class: "chart", id: "curve-seq"}, null, charts);
@@ -312,13 +410,14 @@ const TrainfitCharts = (() => {
     const batchBox = html("div", {class: "chart", id: "curve-batch"}, null, charts);
     html("h2", {}, "Memory against micro-batch", batchBox);
     curveChart(batchBox, data.curves.batch, data.curves, plan.setup.batch);
-    timeBar(section(root, "Step time, term by term"), plan.time);
+    timeBar(section(root, "Step time: the critical path, and what overlaps it"), plan);
     const boundaries = data.boundaries || (plan.boundary ? [plan.boundary] : []);
     if (boundaries.length) boundaryTable(section(root, "The largest that runs, all else as set"), boundaries);
     if (plan.suggestions.length) {
       const box = section(root, plan.suggestions[0].verdict === "fits" ? "Changes that make it fit" : "Nothing fits; the nearest");
-      commandTable(box, plan.suggestions, [["change", (r) => r.change], ["peak", (r) => mib(r.peak_allocated_bytes), 1],
-                                           ["verdict", (r) => r.verdict], ["step", (r) => seconds(r.step_seconds), 1]]);
+      commandTable(box, plan.suggestions, [["change", (r) => r.change], ["peak", (r) => gib(r.peak_allocated_bytes), 1],
+                                           ["verdict", (r) => r.verdict],
+                                           ["step", (r) => (r.verdict === "oom" ? "-" : seconds(r.step_seconds)), 1]]);
     }
   }
 
@@ -326,14 +425,14 @@ const TrainfitCharts = (() => {
     const a = data.advice;
     html("p", {class: "words"}, `Goal: ${a.goal}; free: ${a.free.join(", ") || "nothing"}; ${a.judged} setups judged ` +
          `of ${a.searched}.`, root);
-    const columns = [["GPU", (r) => r.gpu], ["peak", (r) => mib(r.peak_allocated_bytes), 1],
+    const columns = [["GPU", (r) => r.gpu], ["peak", (r) => gib(r.peak_allocated_bytes), 1],
                      ["free", (r) => percent(r.headroom_fraction), 1], ["step", (r) => seconds(r.step_seconds), 1],
                      ["tokens/s", (r) => String(Math.round(r.tokens_per_second)), 1], ["why", (r) => r.why || ""]];
     commandTable(section(root, "Best setups that fit"), a.results, columns);
     // Every setup shown, peak memory against speed; the Pareto front joined.
     const box = section(root, "Memory against speed: the results, and the setups no other beats on both (joined)");
     const front = a.pareto.slice().sort((p, q) => p.peak_allocated_bytes - q.peak_allocated_bytes);
-    plot(box, {xLabel: "peak allocated (GiB)", xFormat: (v) => (v / GiB).toFixed(1), yFormat: (v) => v.toFixed(0), width: 640,
+    plot(box, {xLabel: "peak allocated (GiB)", xUnit: GiB, xFormat: (v) => tickNumber(v / GiB), yFormat: (v) => tickNumber(v), width: 640,
                hlines: [], yMin: 0,
                series: [{name: "Pareto front (tokens/s)", colour: "#8c959f", x: front.map((r) => r.peak_allocated_bytes),
                          y: front.map((r) => r.tokens_per_second)},
@@ -354,7 +453,7 @@ const TrainfitCharts = (() => {
                               `max ${percent(doc.accuracy.peak_allocated_max_abs_error)})`);
     const idx = rows.map((_, i) => i + 1);
     const capMiB = rows.map((r) => r.capacity_mib).find((c) => c) || null;
-    plot(box, {xLabel: "config #", xFormat: String, yFormat: (v) => (v / 1024).toFixed(0) + " GiB", width: 900,
+    plot(box, {xLabel: "config #", xFormat: String, yUnit: 1024, yFormat: (v) => tickNumber(v / 1024) + " GiB", width: 900,
                series: [{name: "measured", colour: "#1a7f37", x: idx, y: measured, points: true, title: (i) => labels[i]},
                         {name: "predicted", colour: "#0969da", x: idx, y: predicted, points: true, title: (i) => labels[i]}],
                hlines: capMiB ? [{y: capMiB, label: "card", colour: "#cf222e"}] : []});
@@ -376,14 +475,14 @@ const TrainfitCharts = (() => {
     const mem = html("div", {class: "chart"}, null, charts);
     html("h2", {}, "Peak allocated: predicted against measured", mem);
     const most = Math.max(...rows.map((r) => Math.max(r.measured_peak_allocated_mib, r.predicted_peak_allocated_mib)));
-    plot(mem, {xLabel: "measured (GiB)", xFormat: (v) => (v / 1024).toFixed(0), yFormat: (v) => (v / 1024).toFixed(0) + " GiB",
-               xExtra: [0, most], xTicks: [0, most / 4, most / 2, 3 * most / 4, most],
+    plot(mem, {xLabel: "measured (GiB)", xUnit: 1024, xFormat: (v) => tickNumber(v / 1024), yUnit: 1024,
+               yFormat: (v) => tickNumber(v / 1024) + " GiB", xExtra: [0, most],
                series: [{name: "predicted = measured", colour: "#8c959f", x: [0, most], y: [0, most]},
                         {name: "rows", colour: "#0969da", pointsOnly: true, points: true, x: rows.map((r) => r.measured_peak_allocated_mib),
                          y: rows.map((r) => r.predicted_peak_allocated_mib), title: (i) => `line ${rows[i].line} ${rows[i].model}: ${(100 * rows[i].error).toFixed(1)}%`}]});
     const err = html("div", {class: "chart"}, null, charts);
     html("h2", {}, "Error of each row", err);
-    plot(err, {xLabel: "row", xFormat: String, yFormat: (v) => (100 * v).toFixed(0) + "%", yMin: Math.min(0, ...rows.map((r) => r.step_error), ...rows.map((r) => r.error)),
+    plot(err, {xLabel: "row", xFormat: String, yUnit: 0.01, yFormat: (v) => tickNumber(100 * v) + "%", yMin: Math.min(0, ...rows.map((r) => r.step_error), ...rows.map((r) => r.error)),
                series: [{name: "peak allocated error", colour: "#0969da", pointsOnly: true, points: true, x: rows.map((_, i) => i + 1), y: rows.map((r) => r.error)},
                         {name: "step time error", colour: "#bf8700", pointsOnly: true, points: true, x: rows.map((_, i) => i + 1),
                          y: rows.map((r) => (r.measured_step_seconds === null ? null : r.step_error))}],
@@ -406,15 +505,15 @@ const TrainfitCharts = (() => {
       const extra = [...new Set(spans.map((v) => v.verdict))].map((v) => [v, watchColours[v] || "#8c959f"]);
       const charts = html("div", {class: "charts"}, null, section(root, `GPU ${g.index} ${g.name}`));
       const u = html("div", {class: "chart"}, null, charts);
-      plot(u, {xLabel: "seconds", xFormat: (v) => v.toFixed(0), yFormat: (v) => v.toFixed(0) + "%", yMax: 100, bands, legendExtra: extra,
+      plot(u, {xLabel: "seconds", xUnit: 1, xFormat: (v) => tickNumber(v), yFormat: (v) => tickNumber(v) + "%", yMax: 100, yMin: 0, bands, legendExtra: extra,
                series: [{name: "GPU utilisation", colour: "#0969da", x: g.time, y: g.gpu_util_percent}]});
       const m = html("div", {class: "chart"}, null, charts);
-      plot(m, {xLabel: "seconds", xFormat: (v) => v.toFixed(0), yFormat: (v) => (v / GiB).toFixed(0) + " GiB", bands,
+      plot(m, {xLabel: "seconds", xUnit: 1, xFormat: (v) => tickNumber(v), yUnit: GiB, yFormat: (v) => tickNumber(v / GiB) + " GiB", bands,
                series: [{name: "memory used", colour: "#bf8700", x: g.time, y: g.memory_used_bytes}],
                hlines: g.memory_total_bytes ? [{y: g.memory_total_bytes, label: "card", colour: "#cf222e"}] : []});
     }
     if (data.steps.length) {
-      plot(section(root, "Step time (probe)"), {xLabel: "seconds", xFormat: (v) => v.toFixed(0), yFormat: seconds, width: 900,
+      plot(section(root, "Step time (probe)"), {xLabel: "seconds", xUnit: 1, xFormat: (v) => tickNumber(v), yFormat: secondsTick, width: 900,
                series: [{name: "step seconds", colour: "#8250df", x: data.steps.map((s) => s.time), y: data.steps.map((s) => s.step_seconds), points: true}]});
     }
     textTable(section(root, "Verdicts over time"), ["GPU", "from s", "to s", "verdict", "evidence", "what to try"],
@@ -465,7 +564,7 @@ const TrainfitCharts = (() => {
     const parts = Object.entries(oom.breakdown).filter(([, b]) => b >= 0.1 * MiB)
                         .map(([k, b], i) => [k, b, k === "cached_free" ? "#afb8c1" : palette[i % palette.length]]);
     stackedBar(box, parts, [], oom.reserved_bytes * 1.02 || 1, mib);
-    legend(box, parts.map(([k, b, c]) => [`${k} ${mib(b)}`, c]));
+    legend(box, parts.map(([k, b, c]) => [`${word(k)} ${mib(b)}`, c]));
     if (oom.top_stacks && oom.top_stacks.length)
       textTable(section(box, "Largest allocation stacks at the error"), ["MiB", "blocks", "category", "frames"],
                 oom.top_stacks.map((a) => [(a.bytes / MiB).toFixed(1), a.blocks, a.category, a.frames]));
@@ -490,7 +589,7 @@ const TrainfitCharts = (() => {
         legend(box, Object.entries(timelineStates).filter(([k]) => seen.has(k)).map(([, v]) => v));
         html("h3", {}, "Where each step's time went", box);
         const steps = r.steps.map((_, i) => i + 1);
-        plot(box, {xLabel: "step", xFormat: String, yFormat: seconds, width: 900,
+        plot(box, {xLabel: "step", xFormat: String, yFormat: secondsTick, width: 900,
                    series: [{name: "wall", colour: "#57606a", x: steps, y: r.steps.map((st) => st.wall_s), points: true},
                             {name: "GPU busy", colour: "#0969da", x: steps, y: r.steps.map((st) => st.gpu_busy_s), points: true},
                             {name: "input wait", colour: "#e16f24", x: steps, y: r.steps.map((st) => st.input_wait_s), points: true},
@@ -515,7 +614,7 @@ const TrainfitCharts = (() => {
       const parts = Object.entries(snap.breakdown).filter(([, b]) => b >= 0.1 * MiB).map(([k, b], i) => [k, b, k === "cached_free" ? "#afb8c1" : palette[i % palette.length]]);
       const total = parts.reduce((a, [, b]) => a + b, 0) * 1.02 || 1;
       stackedBar(box, parts, [], total, mib);
-      legend(box, parts.map(([k, b, c]) => [`${k} ${mib(b)}`, c]));
+      legend(box, parts.map(([k, b, c]) => [`${word(k)} ${mib(b)}`, c]));
       if (snap.top_stacks && snap.top_stacks.length) {
         textTable(section(box, "Largest allocation stacks at the peak"), ["MiB", "blocks", "category", "frames"],
                   snap.top_stacks.map((a) => [(a.bytes / MiB).toFixed(1), a.blocks, a.category, a.frames]));
@@ -538,9 +637,10 @@ const TrainfitCharts = (() => {
   function renderPlans(root, doc) {
     html("p", {class: "words"}, doc.title, root);
     textTable(section(root, "Plans"), ["model", "checkpointing", "peak allocated", "of card", "device used", "verdict", "step", "bottleneck"],
-              doc.plans.map((p) => [p.model.name, p.setup.grad_ckpt ? "on" : "off", mib(p.memory.peak_allocated_bytes),
-                                    percent(p.memory.peak_allocated_bytes / p.device.capacity_bytes), mib(p.memory.device_used_bytes), p.verdict,
-                                    p.time ? seconds(p.time.step_seconds) : "-", p.time ? p.time.bottleneck : "-"]),
+              doc.plans.map((p) => [p.model.name, p.setup.grad_ckpt ? "on" : "off", gib(p.memory.peak_allocated_bytes),
+                                    percent(p.memory.peak_allocated_bytes / p.device.capacity_bytes), gib(p.memory.device_used_bytes), p.verdict,
+                                    p.time && p.verdict !== "oom" ? seconds(p.time.step_seconds) : "-",
+                                    p.time && p.verdict !== "oom" ? p.time.bottleneck : "-"]),
               (r, c) => (c === 5 ? "verdict-" + doc.plans[r].verdict : ""));
     // One scale for every bar, so that the bars compare.
     const scale = Math.max(...doc.plans.map((p) => Math.max(p.device.capacity_bytes, p.memory.device_used_bytes))) * 1.06;
@@ -558,6 +658,6 @@ const TrainfitCharts = (() => {
     reports[kind](root, data);
   }
 
-  return {renderReport, renderPlan, renderAdvise, verdictWords, memoryBar, curveChart, timeBar, commandTable, plot,
+  return {renderReport, renderPlan, renderAdvise, memoryBar, curveChart, timeBar, commandTable, plot,
           legend, figure, html, mib, gib, seconds, percent, reports};
 })();

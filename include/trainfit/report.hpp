@@ -48,6 +48,12 @@ std::string render_card_ranking(const std::vector<CardRank>& ranks, const Traini
 // "validate", "watch"; another report is a function added there and a call here). Nothing is
 // fetched: it opens offline, from a file.
 std::string render_html_report(std::string_view kind, std::string_view title, const nlohmann::json& data);
+// A plan's figures and summary words as HTML (from plan_to_json): what a report and the page show
+// before, or without, their scripts.
+std::string plan_summary_html(const nlohmann::json& plan);
+// `const TrainfitWords = {...};`: report_words() for the charts' legends, the script the page loads
+// as /words.js and each report inlines.
+std::string web_words_script();
 // A file of web/ as compiled in ("index.html", "charts.js"); empty when there is none.
 std::string_view web_asset(std::string_view name);
 // The names of web/'s files, sorted.
@@ -58,6 +64,9 @@ std::vector<std::string> web_asset_names();
 nlohmann::json plan_curves(const Plan& plan);
 // What a plan's report and the page draw: {"plan": plan_to_json, "curves": plan_curves}.
 nlohmann::json plan_report_data(const Plan& plan);
+// The words the text output uses for the JSON's keys ({"logits_and_loss": "logits and loss",
+// "host_dispatch": "host dispatch", ...}): the charts' legends say the same (docs/serve.md).
+nlohmann::json report_words();
 // `trainfit validate`: prediction beside measurement, row by row, with the error summary.
 nlohmann::json comparison_to_json(const ComparisonSummary& summary);
 

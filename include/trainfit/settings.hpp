@@ -59,6 +59,9 @@ struct Setting {
   std::string flag;         // CLI flag ("--grad-accum"); a boolean also takes "--no-<name>"
   SettingType type = SettingType::text;
   std::string description;  // one line
+  // Where the page shows its control: rows of one group together, in the table's order ("model and
+  // card", "method", "precision", "step", "objective", "layout", "judging"). Empty: "other".
+  std::string group;
   std::vector<std::string> choices;  // choice: the canonical names
   bool nullable = false;             // choice: "none" (JSON null) is a value: the default when set
   std::optional<double> minimum, maximum;  // integer, number, bytes

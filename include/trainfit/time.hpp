@@ -185,6 +185,10 @@ struct TimeEstimate {
   double spill_slowdown = 1;     // step_seconds / the same step fitting in memory
   Bottleneck bottleneck = Bottleneck::compute;
   std::vector<TimeTerm> breakdown;
+  // The same terms as they lie on the step's critical path: in each micro-batch and in the optimizer
+  // step only the longer of the GPU's and the host's work counts, plus the pipeline's bubble and any
+  // spill. They add up to step_seconds; breakdown minus critical_path is the work that overlaps it.
+  std::vector<TimeTerm> critical_path;
   bool predicted = true;         // false when the card's throughput is unknown (--vram only)
 };
 

@@ -243,4 +243,29 @@ std::size_t json_nesting_depth(std::string_view text) {
   return deepest;
 }
 
+// Text inside an HTML element or a quoted attribute.
+std::string html_escaped(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (const char c : text) {
+    switch (c) {
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      default:
+        out += c;
+    }
+  }
+  return out;
+}
+
 }  // namespace trainfit::detail

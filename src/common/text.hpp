@@ -27,6 +27,8 @@ std::string printable(std::string_view s, std::size_t max_bytes);
 // A value the user gave, as an error quotes it: in single quotes, printable, at most 80 bytes of it
 // (a NUL stays "\x00" rather than ending the message where a C string would).
 std::string quoted(std::string_view s);
+// Text inside an HTML element or a quoted attribute: & < > " escaped.
+std::string html_escaped(std::string_view text);
 // The deepest nesting of arrays and objects in a JSON text, counted without parsing it (brackets
 // inside strings do not count): a reader refuses a text of 100,000 '[' before nlohmann's parser
 // and dump, which recurse once a level, see it.

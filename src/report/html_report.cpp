@@ -7,6 +7,8 @@
 #include <utility>
 #include <vector>
 
+#include "common/text.hpp"
+#include "report/report_text.hpp"
 #include "trainfit/error.hpp"
 #include "trainfit/report.hpp"
 #include "trainfit/settings.hpp"
@@ -21,31 +23,6 @@ const std::vector<std::pair<std::string_view, std::string_view>>& embedded_web_f
 namespace {
 
 using json = nlohmann::json;
-
-// Text inside an HTML element or a quoted attribute.
-std::string html_escaped(std::string_view text) {
-  std::string out;
-  out.reserve(text.size());
-  for (const char c : text) {
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      default:
-        out += c;
-    }
-  }
-  return out;
-}
 
 // JSON that can sit inside a <script> element: '<' only occurs inside JSON strings, where \u003c
 // means the same character, so no "</script>" or "<!--" in the data can end the element early.
@@ -94,7 +71,55 @@ json curve(const Plan& plan, const char* key, const std::vector<std::int64_t>& v
   return {{"setting", key}, {"points", points}, {"largest_fitting", largest_fitting}};
 }
 
+std::string figure_html(std::string_view what, std::string_view value, std::string_view id, std::string_view cls = "") {
+  return fmt::format("<div class=\"figure\"><div class=\"value{}{}\" id=\"{}\">{}</div><div class=\"what\">{}</div></div>",
+                     cls.empty() ? "" : " ", cls, id, detail::html_escaped(value), detail::html_escaped(what));
+}
+
+// A plan's step time as the summary shows it: none for a setup that does not run.
+std::string step_figure(const json& plan) {
+  if (plan.at("verdict") == "oom") return "does not run";
+  if (plan.at("time").is_null()) return "unknown";
+  return detail::seconds_text(plan.at("time").at("step_seconds").get<double>());
+}
+
+// Several plans (the seed's question) as the table the report draws, without scripts.
+std::string plans_summary_html(const json& doc) {
+  std::string out = "<table><thead><tr><th>model</th><th>checkpointing</th><th>peak allocated</th><th>verdict</th>"
+                    "<th>step</th></tr></thead><tbody>";
+  for (const json& p : doc.at("plans"))
+    out += fmt::format("<tr><td>{}</td><td>{}</td><td>{}</td><td class=\"verdict-{}\">{}</td><td>{}</td></tr>",
+                       detail::html_escaped(p.at("model").at("name").get<std::string>()),
+                       p.at("setup").value("grad_ckpt", false) ? "on" : "off",
+                       detail::gib(p.at("memory").at("peak_allocated_bytes").get<std::int64_t>()),
+                       p.at("verdict").get<std::string>(), p.at("verdict").get<std::string>(), step_figure(p));
+  return out + "</tbody></table>";
+}
+
 }  // namespace
+
+std::string plan_summary_html(const nlohmann::json& plan) {
+  const json& m = plan.at("memory");
+  const std::string verdict = plan.at("verdict").get<std::string>();
+  const json& time = plan.at("time");
+  const bool runs = verdict != "oom" && !time.is_null();
+  std::string out = "<div class=\"summary\">";
+  out += figure_html("peak allocated (torch.cuda.max_memory_allocated)", detail::gib(m.at("peak_allocated_bytes").get<std::int64_t>()),
+                     "peak-allocated");
+  out += figure_html("verdict", verdict, "verdict", "verdict-" + verdict);
+  out += figure_html("device used (nvidia-smi)", detail::gib(m.at("device_used_bytes").get<std::int64_t>()), "device-used");
+  out += figure_html("card",
+                     fmt::format("{} ({})", plan.at("device").at("name").get<std::string>(),
+                                 detail::gib(plan.at("device").at("capacity_bytes").get<std::int64_t>())),
+                     "card");
+  out += figure_html("step time", step_figure(plan), "step-time");
+  out += figure_html("tokens/s", runs ? fmt::format("{:.0f}", time.at("tokens_per_second").get<double>()) : "-",
+                     "tokens-per-second");
+  out += "</div>\n<p class=\"words\" id=\"verdict-words\">" + detail::html_escaped(plan.at("summary").get<std::string>()) + "</p>\n";
+  return out;
+}
+
+std::string web_words_script() { return "const TrainfitWords = " + script_safe_json(report_words()) + ";\n"; }
 
 Format parse_report_format(std::string_view s) {
   if (s == "html") return Format::html;
@@ -121,17 +146,23 @@ std::vector<std::string> web_asset_names() {
 std::string render_html_report(std::string_view kind, std::string_view title, const nlohmann::json& data) {
   std::string out = "<!doctype html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n";
   out += "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n<title>";
-  out += html_escaped(title);
+  out += detail::html_escaped(title);
   out += "</title>\n<style>\n";
   out += web_asset("style.css");
   out += "</style>\n</head>\n<body class=\"report\">\n<header><h1>";
-  out += html_escaped(title);
+  out += detail::html_escaped(title);
   out +=
       "</h1><p class=\"note\">A trainfit report: self-contained, opens offline. Every figure is defined in "
-      "trainfit's docs (docs/serve.md lists where).</p></header>\n<main id=\"report\"></main>\n";
+      "trainfit's docs (docs/serve.md lists where).</p></header>\n<main id=\"report\">";
+  // What reads without scripts (the charts draw over it): a plan's figures and words, the plans' table.
+  if (kind == "plan" && data.contains("plan")) out += plan_summary_html(data.at("plan"));
+  if (kind == "plans" && data.contains("plans")) out += plans_summary_html(data);
+  out += "<noscript><p class=\"note\">The charts of this report are drawn by its script; the same figures as "
+         "text: the command with --format table.</p></noscript></main>\n";
   out += "<script type=\"application/json\" id=\"trainfit-data\">";
   out += script_safe_json(data);
   out += "</script>\n<script>\n";
+  out += web_words_script();
   out += web_asset("charts.js");
   out += "</script>\n<script>\nTrainfitCharts.renderReport(";
   out += json(std::string(kind)).dump();

@@ -179,6 +179,8 @@ json time_to_json(const Plan& p) {
   if (!t.predicted) return nullptr;
   json breakdown = json::object();
   for (const auto& term : t.breakdown) breakdown[term.name] = term.seconds;
+  json critical_path = json::object();
+  for (const auto& term : t.critical_path) critical_path[term.name] = term.seconds;
   return {{"step_seconds", t.step_seconds},
           {"tokens_per_second", t.tokens_per_second},
           {"mfu", t.mfu},
@@ -190,7 +192,8 @@ json time_to_json(const Plan& p) {
           {"profile", p.profile.name},
           // The card the profile's rates were measured on, when it is not this one (null: measured here).
           {"extrapolated_from", extrapolated_from(p).empty() ? json(nullptr) : json(extrapolated_from(p))},
-          {"breakdown", breakdown}};
+          {"breakdown", breakdown},
+          {"critical_path", critical_path}};
 }
 
 // A time term's JSON key in words, for the text ("memory_traffic": "memory traffic").
@@ -229,6 +232,20 @@ std::string time_lines(const Plan& p, bool md) {
     out += line(fmt::format(
         "Extrapolated: the rates were measured on the {} (profile {}) and are applied to this card's datasheet peaks",
         find_gpu(measured_on).name, p.profile.name));
+  return out;
+}
+
+// The plan in a few sentences: the verdict line the text starts with, where the peak comes and,
+// for a setup that runs, its step. The page and the HTML report show it as their summary (JSON
+// "summary"), drawn by the server, so that it reads without scripts.
+std::string plan_summary(const Plan& p) {
+  std::string out = verdict_line(p) + ".";
+  out += fmt::format(" The peak comes in the {} pass ({}).", to_string(p.memory.peak_phase), p.memory.peak_moment);
+  if (p.verdict == Verdict::oom)
+    out += " It does not run, so it has no step time.";
+  else if (p.time.predicted)
+    out += fmt::format(" A step takes {} ({:.0f} tokens/s); what holds it back: {}.", seconds_text(p.time.step_seconds),
+                       p.time.tokens_per_second, to_string(p.time.bottleneck));
   return out;
 }
 
@@ -304,6 +321,7 @@ json plan_to_json(const Plan& p) {
           {"headroom_fraction", p.headroom_fraction},
           {"over_capacity_bytes", p.over_capacity_bytes},
           {"run_state", to_string(p.run_state)},
+          {"summary", plan_summary(p)},
           {"suggestions", suggestions},
           {"warnings", p.warnings}};
   if (p.boundary) {
@@ -503,6 +521,15 @@ std::string render_model_catalog(Format format) {
     else out += fmt::format("{:<18}{:<13}{:>12}{:>8}{:>8}{:>12}{:>9}\n", name, m.model_type, params_text(n), m.num_layers, m.hidden_size, heads, m.vocab_size);
   }
   return format == Format::json ? arr.dump(2) + "\n" : out;
+}
+
+json report_words() {
+  json words = json::object();
+  for (const auto& [key, name] : category_names()) words[key] = name;
+  for (const char* key : {"matmul", "attention", "adapters_fp32", "memory_traffic", "kernel_floor", "optimizer",
+                          "host_dispatch", "spill", "communication", "pipeline_bubble", "offload"})
+    words[key] = time_term_words(key);
+  return words;
 }
 
 }  // namespace trainfit

@@ -6,8 +6,6 @@
 #include <string>
 #include <string_view>
 #include <vector>
-#include <string_view>
-#include <vector>
 
 #include "trainfit/plan.hpp"
 #include "trainfit/setup.hpp"

@@ -354,6 +354,43 @@ Response snapshot_endpoint(const Request& r, const Limits& limits) {
   return json_response(trace::render_snapshot(report, comparison ? &*comparison : nullptr, Format::json));
 }
 
+// The page's starting setup when its address names none: the seed's question, a 7B model on a
+// 16 GB card. The page's script reads it from the page (data-setup), so it lives here only.
+constexpr std::string_view kStartingSetup = "model=qwen2.5-7b&gpu=rtx-5070-ti";
+
+// The page, with the summary of the setup its address names (its share link, or the form the page
+// shows without scripts) drawn here: it reads without scripts; its script draws the rest over it.
+Response index_page(const Request& r, const Limits& limits) {
+  Request setup = r;
+  setup.query.clear();
+  for (const auto& [name, value] : r.query) {
+    // The no-script form sends its empty fields; a switch's "name=" is a value.
+    const Setting* s = find_setting_by_flag("--" + name);
+    if (value.empty() && (s == nullptr || s->type != SettingType::boolean)) continue;
+    setup.query.emplace_back(name, value);
+  }
+  if (setup.query.empty())
+    for (std::string_view rest = kStartingSetup; !rest.empty();) {
+      const std::string_view pair = rest.substr(0, rest.find('&'));
+      rest.remove_prefix(std::min(rest.size(), pair.size() + 1));
+      const auto eq = pair.find('=');
+      setup.query.emplace_back(std::string(pair.substr(0, eq)), std::string(pair.substr(eq + 1)));
+    }
+  std::string summary;
+  try {
+    summary = plan_summary_html(plan_to_json(plan_of(read_asked(read_inputs(setup, limits), {}, false))));
+  } catch (const std::exception& e) {  // the summary says why; the page's script says it again
+    summary = "<p class=\"error\">" + detail::html_escaped(e.what()) + "</p>";
+  }
+  std::string page(web_asset("index.html"));
+  const std::string slot = "<div id=\"result\"></div>";
+  const auto at = page.find(slot);
+  if (at != std::string::npos)
+    page.replace(at, slot.size(),
+                 fmt::format("<div id=\"result\" data-setup=\"{}\">{}</div>", detail::html_escaped(kStartingSetup), summary));
+  return {200, "text/html; charset=utf-8", page};
+}
+
 std::string content_type_of(std::string_view name) {
   auto ends = [&](std::string_view ext) {
     return name.size() >= ext.size() && name.compare(name.size() - ext.size(), ext.size(), ext) == 0;
@@ -370,6 +407,8 @@ Response route(const Request& r, const Limits& limits) {
   if (r.path.rfind("/api/", 0) != 0) {
     if (!get) return error_response(405, fmt::format("{} {}: the page's files are read with GET", r.method, r.path));
     const std::string name = r.path == "/" ? "index.html" : r.path.substr(1);
+    if (name == "index.html") return index_page(r, limits);
+    if (name == "words.js") return {200, content_type_of(name), web_words_script()};
     const std::string_view text = web_asset(name);
     if (text.empty()) return error_response(404, fmt::format("no page {}", detail::printable(r.path)));
     return {200, content_type_of(name), std::string(text)};

@@ -94,8 +94,10 @@ DerivedDefault times(std::string setting, double factor) {
 
 std::vector<Setting> builtin_table() {
   std::vector<Setting> t;
-  auto row = [&t](std::string key, std::string flag, SettingType type, std::string description) -> Setting& {
+  std::string group;  // the rows that follow are shown together on the page
+  auto row = [&t, &group](std::string key, std::string flag, SettingType type, std::string description) -> Setting& {
     Setting s;
+    s.group = group;
     s.key = std::move(key);
     s.flag = std::move(flag);
     s.type = type;
@@ -107,6 +109,7 @@ std::vector<Setting> builtin_table() {
   constexpr double kMaxTokens = 16777216;  // 2^24: products of sizes stay far from int64 overflow
 
   // What is trained, on which card.
+  group = "model and card";
   {
     auto& r = row("model", "--model", text,
                   "built-in model name (see `trainfit models`), or a path to a config.json or a folder holding one");
@@ -138,6 +141,7 @@ std::vector<Setting> builtin_table() {
   }
 
   // How it is trained.
+  group = "method";
   {
     auto& r = row("method", "--method", choice, "full fine-tuning, LoRA on a frozen base, or LoRA on a quantised base");
     r.choices = {"full", "lora", "qlora"};
@@ -145,6 +149,7 @@ std::vector<Setting> builtin_table() {
     r.label_always = true;
     bind_enum(r, [](auto& s) -> auto& { return s.method; }, parse_method, to_string);
   }
+  group = "precision";
   {
     auto& r = row("weights", "--weights", choice, "dtype the base weights are stored in");
     r.choices = {"fp32", "bf16", "fp16", "int8", "nf4", "fp4"};
@@ -160,6 +165,7 @@ std::vector<Setting> builtin_table() {
     r.label = "amp-{}";
     bind_optional_dtype(r, [](auto& s) -> auto& { return s.amp; });
   }
+  group = "method";
   {
     auto& r = row("rank", "--rank", integer, "LoRA rank");
     r.minimum = 1;
@@ -195,6 +201,7 @@ std::vector<Setting> builtin_table() {
     bind<std::vector<std::string>>(r, [](auto& s) -> auto& { return s.lora.targets; });
     r.canonical = [](std::string_view text) { return SettingValue(parse_lora_targets(text)); };
   }
+  group = "precision";
   {
     auto& r = row("adapter_dtype", "--adapter-dtype", choice, "dtype of the LoRA weights; PEFT keeps them in fp32");
     r.choices = {"fp32", "bf16", "fp16"};
@@ -221,6 +228,7 @@ std::vector<Setting> builtin_table() {
     r.label = "kbit-prepare";
     bind<bool>(r, [](auto& s) -> auto& { return s.quant.kbit_prepare; });
   }
+  group = "step";
   {
     auto& r = row("optimizer", "--optimizer", choice,
                   "optimizer; adamw is torch's fused AdamW, adamw-foreach torch's default AdamW (transformers' "
@@ -264,6 +272,7 @@ std::vector<Setting> builtin_table() {
     bind<bool>(r, [](auto& s) -> auto& { return s.grad_ckpt; });
   }
   // What the step trains for (docs/model.md, "Objectives").
+  group = "objective";
   {
     auto& r = row("objective", "--objective", choice,
                   "training objective, as TRL's trainers compute it: sft (next-token loss), dpo, orpo, kto (preference "
@@ -308,6 +317,7 @@ std::vector<Setting> builtin_table() {
     r.label = "c{}";
     bind<std::int64_t>(r, [](auto& s) -> auto& { return s.completion_len; });
   }
+  group = "layout";
   {
     auto& r = row("gpus", "--gpus", integer, "data-parallel GPUs, each running batch x seq; memory is per GPU");
     r.minimum = 1;
@@ -406,6 +416,7 @@ std::vector<Setting> builtin_table() {
   }
 
   // How the answer is judged.
+  group = "judging";
   {
     auto& r = row("headroom", "--headroom", number, "fraction of the card to keep free");
     r.minimum = 0;

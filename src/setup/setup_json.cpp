@@ -53,6 +53,7 @@ json property_of(const Setting& s) {
   p["description"] = s.description;
   p["x-flag"] = s.flag;
   p["x-matrix"] = s.in_matrix;
+  if (!s.group.empty()) p["x-group"] = s.group;
   if (!s.default_rule.empty()) p["x-default-rule"] = s.default_rule;
   if (s.derived_default) {
     const DerivedDefault& d = *s.derived_default;
@@ -196,7 +197,7 @@ json setup_schema() {
            "default; x-derived-default gives a default that depends on another setting (the first of its cases "
            "that holds, when it has cases); x-applies-when says when "
            "a setting means anything (JSON written by trainfit leaves out what does not apply); x-order is the "
-           "order in which defaults are resolved; x-shorthands are module names users may abbreviate; "
+           "order in which defaults are resolved; x-shorthands are module names users may abbreviate; x-group is where the page shows a setting's control; "
            "x-module-names gives, for each model family (config.json's model_type), the name of the module "
            "that plays each role in a decoder layer (the end of its path, which PEFT matches a LoRA target "
            "against)."},

@@ -145,6 +145,24 @@ TimeEstimate estimate_time(const StepWork& w, const TrainingSetup& setup, const 
   if (w.layout.pipeline_stages > 1) t.breakdown.push_back({"pipeline_bubble", s.bubble});
   if (t.offload_seconds > 0) t.breakdown.push_back({"offload", t.offload_seconds});
 
+  // The critical path: each micro-batch's slot is the GPU's terms when the GPU is the slower, else
+  // the host's dispatch; the optimizer step likewise; then the bubble and the spill.
+  const bool gpu_paces_micro = s.gpu_micro >= s.host_micro;
+  const bool gpu_paces_step = s.opt_gpu + s.post_comm_gpu >= s.opt_host + s.post_comm_host;
+  const double g = gpu_paces_micro ? micro : 0.0;
+  t.critical_path = {{"matmul", g * s.matmul},
+                     {"attention", g * s.attention},
+                     {"adapters_fp32", g * s.fp32},
+                     {"memory_traffic", g * s.traffic},
+                     {"kernel_floor", g * s.floor},
+                     {"optimizer", gpu_paces_step ? s.opt_gpu - s.offload_step : 0.0},
+                     {"host_dispatch", (gpu_paces_micro ? 0.0 : micro * s.host_micro) +
+                                           (gpu_paces_step ? 0.0 : s.opt_host + s.post_comm_host)},
+                     {"spill", s.spill}};
+  if (setup.gpus > 1) t.critical_path.push_back({"communication", g * s.comm + (gpu_paces_step ? s.post_comm_gpu : 0.0)});
+  if (w.layout.pipeline_stages > 1) t.critical_path.push_back({"pipeline_bubble", s.bubble});
+  if (t.offload_seconds > 0) t.critical_path.push_back({"offload", g * s.offload_micro + (gpu_paces_step ? s.offload_step : 0.0)});
+
   // Named as a profile shows it: the host when the GPU waits on it; else the larger of the GPU
   // time in matrix kernels (GEMMs, attention, adapter GEMMs) and in elementwise kernels.
   const double matrix = s.matmul + s.attention + s.fp32;

@@ -5,9 +5,13 @@
 //
 // Checks: the page shows the peak memory and verdict `trainfit plan --format json` gives for the
 // default setup, for twenty seeded random setups set through its controls, for a shared link and
-// for a pasted config.json; the boundary box is `plan --largest`'s; a dropped OOM snapshot shows
-// what `trace --snapshot` reads; the advisor lists commands; each report opens from a file with its
-// charts; no page logs a console error.
+// for a pasted config.json; every curve point is drawn at the height its value has on the axis's
+// ticks; the time bar's critical path adds up to the step time and its total says it; a setup that
+// runs out of memory shows no speed; the legends say words, not JSON keys; the controls come in
+// groups and hide what does not apply; with scripts off the page and a report still show the
+// summary; at phone width nothing runs off the screen; the boundary box is `plan --largest`'s; a
+// dropped OOM snapshot shows what `trace --snapshot` reads; the advisor lists commands; each report
+// opens from a file with its charts; no page logs a console error.
 import {spawn, execFileSync, spawnSync} from "node:child_process";
 import {mkdtempSync, writeFileSync, copyFileSync, readFileSync, mkdirSync} from "node:fs";
 import {tmpdir} from "node:os";
@@ -21,6 +25,10 @@ const shots = process.env.SCREENSHOT_DIR || "";
 assert.ok(cli && source, "set TRAINFIT_CLI and TRAINFIT_SOURCE_DIR");
 const chromium = process.env.CHROMIUM || "/usr/bin/chromium";
 const MiB = 1048576;
+const GiB = 1073741824;
+const gib = (bytes) => (bytes / GiB).toFixed(2) + " GiB";
+// A time as the text output and the page write it (seconds_text in src/report/report_text.cpp).
+const seconds = (s) => (s >= 10 ? s.toFixed(1) + " s" : s >= 0.1 ? s.toFixed(3) + " s" : (s * 1e3).toFixed(1) + " ms");
 
 function plan(args) {
   const r = spawnSync(cli, ["plan", ...args, "--format", "json"], {encoding: "utf8"});
@@ -87,7 +95,7 @@ function expectSame(got, expected, what) {
     return;
   }
   assert.equal(got.error, "", `${what}: the page shows an error`);
-  assert.equal(got.peak, (expected.memory.peak_allocated_bytes / MiB).toFixed(1) + " MiB", `${what}: peak allocated`);
+  assert.equal(got.peak, gib(expected.memory.peak_allocated_bytes), `${what}: peak allocated`);
   assert.equal(got.verdict, expected.verdict, `${what}: verdict`);
 }
 // Waits until the page shows what `trainfit plan` prints for these arguments, then compares. A
@@ -95,7 +103,7 @@ function expectSame(got, expected, what) {
 // for the figures themselves, not for the next render; on a timeout the comparison says what shows.
 async function showsPlan(page, args, what) {
   const expected = plan(args);
-  const want = expected.error ? null : (expected.memory.peak_allocated_bytes / MiB).toFixed(1) + " MiB";
+  const want = expected.error ? null : gib(expected.memory.peak_allocated_bytes);
   try {
     await page.waitForFunction((w) => (w === null ? document.getElementById("error").textContent.length > 0
                                                   : document.getElementById("peak-allocated")?.textContent === w),
@@ -126,8 +134,10 @@ await check("the page opens on the seed's question, as `trainfit plan` answers i
   const schema = JSON.parse(execFileSync(cli, ["schema"], {encoding: "utf8"}));
   assert.deepEqual(controls.sort(), schema["x-order"].filter((k) => k !== "gpu_spec").sort(),
                    "a control for every setting of the schema but the file one");
-  const charts = await page.evaluate(() => document.querySelectorAll("#result svg").length);
-  assert.ok(charts >= 4, `memory bar, two curves and the time bar drawn (${charts} svg)`);
+  const charts = await page.evaluate(() => ({svg: document.querySelectorAll("#result svg").length,
+                                             time: !!document.getElementById("time-bar"), none: !!document.getElementById("time-none")}));
+  // The seed's 7B LoRA does not fit a 16 GB card without checkpointing: no step, so no time bar.
+  assert.ok(charts.svg >= 3 && charts.none && !charts.time, `memory bar and two curves drawn, no time bar (${JSON.stringify(charts)})`);
 });
 if (shots) await page.screenshot({path: path.join(shots, "serve-page.png"), fullPage: true});
 
@@ -149,6 +159,145 @@ await check("twenty random setups: the page shows the peak and verdict of `train
     if (expected.error) refused++;
   }
   assert.ok(refused <= 5, `${refused} of the 20 setups are refused: the draw should give mostly valid setups`);
+});
+
+// Each drawn point of the two curves against the axis it is drawn on: its height read back through
+// the tick labels (their numbers and their grid lines' heights, linear or logarithmic as the chart
+// says) must be its value, and its value the API's. No point may be clipped at the top.
+async function curvePointsOnScale(page, what) {
+  const drawn = await page.evaluate(() => ["curve-seq", "curve-batch"].map((id) => {
+    const s = document.querySelector(`#${id} svg`);
+    return {id, scale: s.dataset.yScale,
+            ticks: [...s.querySelectorAll("text.y-tick")].map((t, i) => ({label: t.textContent,
+                                                                          y: Number(s.querySelectorAll("line.grid")[i].getAttribute("y1"))})),
+            points: [...s.querySelectorAll("circle.point")].map((c) => ({value: Number(c.dataset.value), y: Number(c.getAttribute("cy"))})),
+            clipped: s.querySelectorAll(".off-scale").length};
+  }));
+  const api = await page.evaluate(async () => (await fetch("/api/curves" + location.search)).json());
+  for (const chart of drawn) {
+    const ticks = chart.ticks.map((t) => {
+      const m = t.label.match(/^([\d.]+) GiB$/);
+      assert.ok(m, `${what} ${chart.id}: tick label ${t.label} is a number of GiB`);
+      if (chart.scale === "log")
+        assert.match(m[1], /^[125]0*$|^0\.0*[125]$/, `${what} ${chart.id}: a logarithmic axis's tick is 1, 2 or 5 times a power of ten`);
+      else
+        assert.match(m[1], /^\d+$|^\d*\.\d$/, `${what} ${chart.id}: a linear axis's tick is round`);
+      return {value: Number(m[1]) * GiB, y: t.y};
+    });
+    assert.ok(ticks.length >= 2, `${what} ${chart.id}: at least two ticks`);
+    assert.equal(chart.clipped, 0, `${what} ${chart.id}: no point off the scale`);
+    const f = chart.scale === "log" ? Math.log10 : (v) => v;
+    const [a, b] = [ticks[0], ticks[ticks.length - 1]];
+    const setting = chart.id === "curve-seq" ? "seq" : "batch";
+    const values = api[setting].points.map((p) => p.peak_allocated_bytes);
+    assert.deepEqual(chart.points.map((p) => p.value), values, `${what} ${chart.id}: the points are the API's curve`);
+    for (const p of chart.points) {
+      const expected = a.y + (b.y - a.y) * (f(p.value) - f(a.value)) / (f(b.value) - f(a.value));
+      assert.ok(Math.abs(p.y - expected) < 0.6, `${what} ${chart.id}: ${gib(p.value)} drawn at y ${p.y}, its value is at ${expected.toFixed(1)}`);
+      assert.ok(p.value <= b.value * (1 + 1e-9) && p.value >= a.value * (1 - 1e-9), `${what} ${chart.id}: ${gib(p.value)} inside the axis`);
+    }
+  }
+}
+
+await check("every curve point is drawn at its value, on round ticks, however far it runs over the card", async () => {
+  // A 7B full fine-tune on a 24 GB card: the curves run from about 60 GiB to over 400 GiB.
+  const args = ["--model", "qwen2.5-7b", "--gpu", "rtx-4090", "--method", "full", "--seq", "2048", "--batch", "1"];
+  await setControls(page, {model: "qwen2.5-7b", gpu: "rtx-4090", method: "full", seq: "2048", batch: "1", grad_ckpt: "", attn: ""});
+  await showsPlan(page, args, "qwen2.5-7b full on rtx-4090");
+  await curvePointsOnScale(page, "7B full on a 4090");
+  const scales = await page.$$eval("#result svg[data-y-scale]", (s) => s.map((x) => x.dataset.yScale));
+  assert.ok(scales.includes("log"), `a range this wide is drawn on a logarithmic axis (${scales})`);
+  await setControls(page, {model: "qwen2.5-0.5b", gpu: "h200", method: "lora", seq: "512"});
+  await showsPlan(page, ["--model", "qwen2.5-0.5b", "--gpu", "h200", "--method", "lora", "--seq", "512", "--batch", "1"], "0.5B LoRA on h200");
+  await curvePointsOnScale(page, "0.5B LoRA on an H200");
+});
+
+await check("the time bar is the critical path: it adds up to the step time, and its total says so", async () => {
+  for (const [setup, args] of [
+    [{model: "qwen2.5-0.5b", gpu: "h200", method: "lora", seq: "512", batch: "1"},  // host-bound
+     ["--model", "qwen2.5-0.5b", "--gpu", "h200", "--method", "lora", "--seq", "512", "--batch", "1"]],
+    [{model: "qwen2.5-7b", gpu: "h200", method: "lora", seq: "4096", batch: "1"},  // GPU-bound micro-batch, host-bound update
+     ["--model", "qwen2.5-7b", "--gpu", "h200", "--method", "lora", "--seq", "4096", "--batch", "1"]]]) {
+    await setControls(page, setup);
+    const expected = await showsPlan(page, args, args.join(" "));
+    const bar = await page.evaluate(() => {
+      const s = document.getElementById("time-bar");
+      const critical = [...s.querySelectorAll("rect.critical")];
+      return {total: document.getElementById("time-total").textContent,
+              sum: critical.reduce((a, r) => a + Number(r.dataset.seconds), 0),
+              end: Math.max(...critical.map((r) => Number(r.getAttribute("x")) + Number(r.getAttribute("width")))),
+              mark: Number(document.getElementById("time-total-mark").getAttribute("x1")),
+              overlapped: s.querySelectorAll("rect.overlapped").length,
+              legend: [...document.querySelectorAll("#result .legend span")].map((e) => e.textContent)};
+    });
+    const step = expected.time.step_seconds;
+    assert.equal(bar.total, "step " + seconds(step), `${args.join(" ")}: the bar's total`);
+    assert.ok(Math.abs(bar.sum - step) < 1e-9 * step, `${args.join(" ")}: the critical path adds up to ${step} s (${bar.sum})`);
+    assert.ok(Math.abs(bar.end - bar.mark) < 1, `${args.join(" ")}: the path ends at the step's mark (${bar.end} vs ${bar.mark})`);
+    assert.ok(bar.overlapped > 0, `${args.join(" ")}: the overlapped work is shown under the path`);
+    for (const item of bar.legend) assert.ok(!/_/.test(item), `a legend says words, not a JSON key: ${item}`);
+  }
+});
+
+await check("a setup that runs out of memory shows no step time and no speed", async () => {
+  const args = ["--model", "qwen2.5-14b", "--gpu", "rtx-4090", "--method", "full", "--seq", "2048", "--batch", "1"];
+  await setControls(page, {model: "qwen2.5-14b", gpu: "rtx-4090", method: "full", seq: "2048", batch: "1"});
+  const expected = await showsPlan(page, args, "14B full on a 4090");
+  assert.equal(expected.verdict, "oom");
+  const got = await page.evaluate(() => ({step: document.getElementById("step-time").textContent,
+                                          tps: document.getElementById("tokens-per-second").textContent,
+                                          none: !!document.getElementById("time-none"), bar: !!document.getElementById("time-bar"),
+                                          words: document.getElementById("verdict-words").textContent}));
+  assert.deepEqual([got.step, got.tps, got.none, got.bar], ["does not run", "-", true, false]);
+  assert.equal(got.words, expected.summary);
+  assert.ok(!/tokens\/s/.test(got.words), "the words give no speed");
+});
+
+await check("the controls come in groups, and a setting that does not apply is hidden", async () => {
+  const groups = await page.$$eval("#setting-controls fieldset legend", (l) => l.map((x) => x.textContent));
+  for (const g of ["model and card", "method", "precision", "step", "objective", "layout"])
+    assert.ok(groups.includes(g), `a group ${g} (${groups})`);
+  await setControls(page, {method: "full"});
+  const hidden = await page.evaluate(() => ["rank", "double_quant", "model", "seq"].map((k) =>
+    document.querySelector(`.control[data-key="${k}"]`).hidden));
+  assert.deepEqual(hidden, [true, true, false, false], "rank and double_quant hidden under full fine-tuning; model and seq shown");
+  await setControls(page, {method: "qlora"});
+  const shownNow = await page.evaluate(() => ["rank", "double_quant"].map((k) => document.querySelector(`.control[data-key="${k}"]`).hidden));
+  assert.deepEqual(shownNow, [false, false], "rank and double_quant shown under QLoRA");
+});
+
+await check("with scripts off, a shared link still shows its setup's summary (drawn by the server)", async () => {
+  const args = ["--model", "qwen2.5-1.5b", "--gpu", "h100-sxm", "--method", "lora", "--seq", "1024"];
+  const expected = plan(args);
+  const quiet = await browser.newPage();
+  await quiet.setJavaScriptEnabled(false);
+  await quiet.goto(url + "?model=qwen2.5-1.5b&gpu=h100-sxm&method=lora&seq=1024&batch=", {waitUntil: "load"});
+  const got = await quiet.evaluate(() => ({peak: document.getElementById("peak-allocated")?.textContent ?? null,
+                                           verdict: document.getElementById("verdict")?.textContent ?? null,
+                                           words: document.getElementById("verdict-words")?.textContent ?? null,
+                                           step: document.getElementById("step-time")?.textContent ?? null,
+                                           form: !!document.querySelector("noscript") }));
+  assert.equal(got.peak, gib(expected.memory.peak_allocated_bytes));
+  assert.equal(got.verdict, expected.verdict);
+  assert.equal(got.words, expected.summary);
+  assert.equal(got.step, seconds(expected.time.step_seconds));
+  const plain = await quiet.goto(url, {waitUntil: "load"}).then(() => quiet.evaluate(() => document.getElementById("verdict")?.textContent));
+  assert.equal(plain, plan(["--model", "qwen2.5-7b", "--gpu", "rtx-5070-ti"]).verdict, "the page's starting setup, without scripts");
+  await quiet.close();
+});
+
+await check("at a phone's width (375 px) nothing runs off the screen", async () => {
+  const phone = await browser.newPage();
+  await phone.setViewport({width: 375, height: 800, isMobile: true});
+  phone.on("pageerror", (e) => consoleErrors.push(`phone: ${e.message}`));
+  await phone.goto(url, {waitUntil: "load"});
+  await phone.waitForFunction(() => Number(document.body.dataset.renders || 0) > 0, {timeout: 15000});
+  const widths = await phone.evaluate(() => ({page: document.documentElement.scrollWidth,
+                                              widest: Math.max(...[...document.querySelectorAll("svg, .figure, .controls")]
+                                                                  .map((e) => e.getBoundingClientRect().right))}));
+  assert.ok(widths.page <= 376 && widths.widest <= 376, `the page is ${widths.page} px wide, its widest part ends at ${widths.widest} px`);
+  if (shots) await phone.screenshot({path: path.join(shots, "serve-page-phone.png"), fullPage: true});
+  await phone.close();
 });
 
 await check("the share link reopens the same setup", async () => {
@@ -293,6 +442,18 @@ for (const [kind, file] of Object.entries(reports)) {
     }
     if (shots) await p.screenshot({path: path.join(shots, `report-${kind}.png`), fullPage: true});
     await p.close();
+    if (kind === "plan" || kind === "plans") {  // the summary reads without scripts
+      const quiet = await browser.newPage();
+      await quiet.setJavaScriptEnabled(false);
+      await quiet.goto("file://" + file, {waitUntil: "load"});
+      const got = await quiet.evaluate(() => ({peak: document.getElementById("peak-allocated")?.textContent ?? null,
+                                               rows: document.querySelectorAll("#report table tbody tr").length}));
+      if (kind === "plan")
+        assert.equal(got.peak, gib(plan(["--model", "qwen2.5-14b", "--gpu", "rtx-5070-ti", "--method", "qlora"]).memory.peak_allocated_bytes));
+      else
+        assert.equal(got.rows, JSON.parse(execFileSync(cli, ["plan", "--format", "json"], {encoding: "utf8"})).plans.length);
+      await quiet.close();
+    }
   });
 }
 

@@ -119,7 +119,8 @@ void from_docs(std::vector<Entry>& out) {
   std::sort(files.begin() + 1, files.end());
   const std::regex line_re(R"(trainfit plan ([^#`\n|>]*))");
   for (const auto& f : files) {
-    const std::string text = read_file(f);
+    // A command the docs break over lines with the shell's continuation is one command.
+    const std::string text = std::regex_replace(read_file(f), std::regex(R"(\\\n\s*)"), " ");
     for (auto it = std::sregex_iterator(text.begin(), text.end(), line_re); it != std::sregex_iterator(); ++it) {
       std::istringstream words((*it)[1].str());
       std::vector<std::string> args;

@@ -7,6 +7,9 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
+
+#include "common/text.hpp"
 #include "trainfit/serve.hpp"
 #include "trainfit/trace.hpp"
 #include "trainfit/trainfit.hpp"
@@ -374,6 +377,34 @@ TEST(HtmlReport, DataCannotEndItsScript) {
     EXPECT_EQ(web_asset(name).find("</script"), std::string::npos) << name;
     EXPECT_EQ(web_asset(name).find("</style"), std::string::npos) << name;
   }
+}
+
+// The page arrives with the summary of the setup its address names, drawn by the server, so that a
+// shared link reads without scripts; the no-script form's empty fields take their defaults, and a
+// setup that cannot be planned says why in the page instead of failing it.
+TEST(ServePage, CarriesTheSummaryOfItsSetup) {
+  const Plan p = make_plan(load_model("qwen2.5-1.5b"), [] {
+    TrainingSetup s;
+    s.gpu = "h100-sxm";
+    s.seq = 1024;
+    return s;
+  }(), find_gpu("h100-sxm"));
+  const Response page = get("/", {{"model", "qwen2.5-1.5b"}, {"gpu", "h100-sxm"}, {"seq", "1024"}, {"batch", ""}});
+  ASSERT_EQ(page.status, 200);
+  EXPECT_EQ(page.content_type, "text/html; charset=utf-8");
+  EXPECT_NE(page.body.find(fmt::format("id=\"peak-allocated\">{:.2f} GiB<", static_cast<double>(p.memory.peak_allocated_bytes) / kGiB)),
+            std::string::npos);
+  EXPECT_NE(page.body.find(detail::html_escaped(plan_to_json(p).at("summary").get<std::string>())), std::string::npos);
+  // No setup named: the starting one, whose address the page's script reads from the page.
+  const Response start = get("/", {});
+  EXPECT_NE(start.body.find("data-setup=\"model=qwen2.5-7b&amp;gpu=rtx-5070-ti\""), std::string::npos);
+  EXPECT_NE(start.body.find("id=\"verdict\""), std::string::npos);
+  const Response bad = get("/", {{"model", "qwen9-1t"}});
+  EXPECT_EQ(bad.status, 200);
+  EXPECT_NE(bad.body.find("<p class=\"error\">unknown model"), std::string::npos) << bad.body.substr(0, 400);
+  const Response words = get("/words.js", {});
+  EXPECT_EQ(words.content_type, "text/javascript; charset=utf-8");
+  EXPECT_NE(words.body.find("\"logits_and_loss\":\"logits and loss\""), std::string::npos);
 }
 
 TEST(HtmlReport, ReportFormatIsOnlyForReports) {

@@ -1,7 +1,9 @@
 // Properties of the time model that follow from the physics, independent of calibration.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <sstream>
+#include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -54,6 +56,61 @@ TEST(Time, FasterCardsAreFasterAndSpillsAreSlow) {
   for (const auto& t : h200.breakdown)
     if (t.name != "host_dispatch") sum += t.seconds;
   EXPECT_NEAR(sum, h200.gpu_seconds, 1e-9);  // the GPU terms add up to the GPU's time
+}
+
+// The critical path (docs/model.md, "The step"): the terms that set the step's length add up to it,
+// and no term lies on it longer than the work it stands for. GPU-bound, host-bound, spilling,
+// pipelined, ZeRO-1 with its after-step collectives, and offloading setups.
+TEST(Time, TheCriticalPathAddsUpToTheStep) {
+  TrainingSetup gpu_bound;
+  gpu_bound.method = Method::full;
+  gpu_bound.seq = 4096;
+  gpu_bound.batch = 4;
+  TrainingSetup host_bound;  // a 0.5B LoRA at seq 128: the host's dispatch is the longer
+  host_bound.seq = 128;
+  TrainingSetup piped = gpu_bound;
+  piped.gpus = 4;
+  piped.pp = 4;
+  piped.microbatches = 8;
+  TrainingSetup zero1 = gpu_bound;
+  zero1.gpus = 2;
+  zero1.parallel = Parallel::zero1;
+  TrainingSetup offloaded = gpu_bound;
+  offloaded.gpus = 8;
+  offloaded.parallel = Parallel::zero3;
+  offloaded.offload = Offload::optimizer;
+  const std::vector<std::pair<std::string, TimeEstimate>> cases = {
+      {"gpu-bound", time_of("qwen2.5-7b", gpu_bound, find_gpu("h200"))},
+      {"host-bound", time_of("qwen2.5-0.5b", host_bound, find_gpu("h200"))},
+      {"spill", time_of("qwen2.5-7b", gpu_bound, find_gpu("rtx-4090"), true)},
+      {"pipeline", time_of("qwen2.5-7b", piped, find_gpu("h100-sxm"))},
+      {"zero1", time_of("qwen2.5-7b", zero1, find_gpu("h100-sxm"))},
+      {"offload", time_of("qwen2.5-7b", offloaded, find_gpu("h100-sxm"))},
+  };
+  for (const auto& [name, t] : cases) {
+    SCOPED_TRACE(name);
+    double on_path = 0;
+    for (const auto& term : t.critical_path) {
+      on_path += term.seconds;
+      const auto all = std::find_if(t.breakdown.begin(), t.breakdown.end(),
+                                    [&](const TimeTerm& b) { return b.name == term.name; });
+      ASSERT_NE(all, t.breakdown.end()) << term.name;
+      EXPECT_LE(term.seconds, all->seconds * (1 + 1e-12) + 1e-15) << term.name;
+      EXPECT_GE(term.seconds, 0.0) << term.name;
+    }
+    EXPECT_NEAR(on_path, t.step_seconds, 1e-9 * t.step_seconds);
+  }
+  // Which side paces the step decides what lies on the path.
+  const auto on = [](const TimeEstimate& t, std::string_view name) {
+    for (const auto& term : t.critical_path)
+      if (term.name == name) return term.seconds;
+    return -1.0;
+  };
+  EXPECT_EQ(on(cases[0].second, "host_dispatch"), 0.0);
+  EXPECT_GT(on(cases[0].second, "matmul"), 0.0);
+  EXPECT_EQ(on(cases[1].second, "matmul"), 0.0);
+  EXPECT_GT(on(cases[1].second, "host_dispatch"), 0.0);
+  EXPECT_GT(on(cases[3].second, "pipeline_bubble"), 0.0);
 }
 
 TEST(Time, UnknownThroughputIsReportedNotGuessed) {
