@@ -6,11 +6,13 @@
 #include <algorithm>
 #include <array>
 #include <iostream>
+#include <memory>
 #include <regex>
 #include <string>
 #include <string_view>
 
 #include "commands.hpp"
+#include "help_formatter.hpp"
 #include "setup_flags.hpp"
 #include "trainfit/error.hpp"
 
@@ -65,6 +67,7 @@ std::string parse_error_words(const CLI::ParseError& e, const CLI::App& app, std
 
 int main(int argc, char** argv) {
   CLI::App app{"trainfit: will this training run fit on this GPU, and why?"};
+  app.formatter(std::make_shared<trainfit::cli::HelpFormatter>());  // the commands added below inherit it
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string("trainfit 0.1.0"));
   int exit_code = 0;

@@ -1,13 +1,16 @@
 // `trainfit validate FILE`: the planner's prediction beside measured steps, with errors.
 #include <iostream>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "commands.hpp"
 #include "common/text.hpp"
+#include "report/report_text.hpp"
 #include "trainfit/trainfit.hpp"
 
 namespace trainfit::cli {
@@ -30,23 +33,32 @@ void print(const ComparisonSummary& summary, Format format, const std::string& s
                                     comparison_to_json(summary));
     return;
   }
-  std::cout << fmt::format("{:>5}  {:<14}{:<7}{:<6}{:>6}{:>6}{:>5}{:>6}{:>8}  {:>11}{:>11}{:>8}  {:>9}{:>9}{:>8}  {:<17}{}\n", "line",
-                           "model", "method", "wts", "seq", "batch", "rank", "ckpt", "gpus", "MiB meas", "MiB pred", "error",
-                           "s meas", "s pred", "error", "bottleneck", "predicted peak");
+  // One row a measured step, in 100 columns: the setup in a few words, then memory and time, each
+  // measured, predicted and the error. The bottleneck and the moment of the peak each row predicts
+  // are in --format json and html; here they are counted below the table.
+  std::vector<std::vector<std::string>> rows = {
+      {"line", "model", "setup", "MiB meas", "MiB pred", "error", "s meas", "s pred", "error"}};
+  std::map<std::string, int> bottlenecks;
   for (const auto& c : summary.rows) {
     const auto& s = c.measured.setup;
     const Measurement& m = c.measured.measured;
     const bool timed = m.step_seconds.has_value() && c.predicted_step_seconds > 0;
-    std::cout << fmt::format("{:>5}  {:<14}{:<7}{:<6}{:>6}{:>6}{:>5}{:>6}{:>8}  {:>11.1f}{:>11.1f}{:>+7.1f}%  {:>9}{:>9.4f}{:>8}  {:<17}{}\n",
-                             c.measured.line, s.model, to_string(s.method),
-                             s.amp ? "amp" : to_string(s.weights), s.seq, s.batch,
-                             s.method == Method::full ? 0 : s.lora.rank, s.grad_ckpt ? "on" : "off",
-                             s.gpus > 1 ? fmt::format("{} {}", to_string(s.parallel), s.gpus) : "1",
-                             *m.peak_allocated_mib, to_mib(c.predicted_allocated), 100.0 * c.allocated_error,
-                             timed ? fmt::format("{:.4f}", *m.step_seconds) : "-", c.predicted_step_seconds,
-                             timed ? fmt::format("{:+.0f}%", 100.0 * c.step_error) : "-", c.predicted_bottleneck,
-                             c.predicted_peak_phase);
+    std::string setup = fmt::format("{} {} {}x{}", to_string(s.method), s.amp ? "amp" : to_string(s.weights), s.seq, s.batch);
+    if (s.method != Method::full) setup += fmt::format(" r{}", s.lora.rank);
+    if (s.grad_ckpt) setup += " ckpt";
+    if (s.gpus > 1) setup += fmt::format(" {}x{}", to_string(s.parallel), s.gpus);
+    rows.push_back({std::to_string(c.measured.line), s.model, setup, fmt::format("{:.1f}", *m.peak_allocated_mib),
+                    fmt::format("{:.1f}", to_mib(c.predicted_allocated)), fmt::format("{:+.1f}%", 100.0 * c.allocated_error),
+                    timed ? fmt::format("{:.4f}", *m.step_seconds) : "-", fmt::format("{:.4f}", c.predicted_step_seconds),
+                    timed ? fmt::format("{:+.0f}%", 100.0 * c.step_error) : "-"});
+    ++bottlenecks[c.predicted_bottleneck];
   }
+  std::cout << detail::aligned_table(rows, {false, true, true, false, false, false, false, false, false});
+  std::vector<std::string> counts;
+  for (const auto& [name, n] : bottlenecks) counts.push_back(fmt::format("{} {}", name, n));
+  std::cout << detail::wrapped(fmt::format("Predicted bottlenecks (rows): {}", fmt::join(counts, ", ")), detail::kTextColumns,
+                               "  ")
+            << "\n";
   std::cout << fmt::format("\n{} rows: median |error| {:.1f}%, max |error| {:.1f}%\n", summary.rows.size(),
                            100.0 * summary.median_abs_error, 100.0 * summary.max_abs_error);
   if (summary.max_abs_reserved_error > 0)

@@ -268,4 +268,36 @@ std::string html_escaped(std::string_view text) {
   return out;
 }
 
+std::string wrapped(std::string_view text, std::size_t width, std::string_view indent) {
+  std::string out;
+  std::size_t column = 0;
+  while (!text.empty()) {
+    const std::size_t space = text.find(' ');
+    const std::string_view word = text.substr(0, space);
+    text = space == std::string_view::npos ? std::string_view() : text.substr(space + 1);
+    if (word.empty()) continue;
+    if (column > 0 && column + 1 + word.size() > width) {
+      out += '\n';
+      out += indent;
+      column = indent.size();
+    } else if (column > 0) {
+      out += ' ';
+      ++column;
+    }
+    out += word;
+    column += word.size();
+  }
+  return out;
+}
+
+std::string wrapped_at(std::string_view text, std::size_t column) {
+  const std::size_t width = kTextColumns > column + 20 ? kTextColumns - column : 20;
+  std::string out;
+  for (const char ch : wrapped(text, width)) {
+    out += ch;
+    if (ch == '\n') out.append(column, ' ');
+  }
+  return out;
+}
+
 }  // namespace trainfit::detail

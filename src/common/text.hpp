@@ -27,6 +27,14 @@ std::string printable(std::string_view s, std::size_t max_bytes);
 // A value the user gave, as an error quotes it: in single quotes, printable, at most 80 bytes of it
 // (a NUL stays "\x00" rather than ending the message where a C string would).
 std::string quoted(std::string_view s);
+// The columns text output keeps to (a terminal's, or a pasted issue's): sentences wrap there.
+inline constexpr std::size_t kTextColumns = 100;
+// `text` broken at spaces into lines of at most `width` columns (a word longer than that stands
+// alone), each line after the first starting with `indent`; no trailing newline.
+std::string wrapped(std::string_view text, std::size_t width, std::string_view indent = "");
+// `text` set at `column` (its first line after what precedes it there, the others after `column`
+// spaces), wrapped so that no line runs past kTextColumns.
+std::string wrapped_at(std::string_view text, std::size_t column);
 // Text inside an HTML element or a quoted attribute: & < > " escaped.
 std::string html_escaped(std::string_view text);
 // The deepest nesting of arrays and objects in a JSON text, counted without parsing it (brackets

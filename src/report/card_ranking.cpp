@@ -126,7 +126,7 @@ std::string render_card_ranking(const std::vector<CardRank>& ranks, const Traini
            "|---|---:|---:|---|---:|---:|---:|---:|---:|\n";
   } else {
     const std::string_view indent = "         ";  // under the labels' values
-    out += fmt::format("Model    {}\nSetup    {}\n{}\n{}\n\n", model, detail::setup_text(setup),
+    out += fmt::format("Model    {}\nSetup    {}\n{}\n{}\n\n", model, detail::wrapped_at(detail::setup_text(setup), 9),
                        "Tokens   " + detail::wrapped(tokens_line, detail::kTextColumns - indent.size(), indent),
                        "Prices   " + detail::wrapped(prices_line, detail::kTextColumns - indent.size(), indent));
   }

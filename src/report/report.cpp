@@ -62,9 +62,11 @@ std::string boundary_lines(const Boundary& b, bool md) {
   const char* item = md ? "- " : "  ";
   out += fmt::format("{}{:<8} runs with its cache as planned\n", item, value(b.largest_runs));
   if (b.largest_at_all > b.largest_runs)
-    out += fmt::format("{}{:<8} the boundary: from {} on it runs only with the allocator freeing its cache and "
-                       "retrying (slower); {} fails\n",
-                       item, value(b.largest_at_all), b.largest_runs + 1, b.largest_at_all + 1);
+    out += fmt::format("{}{:<8} {}\n", item, value(b.largest_at_all),
+                       detail::wrapped_at(fmt::format("the boundary: from {} on it runs only with the allocator freeing "
+                                                      "its cache and retrying (slower); {} fails",
+                                                      b.largest_runs + 1, b.largest_at_all + 1),
+                                          std::string_view(item).size() + 9));
   else if (b.largest_at_all > 0)
     out += fmt::format("{}{:<8} the boundary: {} fails\n", item, value(b.largest_at_all), b.largest_at_all + 1);
   out += fmt::format("{}{:<8} the largest the headroom policy keeps (what advise recommends)\n", item,
@@ -355,7 +357,7 @@ std::string render_plan(const Plan& p, Format format) {
     out += fmt::format("Peak at **{}** ({}).\n\n| memory | bytes | MiB |\n|---|---:|---:|\n", to_string(m.peak_phase), m.peak_moment);
   } else {
     // The verdict and the warnings are sentences: wrapped to the 100 columns the tables keep.
-    out += fmt::format("Model    {}\nSetup    {}\n{}GPU      {} ({})\n\n{}\n\n", model_text(p),
+    out += fmt::format("Model    {}\nSetup    {}\n{}GPU      {} ({})\n\n{}\n\n", detail::wrapped_at(model_text(p), 9),
                        detail::wrapped(setup_text(p.setup), detail::kTextColumns - 9, "         "),
                        objective_line(p, false), p.gpu.name, mib(p.gpu.memory_bytes),
                        detail::wrapped(verdict_line(p), detail::kTextColumns, "  "));

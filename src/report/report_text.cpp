@@ -114,28 +114,6 @@ std::string plan_command_lines(const std::vector<std::string>& args, std::string
   return out;
 }
 
-std::string wrapped(std::string_view text, std::size_t width, std::string_view indent) {
-  std::string out;
-  std::size_t column = 0;
-  while (!text.empty()) {
-    const std::size_t space = text.find(' ');
-    const std::string_view word = text.substr(0, space);
-    text = space == std::string_view::npos ? std::string_view() : text.substr(space + 1);
-    if (word.empty()) continue;
-    if (column > 0 && column + 1 + word.size() > width) {
-      out += '\n';
-      out += indent;
-      column = indent.size();
-    } else if (column > 0) {
-      out += ' ';
-      ++column;
-    }
-    out += word;
-    column += word.size();
-  }
-  return out;
-}
-
 std::string aligned_table(const std::vector<std::vector<std::string>>& rows, const std::vector<bool>& left,
                           std::string_view indent) {
   std::vector<std::size_t> width;

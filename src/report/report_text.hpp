@@ -7,6 +7,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/text.hpp"
 #include "trainfit/plan.hpp"
 #include "trainfit/setup.hpp"
 
@@ -24,11 +25,6 @@ std::string seconds_text(double s);               // "21.7 s", "0.425 s", "8.3 m
 // are left-aligned, the others (figures) right-aligned; no trailing spaces.
 std::string aligned_table(const std::vector<std::vector<std::string>>& rows, const std::vector<bool>& left,
                           std::string_view indent = "");
-// The columns text output keeps to (a terminal's, or a pasted issue's): sentences wrap there.
-inline constexpr std::size_t kTextColumns = 100;
-// `text` broken at spaces into lines of at most `width` columns (a word longer than that stands
-// alone), each line after the first starting with `indent`; no trailing newline.
-std::string wrapped(std::string_view text, std::size_t width, std::string_view indent = "");
 // `trainfit plan ARGS` at `indent`, broken between arguments with the shell's line continuation so
 // that every line fits kTextColumns and still pastes as one command; a flag keeps its value.
 std::string plan_command_lines(const std::vector<std::string>& args, std::string_view indent);

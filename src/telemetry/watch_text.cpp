@@ -79,6 +79,18 @@ std::string live_view_text(std::span<const GpuInfo> gpus, std::span<const GpuRea
   return out + "\x1b[J";
 }
 
+// One span of the timeline: when, the verdict and its windows on a line, then its evidence and what
+// to try as sentences wrapped under it, inside 100 columns.
+std::string span_lines(const std::string& when, std::string_view verdict, int windows, const std::string& evidence,
+                       const std::string& advice) {
+  constexpr std::string_view indent = "      ";
+  std::string out = fmt::format("  {:>14} {:<22} {:>3} window{}\n", when, verdict, windows, windows == 1 ? "" : "s");
+  for (const std::string& words : {evidence, advice.empty() ? std::string() : "try: " + advice})
+    if (!words.empty())
+      out += std::string(indent) + trainfit::detail::wrapped_at(words, indent.size()) + "\n";
+  return out;
+}
+
 std::string timeline_text(const VerdictTimeline& timeline, std::span<const GpuInfo> gpus, double t0,
                           const std::set<int>& watched, double window_seconds) {
   const std::vector<VerdictSpan>& spans = timeline.spans();
@@ -91,10 +103,8 @@ std::string timeline_text(const VerdictTimeline& timeline, std::span<const GpuIn
     for (const VerdictSpan& v : spans) {
       if (v.gpu != g.index) continue;
       any = true;
-      out +=
-          fmt::format("  {:>14} {:<22} {:>3} window{}  {}\n", fmt::format("{:.1f}-{:.1f} s", v.begin - t0, v.end - t0),
-                      watch_verdict(v.verdict.kind), v.windows, v.windows == 1 ? " " : "s", v.verdict.evidence);
-      if (!v.verdict.advice.empty()) out += fmt::format("  {:14} {:<22} try: {}\n", "", "", v.verdict.advice);
+      out += span_lines(fmt::format("{:.1f}-{:.1f} s", v.begin - t0, v.end - t0), watch_verdict(v.verdict.kind), v.windows,
+                        v.verdict.evidence, v.verdict.advice);
     }
     if (!any) out += "  (too short to judge: under one window of samples)\n";
     bool warned = false;
@@ -107,10 +117,8 @@ std::string timeline_text(const VerdictTimeline& timeline, std::span<const GpuIn
         what = fmt::format("used memory rising {:.0f} MiB/s on average (up to {:.0f} MiB/s); last window: {}",
                            w.growth_rate_mean() / (1024.0 * 1024.0), w.growth_rate_max / (1024.0 * 1024.0),
                            w.verdict.evidence);
-      out +=
-          fmt::format("  {:>14} {:<22} {:>3} window{}  {}\n", fmt::format("{:.1f}-{:.1f} s", w.begin - t0, w.end - t0),
-                      watch_verdict(w.kind), w.windows, w.windows == 1 ? " " : "s", what);
-      if (!w.verdict.advice.empty()) out += fmt::format("  {:14} {:<22} try: {}\n", "", "", w.verdict.advice);
+      out += span_lines(fmt::format("{:.1f}-{:.1f} s", w.begin - t0, w.end - t0), watch_verdict(w.kind), w.windows, what,
+                        w.verdict.advice);
     }
   }
   return out;
@@ -194,7 +202,7 @@ std::string render_replay(const Recording& recording, std::string_view source, d
   std::string out = fmt::format("{}: {} samples, {} probe steps", trainfit::detail::printable(source),
                                 recording.samples.size(), recording.steps.size());
   if (!recording.host.empty()) out += fmt::format(", {} host readings", recording.host.size());
-  out += '\n';
+  out = trainfit::detail::wrapped_at(out, 2) + '\n';
   return out + detail::timeline_text(timeline, recording.gpus,
                                      recording.samples.empty() ? 0 : recording.samples.front().time, judged,
                                      window_seconds);

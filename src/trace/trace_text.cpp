@@ -6,8 +6,11 @@
 #include <cmath>
 #include <filesystem>
 #include <map>
+#include <numeric>
+#include <string_view>
 #include <nlohmann/json.hpp>
 
+#include "common/text.hpp"
 #include "trace/trace_data.hpp"
 #include "trainfit/report.hpp"
 #include "trainfit/trace.hpp"
@@ -184,13 +187,28 @@ std::vector<std::string> step_cells(const StepTrace& s) {
 const std::vector<std::string> kStepHeader = {"step",   "wall s", "busy s", "busy",  "input", "sync",  "host",
                                               "matmul", "attn",   "elem",   "optim", "comm",  "h<->d", "verdict"};
 
-std::string table(const std::vector<std::vector<std::string>>& rows, bool markdown) {
+// Rows (the first the headers) as a text or markdown table. The first and last columns are
+// left-aligned, the rest right-aligned. In text, the table keeps to kTextColumns: columns two spaces
+// apart, or one when two would not fit, and the last column (a kernel's name, an allocation's
+// frames) cut short with "..." where it would run past; no trailing spaces.
+std::string table(std::vector<std::vector<std::string>> rows, bool markdown) {
   std::vector<std::size_t> width(rows.front().size(), 0);
   for (const auto& row : rows)
     for (std::size_t k = 0; k < row.size(); ++k) width[k] = std::max(width[k], row[k].size());
+  std::size_t gap = 2;
+  if (!markdown) {
+    std::size_t all = 0;
+    for (const std::size_t w : width) all += w + gap;
+    if (all - gap > trainfit::detail::kTextColumns) gap = 1;
+    const std::size_t before_last = std::accumulate(width.begin(), width.end() - 1, std::size_t{0}) + gap * (width.size() - 1);
+    const std::size_t room = trainfit::detail::kTextColumns > before_last + 12 ? trainfit::detail::kTextColumns - before_last : 12;
+    for (auto& row : rows) row.back() = shorten(row.back(), room);
+    width.back() = std::min(width.back(), room);
+  }
   std::string out;
   for (std::size_t r = 0; r < rows.size(); ++r) {
     if (markdown) out += "|";
+    std::string line;
     for (std::size_t k = 0; k < rows[r].size(); ++k) {
       const std::string& cell = rows[r][k];
       const bool left = k == 0 || k + 1 == rows[r].size();
@@ -200,10 +218,11 @@ std::string table(const std::vector<std::vector<std::string>>& rows, bool markdo
         out += padded;
         out += " |";
       } else {
-        if (k > 0) out += "  ";
-        out += padded;
+        if (k > 0) line += std::string(gap, ' ');
+        line += padded;
       }
     }
+    if (!markdown) out += line.substr(0, line.find_last_not_of(' ') + 1);
     out += '\n';
     if (markdown && r == 0) {
       out += "|";
@@ -213,6 +232,26 @@ std::string table(const std::vector<std::vector<std::string>>& rows, bool markdo
       }
       out += '\n';
     }
+  }
+  return out;
+}
+
+// Text whose lines may be sentences: each line past kTextColumns wrapped at spaces, its
+// continuation indented two more than the line (tables, already fitted, are left as they are).
+std::string fitted(const std::string& text) {
+  std::string out;
+  std::size_t at = 0;
+  while (at < text.size()) {
+    const std::size_t end = std::min(text.find('\n', at), text.size());
+    const std::string line = text.substr(at, end - at);
+    if (line.size() <= trainfit::detail::kTextColumns) {
+      out += line;
+    } else {
+      const std::size_t lead = line.find_first_not_of(' ');
+      out += trainfit::detail::wrapped(line, trainfit::detail::kTextColumns, std::string(lead + 2, ' '));
+    }
+    if (end < text.size()) out += '\n';
+    at = end + 1;
   }
   return out;
 }
@@ -243,7 +282,7 @@ std::string rank_text(const RankTrace& r, bool markdown) {
     std::vector<std::vector<std::string>> k{{"total s", "share", "count", "category", "name"}};
     for (const KernelStat& s : r.kernels_top)
       k.push_back({fmt::format("{:.4f}", s.total_s), pct(s.total_s, r.activity_s), fmt::format("{}", s.count),
-                   std::string(to_string(s.category)), shorten(s.name, 90)});
+                   std::string(to_string(s.category)), s.name});
     out += table(k, markdown);
   }
   for (const std::string& w : r.warnings) out += fmt::format("{}note: {}\n", markdown ? "\n" : "", w);
@@ -290,7 +329,7 @@ std::string terms_table(const std::vector<MemoryTerm>& terms, std::int64_t whole
 std::string stacks_table(const std::vector<AllocationStack>& stacks, bool markdown) {
   std::vector<std::vector<std::string>> st{{"MiB", "blocks", "category", "frames"}};
   for (const AllocationStack& a : stacks)
-    st.push_back({mib(static_cast<double>(a.bytes)), fmt::format("{}", a.blocks), a.category, shorten(a.frames, 110)});
+    st.push_back({mib(static_cast<double>(a.bytes)), fmt::format("{}", a.blocks), a.category, a.frames});
   return table(st, markdown);
 }
 
@@ -356,7 +395,8 @@ std::string render_snapshot(const SnapshotReport& s, const PlanComparison* compa
                        mib(static_cast<double>(*s.allocator_peak_allocated_bytes)),
                        100.0 * static_cast<double>(s.peak_allocated_bytes - *s.allocator_peak_allocated_bytes) /
                            static_cast<double>(*s.allocator_peak_allocated_bytes));
-  out += fmt::format("{}peak moment: {}\n", markdown ? "\n" : "", shorten(s.peak_moment, 160));
+  out += fmt::format("{}peak moment: {}\n", markdown ? "\n" : "",
+                     shorten(s.peak_moment, markdown ? 160 : trainfit::detail::kTextColumns - std::string_view("peak moment: ").size()));
   out += markdown ? "\n" : "\nalive at the peak:\n";
   out += terms_table(s.breakdown, s.reserved_at_peak_bytes, markdown);
   out += fmt::format("\nfragmentation at the dump: {:.0f}% ({} MiB cached free, largest free block {} MiB)\n",
@@ -368,7 +408,7 @@ std::string render_snapshot(const SnapshotReport& s, const PlanComparison* compa
   }
   for (const std::string& w : s.warnings) out += fmt::format("note: {}\n", w);
   if (comparison) out += comparison_text(*comparison, markdown);
-  return out;
+  return markdown ? out : fitted(out);
 }
 
 std::string render_trace(const TraceReport& report, const SnapshotReport* snapshot, const PlanComparison* comparison,
@@ -406,7 +446,7 @@ std::string render_trace(const TraceReport& report, const SnapshotReport* snapsh
   for (const std::string& note : report.skipped) out += fmt::format("{}skipped: {}\n", markdown ? "\n" : "", note);
   if (snapshot) out += '\n' + render_snapshot(*snapshot, nullptr, format);
   if (comparison) out += comparison_text(*comparison, markdown);
-  return out;
+  return markdown ? out : fitted(out);
 }
 
 namespace {
