@@ -12,9 +12,18 @@
 
 namespace trainfit {
 
+// What kind of price a figure is: prices of different kinds compare only roughly (docs/prices.md).
+//   on_demand          a provider's own list price for its data centres' GPUs, no commitment
+//   marketplace_floor  a marketplace of independent hosts' "starting at": its cheapest listing
+//   serverless         billed by the second for the GPU alone (CPU and memory on top)
+//   given              a user's price file that does not say (a negotiated rate, a quote)
+enum class PriceKind { on_demand, marketplace_floor, serverless, given };
+std::string to_string(PriceKind k);  // "on-demand", "marketplace-floor", "serverless", "given"
+
 struct GpuPrice {
   std::string gpu;            // catalogue id ("h100-sxm")
-  double usd_per_hour = 0;    // one GPU, on demand
+  double usd_per_hour = 0;    // one GPU
+  PriceKind kind = PriceKind::given;
   std::string provider, source, date;
 };
 

@@ -3,6 +3,7 @@
 #include "trainfit/prices.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 #include <stdexcept>
@@ -28,6 +29,8 @@ namespace {
 
 constexpr std::string_view kBuiltinName = "gpu-hourly";
 constexpr std::string_view kBuiltinSource = "data/prices/gpu-hourly.toml";
+constexpr std::array<PriceKind, 4> kPriceKinds = {PriceKind::on_demand, PriceKind::marketplace_floor,
+                                                  PriceKind::serverless, PriceKind::given};
 // A price file is a few kilobytes; past this the path names something else (a dataset, a device).
 constexpr std::size_t kMaxPriceFileBytes = std::size_t{1} << 20;
 
@@ -100,13 +103,13 @@ PriceTable read_prices(std::string_view text, std::string_view source, PriceFile
       r.fail(&node, shown(id), fmt::format("expected a table [{}] holding usd_per_hour, got {}", shown(id),
                                            detail::toml_type_name(node)));
     if (!is_catalogue_id(id)) r.fail(&node, shown(id), not_a_card(id));
-    r.reject_unknown(*card, id + ".", {"usd_per_hour", "provider", "source", "date"});
+    r.reject_unknown(*card, id + ".", {"usd_per_hour", "kind", "provider", "source", "date"});
 
     GpuPrice p;
     p.gpu = id;
     const std::string price_field = id + ".usd_per_hour";
     const toml::node* price = card->get("usd_per_hour");
-    if (price == nullptr) r.fail(&node, price_field, "missing: the on-demand price of one GPU, USD an hour");
+    if (price == nullptr) r.fail(&node, price_field, "missing: the price of one GPU, USD an hour");
     p.usd_per_hour = r.number(*price, price_field);  // a number, finite: nan and inf are refused here
     if (!(p.usd_per_hour > 0) || p.usd_per_hour > kMaxUsdPerGpuHour)
       r.fail(price, price_field,
@@ -118,7 +121,8 @@ PriceTable read_prices(std::string_view text, std::string_view source, PriceFile
       const std::string name = id + "." + field;
       const toml::node* n = card->get(field);
       if (n == nullptr) {
-        if (kind == PriceFileKind::builtin) r.fail(&node, name, "missing: every built-in price says where and when it was read");
+        if (kind == PriceFileKind::builtin)
+          r.fail(&node, name, "missing: every built-in price says its kind, where and when it was read");
         return;
       }
       if (const auto* d = n->as_date()) {
@@ -130,6 +134,16 @@ PriceTable read_prices(std::string_view text, std::string_view source, PriceFile
       if (kind == PriceFileKind::builtin && std::string_view(field) == "date" && !is_iso_date(into))
         r.fail(n, name, fmt::format("must be a date YYYY-MM-DD (got \"{}\")", into));
     };
+    std::string kind_text;
+    label("kind", kind_text);
+    if (!kind_text.empty()) {
+      const auto named = std::find_if(kPriceKinds.begin(), kPriceKinds.end(),
+                                      [&](PriceKind k) { return to_string(k) == kind_text; });
+      if (named == kPriceKinds.end())
+        r.fail(card->get("kind"), id + ".kind",
+               fmt::format("\"{}\" is not a kind of price (on-demand, marketplace-floor, serverless or given)", shown(kind_text)));
+      p.kind = *named;
+    }
     label("provider", p.provider);
     label("source", p.source);
     label("date", p.date);
@@ -140,6 +154,20 @@ PriceTable read_prices(std::string_view text, std::string_view source, PriceFile
 }
 
 }  // namespace
+
+std::string to_string(PriceKind k) {
+  switch (k) {
+    case PriceKind::on_demand:
+      return "on-demand";
+    case PriceKind::marketplace_floor:
+      return "marketplace-floor";
+    case PriceKind::serverless:
+      return "serverless";
+    case PriceKind::given:
+      break;
+  }
+  return "given";
+}
 
 const GpuPrice* PriceTable::find(std::string_view gpu_id) const {
   const auto it = std::find_if(prices.begin(), prices.end(), [&](const GpuPrice& p) { return p.gpu == gpu_id; });

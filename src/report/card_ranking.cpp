@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include <set>
+
 #include "report/report_text.hpp"
 #include "trainfit/report.hpp"
 #include "trainfit/settings.hpp"
@@ -51,19 +53,37 @@ std::string share_of_card(const Plan& p) {
 }
 
 struct Cells {
-  std::string card, peak, share, verdict, step, speed, hours, price, cost;
+  std::string card, peak, share, verdict, step, speed, hours, price, kind, cost;
 };
+
+// The kind of a price in the table's few letters (docs/prices.md).
+std::string kind_words(PriceKind k) {
+  switch (k) {
+    case PriceKind::on_demand:
+      return "on demand";
+    case PriceKind::marketplace_floor:
+      return "floor";
+    case PriceKind::serverless:
+      return "serverless";
+    case PriceKind::given:
+      break;
+  }
+  return "given";
+}
 
 Cells cells_of(const CardRank& r) {
   const Plan& p = r.plan;
-  Cells c{p.gpu.id, gib(p.memory.peak_allocated_bytes), share_of_card(p), verdict_text(r), "-", "-", "-", "-", "-"};
+  Cells c{p.gpu.id, gib(p.memory.peak_allocated_bytes), share_of_card(p), verdict_text(r), "-", "-", "-", "-", "", "-"};
   if (has_time(r)) {
     c.step = seconds_text(p.time.step_seconds);
     c.speed = fmt::format("{:.0f}", p.time.tokens_per_second);
     c.hours = hours_text(r.run->hours);
     if (r.run->usd) c.cost = usd_text(*r.run->usd);
   }
-  if (r.price) c.price = usd_text(r.price->usd_per_hour);
+  if (r.price) {
+    c.price = usd_text(r.price->usd_per_hour);
+    c.kind = kind_words(r.price->kind);
+  }
   return c;
 }
 
@@ -90,6 +110,7 @@ json card_ranking_to_json(const std::vector<CardRank>& ranks, const TrainingSetu
                        {"bottleneck", timed ? json(to_string(p.time.bottleneck)) : json(nullptr)},
                        {"hours", timed ? json(r.run->hours) : json(nullptr)},
                        {"usd_per_hour", r.price ? json(r.price->usd_per_hour) : json(nullptr)},
+                       {"price_kind", r.price ? json(to_string(r.price->kind)) : json(nullptr)},
                        {"cost", timed && r.run->usd ? json(*r.run->usd) : json(nullptr)},
                        {"price_provider", r.price ? json(r.price->provider) : json(nullptr)},
                        {"price_source", r.price ? json(r.price->source) : json(nullptr)},
@@ -116,14 +137,14 @@ std::string render_card_ranking(const std::vector<CardRank>& ranks, const Traini
       fmt::format("{} tokens: hours at each card's predicted tokens/s, cost = hours x {} x $/GPU-hour", grouped(tokens),
                   gpus_text(setup.gpus));
   const std::string prices_line =
-      fmt::format("{}: one GPU, on demand, USD an hour (docs/prices.md)", prices.origin);
+      fmt::format("{}: one GPU, USD an hour, of the kind each row names (docs/prices.md)", prices.origin);
   std::string out;
   if (md) {
     out += fmt::format("## trainfit gpus --for: {}\n\n", ranks.empty() ? setup.model : ranks.front().plan.model.name);
     out += fmt::format("- **Model:** {}\n- **Setup:** {}\n- **Tokens:** {}\n- **Prices:** {}\n\n", model,
                        detail::setup_text(setup), tokens_line, prices_line);
-    out += "| card | peak allocated | of card | verdict | step | tokens/s | hours | $/GPU-hour | cost |\n"
-           "|---|---:|---:|---|---:|---:|---:|---:|---:|\n";
+    out += "| card | peak allocated | of card | verdict | step | tokens/s | hours | $/GPU-hour | price kind | cost |\n"
+           "|---|---:|---:|---|---:|---:|---:|---:|---|---:|\n";
   } else {
     const std::string_view indent = "         ";  // under the labels' values
     out += fmt::format("Model    {}\nSetup    {}\n{}\n{}\n\n", model, detail::wrapped_at(detail::setup_text(setup), 9),
@@ -133,22 +154,31 @@ std::string render_card_ranking(const std::vector<CardRank>& ranks, const Traini
   // The table's columns are as wide as their widest cell, two spaces apart, so that a row keeps to
   // 100 columns; its short headers are the Markdown's: peak allocated, tokens/s, $/GPU-hour.
   std::vector<std::vector<std::string>> rows = {
-      {"card", "peak", "of card", "verdict", "step", "tokens/s", "hours", "$/hour", "cost"}};
+      {"card", "peak", "of card", "verdict", "step", "tokens/s", "hours", "$/hour", "kind", "cost"}};
+  std::set<PriceKind> kinds;
   for (const CardRank& r : ranks) {
     const Cells c = cells_of(r);
+    if (r.price) kinds.insert(r.price->kind);
     if (md)
-      out += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", c.card, c.peak, c.share, c.verdict, c.step,
-                         c.speed, c.hours, c.price, c.cost);
-    rows.push_back({c.card, c.peak, c.share, c.verdict, c.step, c.speed, c.hours, c.price, c.cost});
+      out += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", c.card, c.peak, c.share, c.verdict,
+                         c.step, c.speed, c.hours, c.price, c.kind.empty() ? "-" : c.kind, c.cost);
+    rows.push_back({c.card, c.peak, c.share, c.verdict, c.step, c.speed, c.hours, c.price, c.kind, c.cost});
   }
   // The card and the verdict left-aligned; the rest are figures.
-  if (!md) out += detail::aligned_table(rows, {true, false, false, true}, "  ");
+  if (!md) out += detail::aligned_table(rows, {true, false, false, true, false, false, false, false, true}, "  ");
   out += "\n" + detail::wrapped("Cards that fit come first (fits, then tight): priced ones the cheapest first, the others "
                                 "the fastest first. Cards that do not fit come last, with how far their device memory is "
                                 "over the card; an oom card has no time, since its step cannot run. A card without a "
                                 "price (-) has no cost: --prices FILE gives one.",
                                 detail::kTextColumns) +
          "\n";
+  // Prices of different kinds side by side: say so, and what each kind means.
+  if (kinds.size() > 1)
+    out += "\n" + detail::wrapped("The prices are of different kinds and compare only roughly: on demand is a provider's "
+                                  "own list price; floor is a marketplace's cheapest listing (expect to pay more); "
+                                  "serverless is billed by the second for the GPU alone; given is a price from your file.",
+                                  detail::kTextColumns) +
+           "\n";
   return out;
 }
 

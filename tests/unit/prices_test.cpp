@@ -40,6 +40,7 @@ TEST(BuiltinPrices, EveryPriceIsACatalogueCardWithItsSourceAndDate) {
     EXPECT_GT(p.usd_per_hour, 0.0);
     EXPECT_LE(p.usd_per_hour, kMaxUsdPerGpuHour);
     EXPECT_FALSE(p.provider.empty());
+    EXPECT_NE(p.kind, PriceKind::given);  // every built-in price says what kind it is
     EXPECT_FALSE(p.source.empty());
     ASSERT_EQ(p.date.size(), 10u);
     EXPECT_TRUE(p.date.starts_with("202")) << p.date;
@@ -50,6 +51,11 @@ TEST(BuiltinPrices, EveryPriceIsACatalogueCardWithItsSourceAndDate) {
   EXPECT_DOUBLE_EQ(t.find("h100-sxm")->usd_per_hour, 3.99);
   EXPECT_EQ(t.find("h100-sxm")->provider, "RunPod Secure Cloud");
   EXPECT_EQ(t.find("h100-sxm")->date, "2026-11-09");
+  EXPECT_EQ(t.find("h100-sxm")->kind, PriceKind::on_demand);
+  ASSERT_NE(t.find("rtx-4090"), nullptr);
+  EXPECT_EQ(t.find("rtx-4090")->kind, PriceKind::marketplace_floor);  // Akash's "starting at"
+  ASSERT_NE(t.find("t4"), nullptr);
+  EXPECT_EQ(t.find("t4")->kind, PriceKind::serverless);  // Modal, the GPU alone
   EXPECT_EQ(t.find("rtx-5070-ti"), nullptr);
   EXPECT_EQ(t.find("h100"), nullptr);  // find() takes ids, as the file's keys are
 }
@@ -88,6 +94,9 @@ usd_per_hour = 1
   EXPECT_EQ(t.prices[0].date, "2026-11-01");        // a TOML date reads as YYYY-MM-DD
   EXPECT_DOUBLE_EQ(t.prices[1].usd_per_hour, 1.0);  // an integer price is a price
   EXPECT_EQ(t.prices[1].provider, "");
+  EXPECT_EQ(t.prices[1].kind, PriceKind::given);  // a user's price need not say its kind
+  EXPECT_EQ(parse_prices("[a10]\nusd_per_hour = 1\nkind = \"marketplace-floor\"\n", "f").prices[0].kind,
+            PriceKind::marketplace_floor);
   EXPECT_TRUE(parse_prices("# nothing priced\n", "empty.toml").prices.empty());
 }
 
@@ -118,9 +127,11 @@ TEST(PriceFile, RejectsWhatIsNotAPrice) {
   EXPECT_EQ(error_of("[h100-sxm]\nusd_per_hour = \"2.99\"\n"),
             "my-prices.toml:2: h100-sxm.usd_per_hour: expected a number, got a string");
   EXPECT_EQ(error_of("[h100-sxm]\nprovider = \"x\"\n"),
-            "my-prices.toml:1: h100-sxm.usd_per_hour: missing: the on-demand price of one GPU, USD an hour");
+            "my-prices.toml:1: h100-sxm.usd_per_hour: missing: the price of one GPU, USD an hour");
   EXPECT_TRUE(starts_with(error_of("[h100-sxm]\nusd_per_hour = 2\nusd_per_hr = 3\n"),
-                          "my-prices.toml:3: h100-sxm.usd_per_hr: unknown field (known: usd_per_hour, provider"));
+                          "my-prices.toml:3: h100-sxm.usd_per_hr: unknown field (known: usd_per_hour, kind, provider"));
+  EXPECT_EQ(error_of("[h100-sxm]\nusd_per_hour = 2\nkind = \"spot\"\n"),
+            "my-prices.toml:3: h100-sxm.kind: \"spot\" is not a kind of price (on-demand, marketplace-floor, serverless or given)");
   EXPECT_EQ(error_of("h100-sxm = 2.99\n"),
             "my-prices.toml:1: h100-sxm: expected a table [h100-sxm] holding usd_per_hour, got a float");
   // What a hand-edited file holds is shown escaped, never sent to the terminal as it is.
