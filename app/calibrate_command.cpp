@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "commands.hpp"
+#include "progress.hpp"
 #include "common/text.hpp"
 #include "trainfit/bench.hpp"
 #include "trainfit/host_probe.hpp"
@@ -84,7 +85,10 @@ void calibrate_host(CalibrateFlags flags) {
   std::cerr << fmt::format("trainfit calibrate --host: timing {} steps of a {}-layer Qwen2 ({}) on {} through `{}`\n",
                            flags.probe.steps + flags.probe.warmup, flags.probe.layers, flags.method,
                            flags.probe.device == "cpu" ? "the CPU" : "the GPU", runner.text);
-  const nlohmann::json record = bench::run_host_probe(runner, request, flags.timeout);
+  const nlohmann::json record = [&] {
+    const Progress measuring("measuring this machine's host dispatch on its GPU");
+    return bench::run_host_probe(runner, request, flags.timeout);
+  }();
   if (!flags.record.empty()) detail::write_text_file(flags.record, record.dump(2) + "\n");
   const HostDispatch d = host_dispatch_from_probe(record, {.require_busy_check = !flags.no_busy_check});
   if (!card && !d.gpu.empty()) {

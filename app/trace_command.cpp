@@ -6,6 +6,7 @@
 #include <string>
 
 #include "commands.hpp"
+#include "progress.hpp"
 #include "setup_flags.hpp"
 #include "trainfit/trace.hpp"
 #include "trainfit/trainfit.hpp"
@@ -48,7 +49,10 @@ void add_trace_command(CLI::App& app, int& exit_code) {
       throw InputError("trace: give a trace file or folder, or --snapshot FILE");
     const Format format = parse_report_format(flags->format);
     std::optional<trace::SnapshotReport> snapshot;
-    if (!flags->snapshot.empty()) snapshot = trace::analyse_snapshot(flags->snapshot, flags->top);
+    if (!flags->snapshot.empty()) {
+      const Progress reading("reading the snapshot " + flags->snapshot);
+      snapshot = trace::analyse_snapshot(flags->snapshot, flags->top);
+    }
     std::optional<Plan> plan;
     if (flags->plan) {
       if (!setup_flags->was_given("model"))
@@ -68,7 +72,10 @@ void add_trace_command(CLI::App& app, int& exit_code) {
     }
     trace::TraceOptions options;
     options.top_kernels = flags->top;
-    const trace::TraceReport report = trace::analyse_trace(flags->path, options);
+    const trace::TraceReport report = [&] {
+      const Progress reading("reading the trace " + flags->path);
+      return trace::analyse_trace(flags->path, options);
+    }();
     std::optional<trace::PlanComparison> comparison;
     if (plan) {
       // Beside the plan: the straggler's rank when there is one (the step time is its), else the first.
