@@ -12,9 +12,8 @@ the settings read, the plan's peak and step, the measured steady peak (max_memor
 optimizer steps after the first) and median step, and the library versions.
 
 The trl-* cases run TRL's SFTTrainer (TRL's sources on PYTHONPATH, ../shared/tools/python-sources.sh).
-On the GPU machine the package's module is built there first (device_module.sh). The TRL cases have
-not run on a GPU yet (the 2026-12-06 session's device time ran out): the Trainer cases have
-(data/bench/h100-trainer-callback-2026-12-06.jsonl).
+On the GPU machine the package's module is built there first (device_module.sh). Both kinds of case
+have run on an H100 (data/bench/h100-trainer-callback-2026-12-06.jsonl).
 """
 import io
 import json
