@@ -27,7 +27,7 @@ using Clock = std::chrono::steady_clock;
 
 // The record is a few KB (every step's seconds of two setups); past this it is not one.
 constexpr std::size_t kRecordBytes = std::size_t{4} << 20;
-constexpr std::size_t kLogTailBytes = 4000;
+constexpr std::size_t kProbeLogTailBytes = 4000;
 
 // A folder of its own under the temporary directory, removed when done.
 class ScratchDir {
@@ -53,7 +53,7 @@ class ScratchDir {
 };
 
 std::string output_tail(const fs::path& log) {
-  const std::string t = detail::read_file_tail(log.string(), kLogTailBytes);
+  const std::string t = detail::read_file_tail(log.string(), kProbeLogTailBytes);
   return t.empty() ? std::string("(no output)") : detail::printable(t);
 }
 

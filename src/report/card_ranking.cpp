@@ -152,9 +152,10 @@ std::string render_card_ranking(const std::vector<CardRank>& ranks, const Traini
                        "Prices   " + detail::wrapped(prices_line, detail::kTextColumns - indent.size(), indent));
   }
   // The table's columns are as wide as their widest cell, two spaces apart, so that a row keeps to
-  // 100 columns; its short headers are the Markdown's: peak allocated, tokens/s, $/GPU-hour.
+  // 100 columns; its short headers are the Markdown's: peak allocated, tokens/s, $/GPU-hour. The
+  // step time is the Markdown's and the JSON's: here tokens/s and hours say the speed.
   std::vector<std::vector<std::string>> rows = {
-      {"card", "peak", "of card", "verdict", "step", "tokens/s", "hours", "$/hour", "kind", "cost"}};
+      {"card", "peak", "of card", "verdict", "tokens/s", "hours", "$/hour, kind", "cost"}};
   std::set<PriceKind> kinds;
   for (const CardRank& r : ranks) {
     const Cells c = cells_of(r);
@@ -162,10 +163,11 @@ std::string render_card_ranking(const std::vector<CardRank>& ranks, const Traini
     if (md)
       out += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", c.card, c.peak, c.share, c.verdict,
                          c.step, c.speed, c.hours, c.price, c.kind.empty() ? "-" : c.kind, c.cost);
-    rows.push_back({c.card, c.peak, c.share, c.verdict, c.step, c.speed, c.hours, c.price, c.kind, c.cost});
+    rows.push_back({c.card, c.peak, c.share, c.verdict, c.speed, c.hours, c.kind.empty() ? c.price : c.price + " " + c.kind,
+                    c.cost});
   }
   // The card and the verdict left-aligned; the rest are figures.
-  if (!md) out += detail::aligned_table(rows, {true, false, false, true, false, false, false, false, true}, "  ");
+  if (!md) out += detail::aligned_table(rows, {true, false, false, true, false, false, true}, "  ");
   out += "\n" + detail::wrapped("Cards that fit come first (fits, then tight): priced ones the cheapest first, the others "
                                 "the fastest first. Cards that do not fit come last, with how far their device memory is "
                                 "over the card; an oom card has no time, since its step cannot run. A card without a "

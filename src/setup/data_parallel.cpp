@@ -95,7 +95,7 @@ std::deque<DataParallelScheme> built_in_schemes() {
 }
 
 // Rows live in a deque: adding one leaves references to the others valid.
-std::deque<DataParallelScheme>& table() {
+std::deque<DataParallelScheme>& scheme_table() {
   static std::deque<DataParallelScheme> rows = built_in_schemes();
   return rows;
 }
@@ -108,19 +108,19 @@ bool takes_name(const DataParallelScheme& d, std::string_view name) {
 
 std::vector<const DataParallelScheme*> data_parallel_schemes() {
   std::vector<const DataParallelScheme*> out;
-  for (const DataParallelScheme& d : table()) out.push_back(&d);
+  for (const DataParallelScheme& d : scheme_table()) out.push_back(&d);
   return out;
 }
 
 const DataParallelScheme& data_parallel_scheme(Parallel p) {
-  return table().at(static_cast<std::size_t>(p));
+  return scheme_table().at(static_cast<std::size_t>(p));
 }
 
 Parallel parse_parallel(std::string_view s) {
   std::string key(s);
   std::transform(key.begin(), key.end(), key.begin(),
                  [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  const auto& rows = table();
+  const auto& rows = scheme_table();
   for (std::size_t i = 0; i < rows.size(); ++i)
     if (takes_name(rows[i], key)) return static_cast<Parallel>(i);
   std::string names;
@@ -130,11 +130,11 @@ Parallel parse_parallel(std::string_view s) {
 
 std::string to_string(Parallel p) {
   const auto i = static_cast<std::size_t>(p);
-  return i < table().size() ? table()[i].name : "?";
+  return i < scheme_table().size() ? scheme_table()[i].name : "?";
 }
 
 Parallel add_data_parallel_scheme(const DataParallelScheme& scheme) {
-  auto& rows = table();
+  auto& rows = scheme_table();
   if (scheme.name.empty()) throw InputError("a data-parallel scheme needs a name");
   if (rows.size() > 255) throw InputError("at most 256 data-parallel schemes");
   for (const DataParallelScheme& d : rows) {

@@ -1,4 +1,5 @@
 // The layout settings reduced to what the memory and time models need (step/layout.hpp).
+#include "common/numeric.hpp"
 #include "step/layout.hpp"
 
 #include <fmt/format.h>
@@ -9,11 +10,6 @@
 #include "trainfit/error.hpp"
 
 namespace trainfit::detail {
-namespace {
-double as_d(std::int64_t v) {
-  return static_cast<double>(v);
-}
-}  // namespace
 
 Layout layout_of(const TrainingSetup& s) {
   Layout l;

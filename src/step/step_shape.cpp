@@ -1,6 +1,7 @@
 // The tensors of one training step, from the model's shape and the setup.
 // docs/model.md explains each term; the comments here say which framework
 // behaviour (PyTorch autograd, HF transformers, PEFT, bitsandbytes) makes it exist.
+#include "common/numeric.hpp"
 #include "step/step_shape.hpp"
 #include "step/layout.hpp"
 
@@ -17,8 +18,6 @@
 
 namespace trainfit::detail {
 namespace {
-
-double as_d(std::int64_t v) { return static_cast<double>(v); }
 
 // bitsandbytes' double quantisation stores one fp32 constant per 256 of a weight's 8-bit block
 // absmax values.

@@ -318,7 +318,7 @@ WindowStats window_stats(std::span<const Sample> window, std::span<const StepEve
           std::max(s.reserved_fraction_of_limit.value_or(0),
                    static_cast<double>(*e.reserved_bytes) / static_cast<double>(*e.limit_bytes));
   }
-  s.step_seconds_median = detail::median(step_times);
+  s.step_seconds_median = trainfit::detail::median(step_times);
   if (have_data && stepped > 0) s.data_share = data / stepped;
   if (first_retries && last_retries) s.alloc_retries = *last_retries - *first_retries;
   if (first_ooms && last_ooms) s.ooms = *last_ooms - *first_ooms;
@@ -588,7 +588,7 @@ void judge_ranks(std::span<Diagnosis> same_window) {
   for (const Diagnosis* d : probed)
     if (d != slowest) others.push_back(*d->stats.data_share);
   const std::size_t n = others.size();
-  const double median = detail::median(others).value_or(0);
+  const double median = trainfit::detail::median(others).value_or(0);
   const double share = *slowest->stats.data_share;
   if (share < kDataShare || share - median < kStragglerDataGap) return;
   const int gpu = slowest->gpu;

@@ -14,7 +14,7 @@ namespace {
 // serves no one and only holds a worker. Scrapes come every few seconds from one or two servers:
 // eight workers leave room for that many slow or idle connections at once, each gone within the
 // deadline, without a scraper waiting.
-constexpr detail::HttpServerLimits kLimits{std::chrono::seconds(10), 8, 64, 64, 0};
+constexpr trainfit::detail::HttpServerLimits kLimits{std::chrono::seconds(10), 8, 64, 64, 0};
 
 }  // namespace
 
@@ -24,12 +24,12 @@ struct MetricsServer::State {
   std::string text;
   std::string host;
   int port = 0;
-  detail::HttpServer server;  // last: stopped, with its workers that read `text`, before the rest goes
+  trainfit::detail::HttpServer server;  // last: stopped, with its workers that read `text`, before the rest goes
 
-  detail::HttpRoutes routes() {
-    detail::HttpRoutes r;
+  trainfit::detail::HttpRoutes routes() {
+    trainfit::detail::HttpRoutes r;
     r.methods = {"GET"};
-    r.handle = [this](const detail::HttpRequest& req, detail::HttpReply& reply) {
+    r.handle = [this](const trainfit::detail::HttpRequest& req, trainfit::detail::HttpReply& reply) {
       if (req.path == "/metrics") {
         const std::lock_guard lock(mutex);
         reply.body = text;

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "common/numeric.hpp"
 #include "step/layout.hpp"
 #include "step/step_shape.hpp"
 #include "time/time_model.hpp"
@@ -13,7 +14,7 @@
 namespace trainfit {
 namespace {
 
-double as_d(std::int64_t v) { return static_cast<double>(v); }
+using detail::as_d;
 
 // Host operations one decoder layer dispatches in its forward, counted from HF transformers'
 // Llama/Qwen2 layer: two RMSNorms (8 each: cast, pow, mean, add, rsqrt, mul, cast, weight mul),
