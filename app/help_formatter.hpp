@@ -2,7 +2,6 @@
 // `--help` in trainfit's 100 columns: CLI11's layout (names in a column, descriptions beside them),
 // with every description, the commands' own and the footer wrapped at spaces instead of running on.
 #include <CLI/CLI.hpp>
-
 #include <string>
 
 namespace trainfit::cli {

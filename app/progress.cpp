@@ -1,13 +1,12 @@
 #include "progress.hpp"
 
+#include <fmt/format.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <string_view>
-
-#include <fmt/format.h>
 
 namespace trainfit::cli {
 namespace {

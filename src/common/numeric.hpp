@@ -4,6 +4,8 @@
 
 namespace trainfit::detail {
 
-inline double as_d(std::int64_t v) { return static_cast<double>(v); }
+inline double as_d(std::int64_t v) {
+  return static_cast<double>(v);
+}
 
 }  // namespace trainfit::detail

@@ -14,7 +14,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string source(const std::string& path) { return std::string(TRAINFIT_SOURCE_DIR) + "/" + path; }
+std::string source(const std::string& path) {
+  return std::string(TRAINFIT_SOURCE_DIR) + "/" + path;
+}
 
 void expect_fits(const std::string& args) {
   const auto r = trainfit::testing::run_cli(args);
@@ -27,16 +29,17 @@ void expect_fits(const std::string& args) {
 }
 
 TEST(TextWidth, HelpOfEveryCommand) {
-  for (const char* command : {"", "plan", "advise", "gpus", "models", "schema", "validate", "watch", "calibrate", "bench",
-                              "serve", "trace"})
+  for (const char* command :
+       {"", "plan", "advise", "gpus", "models", "schema", "validate", "watch", "calibrate", "bench", "serve", "trace"})
     expect_fits(std::string(command) + (*command ? " " : "") + "--help");
 }
 
 TEST(TextWidth, PlansAdviceAndCatalogues) {
-  for (const std::string args :
-       {"plan", "plan --model qwen2.5-7b --gpu rtx-4090 --method full", "plan --model llama3.1-8b --gpu a100-40gb --largest seq",
-        "plan --model mixtral-8x7b --gpu h100 --gpus 8 --parallel fsdp --grad-ckpt",
-        "advise --model llama3.1-8b --gpu a100-40gb --seq 2048", "gpus", "gpus --for --model qwen2.5-72b --method full", "models"})
+  for (const std::string args : {"plan", "plan --model qwen2.5-7b --gpu rtx-4090 --method full",
+                                 "plan --model llama3.1-8b --gpu a100-40gb --largest seq",
+                                 "plan --model mixtral-8x7b --gpu h100 --gpus 8 --parallel fsdp --grad-ckpt",
+                                 "advise --model llama3.1-8b --gpu a100-40gb --seq 2048", "gpus",
+                                 "gpus --for --model qwen2.5-72b --method full", "models"})
     expect_fits(args);
 }
 
@@ -48,7 +51,8 @@ TEST(TextWidth, ReadersOfMeasurements) {
   expect_fits("bench " + source("plans/seed-16gb.toml") + " --dry-run");
   int snapshots = 0;
   for (const auto& e : fs::directory_iterator(source("data/bench/h200-boundary-2026-12-05/snapshots")))
-    if (e.path().string().ends_with(".pickle.gz") && snapshots++ < 3) expect_fits("trace --snapshot " + e.path().string());
+    if (e.path().string().ends_with(".pickle.gz") && snapshots++ < 3)
+      expect_fits("trace --snapshot " + e.path().string());
   EXPECT_EQ(snapshots >= 3, true);
   for (const auto& e : fs::directory_iterator(source("data/watch")))
     if (e.path().extension() == ".jsonl") expect_fits("watch --replay " + e.path().string());
