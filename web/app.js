@@ -198,10 +198,10 @@
       const key = byFlag.get(off ? name.slice(3) : name);
       if (!key) continue;
       if (typesOf(schema.properties[key]).includes("boolean")) given.set(key, off || value === "false" ? "off" : "on");
-      else given.set(key, value);
+      else if (value !== "") given.set(key, value);  // the no-script form's empty fields: the default
     }
     // No setup in the address: the one the server starts the page on (the seed's question).
-    const start = [...params.keys()].length ? params : new URLSearchParams($("result").dataset.setup || "");
+    const start = given.size ? params : new URLSearchParams($("result").dataset.setup || "");
     if (start !== params)
       for (const [name, value] of start) given.set(byFlag.get(name), value);
     for (const key of schema["x-order"]) if (!hidden.has(key)) control(key, schema.properties[key], models, gpus);
