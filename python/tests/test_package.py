@@ -72,6 +72,8 @@ class PlanIsWhatTheCommandPrints(unittest.TestCase):
         self.assertIsNone(p.step_seconds)
         self.assertIsNone(p.tokens_per_second)
         self.assertIn("oom", repr(p))
+        self.assertTrue(p.summary.startswith("OOM: needs "), p.summary)
+        self.assertIn("It does not run, so it has no step time.", p.summary)
         # A card known by its memory alone has no rates: no step time, not an error.
         by_memory = trainfit.plan(model="qwen2.5-0.5b", vram="24GiB")
         self.assertTrue(by_memory.fits)

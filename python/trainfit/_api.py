@@ -130,6 +130,12 @@ class Plan(_Result):
         return self.json["run_state"]
 
     @property
+    def summary(self):
+        """The plan in a few sentences: the verdict, where the peak comes, and the step of a setup
+        that runs (the page's and the report's summary; docs/model.md)."""
+        return self.json["summary"]
+
+    @property
     def peak_allocated_bytes(self):
         return self.json["memory"]["peak_allocated_bytes"]
 
