@@ -1,6 +1,5 @@
 #include "help_formatter.hpp"
 
-#include <algorithm>
 #include <string_view>
 
 #include "common/text.hpp"
@@ -26,22 +25,6 @@ std::string name_and_words(const std::string& name, const std::string& words, st
   return out + "\n";
 }
 
-// Each line of a block of text wrapped at kTextColumns, keeping its leading spaces as its indent.
-std::string wrapped_lines(const std::string& text) {
-  std::string out;
-  std::string_view rest = text;
-  for (bool first = true;; first = false) {
-    const std::size_t end = rest.find('\n');
-    const std::string_view line = rest.substr(0, end);
-    const std::string indent(std::min(line.find_first_not_of(' '), line.size()), ' ');
-    if (!first) out += "\n";
-    out += indent + detail::wrapped_at(line.substr(indent.size()), indent.size());
-    if (end == std::string_view::npos) break;
-    rest.remove_prefix(end + 1);
-  }
-  return out;
-}
-
 }  // namespace
 
 std::string HelpFormatter::make_option(const CLI::Option* opt, bool is_positional) const {
@@ -54,11 +37,11 @@ std::string HelpFormatter::make_subcommand(const CLI::App* sub) const {
 }
 
 std::string HelpFormatter::make_description(const CLI::App* app) const {
-  return wrapped_lines(CLI::Formatter::make_description(app));
+  return detail::fitted_lines(CLI::Formatter::make_description(app), 0);
 }
 
 std::string HelpFormatter::make_footer(const CLI::App* app) const {
-  return wrapped_lines(CLI::Formatter::make_footer(app));
+  return detail::fitted_lines(CLI::Formatter::make_footer(app), 0);
 }
 
 }  // namespace trainfit::cli

@@ -64,8 +64,10 @@ std::vector<std::string> web_asset_names();
 nlohmann::json plan_curves(const Plan& plan);
 // What a plan's report and the page draw: {"plan": plan_to_json, "curves": plan_curves}.
 nlohmann::json plan_report_data(const Plan& plan);
-// The words the text output uses for the JSON's keys ({"logits_and_loss": "logits and loss",
-// "host_dispatch": "host dispatch", ...}): the charts' legends say the same (docs/serve.md).
+// The words the text output uses for the JSON's keys: the memory categories' ({"activations":
+// "saved activations", ...}) and the time terms whose words are not the key with spaces for its
+// underscores ({"matmul": "matmuls", ...}); any other key reads that way. The charts' legends say
+// the same (docs/serve.md).
 nlohmann::json report_words();
 // `trainfit validate`: prediction beside measurement, row by row, with the error summary.
 nlohmann::json comparison_to_json(const ComparisonSummary& summary);

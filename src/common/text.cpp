@@ -300,4 +300,26 @@ std::string wrapped_at(std::string_view text, std::size_t column) {
   return out;
 }
 
+std::string fitted_lines(std::string_view text, std::size_t hanging) {
+  std::string out;
+  for (std::size_t at = 0;;) {
+    const std::size_t end = std::min(text.find('\n', at), text.size());
+    const std::string_view line = text.substr(at, end - at);
+    if (line.size() <= kTextColumns) {
+      out += line;
+    } else {
+      // A line this long holds a word; its leading spaces are its margin, kept on every part of it.
+      const std::string margin(std::min(line.find_first_not_of(' '), kTextColumns - 20), ' ');
+      out += margin;
+      for (const char ch : wrapped(line.substr(margin.size()), kTextColumns - margin.size(), std::string(hanging, ' '))) {
+        out += ch;
+        if (ch == '\n') out += margin;
+      }
+    }
+    if (end == text.size()) return out;
+    out += '\n';
+    at = end + 1;
+  }
+}
+
 }  // namespace trainfit::detail

@@ -35,6 +35,9 @@ std::string wrapped(std::string_view text, std::size_t width, std::string_view i
 // `text` set at `column` (its first line after what precedes it there, the others after `column`
 // spaces), wrapped so that no line runs past kTextColumns.
 std::string wrapped_at(std::string_view text, std::size_t column);
+// Each line of `text` that runs past kTextColumns wrapped at spaces, its continuation lines indented
+// `hanging` more than the line's own leading spaces; the lines that fit (a table's) stay as they are.
+std::string fitted_lines(std::string_view text, std::size_t hanging);
 // Text inside an HTML element or a quoted attribute: & < > " escaped.
 std::string html_escaped(std::string_view text);
 // The deepest nesting of arrays and objects in a JSON text, counted without parsing it (brackets

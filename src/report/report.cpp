@@ -198,10 +198,17 @@ json time_to_json(const Plan& p) {
           {"critical_path", critical_path}};
 }
 
+// The time terms whose words are not their JSON key with spaces for its underscores.
+const std::vector<std::pair<std::string, std::string>>& time_term_names() {
+  static const std::vector<std::pair<std::string, std::string>> names = {{"adapters_fp32", "fp32 adapter matmuls"},
+                                                                         {"matmul", "matmuls"}};
+  return names;
+}
+
 // A time term's JSON key in words, for the text ("memory_traffic": "memory traffic").
 std::string time_term_words(std::string_view key) {
-  if (key == "adapters_fp32") return "fp32 adapter matmuls";
-  if (key == "matmul") return "matmuls";
+  for (const auto& [name, words] : time_term_names())
+    if (name == key) return words;
   std::string words(key);
   std::replace(words.begin(), words.end(), '_', ' ');
   return words;
@@ -528,9 +535,8 @@ std::string render_model_catalog(Format format) {
 json report_words() {
   json words = json::object();
   for (const auto& [key, name] : category_names()) words[key] = name;
-  for (const char* key : {"matmul", "attention", "adapters_fp32", "memory_traffic", "kernel_floor", "optimizer",
-                          "host_dispatch", "spill", "communication", "pipeline_bubble", "offload"})
-    words[key] = time_term_words(key);
+  // Every other key reads as itself with spaces for its underscores, here and in web/charts.js.
+  for (const auto& [key, name] : time_term_names()) words[key] = name;
   return words;
 }
 

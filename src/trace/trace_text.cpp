@@ -236,26 +236,6 @@ std::string table(std::vector<std::vector<std::string>> rows, bool markdown) {
   return out;
 }
 
-// Text whose lines may be sentences: each line past kTextColumns wrapped at spaces, its
-// continuation indented two more than the line (tables, already fitted, are left as they are).
-std::string fitted(const std::string& text) {
-  std::string out;
-  std::size_t at = 0;
-  while (at < text.size()) {
-    const std::size_t end = std::min(text.find('\n', at), text.size());
-    const std::string line = text.substr(at, end - at);
-    if (line.size() <= trainfit::detail::kTextColumns) {
-      out += line;
-    } else {
-      const std::size_t lead = line.find_first_not_of(' ');
-      out += trainfit::detail::wrapped(line, trainfit::detail::kTextColumns, std::string(lead + 2, ' '));
-    }
-    if (end < text.size()) out += '\n';
-    at = end + 1;
-  }
-  return out;
-}
-
 std::string rank_text(const RankTrace& r, bool markdown) {
   std::string out;
   const std::string name = std::filesystem::path(r.source).filename().string();
@@ -408,7 +388,7 @@ std::string render_snapshot(const SnapshotReport& s, const PlanComparison* compa
   }
   for (const std::string& w : s.warnings) out += fmt::format("note: {}\n", w);
   if (comparison) out += comparison_text(*comparison, markdown);
-  return markdown ? out : fitted(out);
+  return markdown ? out : trainfit::detail::fitted_lines(out, 2);
 }
 
 std::string render_trace(const TraceReport& report, const SnapshotReport* snapshot, const PlanComparison* comparison,
@@ -446,7 +426,7 @@ std::string render_trace(const TraceReport& report, const SnapshotReport* snapsh
   for (const std::string& note : report.skipped) out += fmt::format("{}skipped: {}\n", markdown ? "\n" : "", note);
   if (snapshot) out += '\n' + render_snapshot(*snapshot, nullptr, format);
   if (comparison) out += comparison_text(*comparison, markdown);
-  return markdown ? out : fitted(out);
+  return markdown ? out : trainfit::detail::fitted_lines(out, 2);
 }
 
 namespace {
