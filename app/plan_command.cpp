@@ -93,6 +93,7 @@ void add_plan_command(CLI::App& app, int& exit_code) {
       throw SettingError("model", "empty name; give a built-in model (`trainfit models`) or a path to a config.json");
     Plan p = make_plan(load_model(setup.model), setup, resolve_card(setup), to_options(*flags));
     for (std::string& line : ignored_settings(given, setup)) p.warnings.push_back(std::move(line));
+    for (std::string& line : setup_flags->recipe_lines()) p.warnings.push_back(std::move(line));
     std::cout << render_plan(p, parse_report_format(flags->format));
     exit_code = 0;
   });

@@ -59,6 +59,11 @@ SetupFlags::SetupFlags(CLI::App& cmd) : cmd_(&cmd) {
                  "a setup as JSON: the plan `plan --format json` wrote (its \"setup\"), or an object of settings by "
                  "their JSON keys (`trainfit schema`); flags given beside it override it")
       ->type_name("FILE");
+  cmd.add_option("--recipe", recipe_file_,
+                 "a training recipe in its own field names: a TRL CLI config (YAML or JSON, as `trl sft --config` "
+                 "reads it; --objective names the trainer), read with TRL's defaults; --setup and flags override it "
+                 "(docs/setup.md, \"Recipes\")")
+      ->type_name("FILE");
 }
 
 bool SetupFlags::on_command_line(std::string_view key) const {
@@ -67,12 +72,37 @@ bool SetupFlags::on_command_line(std::string_view key) const {
   return s != nullptr && has_flag && cmd_->count(s->flag) > 0;
 }
 
+const Recipe* SetupFlags::recipe() const {
+  if (recipe_file_.empty()) return nullptr;
+  if (!from_recipe_) {
+    // The trainer a TRL config is for is the command line's --objective, as `trl <trainer>` names it.
+    std::optional<Objective> objective;
+    if (on_command_line("objective")) objective = parse_objective(text_.at("objective"));
+    from_recipe_ = load_recipe(recipe_file_, objective);
+  }
+  return &*from_recipe_;
+}
+
 const GivenSetting* SetupFlags::in_file(std::string_view key) const {
-  if (setup_file_.empty()) return nullptr;
-  if (!from_file_) from_file_ = load_setup_file(setup_file_);
-  for (const GivenSetting& g : *from_file_)
-    if (g.setting->key == key) return &g;
+  if (!setup_file_.empty()) {
+    if (!from_file_) from_file_ = load_setup_file(setup_file_);
+    for (const GivenSetting& g : *from_file_)
+      if (g.setting->key == key) return &g;
+  }
+  if (const Recipe* r = recipe())
+    for (const GivenSetting& g : r->settings)
+      if (g.setting->key == key) return &g;
   return nullptr;
+}
+
+std::vector<std::string> SetupFlags::recipe_lines() const {
+  std::vector<std::string> lines;
+  const Recipe* r = recipe();
+  if (r == nullptr) return lines;
+  lines = r->notes;
+  if (!r->ignored.empty())
+    lines.push_back(fmt::format("recipe keys that change neither memory nor time, ignored: {}", fmt::join(r->ignored, ", ")));
+  return lines;
 }
 
 bool SetupFlags::was_given(std::string_view key) const { return on_command_line(key) || in_file(key) != nullptr; }

@@ -7,7 +7,7 @@
 # tests need (scripts/test.sh passes it): Chromium and Node.js are most of the download.
 set -euo pipefail
 packages=(g++ cmake ninja-build pkg-config libcli11-dev nlohmann-json3-dev libfmt-dev libtomlplusplus-dev
-          libcpp-httplib-dev libsimdjson-dev zlib1g-dev libisal-dev)
+          libcpp-httplib-dev libsimdjson-dev zlib1g-dev libisal-dev libyaml-cpp-dev)
 if [ "${1:-}" = --program ]; then
   shift
 else

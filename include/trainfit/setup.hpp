@@ -101,6 +101,18 @@ Parallel add_data_parallel_scheme(const DataParallelScheme& scheme);
 //   grpo:   GRPOTrainer's optimisation step over `batch` completions (logits of the completion
 //           only); generation is not planned.
 enum class Objective { sft, dpo, orpo, kto, reward, ppo, grpo };
+// The library whose trainer runs the step (docs/model.md, "Trainers"):
+//   transformers: transformers' Trainer, or a loop that does what it does (trainfit's runner);
+//   trl:          TRL's trainer for the objective (SFTTrainer for sft). Its configs default
+//                 gradient checkpointing on and bf16 autocast on, SFTTrainer's loss to the chunked
+//                 one, and SFTTrainer computes the token entropy and accuracy of every step.
+enum class Trainer { transformers, trl };
+// How the SFT loss computes the output layer and the cross-entropy:
+//   whole:   the logits of every position over the whole vocabulary, then the cross-entropy in
+//            fp32 (transformers' ForCausalLMLoss; TRL's loss_type "nll");
+//   chunked: TRL's loss_type "chunked_nll": the output layer and the cross-entropy over 256
+//            label-kept positions at a time, each chunk checkpointed (recomputed in the backward).
+enum class Loss { whole, chunked };
 // Where an objective's reference log-probabilities come from:
 //   copy:        a frozen copy of the model, as its base is stored (TRL's default under full fine-tuning);
 //   adapter_off: the policy itself with its LoRA adapters disabled: no weights of its own (TRL's
@@ -153,6 +165,8 @@ struct TrainingSetup {
   std::int64_t batch = 1;
   std::int64_t grad_accum = 1;
   bool grad_ckpt = false;
+  Trainer trainer = Trainer::transformers;
+  Loss loss = Loss::whole;  // sft only
   Attention attention = Attention::sdpa;
   Objective objective = Objective::sft;
   // The reference of dpo, kto, ppo and grpo. The default follows the method and the objective
@@ -197,6 +211,8 @@ OffloadDevice parse_offload_device(std::string_view s);
 Platform parse_platform(std::string_view s);
 Objective parse_objective(std::string_view s);
 Reference parse_reference(std::string_view s);
+Trainer parse_trainer(std::string_view s);
+Loss parse_loss(std::string_view s);
 std::vector<std::string> parse_lora_targets(std::string_view s);  // "all-linear" or "q,k,v,o" / "q_proj,v_proj"
 // The short form users write: "all-linear", or "q,v" for {"q_proj", "v_proj"}.
 std::string lora_targets_text(const std::vector<std::string>& targets);
@@ -213,6 +229,8 @@ std::string to_string(OffloadDevice d);
 std::string to_string(Platform p);
 std::string to_string(Objective o);
 std::string to_string(Reference r);
+std::string to_string(Trainer t);
+std::string to_string(Loss l);
 
 // The reference TRL uses when none is given: none for GRPO (beta 0 by default), a frozen copy
 // under full fine-tuning, the adapter-disabled base under LoRA and QLoRA. The settings table's

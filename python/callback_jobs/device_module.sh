@@ -10,7 +10,7 @@ cd "$(dirname "$0")/../.."
 if [ "${1:-}" = --carry ]; then
   rm -rf .devcarry/pymod && mkdir -p .devcarry/pymod/lib
   cp build/default/src/libtrainfit.a .devcarry/pymod/lib/ && strip --strip-debug .devcarry/pymod/lib/libtrainfit.a
-  for l in $(ldd build/default/python/trainfit/_trainfit*.so | awk '/lib(fmt|tomlplusplus|simdjson|isal)/ {print $3}'); do
+  for l in $(ldd build/default/python/trainfit/_trainfit*.so | awk '/lib(fmt|tomlplusplus|simdjson|isal|yaml-cpp)/ {print $3}'); do
     cp -L "$l" .devcarry/pymod/lib/
   done
   tar -C .devcarry -cJf .devcarry/pymod.tar.xz pymod

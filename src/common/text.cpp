@@ -66,6 +66,13 @@ std::vector<std::string> split_names(std::string_view list) {
   return out;
 }
 
+std::string ascii_lower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out)
+    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+  return out;
+}
+
 std::string quoted(std::string_view s) {
   return "'" + printable(s, 80) + "'";
 }

@@ -9,6 +9,9 @@
 
 namespace trainfit::detail {
 
+// `s` with its ASCII letters in lower case: names users write in either case ("BF16", "True").
+std::string ascii_lower(std::string_view s);
+
 // Levenshtein distance: how many single-character edits turn `a` into `b`. The catalogues use it
 // to suggest the names closest to one the user mistyped.
 std::size_t edit_distance(std::string_view a, std::string_view b);

@@ -122,6 +122,7 @@ MemoryBasis stage_basis(const MemoryBasis& whole, const Step& step, const Pipeli
                                     ? whole.root_grads - whole.head_grad : 0.0);
   b.layers = stage.layers;
   b.vocab = stage.head ? whole.vocab : 0.0;  // no logits before the last stage
+  if (!stage.head) b.chunked = {};            // nor a loss
   b.embedding_backward_transient = stage.embedding ? whole.embedding_backward_transient : 0.0;
   b.optimizer_transient *= f;
   b.in_flight = stage.in_flight;
@@ -237,6 +238,10 @@ MemoryBasis memory_basis(const ModelSpec& model, const Step& step, const GpuSpec
   b.checkpoint_per_token = st.checkpoint_per_token;
   b.logits_compute_bytes = st.logits_compute_bytes;
   b.logits_upcast = st.logits_upcast;
+  b.chunked = st.chunked_loss;
+  // The gathered hidden states' gradient: autograd's buffer for it and each chunk's slice
+  // gradient, written into zeros of its whole shape (slice_backward), both in its dtype.
+  if (b.chunked.on) b.chunk_backward_per_token = 2.0 * b.chunked.hidden * st.logits_compute_bytes;
   b.softcap_bytes = st.softcap_bytes;
   b.layer_backward_transient_per_token = st.layer_backward_transient_per_token;
   b.layer_forward_transient_per_token = st.layer_forward_transient_per_token;
@@ -380,6 +385,43 @@ LossBuffers objective_loss(const MemoryBasis& b, double T) {
   return l;
 }
 
+// What one chunk of TRL's chunked loss holds beside the step's other tensors (docs/model.md, "The
+// chunked loss"), for chunks of `rows` positions. With W the output layer's weight (V x H), w its
+// bytes per element, g the GEMM's (the autocast dtype, else 4):
+//  - forward, at the GEMM: w.float() (a new fp32 copy unless w is 4), autocast's cast of it to g
+//    (unless g is 4), the chunk's hidden states in fp32 and in g, and the logits in g; then, for the
+//    metrics, the logits, log-softmax's fp32 output, its exp and their product;
+//  - backward: the recompute holds the same as the forward's GEMM; then the GEMM's saved weight
+//    operand (W in g, or the fp32 copy), the log-probabilities, the NLL's gradient and
+//    log-softmax's (fp32) and its cast to g. A trained head then adds W's gradient in g beside the
+//    saved operand, that gradient cast back to fp32 by autocast's backward (the saved operand
+//    freed), and the fp32 gradient cast to w by w.float()'s backward, before it is accumulated.
+struct ChunkMemory {
+  double forward = 0, backward = 0;
+};
+ChunkMemory chunk_memory(const ChunkedLossShape& c, double rows) {
+  const double VH = c.head_elems, g = c.gemm_bytes, w = c.weight_bytes;
+  const double fp32_copy = w < 4.0 ? allocator_block(VH * 4.0) : 0.0;
+  const double autocast_copy = g < 4.0 ? allocator_block(VH * g) : 0.0;
+  const double saved_weight = g < 4.0 ? autocast_copy : allocator_block(VH * 4.0);
+  const double gemm_bytes = g < 4.0 ? g : 4.0;
+  const auto rows_of = [&](double width, double bytes) { return allocator_block(rows * width * bytes); };
+  const double at_gemm = fp32_copy + autocast_copy + rows_of(c.hidden, 4.0) +
+                         (g < 4.0 ? rows_of(c.hidden, g) : 0.0) + rows_of(c.vocab, g);
+  const double metrics = rows_of(c.vocab, g) + 3.0 * rows_of(c.vocab, 4.0);
+  ChunkMemory m;
+  m.forward = std::max(at_gemm, metrics);
+  const double loss_grad = saved_weight + 3.0 * rows_of(c.vocab, 4.0) + (g < 4.0 ? rows_of(c.vocab, g) : 0.0);
+  m.backward = std::max(at_gemm, loss_grad);
+  if (c.head_trained) {
+    const double weight_grad = 2.0 * saved_weight + rows_of(c.vocab, gemm_bytes);
+    const double autocast_back = g < 4.0 ? allocator_block(VH * g) + allocator_block(VH * 4.0) : 0.0;
+    const double to_weight_dtype = w < 4.0 ? allocator_block(VH * 4.0) + allocator_block(VH * w) : 0.0;
+    m.backward = std::max({m.backward, weight_grad, autocast_back, to_weight_dtype});
+  }
+  return m;
+}
+
 }  // namespace
 
 StepMemory step_memory(const MemoryBasis& b, double tokens, std::int64_t grad_accum, bool grad_ckpt) {
@@ -432,7 +474,29 @@ StepMemory step_memory(const MemoryBasis& b, double tokens, std::int64_t grad_ac
           : 0.0;
   const double objective_acts = value_acts + hidden_states;
   const LossBuffers loss = b.objective == Objective::sft ? LossBuffers{} : objective_loss(b, T);
-  if (b.objective == Objective::sft) {
+  if (b.chunked.on) {
+    // TRL's chunked loss: a chunk's tensors instead of the micro-batch's logits; the output
+    // layer's backward runs inside each chunk's, so its gradient (a trained head's) exists from
+    // the second chunk's backward on.
+    const ChunkMemory chunk = chunk_memory(b.chunked, std::min(b.chunked.chunk_rows, T));
+    {
+      MemoryMoment& m = moment(Phase::forward, "chunked loss forward");
+      m.gradients = grads_prev;
+      m.gathered_weights = b.gathered_fwd + kept_gathered;
+      m.activations = L * kept_per_layer + outside + other_in_flight;
+      m.weights += b.autocast_copies;
+      m.logits_and_loss = chunk.forward + outputs_fwd;
+    }
+    {
+      MemoryMoment& m = moment(Phase::backward, "chunked loss backward");
+      m.gradients = std::max(grads_prev, b.head_grad);
+      m.gathered_weights = b.gathered_fwd + kept_gathered;
+      m.activations = L * kept_per_layer + outside + other_in_flight;
+      m.weights += b.copies_head + L * copies_kept_per_layer;
+      m.logits_and_loss = chunk.backward + outputs_bwd;
+      m.transient = 2.0 * allocator_block(b.chunk_backward_per_token / 2.0 * T);
+    }
+  } else if (b.objective == Objective::sft) {
     // Forward, at the loss: every layer's saved tensors, the logits as the lm_head made them,
     // their fp32 copy and log_softmax's fp32 output (kept for backward).
     {
@@ -553,7 +617,7 @@ StepMemory step_memory(const MemoryBasis& b, double tokens, std::int64_t grad_ac
   // the loss's fp32 logits'. When one is larger than every activation block, or all of them do not
   // fit the activations' free space, states stay in a first-step logits segment, which can then not
   // serve the next step's fp32 logits: they need a segment of their own beside it.
-  if (b.objective == Objective::sft && b.largest_state_tensor > caching_allocator::kSmallSize &&
+  if (b.objective == Objective::sft && !b.chunked.on && b.largest_state_tensor > caching_allocator::kSmallSize &&
       b.largest_state_tensor <= logits_f) {
     double largest_activation = allocator_block(b.checkpoint_per_token * T);
     for (const TensorSizes* sizes : {&b.layer_activations, &b.outside_activations})

@@ -88,6 +88,10 @@ struct MemoryBasis {
   double checkpoint_per_token = 0;
   double logits_compute_bytes = 0;
   bool logits_upcast = false;
+  // TRL's chunked loss (docs/model.md, "The chunked loss"): its shape, and the gradient of the
+  // gathered hidden states, per token, that its backward accumulates chunk by chunk.
+  ChunkedLossShape chunked;
+  double chunk_backward_per_token = 0;
   double softcap_bytes = 0;
   double layer_backward_transient_per_token = 0;
   double layer_forward_transient_per_token = 0;

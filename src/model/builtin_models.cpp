@@ -86,11 +86,6 @@ std::deque<AddedModel>& added_models() {
   return added;
 }
 
-std::string lower(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
 
 std::string_view embedded_text(std::string_view stem) {
   for (const auto& [s, text] : detail::embedded_model_configs()) {
@@ -106,20 +101,20 @@ std::string_view embedded_text(std::string_view stem) {
 std::vector<std::pair<std::string, std::string>> all_names() {
   std::vector<std::pair<std::string, std::string>> names;  // {typed name, canonical name}
   for (const Entry& e : catalogue()) {
-    names.emplace_back(lower(e.name), std::string(e.name));
+    names.emplace_back(detail::ascii_lower(e.name), std::string(e.name));
     for (std::string_view id : e.hf_ids) {
-      names.emplace_back(lower(id), std::string(e.name));
-      names.emplace_back(lower(id.substr(id.find('/') + 1)), std::string(e.name));
+      names.emplace_back(detail::ascii_lower(id), std::string(e.name));
+      names.emplace_back(detail::ascii_lower(id.substr(id.find('/') + 1)), std::string(e.name));
     }
   }
   for (const auto& [stem, text] : detail::embedded_model_configs()) {
-    names.emplace_back(lower(stem), std::string(stem));
+    names.emplace_back(detail::ascii_lower(stem), std::string(stem));
   }
   for (const AddedModel& m : added_models()) {
-    names.emplace_back(lower(m.name), m.name);
+    names.emplace_back(detail::ascii_lower(m.name), m.name);
     for (const std::string& id : m.hf_ids) {
-      names.emplace_back(lower(id), m.name);
-      names.emplace_back(lower(std::string_view(id).substr(id.find('/') + 1)), m.name);
+      names.emplace_back(detail::ascii_lower(id), m.name);
+      names.emplace_back(detail::ascii_lower(std::string_view(id).substr(id.find('/') + 1)), m.name);
     }
   }
   return names;
@@ -137,7 +132,7 @@ using detail::edit_distance;
 // Names within a few edits of what was typed, or sharing its family prefix ("qwen", "llama"...).
 std::string close_names(std::string_view typed) {
   const std::size_t slash = typed.find('/');
-  const std::string t = lower(slash == std::string_view::npos ? typed : typed.substr(slash + 1));
+  const std::string t = detail::ascii_lower(slash == std::string_view::npos ? typed : typed.substr(slash + 1));
   std::vector<std::pair<std::size_t, std::string>> scored;
   for (const std::string& name : builtin_model_names()) {
     // A name far longer than any built-in is none of them mistyped (and its distance to each costs
@@ -162,7 +157,7 @@ ModelSpec read_config_file(const std::string& path) {
 
 // A built-in name or alias, any case; nullopt when it is none.
 std::optional<ModelSpec> find_builtin_model(std::string_view name) {
-  const std::string typed = lower(name);
+  const std::string typed = detail::ascii_lower(name);
   for (const auto& [alias, canonical] : all_names()) {
     if (alias != typed) continue;
     const std::string_view stem = config_stem(canonical);
@@ -197,7 +192,7 @@ std::vector<std::string> builtin_model_names() {
 
 void add_builtin_model(std::string_view name, std::string_view config_json, const std::vector<std::string>& hf_ids) {
   if (name.empty()) throw InputError("a built-in model needs a name");
-  const std::string typed = lower(name);
+  const std::string typed = detail::ascii_lower(name);
   for (const auto& [alias, canonical] : all_names())
     if (alias == typed) throw InputError("model \"" + std::string(name) + "\" exists already");
   (void)parse_model_config(config_json, name);  // a config that does not read is refused now, not at first use

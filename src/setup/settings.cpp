@@ -230,6 +230,15 @@ std::vector<Setting> builtin_table() {
   }
   group = "step";
   {
+    auto& r = row("trainer", "--trainer", choice,
+                  "whose trainer runs the step: transformers' Trainer (or a loop like it), or TRL's trainer for the "
+                  "objective, whose defaults then apply (gradient checkpointing on; SFT's chunked loss) and whose "
+                  "SFTTrainer also computes the token entropy and accuracy every step");
+    r.choices = {"transformers", "trl"};
+    r.label = "{}";
+    bind_enum(r, [](auto& s) -> auto& { return s.trainer; }, parse_trainer, to_string);
+  }
+  {
     auto& r = row("optimizer", "--optimizer", choice,
                   "optimizer; adamw is torch's fused AdamW, adamw-foreach torch's default AdamW (transformers' "
                   "adamw_torch), adamw-8bit bitsandbytes' 8-bit AdamW");
@@ -268,6 +277,9 @@ std::vector<Setting> builtin_table() {
   }
   {
     auto& r = row("grad_ckpt", "--grad-ckpt", boolean, "gradient checkpointing: recompute each layer in the backward");
+    // Every TRL config (SFTConfig, DPOConfig, ... at TRL f2cd577) sets gradient_checkpointing=True.
+    r.derived_default = value_when(condition("trainer", {"trl"}, {}), true);
+    r.default_rule = "on with trainer trl, as TRL's configs set it";
     r.label = "ckpt";
     bind<bool>(r, [](auto& s) -> auto& { return s.grad_ckpt; });
   }
@@ -281,6 +293,19 @@ std::vector<Setting> builtin_table() {
     r.choices = {"sft", "dpo", "orpo", "kto", "reward", "ppo", "grpo"};
     r.label = "{}";
     bind_enum(r, [](auto& s) -> auto& { return s.objective; }, parse_objective, to_string);
+  }
+  {
+    auto& r = row("loss", "--loss", choice,
+                  "how the SFT loss runs the output layer: whole (every position's logits over the vocabulary, then "
+                  "the fp32 cross-entropy; TRL's loss_type nll) or chunked (TRL's chunked_nll: 256 positions at a "
+                  "time, each chunk recomputed in the backward)");
+    r.choices = {"whole", "chunked"};
+    r.applies_when = condition("objective", {"sft"}, {});
+    // SFTConfig's loss_type is "chunked_nll" unless it is set (TRL f2cd577, sft_config.py).
+    r.derived_default = value_when(condition("trainer", {"trl"}, {}), std::string("chunked"));
+    r.default_rule = "chunked with trainer trl (SFTConfig's loss_type chunked_nll); else whole";
+    r.label = "loss-{}";
+    bind_enum(r, [](auto& s) -> auto& { return s.loss; }, parse_loss, to_string);
   }
   {
     auto& r = row("reference", "--reference", choice,

@@ -13,20 +13,17 @@
 #include "trainfit/settings.hpp"
 #include "trainfit/setup.hpp"
 
+#include "common/text.hpp"
+
 namespace trainfit {
 namespace {
 
-std::string lower(std::string_view s) {
-  std::string out(s);
-  std::transform(out.begin(), out.end(), out.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return out;
-}
 
 // Looks a name up in a table of (spelling, value); the first spelling of each value is canonical,
 // the others are aliases people also write.
 template <typename E, std::size_t N>
 E lookup(std::string_view what, std::string_view text, const std::array<std::pair<std::string_view, E>, N>& table) {
-  const std::string key = lower(text);
+  const std::string key = detail::ascii_lower(text);
   for (const auto& [name, value] : table) {
     if (name == key) return value;
   }
@@ -77,6 +74,12 @@ constexpr std::array<std::pair<std::string_view, Objective>, 9> kObjectives{{
 constexpr std::array<std::pair<std::string_view, Reference>, 6> kReferences{{
     {"copy", Reference::copy}, {"adapter-off", Reference::adapter_off}, {"precomputed", Reference::precomputed},
     {"none", Reference::none}, {"adapter_off", Reference::adapter_off}, {"precompute", Reference::precomputed}}};
+constexpr std::array<std::pair<std::string_view, Trainer>, 4> kTrainers{{
+    {"transformers", Trainer::transformers}, {"trl", Trainer::trl}, {"hf", Trainer::transformers},
+    {"huggingface", Trainer::transformers}}};
+// TRL's own names for its loss types are accepted as written in an SFTConfig.
+constexpr std::array<std::pair<std::string_view, Loss>, 4> kLosses{{
+    {"whole", Loss::whole}, {"chunked", Loss::chunked}, {"nll", Loss::whole}, {"chunked_nll", Loss::chunked}}};
 
 // Short names people write for the usual projection modules.
 constexpr std::array<std::pair<std::string_view, std::string_view>, 7> kTargetShorthands{{
@@ -94,9 +97,11 @@ OffloadDevice parse_offload_device(std::string_view s) { return lookup("offload 
 Platform parse_platform(std::string_view s) { return lookup("platform", s, kPlatforms); }
 Objective parse_objective(std::string_view s) { return lookup("objective", s, kObjectives); }
 Reference parse_reference(std::string_view s) { return lookup("reference", s, kReferences); }
+Trainer parse_trainer(std::string_view s) { return lookup("trainer", s, kTrainers); }
+Loss parse_loss(std::string_view s) { return lookup("loss", s, kLosses); }
 
 std::vector<std::string> parse_lora_targets(std::string_view s) {
-  const std::string text = lower(s);
+  const std::string text = detail::ascii_lower(s);
   if (text == "all-linear" || text == "all_linear" || text == "all") return {"all-linear"};
   std::vector<std::string> targets;
   std::size_t start = 0;
@@ -148,6 +153,8 @@ std::string to_string(OffloadDevice d) { return name_of(d, kOffloadDevice); }
 std::string to_string(Platform p) { return name_of(p, kPlatforms); }
 std::string to_string(Objective o) { return name_of(o, kObjectives); }
 std::string to_string(Reference r) { return name_of(r, kReferences); }
+std::string to_string(Trainer t) { return name_of(t, kTrainers); }
+std::string to_string(Loss l) { return name_of(l, kLosses); }
 
 Reference default_reference(Objective objective, Method method) {
   // GRPOConfig.beta is 0 by default, and GRPOTrainer then loads no reference; the others follow
@@ -265,6 +272,10 @@ void validate(const TrainingSetup& s) {
     throw SettingError("parallel", fmt::format("{} with `method` qlora is not modelled; plan QLoRA with `parallel` ddp",
                                                to_string(s.parallel)));
   validate_objective(s);
+  // TRL's chunked loss under tensor parallelism gathers the output layer's weight (full_tensor) in
+  // a way whose memory has not been measured.
+  if (s.objective == Objective::sft && s.loss == Loss::chunked && several && s.tp > 1)
+    throw SettingError("loss", "chunked with `tp` above 1 is not modelled; plan it with `loss` whole");
   if (!several) return;
   // The GPUs must divide into the layout's groups.
   const std::int64_t model_parallel = s.tp * s.pp * s.cp;

@@ -603,9 +603,15 @@ std::vector<Sized> layer_activations(const StepBasis& b) {
 std::vector<Sized> outside_activations(const StepBasis& b) {
   std::vector<Sized> out;
   keep_norm(out, b, "final norm", b.h);
-  if (b.full)
+  if (b.setup.objective == Objective::sft && b.setup.loss == Loss::chunked) {
+    // TRL's chunked loss keeps the label-kept positions' final hidden states, gathered into a new
+    // tensor (hidden[order]) that every chunk's checkpoint holds until the backward, trained head
+    // or not (the lm_head keeps no input of its own).
+    keep(out, "chunked loss: gathered hidden states", b.w.norm_out * b.h);
+  } else if (b.full) {
     keep(out, b.setup.amp ? "lm_head input (autocast copy)" : "lm_head input",
          (b.setup.amp ? b.w.compute : b.w.norm_out) * b.h);
+  }
   // cos/sin of the rotary embedding, computed once and kept by every layer's RoPE (Gemma 3 computes one
   // pair for its sliding-window layers and one for its full-attention layers).
   keep(out, "rotary cos/sin", 2.0 * b.w.compute * as_d(b.model.rotary_dim()) * as_d(b.model.rotary_tables));
@@ -932,6 +938,25 @@ StepShape describe_tensors(const ModelSpec& model, const TrainingSetup& setup, c
   st.logits_upcast = logits.upcast;
   st.softcap_bytes = logits.softcap_bytes;
   st.counts = b.pc;
+  if (setup.objective == Objective::sft && setup.loss == Loss::chunked) {
+    ChunkedLossShape& c = st.chunked_loss;
+    c.on = true;
+    c.hidden = b.h;
+    c.vocab = b.V;
+    c.head_elems = as_d(b.pc.lm_head > 0 ? b.pc.lm_head : b.pc.embedding);
+    // QLoRA leaves the output layer unquantised, in the compute dtype (fp32 after kbit preparation).
+    c.weight_bytes = b.full && setup.amp  ? 4.0
+                     : b.quantised        ? (setup.quant.kbit_prepare ? 4.0 : bytes_per_element(setup.quant.compute_dtype))
+                                          : bytes_per_element(setup.weights);
+    // The GEMM's dtype: autocast's when one runs (TRL's configs set bf16=True, so TRL autocasts
+    // over 16-bit weights too), else fp32, as h.float() @ w.float().t() asks.
+    if (setup.amp) c.gemm_bytes = bytes_per_element(*setup.amp);
+    else if (setup.trainer == Trainer::trl && c.weight_bytes < 4.0) c.gemm_bytes = c.weight_bytes;
+    c.head_trained = b.full;
+    // No logits of the whole micro-batch exist.
+    st.logits_upcast = false;
+    st.softcap_bytes = 0;
+  }
   st.objective = describe_objective(model, setup);
   if (setup.objective != Objective::sft) {
     ObjectiveShape& o = st.objective;

@@ -192,6 +192,26 @@ struct ObjectiveShape {
 };
 ObjectiveShape describe_objective(const ModelSpec& model, const TrainingSetup& setup);
 
+// TRL's chunked loss (Loss::chunked; docs/model.md, "The chunked loss"), as SFTTrainer patches
+// the model's forward (trl/trainer/sft_trainer.py, _chunked_cross_entropy_loss at TRL f2cd577):
+// the final hidden states of the label-kept positions are gathered (hidden[order], kept for the
+// backward), then every chunk of `chunk_rows` of them runs under non-reentrant checkpointing
+// `h.float() @ w.float().t()`, the log-softmax, the NLL, the argmax and the entropy. Nothing of a
+// chunk's forward is kept; the backward recomputes each chunk up to the NLL and runs its gradient.
+// What makes its memory is the output layer's weight: `w.float()` is a new fp32 copy of the
+// vocabulary x hidden matrix in every chunk (unless the weight is fp32 already), and under
+// autocast the GEMM casts that copy back to the compute dtype, a second copy.
+struct ChunkedLossShape {
+  bool on = false;
+  double chunk_rows = 256;  // _CHUNKED_LM_HEAD_CHUNK_SIZE
+  double head_elems = 0;    // the output layer's weight, vocabulary x hidden (the embedding's when tied)
+  double hidden = 0, vocab = 0;
+  double weight_bytes = 0;  // bytes per element of that weight as stored
+  double gemm_bytes = 4;    // the chunk GEMM's operands: 4 (fp32), or the autocast dtype's
+  bool head_trained = false;  // full fine-tuning: the weight's gradient is computed chunk by chunk
+  bool operator==(const ChunkedLossShape&) const = default;
+};
+
 // One training step's tensors, per token where they scale with the micro-batch.
 struct StepShape {
   double tokens = 0;                  // batch x seq of one micro-batch
@@ -219,6 +239,7 @@ struct StepShape {
   ParameterCounts counts;             // count_parameters(model); a reward model's score head as its output layer
   LayerLinears linears;               // the layers' linear modules (layer_linears), for the time model
   ObjectiveShape objective;           // what the objective adds (sft: nothing)
+  ChunkedLossShape chunked_loss;      // sft with Loss::chunked
   bool operator==(const StepShape&) const = default;
 };
 

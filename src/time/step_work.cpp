@@ -100,6 +100,30 @@ constexpr double kDTensorBackwardOpsOutside = 31 - 2 + 3;
 constexpr double kDeepSpeedAllgatherBucket = 5e8;
 // Dequantising a 4-bit weight reads half a byte and writes two; the GEMM then reads the two.
 constexpr double kDequantBytesPerWeight = 4.5;
+// TRL's chunked loss (sft_trainer.py, _chunk and _chunked_cross_entropy_loss), bytes per logit
+// in multiples of the GEMM dtype's width g and fp32's 4. Forward: the GEMM writes the logit (g),
+// autocast's cast for log-softmax reads it and writes fp32 (g + 4; with g = 4 there is no cast,
+// counted the same), log-softmax reads and writes (8), the argmax reads the logit (g), the entropy's
+// exp (8), product (12) and sum (4). Recompute: the logit (g), the cast (g + 4), log-softmax (8).
+// Backward: the NLL's gradient (zeros and the scatter: 4), log-softmax's backward (reads two, writes
+// one: 12), the cast back (4 + g). In all 6 g + 68.
+constexpr double kChunkedLossFixedBytesPerLogit = 68.0;
+constexpr double kChunkedLossWidthsPerLogit = 6.0;
+// A chunk's host operations. Forward: the two slices, h.float(), w.float(), autocast's two casts,
+// t and mm, log-softmax's cast and log_softmax, nll_loss, the mask, argmax, eq, and, sum, float, exp,
+// mul, neg, sum over the vocabulary, mul by the mask, sum, and the three running sums (27). The
+// recompute to the NLL (10). Backward: the running sum's, nll_loss's, log_softmax's, the casts', mm's
+// two products and slice's zeros and copy, and the accumulation into the gathered states' gradient
+// (15); a trained head: its weight's product, its casts back and its accumulation (3 more).
+constexpr double kChunkOps = 27.0 + 10.0 + 15.0;
+constexpr double kChunkHeadGradientOps = 3.0;
+// SFTTrainer's metrics over the whole logits (compute_loss with loss_type "nll", TRL f2cd577):
+// entropy_from_logits copies the shifted logits flat (2 widths) and takes 128 rows at a time
+// through log-softmax (2), exp (2), the product (3) and the sum (1); the argmax reads them (1).
+constexpr double kSftMetricWidthsPerLogit = 11.0;
+constexpr double kEntropyChunkRows = 128.0;
+constexpr double kEntropyChunkOps = 6.0;  // log_softmax, exp, mul, sum, neg and the copy into the output
+
 // TRL's log-probabilities, per logit, in multiples of the logits' byte width c (docs/model.md,
 // "Objectives"): forward, the output layer writes the logit and the row's log-softmax reads and
 // writes it (3); backward, gather's gradient (zeros, then the scatter: 2), log-softmax's backward
@@ -296,6 +320,9 @@ WorkBasis work_basis(const ModelSpec& model, const Step& step) {
   b.layer_activation_per_token = st.layer_activation_per_token;
   b.layer_saved_tensors = static_cast<double>(st.layer_activations.size());
   b.weight_read_bytes = full && setup.amp ? bytes_per_element(*setup.amp) : bytes_per_element(setup.weights);
+  b.chunked = st.chunked_loss;
+  b.logit_bytes = st.logits_compute_bytes;
+  b.sft_metrics = setup.trainer == Trainer::trl && setup.objective == Objective::sft && !b.chunked.on;
 
   // Optimizer: read parameter, gradient and states; write parameter and states.
   const double tp = st.params.trainable_params;
@@ -495,6 +522,17 @@ StepWork step_work(const WorkBasis& b, double tokens, double batch, bool grad_ck
   const double matmul = fwd /*forward*/ + fwd /*input gradients*/ + (full ? fwd : 0.0) /*weight gradients*/ +
                         (ckpt ? layers_fwd : 0.0) /*recompute*/;
   (fp32_compute ? w.fp32_flops : w.tensor_flops) += matmul;
+  // TRL's chunked loss: its positions are the sequences' but the last of each, in chunks; each
+  // chunk's GEMM runs again in the backward, and in fp32 (on CUDA cores) without autocast.
+  const ChunkedLossShape& cl = b.chunked;
+  const double chunk_positions = cl.on ? std::max(1.0, T - B) : 0.0;
+  const double chunks = cl.on ? std::ceil(chunk_positions / cl.chunk_rows) : 0.0;
+  if (cl.on) {
+    const double head = 2.0 * cl.head_elems * chunk_positions;
+    const double passes_of_head = 2.0 /*forward, recompute*/ + 1.0 /*input gradient*/ + (cl.head_trained ? 1.0 : 0.0);
+    (fp32_compute ? w.fp32_flops : w.tensor_flops) -= lm_flops * (2.0 + (full ? 1.0 : 0.0));
+    (cl.gemm_bytes < 4.0 && !fp32_compute ? w.tensor_flops : w.fp32_flops) += head * passes_of_head;
+  }
 
   // Attention: QK^T and PV, 2*S*d FLOPs each per token and head. The fused kernels skip the
   // masked half of a causal sequence; eager computes all of it. Backward: fused 2.5x, eager 2x.
@@ -525,8 +563,21 @@ StepWork step_work(const WorkBasis& b, double tokens, double batch, bool grad_ck
   // above), the loss, dequantisation.
   const double layer_saved = b.layer_saved_per_token * T * L;
   const double saved = layer_saved + b.outside_per_token * T;
-  const double loss_bytes = b.loss_bytes_per_logit > 0 ? b.loss_bytes_per_logit * T * b.logit_fraction * V
-                                                     : kLossBytesPerLogit * T * V;
+  double loss_bytes = b.loss_bytes_per_logit > 0 ? b.loss_bytes_per_logit * T * b.logit_fraction * V
+                                               : kLossBytesPerLogit * T * V;
+  if (cl.on) {
+    // The chunks' logits, and the output layer's weight converted in every chunk: w.float() (read
+    // w, write 4, unless w is 4) and autocast's cast of that copy (read 4, write g, unless g is 4),
+    // in the forward and the recompute; a trained head's gradient cast back to fp32 and to w, then
+    // accumulated (read twice, write once).
+    const double g = cl.gemm_bytes, wb = cl.weight_bytes;
+    const double convert = (wb < 4.0 ? wb + 4.0 : 0.0) + (g < 4.0 ? 4.0 + g : 0.0);
+    const double head_grad = cl.head_trained ? (g < 4.0 ? g + 4.0 : 0.0) + (wb < 4.0 ? 4.0 + wb : 0.0) + 3.0 * wb : 0.0;
+    loss_bytes = (kChunkedLossFixedBytesPerLogit + kChunkedLossWidthsPerLogit * g) * chunk_positions * V +
+                 chunks * cl.head_elems * (2.0 * convert + head_grad);
+  } else if (b.sft_metrics) {
+    loss_bytes += kSftMetricWidthsPerLogit * b.logit_bytes * T * V;
+  }
   w.memory_bytes = saved * (kTrafficPerSavedByteForward + kTrafficPerSavedByteBackward) +
                    (ckpt ? layer_saved * kTrafficPerSavedByteForward : 0.0) + loss_bytes +
                    lora_bytes - w.adapter_bytes;
@@ -546,7 +597,9 @@ StepWork step_work(const WorkBasis& b, double tokens, double batch, bool grad_ck
 
   // Non-reentrant checkpointing runs two Python hooks per saved tensor (pack and unpack).
   const double ckpt_hooks = ckpt ? 2.0 * L * b.layer_saved_tensors : 0.0;
-  w.ops = b.forward_ops * (1.0 + kBackwardOpsPerForwardOp) + (ckpt ? L * b.layer_ops + ckpt_hooks : 0.0);
+  w.ops = b.forward_ops * (1.0 + kBackwardOpsPerForwardOp) + (ckpt ? L * b.layer_ops + ckpt_hooks : 0.0) +
+          chunks * (kChunkOps + (cl.head_trained ? kChunkHeadGradientOps : 0.0)) +
+          (b.sft_metrics ? std::ceil(T / kEntropyChunkRows) * kEntropyChunkOps : 0.0);
   w.kernels = kKernelsPerOp * w.ops;
   w.optimizer_ops = b.optimizer_ops;
   w.layout = b.layout;

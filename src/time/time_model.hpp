@@ -68,6 +68,11 @@ struct WorkBasis {
   // weights read each pass; host operations of its forward; its optimizer's bytes and operations.
   double value_linear_flops_per_token = 0, value_saved_per_token = 0, value_weight_bytes = 0;
   double value_forward_ops = 0, value_optimizer_bytes = 0, value_optimizer_ops = 0;
+  // TRL's chunked loss (docs/model.md, "The chunked loss"); and SFTTrainer's metrics over the whole
+  // logits (trainer trl with the whole loss): the token entropy and the argmax every step.
+  ChunkedLossShape chunked;
+  bool sft_metrics = false;
+  double logit_bytes = 0;  // bytes per logit as the output layer makes them
   bool operator==(const WorkBasis&) const = default;
 };
 

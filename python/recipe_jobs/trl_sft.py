@@ -1,0 +1,205 @@
+"""TRL's own SFTTrainer on the GPU (issue 34): the step as people launch it, with TRL's defaults
+and the options its docs tell them to switch on, measured so that trainfit's terms for them can be
+checked against the trainer itself rather than a re-implementation of it.
+
+    python3 python/recipe_jobs/trl_sft.py OUT_DIR [CASE...]
+
+Every case is an SFTConfig as a user writes it: TRL's defaults (loss_type "chunked_nll", gradient
+checkpointing on, bf16 autocast, the Trainer's default optimizer) except for what the case names.
+The model is a built-in's config.json with random weights (shape, not values, decides memory and
+time), in bf16 as TRL loads a bf16 checkpoint; the data is random token ids at the case's length,
+already tokenized (SFTTrainer then only collates). LoRA cases pass a peft LoraConfig to SFTTrainer
+(r 16, alpha 32, dropout 0.05, all-linear), as a recipe's peft settings do.
+
+OUT_DIR/rows.jsonl gets one row per case in the measurement format `trainfit validate` reads
+(docs/bench.md, "A results row"): `config` in trainfit's setting keys, `measured` with the busiest
+step's peak allocated after the first (max_memory_allocated between a step's begin and end, reset
+at each begin) and the median step time of the steps after the first, and `recipe`, the SFTConfig
+fields the case set. Cases whose options trainfit does not plan yet (Liger, activation offloading)
+are rows of their own file, OUT_DIR/unplanned.jsonl, so validate keeps to what it can judge.
+"""
+import json
+import os
+import statistics
+import sys
+import time
+import traceback
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.append(os.path.join(HERE, ".."))
+
+# name: model, method, batch, seq, and the SFTConfig fields the case changes from TRL's defaults.
+CASES = {
+    "q1.5b-full-b4s2048": ("qwen2.5-1.5b", "full", 4, 2048, {}),
+    "q1.5b-full-b4s2048-nll": ("qwen2.5-1.5b", "full", 4, 2048, {"loss_type": "nll"}),
+    "q1.5b-full-b4s2048-nogc": ("qwen2.5-1.5b", "full", 4, 2048, {"gradient_checkpointing": False}),
+    "q0.5b-full-b4s1024": ("qwen2.5-0.5b", "full", 4, 1024, {}),
+    "q0.5b-full-b1s4096": ("qwen2.5-0.5b", "full", 1, 4096, {}),
+    "q0.5b-full-b4s1024-noamp": ("qwen2.5-0.5b", "full", 4, 1024, {"bf16": False}),
+    "q1.5b-lora-b4s1024": ("qwen2.5-1.5b", "lora", 4, 1024, {}),
+    "q1.5b-lora-b4s1024-nll": ("qwen2.5-1.5b", "lora", 4, 1024, {"loss_type": "nll"}),
+    "q3b-lora-b2s2048": ("qwen2.5-3b", "lora", 2, 2048, {}),
+    "q3b-full-b2s1024-nogc": ("qwen2.5-3b", "full", 2, 1024, {"gradient_checkpointing": False}),
+    "q7b-lora-b2s2048": ("qwen2.5-7b", "lora", 2, 2048, {}),
+    "q7b-lora-b2s2048-nll": ("qwen2.5-7b", "lora", 2, 2048, {"loss_type": "nll"}),
+    "l1b-full-b8s1024": ("llama3.2-1b", "full", 8, 1024, {}),
+    "l3b-lora-b4s2048": ("llama3.2-3b", "lora", 4, 2048, {}),
+    "q1.5b-full-b4s2048-completion": ("qwen2.5-1.5b", "full", 4, 2048, {"completion_half": True}),
+}
+# Held out: chosen and planned (python/recipe_jobs/heldout-predictions.txt) before they first ran.
+HELDOUT = {
+    "mistral7b-lora-b2s2048": ("mistral-7b", "lora", 2, 2048, {}),
+    "gemma3-1b-full-b4s2048": ("gemma3-1b", "full", 4, 2048, {}),
+    "l3b-full-b2s2048": ("llama3.2-3b", "full", 2, 2048, {}),
+    "q1.5b-full-b4s2048-accum2": ("qwen2.5-1.5b", "full", 4, 2048, {"gradient_accumulation_steps": 2}),
+    "q14b-lora-b1s2048": ("qwen2.5-14b", "lora", 1, 2048, {}),
+    "qwen3-8b-lora-b2s2048": ("qwen3-8b", "lora", 2, 2048, {}),
+    "phi3-mini-lora-b4s1024": ("phi3-mini", "lora", 4, 1024, {}),
+    "q0.5b-full-b8s2048-nogc": ("qwen2.5-0.5b", "full", 8, 2048, {"gradient_checkpointing": False}),
+}
+CASES.update(HELDOUT)
+# Options trainfit does not plan yet: measured now, planned later (their own file).
+UNPLANNED = {
+    "q1.5b-full-b4s2048-liger": ("qwen2.5-1.5b", "full", 4, 2048, {"use_liger_kernel": True}),
+    "q1.5b-lora-b4s1024-liger": ("qwen2.5-1.5b", "lora", 4, 1024, {"use_liger_kernel": True}),
+    "q7b-lora-b2s2048-liger": ("qwen2.5-7b", "lora", 2, 2048, {"use_liger_kernel": True}),
+    "q1.5b-full-b4s2048-offload": ("qwen2.5-1.5b", "full", 4, 2048, {"activation_offloading": True}),
+    "q1.5b-lora-b4s1024-offload": ("qwen2.5-1.5b", "lora", 4, 1024, {"activation_offloading": True}),
+}
+STEPS = 6
+
+
+def word_tokenizer(vocab_size):
+    """A word-level tokenizer built in code (w0 ... wN): SFTTrainer wants a processing class."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+    tok = Tokenizer(models.WordLevel({"w%d" % i: i for i in range(vocab_size)}, unk_token="w0"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="w0", pad_token="w0", eos_token="w1")
+
+
+def run_case(name, out_dir):
+    import torch
+    import transformers
+    from transformers import AutoModelForCausalLM, TrainerCallback
+    import datasets
+    import trl
+    from trl import SFTConfig, SFTTrainer
+    from trainfit_runner.models import load_hf_config
+
+    unplanned = name in UNPLANNED
+    model_name, method, batch, seq, fields = (UNPLANNED if unplanned else CASES)[name]
+    fields = dict(fields)
+    completion_half = fields.pop("completion_half", False)
+    torch.manual_seed(0)
+    config = load_hf_config(model_name)
+    with torch.device("cuda"):
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+    peft_config = None
+    if method == "lora":
+        import peft
+        peft_config = peft.LoraConfig(r=16, lora_alpha=32, lora_dropout=0.05, target_modules="all-linear",
+                                      task_type="CAUSAL_LM")
+    vocab = config.vocab_size
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(2, vocab, (batch * fields.get("gradient_accumulation_steps", 1) * (STEPS + 2), seq),
+                        generator=g).tolist()
+    columns = {"input_ids": ids}
+    if completion_half:  # a prompt-completion dataset: the loss on the second half of each sequence
+        columns["completion_mask"] = [[0] * (seq // 2) + [1] * (seq - seq // 2) for _ in ids]
+    data = datasets.Dataset.from_dict(columns)
+
+    class StepMeter(TrainerCallback):
+        """Each optimizer step's wall time and peak allocated, from its begin to its end."""
+
+        def __init__(self):
+            self.seconds, self.peaks, self.reserved = [], [], []
+
+        def on_step_begin(self, args, state, control, **kw):
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            self.t0 = time.perf_counter()
+
+        def on_step_end(self, args, state, control, **kw):
+            torch.cuda.synchronize()
+            self.seconds.append(time.perf_counter() - self.t0)
+            self.peaks.append(torch.cuda.max_memory_allocated() / 2**20)
+            self.reserved.append(torch.cuda.max_memory_reserved() / 2**20)
+
+    meter = StepMeter()
+    snapshot = os.environ.get("TRL_SFT_SNAPSHOT") == name  # the allocator's history of this case, for trace --snapshot
+    if snapshot:
+        torch.cuda.memory._record_memory_history(max_entries=200000)
+    fields.setdefault("gradient_accumulation_steps", 1)
+    args = SFTConfig(output_dir=os.path.join(out_dir, "trainer-" + name), per_device_train_batch_size=batch,
+                     max_steps=STEPS, max_length=seq, logging_steps=100,
+                     save_strategy="no", report_to=[], dataloader_num_workers=0, **fields)
+    t0 = time.time()
+    status, error, trainer = "ok", None, None
+    try:
+        trainer = SFTTrainer(model=model, args=args, train_dataset=data, processing_class=word_tokenizer(vocab),
+                             peft_config=peft_config, callbacks=[meter])
+        trainable = sum(p.numel() for p in trainer.model.parameters() if p.requires_grad)
+        trainer.train()
+    except torch.OutOfMemoryError as e:
+        status, error, trainable = "oom", str(e)[:400], None
+        trainer = None
+    if snapshot:
+        torch.cuda.memory._dump_snapshot(os.path.join(out_dir, name + ".pickle"))
+        torch.cuda.memory._record_memory_history(enabled=None)
+    stats = torch.cuda.memory_stats()
+    later = meter.peaks[1:]
+    config_row = {"model": model_name, "method": method, "weights": "bf16", "batch": batch, "seq": seq,
+                  "grad_accum": int(args.gradient_accumulation_steps), "grad_ckpt": bool(args.gradient_checkpointing), "optimizer": "adamw",
+                  "attn": "sdpa", "gpu": "h100-sxm" if "H100" in torch.cuda.get_device_name(0) else "h200",
+                  "trainer": "trl", "loss": "chunked" if args.loss_type == "chunked_nll" else "whole"}
+    if method == "lora":
+        config_row.update({"rank": 16, "lora_alpha": 32.0, "lora_dropout": 0.05, "lora_targets": ["all-linear"]})
+    row = {"case": name, "config": config_row,
+           "recipe": dict(fields, **({"completion_only_loss": True} if completion_half else {})),
+           "measured": {"status": status, "error": error,
+                        "peak_allocated_mib": max(later) if later else None,
+                        "peak_allocated_mib_per_step": meter.peaks,
+                        "peak_reserved_mib": max(meter.reserved[1:]) if len(meter.reserved) > 1 else None,
+                        "step_seconds": meter.seconds,
+                        "step_seconds_median": statistics.median(meter.seconds[1:]) if len(meter.seconds) > 1 else None,
+                        "alloc_retries": stats.get("num_alloc_retries"), "ooms": stats.get("num_ooms"),
+                        "params_trainable": trainable, "optim": str(args.optim),
+                        "loss_type": args.loss_type, "model_class": type(model).__name__},
+           "stack": {"torch": torch.__version__, "transformers": transformers.__version__, "trl": trl.__version__,
+                     "peft": __import__("peft").__version__, "datasets": datasets.__version__,
+                     "liger_kernel": _version("liger_kernel"), "gpu": torch.cuda.get_device_name(0),
+                     "date": time.strftime("%Y-%m-%d")},
+           "wall_seconds": round(time.time() - t0, 1)}
+    with open(os.path.join(out_dir, "unplanned.jsonl" if unplanned else "rows.jsonl"), "a") as f:
+        f.write(json.dumps(row) + "\n")
+    print(name, status, "peak %.0f MiB" % (row["measured"]["peak_allocated_mib"] or 0),
+          "step %.3f s" % (row["measured"]["step_seconds_median"] or 0), flush=True)
+    del trainer, model
+    import gc
+    gc.collect()
+    torch.cuda.empty_cache()
+
+
+def _version(dist):
+    try:
+        from importlib.metadata import version
+        return version(dist)
+    except Exception:
+        return None
+
+
+def main():
+    out_dir = sys.argv[1]
+    os.makedirs(out_dir, exist_ok=True)
+    for name in sys.argv[2:] or list(CASES) + list(UNPLANNED):
+        try:
+            run_case(name, out_dir)
+        except Exception:  # one case's failure is written and the others still run
+            with open(os.path.join(out_dir, "errors.jsonl"), "a") as f:
+                f.write(json.dumps({"case": name, "error": traceback.format_exc()[-3000:]}) + "\n")
+            print(name, "error", traceback.format_exc()[-600:], flush=True)
+
+
+if __name__ == "__main__":
+    main()
