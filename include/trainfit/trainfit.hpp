@@ -10,6 +10,7 @@
 #include "trainfit/card_ranking.hpp"
 #include "trainfit/prices.hpp"
 #include "trainfit/report.hpp"
+#include "trainfit/recipe.hpp"
 #include "trainfit/settings.hpp"
 #include "trainfit/setup.hpp"
 #include "trainfit/telemetry.hpp"

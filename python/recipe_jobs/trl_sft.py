@@ -129,7 +129,10 @@ def run_case(name, out_dir):
     meter = StepMeter()
     snapshot = os.environ.get("TRL_SFT_SNAPSHOT") == name  # the allocator's history of this case, for trace --snapshot
     if snapshot:
-        torch.cuda.memory._record_memory_history(max_entries=200000)
+        # Python frames only: with C++ frames as well, the checkpoint's recompute (which stops early by
+        # raising) failed with "SystemError: error return without exception set" (torch 2.11).
+        torch.cuda.memory._record_memory_history(max_entries=200000, context=os.environ.get("TRL_SFT_CONTEXT", "all"),
+                                                 stacks="python")
     fields.setdefault("gradient_accumulation_steps", 1)
     args = SFTConfig(output_dir=os.path.join(out_dir, "trainer-" + name), per_device_train_batch_size=batch,
                      max_steps=STEPS, max_length=seq, logging_steps=100,

@@ -96,6 +96,11 @@ def check(cfg):
     """Refuses what this runner does not run (trainfit plan refuses what TRL does not)."""
     p = plan_of(cfg)
     if p.objective == "sft":
+        # The runner's SFT step is transformers' loss over the whole logits; TRL's SFTTrainer (its
+        # chunked loss, its per-step metrics) runs as itself: python/recipe_jobs/trl_sft.py.
+        if cfg.get("loss") == "chunked" or cfg.get("trainer") == "trl":
+            raise ObjectiveError("SFT under trainer trl (TRL's SFTTrainer, its chunked loss) is not this runner's "
+                                 "step: run TRL's own trainer (python/recipe_jobs/trl_sft.py)")
         return p
     if int(cfg.get("gpus") or 1) > 1:
         raise ObjectiveError("objective %s runs on one GPU in this runner (the planner plans it under ddp)" % p.objective)

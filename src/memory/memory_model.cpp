@@ -252,6 +252,12 @@ MemoryBasis memory_basis(const ModelSpec& model, const Step& step, const GpuSpec
   // it holds 4 bytes per vocabulary x hidden element more (measured: bf16 and fp32). An untied
   // embedding's fresh gradient simply becomes its .grad (measured on Qwen2.5-7B: nothing more).
   b.embedding_backward_transient = pc.lm_head > 0 ? 0.0 : allocator_block(static_cast<double>(pc.embedding) * 4.0);
+  // Under TRL's chunked loss the tied weight's gradient was made by w.float()'s backward (a tensor
+  // of its own), and the embedding's gradient is added into it in place: only the embedding's own
+  // gradient is new (the allocator's history of Qwen2.5-0.5B in SFTTrainer: one V x h bf16 block
+  // allocated and freed in the embedding's backward; data/bench/h100-trl-sft-2026-12-06/).
+  if (pc.lm_head == 0 && st.chunked_loss.on)
+    b.embedding_backward_transient = allocator_block(static_cast<double>(pc.embedding) * p.trainable_bytes_each);
   b.optimizer_transient = st.optimizer_transient;
   // FSDP allocates its flat all-gather buffers on its own stream, and the caching allocator keeps
   // a stream's freed blocks for that stream: the root's buffer (gathered once, at the start of the

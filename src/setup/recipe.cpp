@@ -359,7 +359,16 @@ void read_trl(const YAML::Node& root, Draft& d, Recipe& out) {
   if (bf16 && fp16) refuse("fp16", "bf16 and fp16 cannot both be true");
   const std::string weights = std::get<std::string>(d.values.at("weights").first);
   const bool fp32_weights = weights == "fp32" || weights == "float32";
-  if (fp32_weights && (bf16 || fp16)) d.set("amp", std::string(bf16 ? "bf16" : "fp16"), bf16 ? "bf16" : "fp16");
+  if (fp32_weights && (bf16 || fp16)) {
+    if (d.use_peft)
+      // The memory model's autocast is full fine-tuning's (amp): LoRA's frozen fp32 base under
+      // autocast (cast anew at every matmul, never cached) has not been measured.
+      d.notes.push_back(fmt::format("LoRA over float32 weights under {} autocast is planned without the autocast "
+                                    "(activations in fp32): an upper bound; set dtype: bfloat16 to plan a bf16 base",
+                                    bf16 ? "bf16" : "fp16"));
+    else
+      d.set("amp", std::string(bf16 ? "bf16" : "fp16"), bf16 ? "bf16" : "fp16");
+  }
   if (!fp32_weights && !bf16 && !fp16 && d.objective == Objective::sft)
     refuse("bf16", "false over 16-bit weights is not planned: TRL's chunked loss would then run its GEMMs in fp32");
 }

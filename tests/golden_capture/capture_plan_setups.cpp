@@ -274,6 +274,49 @@ void generated(std::vector<Entry>& out, int valid_target) {
   }
 }
 
+// TRL's trainer (--trainer trl: checkpointing, the chunked loss under SFT) on every family and
+// method, on one GPU and the layouts a chunk runs under (tensor parallelism is refused).
+void generated_trl(std::vector<Entry>& out) {
+  struct LayoutDraw {
+    const char* name;
+    std::int64_t gpus, tp, pp;
+    Parallel parallel;
+  };
+  const std::vector<LayoutDraw> layouts = {
+      {"one", 1, 1, 1, Parallel::ddp}, {"fsdp2", 2, 1, 1, Parallel::fsdp}, {"pp2", 2, 1, 2, Parallel::ddp},
+      {"tp2", 2, 2, 1, Parallel::ddp}};
+  const std::vector<Objective> objectives = {Objective::sft, Objective::sft, Objective::dpo};
+  std::size_t i = 0;
+  for (const std::string& model : builtin_model_names()) {
+    for (const Method method : {Method::full, Method::lora, Method::qlora}) {
+      const LayoutDraw& l = layouts[i % layouts.size()];
+      TrainingSetup s;
+      s.model = model;
+      s.gpu = i % 2 == 0 ? "h100-sxm" : "rtx-4090";
+      s.method = method;
+      if (method == Method::qlora) s.weights = DType::nf4;
+      s.trainer = Trainer::trl;
+      s.grad_ckpt = i % 5 != 0;
+      s.objective = objectives[i % objectives.size()];
+      s.reference = default_reference(s.objective, s.method);
+      s.loss = s.objective == Objective::sft && i % 7 != 3 ? Loss::chunked : Loss::whole;
+      s.seq = 2048;
+      s.batch = 2;
+      s.gpus = l.gpus;
+      s.tp = l.tp;
+      s.pp = l.pp;
+      s.parallel = l.parallel;
+      if (l.pp > 1) s.microbatches = 2;
+      try {
+        out.push_back({fmt::format("generated-trl:{}:{}", i, l.name), settled(s)});
+      } catch (const std::exception&) {
+        out.push_back({fmt::format("generated-trl:{}:{}", i, l.name), s});
+      }
+      ++i;
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -283,6 +326,7 @@ int main(int argc, char** argv) {
   from_data_rows(entries);
   from_docs(entries);
   generated(entries, target);
+  generated_trl(entries);
   int planned = 0, refused = 0;
   for (const Entry& e : entries) {
     nlohmann::json line = {{"source", e.source}, {"setup", setup_to_json(e.setup)}};

@@ -1,0 +1,136 @@
+// Recipes read into settings (trainfit/recipe.hpp; docs/setup.md, "Recipes"): TRL CLI configs with
+// TRL's and transformers' defaults, every key used, ignored or refused by name.
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "trainfit/trainfit.hpp"
+
+namespace trainfit {
+namespace {
+
+std::map<std::string, std::string> settings_of(const Recipe& r) {
+  std::map<std::string, std::string> m;
+  for (const GivenSetting& g : r.settings) m[g.setting->key] = setting_text(*g.setting, g.value);
+  return m;
+}
+
+std::string error_of(std::string_view text, std::optional<Objective> objective = {}) {
+  try {
+    parse_recipe(text, "recipe.yaml", objective);
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Recipe, ATrlSftConfigTakesTrlsDefaultsForWhatItLeavesOut) {
+  const Recipe r = parse_recipe("model_name_or_path: Qwen/Qwen2.5-0.5B\ndataset_name: trl-lib/Capybara\n"
+                                "learning_rate: 2.0e-5\n",
+                                "sft.yaml");
+  EXPECT_EQ(r.kind, RecipeKind::trl);
+  const auto s = settings_of(r);
+  EXPECT_EQ(s.at("model"), "Qwen/Qwen2.5-0.5B");
+  EXPECT_EQ(s.at("trainer"), "trl");
+  EXPECT_EQ(s.at("method"), "full");
+  EXPECT_EQ(s.at("weights"), "fp32");  // ModelConfig's dtype default
+  EXPECT_EQ(s.at("amp"), "bf16");      // SFTConfig's bf16 default over fp32 weights
+  EXPECT_EQ(s.at("batch"), "8");       // TrainingArguments' per_device_train_batch_size
+  EXPECT_EQ(s.at("seq"), "1024");      // SFTConfig's max_length
+  EXPECT_EQ(s.at("optimizer"), "adamw");
+  EXPECT_EQ(r.ignored, (std::vector<std::string>{"dataset_name", "learning_rate"}));
+  // Resolved, the trainer's own defaults follow: checkpointing on, the chunked loss.
+  const TrainingSetup setup = resolve_setup(r.settings);
+  EXPECT_TRUE(setup.grad_ckpt);
+  EXPECT_EQ(setup.loss, Loss::chunked);
+}
+
+TEST(Recipe, PeftQuantisationAndTheTrainingArgumentsMapToSettings) {
+  const Recipe r = parse_recipe(R"(
+model_name_or_path: qwen2.5-7b
+dtype: bfloat16
+use_peft: true
+load_in_4bit: true
+use_bnb_nested_quant: true
+lora_r: 32
+lora_alpha: 64
+lora_dropout: 0.0
+lora_target_modules: [q_proj, k_proj, v_proj, o_proj]
+per_device_train_batch_size: 2
+gradient_accumulation_steps: 8
+gradient_checkpointing: false
+max_length: 4096
+optim: paged_adamw_8bit
+attn_implementation: flash_attention_2
+loss_type: nll
+)",
+                                "qlora.yaml");
+  const auto s = settings_of(r);
+  EXPECT_EQ(s.at("method"), "qlora");
+  EXPECT_EQ(s.at("weights"), "nf4");
+  EXPECT_EQ(s.at("double_quant"), "true");
+  EXPECT_EQ(s.at("rank"), "32");
+  EXPECT_EQ(s.at("lora_targets"), "q,k,v,o");
+  EXPECT_EQ(s.at("batch"), "2");
+  EXPECT_EQ(s.at("grad_accum"), "8");
+  EXPECT_EQ(s.at("grad_ckpt"), "false");
+  EXPECT_EQ(s.at("seq"), "4096");
+  EXPECT_EQ(s.at("optimizer"), "adamw-8bit");
+  EXPECT_EQ(s.at("attn"), "flash");
+  EXPECT_EQ(s.at("loss"), "whole");
+  EXPECT_EQ(s.count("amp"), 0u);  // bf16 autocast over a 4-bit base computing in bf16: nothing to cast
+  const TrainingSetup setup = resolve_setup(r.settings);
+  EXPECT_FALSE(setup.grad_ckpt);
+}
+
+TEST(Recipe, JsonIsReadAsYamlAndTheObjectiveNamesTheTrainer) {
+  const Recipe r = parse_recipe(R"({"model_name_or_path": "qwen2.5-0.5b", "dtype": "bfloat16", "use_peft": true, "beta": 0.04,
+                                    "num_generations": 4, "max_completion_length": 256, "per_device_train_batch_size": 4})",
+                                "grpo.json", Objective::grpo);
+  const auto s = settings_of(r);
+  EXPECT_EQ(s.at("objective"), "grpo");
+  EXPECT_EQ(s.at("generations"), "4");
+  EXPECT_EQ(s.at("completion_len"), "256");
+  EXPECT_EQ(s.at("seq"), "512");  // no prompt bound in the recipe: as long as the completion
+  EXPECT_EQ(s.at("reference"), "adapter-off");  // beta above 0 loads a reference
+  EXPECT_EQ(r.notes.size(), 1u);
+}
+
+TEST(Recipe, RefusesWhatItDoesNotPlanNamingTheKey) {
+  const std::string model = "model_name_or_path: qwen2.5-0.5b\n";
+  // Options not planned yet: refused when on, accepted when off (what is planned).
+  EXPECT_EQ(error_of(model + "packing: true\n"),
+            "recipe.yaml: packing: packing is not planned yet; plan without it (remove the key) for the step it replaces");
+  EXPECT_EQ(error_of(model + "packing: false\nuse_liger_kernel: false\n"), "");
+  EXPECT_NE(error_of(model + "use_liger_kernel: true\n").find("use_liger_kernel: Liger"), std::string::npos);
+  // A key trainfit neither plans nor ignores (a typo, or a field of another version).
+  EXPECT_NE(error_of(model + "per_device_train_batchsize: 4\n").find("unknown key of a TRL recipe 'per_device_train_batchsize'"),
+            std::string::npos);
+  // Values: the recipe's key, not trainfit's setting, is named.
+  EXPECT_EQ(error_of(model + "per_device_train_batch_size: 0\n"),
+            "recipe.yaml: per_device_train_batch_size: must be between 1 and 65536 (got 0)");
+  EXPECT_EQ(error_of(model + "per_device_train_batch_size: four\n"),
+            "recipe.yaml: per_device_train_batch_size: expected a whole number, not 'four'");
+  EXPECT_NE(error_of(model + "optim: lion_32bit\n").find("optim: optimizer 'lion_32bit' is not planned"), std::string::npos);
+  EXPECT_NE(error_of(model + "loss_type: dft\n").find("loss_type: loss_type 'dft' is not planned"), std::string::npos);
+  // The file as a whole.
+  EXPECT_EQ(error_of("learning_rate: 1e-5\n"), "recipe.yaml: a TRL recipe names its model with model_name_or_path");
+  EXPECT_EQ(error_of(model + "seed: 1\nseed: 2\n"), "recipe.yaml: key 'seed' is given twice");
+  EXPECT_EQ(error_of("- a\n- b\n"), "recipe.yaml: a recipe is a mapping of keys to values");
+  EXPECT_NE(error_of("model: [\n").find("recipe.yaml: not YAML (line"), std::string::npos);
+  EXPECT_NE(error_of("base_model: x\nmicro_batch_size: 2\n").find("axolotl"), std::string::npos);
+  EXPECT_NE(error_of("stage: sft\nfinetuning_type: lora\n").find("LLaMA-Factory"), std::string::npos);
+}
+
+TEST(Recipe, EveryKeyOfTheTableIsUsedIgnoredOrRefused) {
+  // The docs list this table; every key has one use, and no key is listed twice.
+  std::map<std::string, int> seen;
+  for (const RecipeKeyUse& k : trl_recipe_keys()) {
+    EXPECT_TRUE(k.use == "setting" || k.use == "ignored" || k.use == "refused") << k.key;
+    EXPECT_EQ(++seen[k.key], 1) << k.key;
+  }
+  EXPECT_GT(seen.size(), 100u);
+}
+
+}  // namespace
+}  // namespace trainfit
