@@ -1,10 +1,11 @@
 #pragma once
 // Recipes: the training configuration files people launch runs from, read in their own field
-// names into trainfit's settings (`--recipe FILE`; docs/setup.md, "Recipes"). A TRL CLI config
+// names into trainfit's settings (`--recipe FILE`; docs/setup.md, "Recipes"): a TRL CLI config
 // (`trl sft --config recipe.yaml`: TrainingArguments, the trainer's config and TRL's ModelConfig in
-// one flat YAML or JSON object) is read with TRL's and transformers' defaults for what it leaves
-// out. Every key either sets a setting, is ignored because it changes neither memory nor time
-// (learning rate, logging, datasets...), or is refused with an error that names it.
+// one flat YAML or JSON object), a LLaMA-Factory recipe (`llamafactory-cli train`) or an axolotl one
+// (`axolotl train`), each read with its project's defaults for what it leaves out. Every key either
+// sets a setting, is ignored because it changes neither memory nor time (learning rate, logging,
+// datasets...), or is refused with an error that names it.
 #include <optional>
 #include <string>
 #include <string_view>
@@ -33,13 +34,13 @@ struct Recipe {
 Recipe parse_recipe(std::string_view text, std::string_view source, std::optional<Objective> objective = {});
 Recipe load_recipe(const std::string& path, std::optional<Objective> objective = {});
 
-// The keys a TRL recipe may hold, each with what trainfit does with it: "setting" (and which),
-// "ignored" or "refused". For the docs and their test.
+// The keys a recipe of this kind may hold, each with what trainfit does with it: "setting" (and
+// which), "ignored" or "refused". For the docs and their test.
 struct RecipeKeyUse {
   std::string key;
   std::string use;  // "setting", "ignored", "refused"
   std::string what;  // the setting it sets, or why it is ignored or refused
 };
-std::vector<RecipeKeyUse> trl_recipe_keys();
+std::vector<RecipeKeyUse> recipe_keys(RecipeKind kind);
 
 }  // namespace trainfit

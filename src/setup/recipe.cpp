@@ -9,6 +9,7 @@
 #include <fstream>
 #include <map>
 #include <set>
+#include <span>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -36,6 +37,13 @@ struct Draft {
   std::optional<bool> bf16, fp16;
   std::optional<double> beta;
   std::optional<std::int64_t> max_prompt_length;
+  // LLaMA-Factory's and axolotl's fields that combine into settings.
+  std::string method = "lora";         // LLaMA-Factory's finetuning_type (default lora); axolotl's adapter ("" for none)
+  std::optional<std::int64_t> quantization_bit;
+  bool pure_bf16 = false;
+  bool double_quant = true;
+  bool target_linear = false;          // axolotl's lora_target_linear
+  bool reentrant_checkpointing = false;
   void set(std::string setting, SettingValue v, std::string_view from) {
     values[std::move(setting)] = {std::move(v), std::string(from)};
   }
@@ -108,7 +116,10 @@ std::string optimizer_setting(std::string_view key, const YAML::Node& n) {
   static const std::vector<std::pair<std::string_view, std::string_view>> kOptim{
       {"adamw_torch_fused", "adamw"},       {"adamw_torch", "adamw-foreach"},   {"adamw_hf", "adamw-foreach"},
       {"adamw_8bit", "adamw-8bit"},         {"adamw_bnb_8bit", "adamw-8bit"},   {"paged_adamw_8bit", "adamw-8bit"},
-      {"adafactor", "adafactor"},           {"sgd", "sgd"}};
+      {"adafactor", "adafactor"},           {"sgd", "sgd"},
+      // bitsandbytes' 32-bit (paged) AdamW keeps two fp32 states a parameter, as torch's does; the
+      // paging moves them to host memory only under pressure.
+      {"paged_adamw_32bit", "adamw"},       {"adamw_bnb_32bit", "adamw"}};
   for (const auto& [name, setting] : kOptim)
     if (s == name) return std::string(setting);
   std::vector<std::string_view> names;
@@ -265,7 +276,7 @@ const std::vector<KeyRule>& trl_rules() {
 
 // Keys that change neither memory nor time: what to learn, log, save and evaluate, the data's
 // source, the run's identity. The evaluation batch does not change the training step.
-constexpr std::string_view kIgnoredKeys[] = {
+constexpr std::string_view kTrlIgnoredKeys[] = {
     "env", "output_dir", "overwrite_output_dir", "run_name", "report_to", "logging_dir", "logging_steps",
     "logging_strategy", "logging_first_step", "logging_nan_inf_filter", "log_level", "log_level_replica",
     "disable_tqdm", "save_strategy", "save_steps", "save_total_limit", "save_only_model", "save_safetensors",
@@ -289,10 +300,6 @@ constexpr std::string_view kIgnoredKeys[] = {
     "prediction_loss_only", "resume_from_checkpoint", "ignore_data_skip", "use_cpu", "local_rank",
 };
 
-bool ignored_key(std::string_view key) {
-  return std::find(std::begin(kIgnoredKeys), std::end(kIgnoredKeys), key) != std::end(kIgnoredKeys);
-}
-
 // axolotl and LLaMA-Factory are told apart by keys only they write.
 RecipeKind kind_of(const YAML::Node& root) {
   for (const char* key : {"base_model", "micro_batch_size", "sequence_len", "sample_packing", "adapter"})
@@ -303,21 +310,26 @@ RecipeKind kind_of(const YAML::Node& root) {
 }
 
 // The settings a TRL recipe gives, with TRL's and transformers' defaults where it is silent.
-void read_trl(const YAML::Node& root, Draft& d, Recipe& out) {
-  const std::vector<KeyRule>& rules = trl_rules();
+// Each key of a recipe through its format's rules: used, ignored, or refused.
+void read_keys(const YAML::Node& root, const std::vector<KeyRule>& rules, std::span<const std::string_view> ignored,
+               std::string_view format, Draft& d, Recipe& out) {
   for (auto it = root.begin(); it != root.end(); ++it) {
     const std::string key = it->first.IsScalar() ? it->first.Scalar() : std::string();
     const auto rule = std::find_if(rules.begin(), rules.end(), [&](const KeyRule& r) { return r.key == key; });
     if (rule != rules.end()) {
       rule->apply(key, it->second, d);
-    } else if (ignored_key(key)) {
+    } else if (std::find(ignored.begin(), ignored.end(), key) != ignored.end()) {
       out.ignored.push_back(key);
     } else {
-      throw InputError(fmt::format("{}: unknown key of a TRL recipe {}; trainfit neither plans nor ignores it "
+      throw InputError(fmt::format("{}: unknown key of {} recipe {}; trainfit neither plans nor ignores it "
                                    "(docs/setup.md, \"Recipes\", lists the keys)",
-                                   out.source, detail::quoted(key)));
+                                   out.source, format, detail::quoted(key)));
     }
   }
+}
+
+void read_trl(const YAML::Node& root, Draft& d, Recipe& out) {
+  read_keys(root, trl_rules(), kTrlIgnoredKeys, "a TRL", d, out);
   if (!d.has("model")) throw InputError(fmt::format("{}: a TRL recipe names its model with model_name_or_path", out.source));
   d.set("trainer", std::string("trl"), "trl");
   d.set("objective", to_string(d.objective), "trl");
@@ -373,6 +385,352 @@ void read_trl(const YAML::Node& root, Draft& d, Recipe& out) {
     refuse("bf16", "false over 16-bit weights is not planned: TRL's chunked loss would then run its GEMMs in fp32");
 }
 
+
+// ---- LLaMA-Factory (`llamafactory-cli train recipe.yaml`; its hparams at commit ff6d4d12e) ----------
+
+std::string lf_attention(std::string_view key, const YAML::Node& n) {
+  const std::string s = detail::ascii_lower(scalar_of(key, n));
+  if (s == "auto" || s == "sdpa") return "sdpa";  // auto takes SDPA where torch has it
+  if (s == "fa2" || s == "fa3") return "flash";
+  if (s == "disabled" || s == "eager") return "eager";
+  refuse(key, fmt::format("flash_attn {} is not planned; planned: auto, sdpa, fa2, fa3, disabled", detail::quoted(s)));
+}
+
+const std::vector<KeyRule>& llama_factory_rules() {
+  static const std::vector<KeyRule> rules{
+      {"model_name_or_path", "setting", "model",
+       [](auto key, const auto& n, Draft& d) { d.set("model", scalar_of(key, n), key); }},
+      {"stage", "setting", "objective: sft, dpo, kto, rm (reward), ppo",
+       [](auto key, const auto& n, Draft& d) {
+         const std::string s = detail::ascii_lower(scalar_of(key, n));
+         if (s == "sft") d.objective = Objective::sft;
+         else if (s == "dpo") d.objective = Objective::dpo;
+         else if (s == "kto") d.objective = Objective::kto;
+         else if (s == "rm") d.objective = Objective::reward;
+         else if (s == "ppo") d.objective = Objective::ppo;
+         else refuse(key, fmt::format("stage {} is not planned; planned: sft, dpo, kto, rm, ppo", detail::quoted(s)));
+       }},
+      {"finetuning_type", "setting", "method: full or lora (qlora with quantization_bit)",
+       [](auto key, const auto& n, Draft& d) {
+         d.method = detail::ascii_lower(scalar_of(key, n));
+         if (d.method != "full" && d.method != "lora")
+           refuse(key, fmt::format("finetuning_type {} is not planned; planned: full, lora", detail::quoted(d.method)));
+       }},
+      {"quantization_bit", "setting", "method qlora: 4 (nf4 or fp4) or 8 (int8), bitsandbytes",
+       [](auto key, const auto& n, Draft& d) {
+         if (is_null(n)) return;
+         d.quantization_bit = int_of(key, n);
+         if (*d.quantization_bit != 4 && *d.quantization_bit != 8) refuse(key, "only 4 and 8 bits (bitsandbytes) are planned");
+       }},
+      {"quantization_method", "setting", "bnb only",
+       [](auto key, const auto& n, Draft&) {
+         if (detail::ascii_lower(scalar_of(key, n)) != "bnb") refuse(key, "only bitsandbytes (bnb) quantisation is planned");
+       }},
+      {"quantization_type", "setting", "weights nf4 or fp4",
+       [](auto key, const auto& n, Draft& d) {
+         d.quant_type = detail::ascii_lower(scalar_of(key, n));
+         if (d.quant_type != "nf4" && d.quant_type != "fp4") refuse(key, "expected nf4 or fp4");
+       }},
+      {"double_quantization", "setting", "double_quant (default true)",
+       [](auto key, const auto& n, Draft& d) { d.double_quant = bool_of(key, n); }},
+      {"lora_rank", "setting", "rank (default 8)", [](auto key, const auto& n, Draft& d) { d.set("rank", int_of(key, n), key); }},
+      {"lora_alpha", "setting", "lora_alpha (default 2 x rank)",
+       [](auto key, const auto& n, Draft& d) {
+         if (!is_null(n)) d.set("lora_alpha", number_of(key, n), key);
+       }},
+      {"lora_dropout", "setting", "lora_dropout (default 0)",
+       [](auto key, const auto& n, Draft& d) { d.set("lora_dropout", number_of(key, n), key); }},
+      {"lora_target", "setting", "lora_targets: all is all-linear (the default), else module names",
+       [](auto key, const auto& n, Draft& d) {
+         std::string t = list_text_of(key, n);
+         if (detail::ascii_lower(t) == "all") t = "all-linear";
+         d.set("lora_targets", t, key);
+       }},
+      {"cutoff_len", "setting", "seq (default 2048)", [](auto key, const auto& n, Draft& d) { d.set("seq", int_of(key, n), key); }},
+      {"per_device_train_batch_size", "setting", "batch (TrainingArguments' default 8)",
+       [](auto key, const auto& n, Draft& d) { d.set("batch", int_of(key, n), key); }},
+      {"gradient_accumulation_steps", "setting", "grad_accum",
+       [](auto key, const auto& n, Draft& d) { d.set("grad_accum", int_of(key, n), key); }},
+      {"disable_gradient_checkpointing", "setting", "grad_ckpt off (checkpointing is on by default)",
+       [](auto key, const auto& n, Draft& d) { d.set("grad_ckpt", !bool_of(key, n), key); }},
+      {"use_reentrant_gc", "setting", "reentrant checkpointing (default true), planned as non-reentrant",
+       [](auto key, const auto& n, Draft& d) { d.reentrant_checkpointing = bool_of(key, n); }},
+      {"flash_attn", "setting", "attn: auto and sdpa are sdpa, fa2 and fa3 flash, disabled eager",
+       [](auto key, const auto& n, Draft& d) { d.set("attn", lf_attention(key, n), key); }},
+      {"optim", "setting", "optimizer (transformers' default adamw_torch_fused)",
+       [](auto key, const auto& n, Draft& d) { d.set("optimizer", optimizer_setting(key, n), key); }},
+      {"bf16", "setting", "the compute dtype bf16: trainable parameters in fp32 under autocast",
+       [](auto key, const auto& n, Draft& d) { d.bf16 = bool_of(key, n); }},
+      {"fp16", "setting", "the compute dtype fp16", [](auto key, const auto& n, Draft& d) { d.fp16 = bool_of(key, n); }},
+      {"pure_bf16", "setting", "trainable parameters kept in bf16 (no fp32 copy)",
+       [](auto key, const auto& n, Draft& d) { d.pure_bf16 = bool_of(key, n); }},
+      {"enable_liger_kernel", "refused", "Liger's kernels",
+       [](auto key, const auto& n, Draft&) { off_only(key, n, "Liger's kernels (enable_liger_kernel)"); }},
+      {"use_unsloth", "refused", "Unsloth", [](auto key, const auto& n, Draft&) { off_only(key, n, "Unsloth"); }},
+      {"use_unsloth_gc", "refused", "Unsloth's checkpointing",
+       [](auto key, const auto& n, Draft&) { off_only(key, n, "Unsloth's checkpointing"); }},
+      {"packing", "refused", "packing", [](auto key, const auto& n, Draft&) { off_only(key, n, "packing"); }},
+      {"neat_packing", "refused", "packing without cross-attention",
+       [](auto key, const auto& n, Draft&) { off_only(key, n, "packing"); }},
+      {"use_dora", "refused", "DoRA", [](auto key, const auto& n, Draft&) { off_only(key, n, "DoRA (use_dora)"); }},
+      {"pissa_init", "refused", "PiSSA", [](auto key, const auto& n, Draft&) { off_only(key, n, "PiSSA initialisation"); }},
+      {"upcast_layernorm", "refused", "fp32 norm weights",
+       [](auto key, const auto& n, Draft&) { off_only(key, n, "fp32 norm weights (upcast_layernorm)"); }},
+      {"upcast_lmhead_output", "refused", "fp32 output-layer output",
+       [](auto key, const auto& n, Draft&) { off_only(key, n, "an fp32 output layer output"); }},
+      {"use_galore", "refused", "GaLore", [](auto key, const auto& n, Draft&) { off_only(key, n, "GaLore"); }},
+      {"use_badam", "refused", "BAdam", [](auto key, const auto& n, Draft&) { off_only(key, n, "BAdam"); }},
+      {"use_apollo", "refused", "APOLLO", [](auto key, const auto& n, Draft&) { off_only(key, n, "APOLLO"); }},
+      {"shift_attn", "refused", "shifted sparse attention", [](auto key, const auto& n, Draft&) { off_only(key, n, "S^2-Attn"); }},
+      {"deepspeed", "refused", "DeepSpeed: plan it with --gpus and --parallel",
+       [](auto key, const auto& n, Draft&) {
+         if (!is_null(n)) refuse(key, "a recipe's DeepSpeed config is not read yet; plan it with --gpus and --parallel zero1|zero2|zero3");
+       }},
+  };
+  return rules;
+}
+
+constexpr std::string_view kLlamaFactoryIgnoredKeys[] = {
+    "trust_remote_code", "do_train", "do_eval", "dataset", "eval_dataset", "dataset_dir", "template", "max_samples",
+    "preprocessing_num_workers", "dataloader_num_workers", "overwrite_cache", "tokenized_path", "streaming",
+    "buffer_size", "mix_strategy", "val_size", "output_dir", "logging_steps", "save_steps", "save_strategy",
+    "save_total_limit", "plot_loss", "overwrite_output_dir", "save_only_model", "report_to", "run_name",
+    "learning_rate", "num_train_epochs", "max_steps", "lr_scheduler_type", "warmup_ratio", "warmup_steps",
+    "weight_decay", "max_grad_norm", "seed", "ddp_timeout", "resume_from_checkpoint", "per_device_eval_batch_size",
+    "eval_strategy", "eval_steps", "pref_beta", "pref_loss", "pref_ftx", "simpo_gamma", "dpo_label_smoothing",
+    "kto_chosen_weight", "kto_rejected_weight", "adapter_name_or_path", "default_system", "enable_thinking",
+    "image_max_pixels", "video_max_pixels", "media_dir", "freeze_vision_tower", "freeze_multi_modal_projector",
+    "rope_scaling", "hub_model_id", "push_to_hub", "logging_dir", "train_on_prompt", "mask_history",
+    "additional_target", "export_dir", "export_size", "export_device", "export_legacy_format", "cache_dir",
+};
+
+void read_llama_factory(const YAML::Node& root, Draft& d, Recipe& out) {
+  d.reentrant_checkpointing = true;  // ModelArguments.use_reentrant_gc
+  read_keys(root, llama_factory_rules(), kLlamaFactoryIgnoredKeys, "a LLaMA-Factory", d, out);
+  if (!d.has("model"))
+    throw InputError(fmt::format("{}: a LLaMA-Factory recipe names its model with model_name_or_path", out.source));
+  // LLaMA-Factory trains through transformers' Trainer (its CustomSeq2SeqTrainer): the whole loss.
+  d.set("trainer", std::string("transformers"), "stage");
+  d.set("objective", to_string(d.objective), "stage");
+  const bool fp16 = d.fp16.value_or(false), bf16 = d.bf16.value_or(false) || d.pure_bf16;
+  const std::string compute = bf16 ? "bf16" : fp16 ? "fp16" : "fp32";
+  if (d.quantization_bit) {
+    if (d.method != "lora") refuse("quantization_bit", "a quantised base trains only with finetuning_type lora");
+    d.set("method", std::string("qlora"), "quantization_bit");
+    d.set("weights", *d.quantization_bit == 8 ? std::string("int8") : d.quant_type, "quantization_bit");
+    d.set("double_quant", d.double_quant, "double_quantization");
+    if (compute != "fp32") d.set("compute_dtype", compute, bf16 ? "bf16" : "fp16");
+  } else if (d.method == "full") {
+    d.set("method", std::string("full"), "finetuning_type");
+    // The model loads in the compute dtype, then its trainable parameters are cast to fp32 unless
+    // pure_bf16 (model/adapter.py, cast_trainable_params_to_fp32): fp32 weights under autocast.
+    if (d.pure_bf16 || compute == "fp32") {
+      d.set("weights", d.pure_bf16 ? std::string("bf16") : std::string("fp32"), "pure_bf16");
+    } else {
+      d.set("weights", std::string("fp32"), "bf16");
+      d.set("amp", compute, bf16 ? "bf16" : "fp16");
+    }
+  } else {
+    d.set("method", std::string("lora"), "finetuning_type");
+    d.set("weights", compute, bf16 ? "bf16" : fp16 ? "fp16" : "finetuning_type");
+    // The adapters are cast to fp32 unless pure_bf16.
+    if (d.pure_bf16) d.set("adapter_dtype", std::string("bf16"), "pure_bf16");
+  }
+  if (d.method != "full") {
+    if (!d.has("rank")) d.set("rank", std::int64_t{8}, "lora_rank");
+    if (!d.has("lora_dropout")) d.set("lora_dropout", 0.0, "lora_dropout");
+    if (!d.has("lora_targets")) d.set("lora_targets", std::string("all-linear"), "lora_target");
+  } else {
+    for (const char* lora_key : {"rank", "lora_alpha", "lora_dropout", "lora_targets"}) d.values.erase(lora_key);
+  }
+  if (!d.has("grad_ckpt")) d.set("grad_ckpt", true, "disable_gradient_checkpointing");
+  if (!d.has("seq")) d.set("seq", std::int64_t{2048}, "cutoff_len");
+  if (!d.has("batch")) d.set("batch", std::int64_t{8}, "per_device_train_batch_size");
+  if (!d.has("optimizer")) d.set("optimizer", std::string("adamw"), "optim");
+  if (d.has("grad_ckpt") && std::get<bool>(d.values.at("grad_ckpt").first) && d.reentrant_checkpointing)
+    d.notes.push_back("use_reentrant_gc (on by default) is planned as non-reentrant checkpointing: the same tensors "
+                      "are kept; the hooks' host time is counted");
+}
+
+// ---- axolotl (`axolotl train recipe.yaml`; its schemas at commit 067b021c8) ------------------------
+
+const std::vector<KeyRule>& axolotl_rules() {
+  static const std::vector<KeyRule> rules{
+      {"base_model", "setting", "model", [](auto key, const auto& n, Draft& d) { d.set("model", scalar_of(key, n), key); }},
+      {"adapter", "setting", "method: lora or qlora; none is full fine-tuning",
+       [](auto key, const auto& n, Draft& d) {
+         d.method = is_null(n) ? std::string() : detail::ascii_lower(scalar_of(key, n));
+         if (!d.method.empty() && d.method != "lora" && d.method != "qlora")
+           refuse(key, fmt::format("adapter {} is not planned; planned: lora, qlora", detail::quoted(d.method)));
+       }},
+      {"rl", "setting", "objective: dpo, kto, orpo, grpo",
+       [](auto key, const auto& n, Draft& d) {
+         if (is_null(n)) return;
+         const std::string s = detail::ascii_lower(scalar_of(key, n));
+         if (s == "dpo") d.objective = Objective::dpo;
+         else if (s == "kto") d.objective = Objective::kto;
+         else if (s == "orpo") d.objective = Objective::orpo;
+         else if (s == "grpo") d.objective = Objective::grpo;
+         else refuse(key, fmt::format("rl {} is not planned; planned: dpo, kto, orpo, grpo", detail::quoted(s)));
+       }},
+      {"reward_model", "setting", "objective reward",
+       [](auto key, const auto& n, Draft& d) {
+         if (!is_null(n) && bool_of(key, n)) d.objective = Objective::reward;
+       }},
+      {"load_in_4bit", "setting", "weights nf4 (with adapter qlora)",
+       [](auto key, const auto& n, Draft& d) { d.load_in_4bit = !is_null(n) && bool_of(key, n); }},
+      {"load_in_8bit", "setting", "weights int8", [](auto key, const auto& n, Draft& d) { d.load_in_8bit = !is_null(n) && bool_of(key, n); }},
+      {"lora_r", "setting", "rank", [](auto key, const auto& n, Draft& d) { d.set("rank", int_of(key, n), key); }},
+      {"lora_alpha", "setting", "lora_alpha",
+       [](auto key, const auto& n, Draft& d) {
+         if (!is_null(n)) d.set("lora_alpha", number_of(key, n), key);
+       }},
+      {"lora_dropout", "setting", "lora_dropout (default 0)",
+       [](auto key, const auto& n, Draft& d) { d.set("lora_dropout", number_of(key, n), key); }},
+      {"lora_target_modules", "setting", "lora_targets",
+       [](auto key, const auto& n, Draft& d) {
+         if (!is_null(n)) d.set("lora_targets", list_text_of(key, n), key);
+       }},
+      {"lora_target_linear", "setting", "lora_targets all-linear",
+       [](auto key, const auto& n, Draft& d) { d.target_linear = !is_null(n) && bool_of(key, n); }},
+      {"sequence_len", "setting", "seq (default 512)", [](auto key, const auto& n, Draft& d) { d.set("seq", int_of(key, n), key); }},
+      {"micro_batch_size", "setting", "batch (default 1)", [](auto key, const auto& n, Draft& d) { d.set("batch", int_of(key, n), key); }},
+      {"gradient_accumulation_steps", "setting", "grad_accum",
+       [](auto key, const auto& n, Draft& d) { d.set("grad_accum", int_of(key, n), key); }},
+      {"gradient_checkpointing", "setting", "grad_ckpt (default off); offload is refused",
+       [](auto key, const auto& n, Draft& d) {
+         if (is_null(n)) return;
+         const std::string s = detail::ascii_lower(scalar_of(key, n));
+         if (s == "offload" || s == "offload_disk") refuse(key, "activation offloading is not planned yet");
+         d.set("grad_ckpt", bool_of(key, n), key);
+       }},
+      {"gradient_checkpointing_kwargs", "setting", "use_reentrant: planned as non-reentrant",
+       [](auto key, const auto& n, Draft& d) {
+         if (n.IsMap() && n["use_reentrant"] && !is_null(n["use_reentrant"]))
+           d.reentrant_checkpointing = bool_of(key, n["use_reentrant"]);
+       }},
+      {"bf16", "setting", "the model's dtype bf16 (auto: bf16 where the card has it)",
+       [](auto key, const auto& n, Draft& d) {
+         if (is_null(n)) return;
+         d.bf16 = detail::ascii_lower(scalar_of(key, n)) == "auto" || bool_of(key, n);
+       }},
+      {"fp16", "setting", "the model's dtype fp16",
+       [](auto key, const auto& n, Draft& d) { d.fp16 = !is_null(n) && bool_of(key, n); }},
+      {"tf32", "ignored", "TF32 for fp32 matmuls: planned GEMMs are bf16",
+       [](auto key, const auto& n, Draft&) {
+         if (!is_null(n) && detail::ascii_lower(scalar_of(key, n)) != "auto") (void)bool_of(key, n);
+       }},
+      {"attn_implementation", "setting", "attn",
+       [](auto key, const auto& n, Draft& d) {
+         if (!is_null(n)) d.set("attn", attention_setting(key, n), key);
+       }},
+      {"flash_attention", "setting", "attn flash",
+       [](auto key, const auto& n, Draft& d) {
+         if (!is_null(n) && bool_of(key, n)) d.set("attn", std::string("flash"), key);
+       }},
+      {"sdp_attention", "setting", "attn sdpa",
+       [](auto key, const auto& n, Draft& d) {
+         if (!is_null(n) && bool_of(key, n)) d.set("attn", std::string("sdpa"), key);
+       }},
+      {"eager_attention", "setting", "attn eager",
+       [](auto key, const auto& n, Draft& d) {
+         if (!is_null(n) && bool_of(key, n)) d.set("attn", std::string("eager"), key);
+       }},
+      {"optimizer", "setting", "optimizer (default adamw_torch_fused)",
+       [](auto key, const auto& n, Draft& d) { d.set("optimizer", optimizer_setting(key, n), key); }},
+      {"sample_packing", "refused", "sample packing", [](auto key, const auto& n, Draft&) { off_only(key, n, "sample packing"); }},
+      {"xformers_attention", "refused", "xformers attention",
+       [](auto key, const auto& n, Draft&) { off_only(key, n, "xformers attention"); }},
+      {"flex_attention", "refused", "flex attention", [](auto key, const auto& n, Draft&) { off_only(key, n, "flex attention"); }},
+      {"activation_offloading", "refused", "activation offloading",
+       [](auto key, const auto& n, Draft&) { off_only(key, n, "activation offloading"); }},
+      {"torch_compile", "refused", "torch.compile", [](auto key, const auto& n, Draft&) { off_only(key, n, "torch.compile"); }},
+      {"peft_use_dora", "refused", "DoRA", [](auto key, const auto& n, Draft&) { off_only(key, n, "DoRA (peft_use_dora)"); }},
+      {"cut_cross_entropy", "refused", "Cut Cross Entropy",
+       [](auto key, const auto& n, Draft&) { off_only(key, n, "Cut Cross Entropy"); }},
+      {"liger_fused_linear_cross_entropy", "refused", "Liger's fused linear cross-entropy",
+       [](auto key, const auto& n, Draft&) { off_only(key, n, "Liger's kernels"); }},
+      {"plugins", "refused", "plugins (Liger, Cut Cross Entropy, ...)",
+       [](auto key, const auto& n, Draft&) {
+         if (!is_null(n) && !(n.IsSequence() && n.size() == 0)) refuse(key, "axolotl's plugins are not planned yet");
+       }},
+      {"lora_modules_to_save", "refused", "modules trained whole beside the adapters",
+       [](auto key, const auto& n, Draft&) {
+         if (!is_null(n) && !(n.IsSequence() && n.size() == 0)) refuse(key, "modules trained whole beside LoRA are not planned yet");
+       }},
+      {"deepspeed", "refused", "DeepSpeed: plan it with --gpus and --parallel",
+       [](auto key, const auto& n, Draft&) {
+         if (!is_null(n)) refuse(key, "a recipe's DeepSpeed config is not read yet; plan it with --gpus and --parallel zero1|zero2|zero3");
+       }},
+      {"fsdp", "refused", "FSDP: plan it with --gpus and --parallel fsdp",
+       [](auto key, const auto& n, Draft&) {
+         if (!is_null(n) && !(n.IsSequence() && n.size() == 0)) refuse(key, "a recipe's FSDP is not read yet; plan it with --gpus and --parallel fsdp");
+       }},
+      {"fsdp_config", "refused", "FSDP: plan it with --gpus and --parallel fsdp",
+       [](auto key, const auto& n, Draft&) {
+         if (!is_null(n) && !(n.IsMap() && n.size() == 0)) refuse(key, "a recipe's FSDP is not read yet; plan it with --gpus and --parallel fsdp");
+       }},
+  };
+  return rules;
+}
+
+constexpr std::string_view kAxolotlIgnoredKeys[] = {
+    "base_model_config", "model_type", "tokenizer_type", "tokenizer_config", "tokenizer_use_fast", "trust_remote_code",
+    "is_llama_derived_model", "is_mistral_derived_model", "is_qwen_derived_model", "strict", "datasets",
+    "test_datasets", "dataset_prepared_path", "dataset_processes", "shuffle_merged_datasets", "val_set_size",
+    "chat_template", "default_system_message", "special_tokens", "tokens", "train_on_inputs", "group_by_length",
+    "pad_to_sequence_len", "eval_sample_packing", "output_dir", "hub_model_id", "wandb_project", "wandb_entity",
+    "wandb_watch", "wandb_name", "wandb_log_model", "mlflow_tracking_uri", "use_tensorboard", "num_epochs",
+    "max_steps", "learning_rate", "lr_scheduler", "lr_scheduler_kwargs", "warmup_steps", "warmup_ratio",
+    "cosine_min_lr_ratio", "weight_decay", "max_grad_norm", "adam_beta1", "adam_beta2", "adam_epsilon",
+    "logging_steps", "evals_per_epoch", "eval_steps", "eval_strategy", "saves_per_epoch", "save_steps",
+    "save_strategy", "save_total_limit", "save_safetensors", "save_first_step", "early_stopping_patience",
+    "resume_from_checkpoint", "auto_resume_from_checkpoints", "local_rank", "debug", "seed", "eval_table_size",
+    "eval_max_new_tokens", "loss_watchdog_threshold", "loss_watchdog_patience", "load_best_model_at_end",
+    "lora_fan_in_fan_out", "lora_model_dir", "gptq", "embeddings_skip_upcast", "xformers", "s2_attention",
+    "include_tokens_per_second", "dataloader_num_workers", "dataloader_pin_memory", "dataloader_prefetch_factor",
+    "remove_unused_columns", "skip_prepare_dataset", "sequence_len_overflow_handling", "excess_length_strategy",
+    "beta", "rl_beta", "dpo_beta", "trl", "bfloat16", "float16",
+};
+
+void read_axolotl(const YAML::Node& root, Draft& d, Recipe& out) {
+  d.method.clear();  // no adapter: full fine-tuning
+  read_keys(root, axolotl_rules(), kAxolotlIgnoredKeys, "an axolotl", d, out);
+  if (!d.has("model")) throw InputError(fmt::format("{}: an axolotl recipe names its model with base_model", out.source));
+  // axolotl trains through its AxolotlTrainer, transformers' Trainer: the whole loss.
+  d.set("trainer", std::string("transformers"), "rl");
+  d.set("objective", to_string(d.objective), "rl");
+  if (d.method.empty())
+    refuse("adapter", "full fine-tuning under axolotl keeps the embedding and output layer in fp32 "
+                      "(_configure_embedding_dtypes), which is not planned yet; plan it with trainfit's flags");
+  // bf16 "auto" (the default) is bf16 on a card that has it: the model loads in its torch_dtype.
+  const bool fp16 = d.fp16.value_or(false), bf16 = !fp16 && d.bf16.value_or(true);
+  const std::string compute = bf16 ? "bf16" : fp16 ? "fp16" : "fp32";
+  if (d.load_in_4bit || d.load_in_8bit) {
+    d.set("method", std::string("qlora"), "adapter");
+    // axolotl's BitsAndBytesConfig: NF4, double quantisation, the torch dtype to compute in; after
+    // prepare_model_for_kbit_training it casts the norms and embeddings back to the torch dtype.
+    d.set("weights", std::string(d.load_in_8bit ? "int8" : "nf4"), d.load_in_8bit ? "load_in_8bit" : "load_in_4bit");
+    d.set("double_quant", true, "load_in_4bit");
+    if (compute != "fp32") d.set("compute_dtype", compute, "bf16");
+  } else {
+    if (d.method == "qlora") refuse("adapter", "qlora needs load_in_4bit: true");
+    d.set("method", std::string("lora"), "adapter");
+    d.set("weights", compute, "bf16");
+  }
+  if (!d.has("rank")) refuse("lora_r", "an adapter needs lora_r");
+  if (d.target_linear) d.set("lora_targets", std::string("all-linear"), "lora_target_linear");
+  if (!d.has("lora_targets"))
+    refuse("lora_target_modules", "name the adapted modules (or lora_target_linear: true)");
+  if (!d.has("lora_dropout")) d.set("lora_dropout", 0.0, "lora_dropout");
+  if (!d.has("seq")) d.set("seq", std::int64_t{512}, "sequence_len");
+  if (!d.has("batch")) d.set("batch", std::int64_t{1}, "micro_batch_size");
+  if (!d.has("optimizer")) d.set("optimizer", std::string("adamw"), "optimizer");
+  if (d.has("grad_ckpt") && std::get<bool>(d.values.at("grad_ckpt").first) && d.reentrant_checkpointing)
+    d.notes.push_back("use_reentrant: true is planned as non-reentrant checkpointing: the same tensors are kept; the "
+                      "hooks' host time is counted");
+}
+
 }  // namespace
 
 std::string to_string(RecipeKind k) {
@@ -403,16 +761,16 @@ Recipe parse_recipe(std::string_view text, std::string_view source, std::optiona
       throw InputError(fmt::format("{}: key {} is given twice", source, detail::quoted(it->first.Scalar())));
   }
   out.kind = kind_of(root);
-  if (out.kind != RecipeKind::trl)
-    throw InputError(fmt::format("{}: this looks like an {} recipe, which trainfit does not read yet; a TRL recipe "
-                                 "(`trl sft --config`) is read",
-                                 source, out.kind == RecipeKind::axolotl ? "axolotl" : "LLaMA-Factory"));
   Draft d;
   d.objective = objective.value_or(Objective::sft);
   // An error about a value names the file and the recipe's own key, not trainfit's setting.
   std::string_view key;
   try {
-    read_trl(root, d, out);
+    switch (out.kind) {
+      case RecipeKind::trl: read_trl(root, d, out); break;
+      case RecipeKind::axolotl: read_axolotl(root, d, out); break;
+      case RecipeKind::llama_factory: read_llama_factory(root, d, out); break;
+    }
     // Each value checked against its setting's row.
     for (auto& [setting_key, entry] : d.values) {
       const Setting* s = find_setting(setting_key);
@@ -448,10 +806,17 @@ Recipe load_recipe(const std::string& path, std::optional<Objective> objective) 
   return parse_recipe(text, path, objective);
 }
 
-std::vector<RecipeKeyUse> trl_recipe_keys() {
+std::vector<RecipeKeyUse> recipe_keys(RecipeKind kind) {
+  const std::vector<KeyRule>& rules = kind == RecipeKind::trl       ? trl_rules()
+                                      : kind == RecipeKind::axolotl ? axolotl_rules()
+                                                                    : llama_factory_rules();
+  using Keys = std::span<const std::string_view>;
+  const Keys ignored = kind == RecipeKind::trl       ? Keys(kTrlIgnoredKeys)
+                       : kind == RecipeKind::axolotl ? Keys(kAxolotlIgnoredKeys)
+                                                     : Keys(kLlamaFactoryIgnoredKeys);
   std::vector<RecipeKeyUse> out;
-  for (const KeyRule& r : trl_rules()) out.push_back({std::string(r.key), std::string(r.use), std::string(r.what)});
-  for (std::string_view k : kIgnoredKeys) out.push_back({std::string(k), "ignored", "changes neither memory nor time"});
+  for (const KeyRule& r : rules) out.push_back({std::string(r.key), std::string(r.use), std::string(r.what)});
+  for (std::string_view k : ignored) out.push_back({std::string(k), "ignored", "changes neither memory nor time"});
   return out;
 }
 

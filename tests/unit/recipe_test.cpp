@@ -118,18 +118,112 @@ TEST(Recipe, RefusesWhatItDoesNotPlanNamingTheKey) {
   EXPECT_EQ(error_of(model + "seed: 1\nseed: 2\n"), "recipe.yaml: key 'seed' is given twice");
   EXPECT_EQ(error_of("- a\n- b\n"), "recipe.yaml: a recipe is a mapping of keys to values");
   EXPECT_NE(error_of("model: [\n").find("recipe.yaml: not YAML (line"), std::string::npos);
-  EXPECT_NE(error_of("base_model: x\nmicro_batch_size: 2\n").find("axolotl"), std::string::npos);
-  EXPECT_NE(error_of("stage: sft\nfinetuning_type: lora\n").find("LLaMA-Factory"), std::string::npos);
 }
 
-TEST(Recipe, EveryKeyOfTheTableIsUsedIgnoredOrRefused) {
-  // The docs list this table; every key has one use, and no key is listed twice.
-  std::map<std::string, int> seen;
-  for (const RecipeKeyUse& k : trl_recipe_keys()) {
-    EXPECT_TRUE(k.use == "setting" || k.use == "ignored" || k.use == "refused") << k.key;
-    EXPECT_EQ(++seen[k.key], 1) << k.key;
+TEST(Recipe, EveryKeyOfEachTableIsUsedIgnoredOrRefused) {
+  // The docs list these tables; every key has one use, and no key is listed twice.
+  for (const RecipeKind kind : {RecipeKind::trl, RecipeKind::llama_factory, RecipeKind::axolotl}) {
+    std::map<std::string, int> seen;
+    for (const RecipeKeyUse& k : recipe_keys(kind)) {
+      EXPECT_TRUE(k.use == "setting" || k.use == "ignored" || k.use == "refused") << k.key;
+      EXPECT_EQ(++seen[k.key], 1) << to_string(kind) << ": " << k.key;
+    }
+    EXPECT_GT(seen.size(), 50u) << to_string(kind);
   }
-  EXPECT_GT(seen.size(), 100u);
+}
+
+TEST(Recipe, ALlamaFactoryRecipeAsItsExamplesWriteIt) {
+  // examples/train_lora/qwen3_lora_sft.yaml of LLaMA-Factory (ff6d4d12e), its model a built-in's.
+  const Recipe r = parse_recipe(R"(### model
+model_name_or_path: Qwen/Qwen2.5-7B
+trust_remote_code: true
+### method
+stage: sft
+do_train: true
+finetuning_type: lora
+lora_rank: 8
+lora_target: all
+### dataset
+dataset: identity,alpaca_en_demo
+template: qwen3_nothink
+cutoff_len: 2048
+max_samples: 1000
+### train
+per_device_train_batch_size: 1
+gradient_accumulation_steps: 8
+learning_rate: 1.0e-4
+bf16: true
+resume_from_checkpoint: null
+)",
+                                "lf.yaml");
+  EXPECT_EQ(r.kind, RecipeKind::llama_factory);
+  const auto s = settings_of(r);
+  EXPECT_EQ(s.at("trainer"), "transformers");
+  EXPECT_EQ(s.at("method"), "lora");
+  EXPECT_EQ(s.at("weights"), "bf16");
+  EXPECT_EQ(s.at("rank"), "8");
+  EXPECT_EQ(s.at("lora_dropout"), "0");  // LLaMA-Factory's default, not PEFT's
+  EXPECT_EQ(s.at("lora_targets"), "all-linear");
+  EXPECT_EQ(s.at("grad_ckpt"), "true");  // on unless disable_gradient_checkpointing
+  EXPECT_EQ(s.at("seq"), "2048");
+  EXPECT_EQ(s.at("batch"), "1");
+  EXPECT_EQ(s.at("grad_accum"), "8");
+  EXPECT_EQ(r.notes.size(), 1u);  // reentrant checkpointing planned as non-reentrant
+  // Full fine-tuning: the trainable parameters are cast to fp32 under bf16 autocast; 4-bit: QLoRA.
+  const auto full = settings_of(parse_recipe("model_name_or_path: qwen2.5-0.5b\nstage: sft\nfinetuning_type: full\nbf16: true\n", "f.yaml"));
+  EXPECT_EQ(full.at("weights"), "fp32");
+  EXPECT_EQ(full.at("amp"), "bf16");
+  const auto q = settings_of(parse_recipe("model_name_or_path: qwen2.5-7b\nstage: dpo\nquantization_bit: 4\nbf16: true\n", "q.yaml"));
+  EXPECT_EQ(q.at("method"), "qlora");
+  EXPECT_EQ(q.at("weights"), "nf4");
+  EXPECT_EQ(q.at("objective"), "dpo");
+  EXPECT_NE(error_of("model_name_or_path: x\nstage: pt\n").find("stage 'pt' is not planned"), std::string::npos);
+}
+
+TEST(Recipe, AnAxolotlRecipeAsItsExamplesWriteIt) {
+  const Recipe r = parse_recipe(R"(base_model: mistralai/Mistral-7B-v0.1
+load_in_8bit: false
+load_in_4bit: true
+datasets:
+  - path: mhenrichsen/alpaca_2k_test
+    type: alpaca
+val_set_size: 0.1
+output_dir: ./outputs/qlora-out
+adapter: qlora
+sequence_len: 4096
+pad_to_sequence_len: true
+lora_r: 32
+lora_alpha: 16
+lora_dropout: 0.05
+lora_target_linear: true
+gradient_accumulation_steps: 4
+micro_batch_size: 2
+num_epochs: 1
+optimizer: adamw_bnb_8bit
+lr_scheduler: cosine
+learning_rate: 0.0002
+bf16: auto
+tf32: false
+gradient_checkpointing: true
+flash_attention: true
+)",
+                                "ax.yaml");
+  EXPECT_EQ(r.kind, RecipeKind::axolotl);
+  const auto s = settings_of(r);
+  EXPECT_EQ(s.at("model"), "mistralai/Mistral-7B-v0.1");
+  EXPECT_EQ(s.at("method"), "qlora");
+  EXPECT_EQ(s.at("weights"), "nf4");
+  EXPECT_EQ(s.at("lora_targets"), "all-linear");
+  EXPECT_EQ(s.at("seq"), "4096");
+  EXPECT_EQ(s.at("batch"), "2");
+  EXPECT_EQ(s.at("optimizer"), "adamw-8bit");
+  EXPECT_EQ(s.at("attn"), "flash");
+  EXPECT_EQ(s.at("grad_ckpt"), "true");
+  EXPECT_EQ(s.at("trainer"), "transformers");
+  EXPECT_NE(error_of("base_model: qwen2.5-0.5b\nlora_r: 8\nsample_packing: true\n").find("sample_packing: sample packing is not planned"),
+            std::string::npos);
+  EXPECT_NE(error_of("base_model: qwen2.5-0.5b\nmicro_batch_size: 1\n").find("adapter: full fine-tuning under axolotl"),
+            std::string::npos);
 }
 
 }  // namespace
