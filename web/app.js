@@ -123,6 +123,42 @@
     document.body.dataset.snapshots = String(Number(document.body.dataset.snapshots || 0) + 1);
   }
 
+  // A pasted recipe: the server reads it as `plan --recipe` does (with the card shown, and the
+  // objective when one is chosen); its setup then sets every control, so the plan drawn from the
+  // controls is the recipe's, and the keys it ignored or the readings it made are listed.
+  async function readRecipe() {
+    const out = $("recipe-report");
+    out.textContent = "reading the recipe...";
+    try {
+      const b = {recipe: $("recipe").value};
+      for (const key of ["gpu", "vram", "objective"]) if (given.has(key)) b[key] = given.get(key);
+      const response = await fetch("/api/plan", {method: "POST", headers: {"Content-Type": "application/json"}, body: JSON.stringify(b)});
+      const plan = await response.json();
+      if (!response.ok) throw new Error(plan.error || response.statusText);
+      given.clear();
+      for (const [key, value] of Object.entries(plan.setup)) {
+        if (hidden.has(key) || !schema.properties[key]) continue;
+        const text = value === true ? "on" : value === false ? "off" : value === null ? "none" : Array.isArray(value) ? value.join(",") : String(value);
+        given.set(key, key === "model" ? plan.model.name : text);  // the built-in the recipe's Hub id names
+      }
+      for (const key of Object.keys(schema.properties)) {
+        const input = $("setting-" + key);
+        if (input) input.value = given.get(key) || "";
+      }
+      $("config-json").value = "";
+      $("setting-model").disabled = false;
+      out.textContent = "";
+      C.html("p", {class: "note"}, `read: ${plan.summary}`, out);
+      for (const w of plan.warnings || []) C.html("p", {class: "note"}, w, out);
+      refreshApplies();
+      await recompute();
+    } catch (e) {
+      out.textContent = "";
+      C.html("p", {class: "error"}, e.message, out);
+    }
+    document.body.dataset.recipes = String(Number(document.body.dataset.recipes || 0) + 1);
+  }
+
   function schedule() {
     clearTimeout(timer);
     timer = setTimeout(recompute, 15);
@@ -210,6 +246,7 @@
       $("setting-model").disabled = !!$("config-json").value.trim();
       schedule();
     });
+    $("recipe-button").addEventListener("click", readRecipe);
     $("advise-button").addEventListener("click", async () => {
       $("advice").textContent = "searching...";
       try {

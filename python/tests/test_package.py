@@ -57,6 +57,13 @@ class PlanIsWhatTheCommandPrints(unittest.TestCase):
         finally:
             os.unlink(f.name)
 
+    def test_a_recipe_by_its_path_or_its_text(self):
+        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "recipes", "trl-sft-qlora-7b.yaml")
+        want = json.loads(cli("plan", "--recipe", path, "--gpu", "rtx-4090", "--batch", "1", "--format", "json"))
+        self.assertEqual(trainfit.plan(recipe=path, gpu="rtx-4090", batch=1).json, want)
+        with open(path) as f:
+            self.assertEqual(trainfit.plan(recipe=f.read(), gpu="rtx-4090", batch=1).json, want)
+
     def test_renderings_are_the_commands(self):
         p = trainfit.plan(model="qwen2.5-1.5b", gpu="rtx-4090", method="full", seq=1024)
         args = ["plan", "--model", "qwen2.5-1.5b", "--gpu", "rtx-4090", "--method", "full", "--seq", "1024"]

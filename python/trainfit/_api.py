@@ -62,7 +62,8 @@ def setup_of(setup=None, **settings):
     """The request body for a setup: `setup` is a dict of settings, a plan as trainfit writes it
     (its "setup" is taken), or the path of a JSON file holding either; `settings` (the schema's keys)
     are laid over it, and a None value leaves a setting at its default. A model that is a folder
-    holding config.json, or a config.json path, is sent as that config (config_json)."""
+    holding config.json, or a config.json path, is sent as that config (config_json); a recipe
+    (TRL, LLaMA-Factory or axolotl) is sent as its text, whether given as a path or as text."""
     body = {}
     if setup is not None:
         if isinstance(setup, (str, os.PathLike)):
@@ -80,6 +81,10 @@ def setup_of(setup=None, **settings):
         path = os.path.join(model, "config.json") if os.path.isdir(model) else model
         del body["model"]
         body["config_json"] = _read_json_file(path)
+    recipe = body.get("recipe")  # a recipe file's path, or its text (`--recipe`)
+    if isinstance(recipe, os.PathLike) or (isinstance(recipe, str) and "\n" not in recipe and os.path.isfile(recipe)):
+        with open(recipe) as f:
+            body["recipe"] = f.read()
     config = body.get("config_json")
     if isinstance(config, os.PathLike) or (isinstance(config, str) and not config.lstrip().startswith("{")):
         body["config_json"] = _read_json_file(config)

@@ -3,6 +3,7 @@
 // so the page and the command line cannot disagree. Nothing here reads a file: a model is a
 // built-in name or a pasted config.json, a card a catalogue name or a memory size.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <charconv>
@@ -109,6 +110,7 @@ std::int64_t integer_of(const Input& in) {
 struct Inputs {
   std::vector<Input> items;
   std::optional<std::string> config_json;  // a pasted config.json's text
+  std::optional<std::string> recipe;       // a pasted training recipe's text (`--recipe`)
 };
 
 Inputs read_inputs(const Request& r, const Limits& limits) {
@@ -139,6 +141,11 @@ Inputs read_inputs(const Request& r, const Limits& limits) {
   if (body.size() > limits.max_parameters)
     throw RequestError(400, fmt::format("{} keys: at most {} are read", body.size(), limits.max_parameters));
   for (auto& [key, value] : body.items()) {
+    if (key == "recipe") {
+      if (!value.is_string()) throw RequestError(400, "recipe: must be the recipe file's text (YAML or JSON)");
+      out.recipe = value.get<std::string>();
+      continue;
+    }
     if (key == "config_json") {
       if (value.is_object())
         out.config_json = value.dump();
@@ -190,6 +197,7 @@ struct Asked {
   std::vector<GivenSetting> given;
   std::vector<Input> options;
   std::string gpu_text, method_text;  // advise: "any" or a list may stand here
+  std::vector<std::string> recipe_lines;  // a pasted recipe's ignored keys and readings (plan warnings)
 };
 
 Asked read_asked(const Inputs& inputs, const std::vector<std::string>& option_keys, bool texts_for_advise) {
@@ -218,6 +226,22 @@ Asked read_asked(const Inputs& inputs, const std::vector<std::string>& option_ke
     if (s->key == "model") model_name = text_of(in);
     a.given.push_back(given_setting(*s, in, off));
   }
+  if (inputs.recipe) {
+    // The recipe's settings under the ones the request names itself, as `--recipe` under flags.
+    std::optional<Objective> objective;
+    for (const GivenSetting& g : a.given)
+      if (g.setting->key == "objective") objective = parse_objective(std::get<std::string>(g.value));
+    Recipe recipe = parse_recipe(*inputs.recipe, "the pasted recipe", objective);
+    for (GivenSetting& g : recipe.settings) {
+      if (std::find(seen.begin(), seen.end(), g.setting->key) != seen.end()) continue;
+      if (g.setting->key == "model") model_name = std::get<std::string>(g.value);
+      a.given.push_back(std::move(g));
+    }
+    a.recipe_lines = std::move(recipe.notes);
+    if (!recipe.ignored.empty())
+      a.recipe_lines.push_back(fmt::format("recipe keys that change neither memory nor time, ignored: {}",
+                                           fmt::join(recipe.ignored, ", ")));
+  }
   if (inputs.config_json) {
     if (!model_name.empty())
       throw RequestError(400, "give model (a built-in name) or config_json (a pasted config.json), not both");
@@ -245,6 +269,7 @@ Plan plan_of(const Asked& a) {
   if (const Input* in = option(a, "largest")) options.largest = text_of(*in);
   Plan p = make_plan(*a.model, setup, resolve_card(setup), options);
   for (std::string& line : ignored_settings(a.given, setup)) p.warnings.push_back(std::move(line));
+  for (const std::string& line : a.recipe_lines) p.warnings.push_back(line);
   return p;
 }
 

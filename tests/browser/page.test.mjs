@@ -341,6 +341,40 @@ await check("a pasted config.json is planned as `trainfit plan --model FILE`", a
                   "the pasted config cleared");
 });
 
+await check("a pasted recipe is planned as `trainfit plan --recipe FILE`, and its keys are listed", async () => {
+  for (const name of ["trl-sft-qlora-7b.yaml", "llama-factory-qwen3-8b-lora-sft.yaml"]) {
+    const file = path.join(source, "recipes", name);
+    await setControls(page, {gpu: "rtx-4090"});
+    const before = await page.evaluate(() => Number(document.body.dataset.recipes || 0));
+    await page.evaluate((text) => {
+      document.getElementById("recipe-paste").open = true;
+      document.getElementById("recipe").value = text;
+    }, readFileSync(file, "utf8"));
+    await page.click("#recipe-button");
+    await page.waitForFunction((n) => Number(document.body.dataset.recipes || 0) > n, {timeout: 15000}, before);
+    await showsPlan(page, ["--recipe", file, "--gpu", "rtx-4090"], `recipe ${name}`);
+    const report = await page.evaluate(() => document.getElementById("recipe-report").textContent);
+    assert.match(report, /recipe keys that change neither memory nor time, ignored: dataset_name|ignored: trust_remote_code/,
+                 `${name}: the ignored keys are listed`);
+  }
+  const before = await page.evaluate(() => Number(document.body.dataset.recipes || 0));
+  await page.evaluate(() => { document.getElementById("recipe").value = "model_name_or_path: qwen2.5-0.5b\npacking: true\n"; });
+  await page.click("#recipe-button");
+  await page.waitForFunction((n) => Number(document.body.dataset.recipes || 0) > n, {timeout: 15000}, before);
+  const refused = await page.evaluate(() => document.getElementById("recipe-report").textContent);
+  assert.match(refused, /packing: packing is not planned yet/);
+  // Back to the setup the checks below start from: every control cleared, then theirs.
+  await page.evaluate(() => {
+    for (const input of document.querySelectorAll("[id^=setting-]")) {
+      input.value = "";
+      input.dispatchEvent(new Event("input", {bubbles: true}));
+    }
+  });
+  await setControls(page, {model: "qwen2.5-1.5b", gpu: "h100-sxm", method: "lora", seq: "8192", batch: "1"});
+  await showsPlan(page, ["--model", "qwen2.5-1.5b", "--gpu", "h100-sxm", "--method", "lora", "--seq", "8192", "--batch", "1"],
+                  "the controls after the recipe");
+});
+
 await check("the advisor lists setups that fit, as commands", async () => {
   const before = await page.evaluate(() => Number(document.body.dataset.advised || 0));
   await page.click("#advise-button");

@@ -130,6 +130,34 @@ TEST(ServeApi, PastedConfigPlansLikeTheBuiltIn) {
   }
 }
 
+TEST(ServeApi, APastedRecipeIsPlannedAsRecipeFileAndTheBodyOverridesIt) {
+  const std::string recipe =
+      "model_name_or_path: Qwen/Qwen2.5-7B\nuse_peft: true\ndtype: bfloat16\nper_device_train_batch_size: 2\n"
+      "max_length: 2048\nlearning_rate: 2.0e-4\n";
+  const Response r = post("/api/plan", json{{"recipe", recipe}, {"gpu", "rtx-4090"}}.dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json mine = json::parse(r.body);
+  // The same as its settings given one by one: TRL's trainer and defaults.
+  const json flags = json::parse(get("/api/plan", {{"model", "qwen2.5-7b"}, {"gpu", "rtx-4090"}, {"trainer", "trl"},
+                                                   {"method", "lora"}, {"lora-targets", "q,v"}, {"batch", "2"},
+                                                   {"seq", "2048"}})
+                                     .body);
+  EXPECT_EQ(mine.at("memory").at("peak_allocated_bytes"), flags.at("memory").at("peak_allocated_bytes"));
+  EXPECT_EQ(mine.at("setup").at("loss"), "chunked");
+  bool listed = false;
+  for (const auto& w : mine.at("warnings")) listed |= w.get<std::string>().find("ignored: learning_rate") != std::string::npos;
+  EXPECT_TRUE(listed) << mine.at("warnings");
+  // A setting in the body wins over the recipe's.
+  const json batch1 = json::parse(post("/api/plan", json{{"recipe", recipe}, {"gpu", "rtx-4090"}, {"batch", 1}}.dump()).body);
+  EXPECT_EQ(batch1.at("setup").at("batch"), 1);
+  // A refused key is a 400 that names it; a recipe that is not text is refused too.
+  const Response packed = post("/api/plan", json{{"recipe", recipe + "packing: true\n"}, {"gpu", "rtx-4090"}}.dump());
+  EXPECT_EQ(packed.status, 400);
+  EXPECT_NE(error_of(packed).find("the pasted recipe: packing: packing is not planned yet"), std::string::npos)
+      << error_of(packed);
+  EXPECT_EQ(post("/api/plan", json{{"recipe", 7}}.dump()).status, 400);
+}
+
 TEST(ServeApi, CatalogueEndpointsAreTheCommandsOutput) {
   EXPECT_EQ(get("/api/schema").body, setup_schema().dump(2) + "\n");
   EXPECT_EQ(get("/api/models").body, render_model_catalog(Format::json));
