@@ -78,6 +78,27 @@ def word_tokenizer(vocab_size):
     return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="w0", pad_token="w0", eos_token="w1")
 
 
+def step_meter(torch, TrainerCallback):
+    """A callback class: each optimizer step's wall time and peak allocated, from its begin to its end."""
+
+    class StepMeter(TrainerCallback):
+        def __init__(self):
+            self.seconds, self.peaks, self.reserved = [], [], []
+
+        def on_step_begin(self, args, state, control, **kw):
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            self.t0 = time.perf_counter()
+
+        def on_step_end(self, args, state, control, **kw):
+            torch.cuda.synchronize()
+            self.seconds.append(time.perf_counter() - self.t0)
+            self.peaks.append(torch.cuda.max_memory_allocated() / 2**20)
+            self.reserved.append(torch.cuda.max_memory_reserved() / 2**20)
+
+    return StepMeter
+
+
 def run_case(name, out_dir):
     import torch
     import transformers
@@ -109,24 +130,7 @@ def run_case(name, out_dir):
         columns["completion_mask"] = [[0] * (seq // 2) + [1] * (seq - seq // 2) for _ in ids]
     data = datasets.Dataset.from_dict(columns)
 
-    class StepMeter(TrainerCallback):
-        """Each optimizer step's wall time and peak allocated, from its begin to its end."""
-
-        def __init__(self):
-            self.seconds, self.peaks, self.reserved = [], [], []
-
-        def on_step_begin(self, args, state, control, **kw):
-            torch.cuda.synchronize()
-            torch.cuda.reset_peak_memory_stats()
-            self.t0 = time.perf_counter()
-
-        def on_step_end(self, args, state, control, **kw):
-            torch.cuda.synchronize()
-            self.seconds.append(time.perf_counter() - self.t0)
-            self.peaks.append(torch.cuda.max_memory_allocated() / 2**20)
-            self.reserved.append(torch.cuda.max_memory_reserved() / 2**20)
-
-    meter = StepMeter()
+    meter = step_meter(torch, TrainerCallback)()
     snapshot = os.environ.get("TRL_SFT_SNAPSHOT") == name  # the allocator's history of this case, for trace --snapshot
     if snapshot:
         # Python frames only: with C++ frames as well, the checkpoint's recompute (which stops early by

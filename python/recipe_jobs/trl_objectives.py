@@ -1,0 +1,170 @@
+"""TRL's own DPOTrainer, KTOTrainer, RewardTrainer and GRPOTrainer on the GPU (issue 34): the
+objectives trainfit plans as TRL computes them (docs/model.md, "Objectives"), measured in the real
+trainers with their defaults (gradient checkpointing on, bf16 autocast, the Trainer's fused AdamW),
+not in trainfit's own runner.
+
+    python3 python/recipe_jobs/trl_objectives.py OUT_DIR [CASE...]
+
+Models are built-in configs with random bf16 weights; the data is text of random words ("w17 w3
+...") through a word-level tokenizer built in code, each sequence of a fixed length, so that every
+micro-batch has the case's shape: DPO prompt + chosen/rejected completion, KTO prompt + completion
+with half the labels desirable, reward chosen/rejected, GRPO prompts whose completions the model
+generates (`generate()`, its KV cache) to max_completion_length with a constant reward. LoRA cases
+pass peft's LoraConfig (r 16, alpha 32, dropout 0.05, all-linear). OUT_DIR/rows.jsonl is in the
+format `trainfit validate` reads, as trl_sft.py writes it.
+"""
+import json
+import os
+import statistics
+import sys
+import time
+import traceback
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.append(os.path.join(HERE, ".."))
+sys.path.append(HERE)
+
+from trl_sft import step_meter, word_tokenizer  # noqa: E402
+
+STEPS = 6
+# name: trainer, model, method, batch, prompt tokens, completion tokens, the config fields set.
+CASES = {
+    "dpo-q0.5b-full-b2": ("dpo", "qwen2.5-0.5b", "full", 2, 256, 768, {}),
+    "dpo-q0.5b-full-b2-precomputed": ("dpo", "qwen2.5-0.5b", "full", 2, 256, 768, {"precompute_ref_log_probs": True}),
+    "dpo-q1.5b-lora-b2": ("dpo", "qwen2.5-1.5b", "lora", 2, 256, 768, {}),
+    "dpo-l1b-lora-b4": ("dpo", "llama3.2-1b", "lora", 4, 256, 768, {}),
+    "kto-q0.5b-full-b4": ("kto", "qwen2.5-0.5b", "full", 4, 256, 768, {}),
+    "kto-q1.5b-lora-b4": ("kto", "qwen2.5-1.5b", "lora", 4, 256, 768, {}),
+    "reward-q0.5b-full-b4": ("reward", "qwen2.5-0.5b", "full", 4, 256, 768, {}),
+    "reward-l1b-lora-b4": ("reward", "llama3.2-1b", "lora", 4, 256, 768, {}),
+    "grpo-q0.5b-lora-b8-g4": ("grpo", "qwen2.5-0.5b", "lora", 8, 128, 256, {"num_generations": 4}),
+    "grpo-q0.5b-full-b8-g4-beta": ("grpo", "qwen2.5-0.5b", "full", 8, 128, 256, {"num_generations": 4, "beta": 0.04}),
+    "grpo-q1.5b-lora-b8-g8": ("grpo", "qwen2.5-1.5b", "lora", 8, 128, 256, {"num_generations": 8}),
+}
+
+
+def words(g, vocab, n):
+    import torch
+    return " ".join("w%d" % i for i in torch.randint(2, vocab, (n,), generator=g).tolist())
+
+
+def run_case(name, out_dir):
+    import torch
+    import transformers
+    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, TrainerCallback
+    import datasets
+    import peft
+    import trl
+    from trainfit_runner.models import load_hf_config
+
+    kind, model_name, method, batch, prompt_len, completion_len, fields = CASES[name]
+    fields = dict(fields)
+    torch.manual_seed(0)
+    config = load_hf_config(model_name)
+    vocab = config.vocab_size
+    tokenizer = word_tokenizer(vocab)
+    config.pad_token_id = 0
+    with torch.device("cuda"):
+        if kind == "reward":
+            config.num_labels = 1
+            model = AutoModelForSequenceClassification.from_config(config, dtype=torch.bfloat16)
+        else:
+            model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+    peft_config = None
+    if method == "lora":
+        peft_config = peft.LoraConfig(r=16, lora_alpha=32, lora_dropout=0.05, target_modules="all-linear",
+                                      task_type="SEQ_CLS" if kind == "reward" else "CAUSAL_LM")
+    g = torch.Generator().manual_seed(1)
+    n = batch * (STEPS + 2)
+    # Each text of n words is n tokens: the tokenizer splits on spaces, one id a word (no specials
+    # but the EOS the trainers append).
+    if kind == "dpo":
+        rows = {"prompt": [words(g, vocab, prompt_len) for _ in range(n)],
+                "chosen": [words(g, vocab, completion_len - 1) for _ in range(n)],
+                "rejected": [words(g, vocab, completion_len - 1) for _ in range(n)]}
+        cls, cfg_cls = trl.DPOTrainer, trl.DPOConfig
+        fields.setdefault("max_length", prompt_len + completion_len)
+    elif kind == "kto":
+        rows = {"prompt": [words(g, vocab, prompt_len) for _ in range(n)],
+                "completion": [words(g, vocab, completion_len - 1) for _ in range(n)],
+                "label": [i % 2 == 0 for i in range(n)]}
+        cls, cfg_cls = trl.KTOTrainer, trl.KTOConfig
+        fields.setdefault("max_length", prompt_len + completion_len)
+    elif kind == "reward":
+        rows = {"chosen": [words(g, vocab, prompt_len + completion_len - 1) for _ in range(n)],
+                "rejected": [words(g, vocab, prompt_len + completion_len - 1) for _ in range(n)]}
+        cls, cfg_cls = trl.RewardTrainer, trl.RewardConfig
+        fields.setdefault("max_length", prompt_len + completion_len)
+    else:
+        rows = {"prompt": [words(g, vocab, prompt_len) for _ in range(n)]}
+        cls, cfg_cls = trl.GRPOTrainer, trl.GRPOConfig
+        fields.setdefault("max_completion_length", completion_len)
+    data = datasets.Dataset.from_dict(rows)
+    meter = step_meter(torch, TrainerCallback)()
+    args = cfg_cls(output_dir=os.path.join(out_dir, "trainer-" + name), per_device_train_batch_size=batch,
+                   gradient_accumulation_steps=1, max_steps=STEPS, logging_steps=100, save_strategy="no",
+                   report_to=[], dataloader_num_workers=0, **fields)
+    extra = {"reward_funcs": [lambda completions, **kw: [1.0] * len(completions)]} if kind == "grpo" else {}
+    t0 = time.time()
+    status, error, trainable = "ok", None, None
+    try:
+        trainer = cls(model=model, args=args, train_dataset=data, processing_class=tokenizer, peft_config=peft_config,
+                      callbacks=[meter], **extra)
+        trainable = sum(p.numel() for p in trainer.model.parameters() if p.requires_grad)
+        trainer.train()
+    except torch.OutOfMemoryError as e:
+        status, error = "oom", str(e)[:400]
+    stats = torch.cuda.memory_stats()
+    later = meter.peaks[1:]
+    objective = {"dpo": "dpo", "kto": "kto", "reward": "reward", "grpo": "grpo"}[kind]
+    config_row = {"model": model_name, "method": method, "weights": "bf16", "batch": batch,
+                  "seq": prompt_len + completion_len, "grad_accum": 1, "grad_ckpt": bool(args.gradient_checkpointing),
+                  "optimizer": "adamw", "attn": "sdpa", "trainer": "trl", "objective": objective,
+                  "gpu": "h100-sxm" if "H100" in torch.cuda.get_device_name(0) else "h200"}
+    if method == "lora":
+        config_row.update({"rank": 16, "lora_alpha": 32.0, "lora_dropout": 0.05, "lora_targets": ["all-linear"]})
+    if kind in ("dpo", "kto"):
+        config_row["reference"] = ("precomputed" if fields.get("precompute_ref_log_probs")
+                                   else "copy" if method == "full" else "adapter-off")
+    if kind == "grpo":
+        config_row.update({"generations": fields["num_generations"], "completion_len": completion_len,
+                           "reference": "none" if not fields.get("beta") else
+                           ("copy" if method == "full" else "adapter-off")})
+    row = {"case": name, "config": config_row, "recipe": fields,
+           "measured": {"status": status, "error": error,
+                        "peak_allocated_mib": max(later) if later else None,
+                        "peak_allocated_mib_per_step": meter.peaks,
+                        "peak_reserved_mib": max(meter.reserved[1:]) if len(meter.reserved) > 1 else None,
+                        "step_seconds": meter.seconds,
+                        "step_seconds_median": statistics.median(meter.seconds[1:]) if len(meter.seconds) > 1 else None,
+                        "alloc_retries": stats.get("num_alloc_retries"), "ooms": stats.get("num_ooms"),
+                        "params_trainable": trainable, "optim": str(args.optim),
+                        "model_class": type(model).__name__},
+           "stack": {"torch": torch.__version__, "transformers": transformers.__version__, "trl": trl.__version__,
+                     "peft": peft.__version__, "datasets": datasets.__version__,
+                     "gpu": torch.cuda.get_device_name(0), "date": time.strftime("%Y-%m-%d")},
+           "wall_seconds": round(time.time() - t0, 1)}
+    with open(os.path.join(out_dir, "rows.jsonl"), "a") as f:
+        f.write(json.dumps(row) + "\n")
+    print(name, status, "peak %.0f MiB" % (row["measured"]["peak_allocated_mib"] or 0),
+          "step %.3f s" % (row["measured"]["step_seconds_median"] or 0), flush=True)
+
+
+def main():
+    out_dir = sys.argv[1]
+    os.makedirs(out_dir, exist_ok=True)
+    for name in sys.argv[2:] or list(CASES):
+        try:
+            run_case(name, out_dir)
+        except Exception:  # one case's failure is written and the others still run
+            with open(os.path.join(out_dir, "errors.jsonl"), "a") as f:
+                f.write(json.dumps({"case": name, "error": traceback.format_exc()[-3000:]}) + "\n")
+            print(name, "error", traceback.format_exc()[-800:], flush=True)
+        import gc
+        import torch
+        gc.collect()
+        torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()
