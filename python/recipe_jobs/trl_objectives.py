@@ -76,37 +76,56 @@ def run_case(name, out_dir):
                                       task_type="SEQ_CLS" if kind == "reward" else "CAUSAL_LM")
     g = torch.Generator().manual_seed(1)
     n = batch * (STEPS + 2)
-    # Each text of n words is n tokens: the tokenizer splits on spaces, one id a word (no specials
-    # but the EOS the trainers append).
+    # Texts of words the tokenizer splits on spaces, one id a word: a prompt ends with a space (TRL
+    # joins it to the completion as text) and a completion with the EOS word, which TRL then does not
+    # append (it would append it without a space, making one unknown word of two).
+    eos = tokenizer.eos_token
+    text = lambda k: words(g, vocab, k)
     if kind == "dpo":
-        rows = {"prompt": [words(g, vocab, prompt_len) for _ in range(n)],
-                "chosen": [words(g, vocab, completion_len - 1) for _ in range(n)],
-                "rejected": [words(g, vocab, completion_len - 1) for _ in range(n)]}
+        rows = {"prompt": [text(prompt_len) + " " for _ in range(n)],
+                "chosen": [text(completion_len - 1) + " " + eos for _ in range(n)],
+                "rejected": [text(completion_len - 1) + " " + eos for _ in range(n)]}
         cls, cfg_cls = trl.DPOTrainer, trl.DPOConfig
         fields.setdefault("max_length", prompt_len + completion_len)
     elif kind == "kto":
-        rows = {"prompt": [words(g, vocab, prompt_len) for _ in range(n)],
-                "completion": [words(g, vocab, completion_len - 1) for _ in range(n)],
+        rows = {"prompt": [text(prompt_len) + " " for _ in range(n)],
+                "completion": [text(completion_len - 1) + " " + eos for _ in range(n)],
                 "label": [i % 2 == 0 for i in range(n)]}
         cls, cfg_cls = trl.KTOTrainer, trl.KTOConfig
         fields.setdefault("max_length", prompt_len + completion_len)
     elif kind == "reward":
-        rows = {"chosen": [words(g, vocab, prompt_len + completion_len - 1) for _ in range(n)],
-                "rejected": [words(g, vocab, prompt_len + completion_len - 1) for _ in range(n)]}
+        # Already tokenized (RewardTrainer reads chosen_ids and rejected_ids as they are).
+        ids = lambda: torch.randint(2, vocab, (prompt_len + completion_len,), generator=g).tolist()
+        rows = {"chosen_ids": [ids() for _ in range(n)], "rejected_ids": [ids() for _ in range(n)]}
         cls, cfg_cls = trl.RewardTrainer, trl.RewardConfig
         fields.setdefault("max_length", prompt_len + completion_len)
     else:
-        rows = {"prompt": [words(g, vocab, prompt_len) for _ in range(n)]}
+        rows = {"prompt": [text(prompt_len) for _ in range(n)]}
         cls, cfg_cls = trl.GRPOTrainer, trl.GRPOConfig
         fields.setdefault("max_completion_length", completion_len)
+    # A reference copy is what TRL loads from the policy's path: the model is saved and given by its
+    # path, loaded in bf16 (model_init_kwargs; TRL's default there is float32) as the policy and copy.
+    needs_copy = method == "full" and ((kind in ("dpo", "kto") and not fields.get("precompute_ref_log_probs"))
+                                       or (kind == "grpo" and fields.get("beta")))
+    if needs_copy:
+        path = os.path.join("/tmp/trl-models", model_name)
+        if not os.path.isdir(path):
+            model.save_pretrained(path)
+        del model
+        torch.cuda.empty_cache()
+        model = path
+        fields["model_init_kwargs"] = {"dtype": "bfloat16"}
     data = datasets.Dataset.from_dict(rows)
     meter = step_meter(torch, TrainerCallback)()
+    snapshot = os.environ.get("TRL_SNAPSHOT") == name  # the allocator's history of this case, for trace --snapshot
+    if snapshot:  # allocation sites only: with stacks the checkpoint's recompute raised SystemError (torch 2.11)
+        torch.cuda.memory._record_memory_history(max_entries=300000, context="alloc", stacks="python")
     args = cfg_cls(output_dir=os.path.join(out_dir, "trainer-" + name), per_device_train_batch_size=batch,
                    gradient_accumulation_steps=1, max_steps=STEPS, logging_steps=100, save_strategy="no",
                    report_to=[], dataloader_num_workers=0, **fields)
     extra = {"reward_funcs": [lambda completions, **kw: [1.0] * len(completions)]} if kind == "grpo" else {}
     t0 = time.time()
-    status, error, trainable = "ok", None, None
+    status, error, trainable, trainer = "ok", None, None, None
     try:
         trainer = cls(model=model, args=args, train_dataset=data, processing_class=tokenizer, peft_config=peft_config,
                       callbacks=[meter], **extra)
@@ -114,6 +133,9 @@ def run_case(name, out_dir):
         trainer.train()
     except torch.OutOfMemoryError as e:
         status, error = "oom", str(e)[:400]
+    if snapshot:
+        torch.cuda.memory._dump_snapshot(os.path.join(out_dir, name + ".pickle"))
+        torch.cuda.memory._record_memory_history(enabled=None)
     stats = torch.cuda.memory_stats()
     later = meter.peaks[1:]
     objective = {"dpo": "dpo", "kto": "kto", "reward": "reward", "grpo": "grpo"}[kind]
@@ -130,7 +152,7 @@ def run_case(name, out_dir):
         config_row.update({"generations": fields["num_generations"], "completion_len": completion_len,
                            "reference": "none" if not fields.get("beta") else
                            ("copy" if method == "full" else "adapter-off")})
-    row = {"case": name, "config": config_row, "recipe": fields,
+    row = {"case": name, "config": config_row, "recipe": {k: v for k, v in fields.items() if k != "model_init_kwargs"},
            "measured": {"status": status, "error": error,
                         "peak_allocated_mib": max(later) if later else None,
                         "peak_allocated_mib_per_step": meter.peaks,
@@ -139,7 +161,7 @@ def run_case(name, out_dir):
                         "step_seconds_median": statistics.median(meter.seconds[1:]) if len(meter.seconds) > 1 else None,
                         "alloc_retries": stats.get("num_alloc_retries"), "ooms": stats.get("num_ooms"),
                         "params_trainable": trainable, "optim": str(args.optim),
-                        "model_class": type(model).__name__},
+                        "model_class": type(trainer.model).__name__ if trainer is not None else None},
            "stack": {"torch": torch.__version__, "transformers": transformers.__version__, "trl": trl.__version__,
                      "peft": peft.__version__, "datasets": datasets.__version__,
                      "gpu": torch.cuda.get_device_name(0), "date": time.strftime("%Y-%m-%d")},

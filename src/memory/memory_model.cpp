@@ -323,6 +323,12 @@ LossBuffers objective_loss(const MemoryBasis& b, double T) {
   const double V = b.vocab, c = b.logits_compute_bytes, R = b.logp_positions;
   const auto full = [&](double k) { return allocator_block(k * b.logit_positions * V * c); };  // the logits of k sequences
   const double row = allocator_block(R * V * c);  // one sequence's log-softmax output, or its gradient
+  // What selective_log_softmax keeps of each row (trl/trainer/utils.py at f2cd577): half-precision
+  // logits go row by row through log_softmax, whose output autograd keeps; fp32 logits (TRL's
+  // trainers receive them so: accelerate's convert_outputs_to_fp32) go through gather and a
+  // logsumexp per row, which keep nothing of the logits' size (the allocator's history of
+  // DPOTrainer shows no such tensor at its peak).
+  const double kept_row = c < 4.0 ? row : 0.0;
   const auto rowcat = [&](double k) { return allocator_block(k * R * V * c); };  // k rows in one tensor
   // entropy_from_logits: a chunk's log-softmax, its exp and their product, alive together.
   const double entropy_chunk = 3.0 * allocator_block(kEntropyChunkRows * V * c);
@@ -333,7 +339,7 @@ LossBuffers objective_loss(const MemoryBasis& b, double T) {
     case Objective::dpo:
     case Objective::kto: {
       const double reference_logits = b.reference_forward ? full(n) : 0.0;
-      l.reference_forward = full(n) + n * row;
+      l.reference_forward = full(n) + n * kept_row;
       double metrics = entropy;
       if (b.objective == Objective::kto) {
         // KTO's metrics copy the desirable and the undesirable sequences' logits (index_select,
@@ -342,8 +348,8 @@ LossBuffers objective_loss(const MemoryBasis& b, double T) {
         metrics = std::max(metrics, 2.0 * rowcat(desirable) + rowcat(undesirable));
       }
       // DPO's masked copies of the chosen (then the rejected) logits are half the entropy's copy.
-      l.forward = full(n) + n * row + reference_logits + metrics;
-      l.backward = rowcat(n) + std::max(n * row, full(n));
+      l.forward = full(n) + n * kept_row + reference_logits + metrics;
+      l.backward = rowcat(n) + std::max(n * kept_row, full(n));
       l.output_backward = full(n);
       l.forward_moment = b.reference_forward ? "loss forward: the policy's and the reference's logits, metrics"
                                              : "loss forward: the policy's logits, metrics";

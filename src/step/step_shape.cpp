@@ -674,6 +674,11 @@ LogitsAndLoss logits_and_loss(const StepBasis& b) {
   // transformers' causal-LM loss casts the logits to fp32; TRL's losses take them as the output
   // layer makes them (selective_log_softmax works row by row in their own dtype).
   l.upcast = l.compute_bytes < 4.0 && setup.objective == Objective::sft;
+  // TRL's trainers run under accelerate's mixed precision (their configs set bf16), which wraps the
+  // model's forward in convert_outputs_to_fp32: the objectives' losses receive the logits as a new
+  // fp32 tensor (the allocator's history of DPOTrainer: _convert_to_fp32 made the policy's and the
+  // reference's logits, 4 bytes each; data/bench/h100-trl-objectives-2026-12-06/).
+  if (setup.trainer == Trainer::trl && setup.objective != Objective::sft) l.compute_bytes = 4.0;
   if (b.model.final_logit_softcapping > 0) l.softcap_bytes = l.compute_bytes;
   return l;
 }
