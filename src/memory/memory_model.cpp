@@ -239,6 +239,7 @@ MemoryBasis memory_basis(const ModelSpec& model, const Step& step, const GpuSpec
   b.logits_compute_bytes = st.logits_compute_bytes;
   b.logits_upcast = st.logits_upcast;
   b.chunked = st.chunked_loss;
+  b.sft_metrics = user_setup.trainer == Trainer::trl && user_setup.objective == Objective::sft && !b.chunked.on;
   // The gathered hidden states' gradient: autograd's buffer for it and each chunk's slice
   // gradient, written into zeros of its whole shape (slice_backward), both in its dtype.
   if (b.chunked.on) b.chunk_backward_per_token = 2.0 * b.chunked.hidden * st.logits_compute_bytes;
@@ -518,6 +519,21 @@ StepMemory step_memory(const MemoryBasis& b, double tokens, std::int64_t grad_ac
       m.activations = L * kept_per_layer + outside + other_in_flight;
       m.weights += b.autocast_copies;
       m.logits_and_loss = logits_c + (b.logits_upcast ? logits_f : 0.0) + logits_f + softcap + outputs_fwd;
+    }
+    // SFTTrainer's metrics (compute_loss at TRL f2cd577, loss_type nll), under no_grad once the
+    // forward has returned: accelerate's fp32 copy of the logits (convert_outputs_to_fp32), the
+    // loss's saved log-softmax output, entropy_from_logits' flattened copy of the shifted logits and
+    // one chunk's log-softmax, exp and product (128 rows each), and the argmax's int64 predictions.
+    // Measured: Qwen2.5-1.5B LoRA and Qwen2.5-7B LoRA in SFTTrainer, 220-245 MiB above the loss's
+    // backward, which the chunk's three 128-row tensors (223 MiB at Qwen's vocabulary) are.
+    if (b.sft_metrics) {
+      MemoryMoment& m = moment(Phase::forward, "SFTTrainer metrics");
+      m.gradients = grads_prev;
+      m.gathered_weights = b.gathered_fwd + kept_gathered;
+      m.activations = L * kept_per_layer + outside + other_in_flight;
+      m.weights += b.autocast_copies;
+      m.logits_and_loss = 3.0 * logits_f + 3.0 * allocator_block(kEntropyChunkRows * b.vocab * 4.0) +
+                          allocator_block(T * 8.0) + softcap + outputs_fwd;
     }
     // Backward, in log_softmax's backward: its saved output, the incoming gradient and the
     // gradient it produces, all fp32 over the vocabulary.

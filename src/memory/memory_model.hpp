@@ -92,6 +92,9 @@ struct MemoryBasis {
   // gathered hidden states, per token, that its backward accumulates chunk by chunk.
   ChunkedLossShape chunked;
   double chunk_backward_per_token = 0;
+  // SFTTrainer's metrics over the whole logits (trainer trl, loss whole): after the forward, with
+  // the loss's buffers.
+  bool sft_metrics = false;
   double softcap_bytes = 0;
   double layer_backward_transient_per_token = 0;
   double layer_forward_transient_per_token = 0;
