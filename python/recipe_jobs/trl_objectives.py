@@ -13,18 +13,15 @@ generates (`generate()`, its KV cache) to max_completion_length with a constant 
 pass peft's LoraConfig (r 16, alpha 32, dropout 0.05, all-linear). OUT_DIR/rows.jsonl is in the
 format `trainfit validate` reads, as trl_sft.py writes it.
 """
-import json
 import os
-import statistics
 import sys
 import time
-import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.append(os.path.join(HERE, ".."))
 sys.path.append(HERE)
 
-from trl_sft import step_meter, word_tokenizer  # noqa: E402
+from trl_sft import measured_of, run_cases, step_meter, word_tokenizer, write_row  # noqa: E402
 
 STEPS = 6
 # name: trainer, model, method, batch, prompt tokens, completion tokens, the config fields set.
@@ -137,7 +134,6 @@ def run_case(name, out_dir):
         torch.cuda.memory._dump_snapshot(os.path.join(out_dir, name + ".pickle"))
         torch.cuda.memory._record_memory_history(enabled=None)
     stats = torch.cuda.memory_stats()
-    later = meter.peaks[1:]
     objective = {"dpo": "dpo", "kto": "kto", "reward": "reward", "grpo": "grpo"}[kind]
     config_row = {"model": model_name, "method": method, "weights": "bf16", "batch": batch,
                   "seq": prompt_len + completion_len, "grad_accum": 1, "grad_ckpt": bool(args.gradient_checkpointing),
@@ -153,39 +149,17 @@ def run_case(name, out_dir):
                            "reference": "none" if not fields.get("beta") else
                            ("copy" if method == "full" else "adapter-off")})
     row = {"case": name, "config": config_row, "recipe": {k: v for k, v in fields.items() if k != "model_init_kwargs"},
-           "measured": {"status": status, "error": error,
-                        "peak_allocated_mib": max(later) if later else None,
-                        "peak_allocated_mib_per_step": meter.peaks,
-                        "peak_reserved_mib": max(meter.reserved[1:]) if len(meter.reserved) > 1 else None,
-                        "step_seconds": meter.seconds,
-                        "step_seconds_median": statistics.median(meter.seconds[1:]) if len(meter.seconds) > 1 else None,
-                        "alloc_retries": stats.get("num_alloc_retries"), "ooms": stats.get("num_ooms"),
-                        "params_trainable": trainable, "optim": str(args.optim),
-                        "model_class": type(trainer.model).__name__ if trainer is not None else None},
+           "measured": measured_of(meter, stats, status, error, params_trainable=trainable, optim=str(args.optim),
+                                   model_class=type(trainer.model).__name__ if trainer is not None else None),
            "stack": {"torch": torch.__version__, "transformers": transformers.__version__, "trl": trl.__version__,
                      "peft": peft.__version__, "datasets": datasets.__version__,
                      "gpu": torch.cuda.get_device_name(0), "date": time.strftime("%Y-%m-%d")},
            "wall_seconds": round(time.time() - t0, 1)}
-    with open(os.path.join(out_dir, "rows.jsonl"), "a") as f:
-        f.write(json.dumps(row) + "\n")
-    print(name, status, "peak %.0f MiB" % (row["measured"]["peak_allocated_mib"] or 0),
-          "step %.3f s" % (row["measured"]["step_seconds_median"] or 0), flush=True)
+    write_row(out_dir, "rows.jsonl", row)
 
 
 def main():
-    out_dir = sys.argv[1]
-    os.makedirs(out_dir, exist_ok=True)
-    for name in sys.argv[2:] or list(CASES):
-        try:
-            run_case(name, out_dir)
-        except Exception:  # one case's failure is written and the others still run
-            with open(os.path.join(out_dir, "errors.jsonl"), "a") as f:
-                f.write(json.dumps({"case": name, "error": traceback.format_exc()[-3000:]}) + "\n")
-            print(name, "error", traceback.format_exc()[-800:], flush=True)
-        import gc
-        import torch
-        gc.collect()
-        torch.cuda.empty_cache()
+    run_cases(run_case, list(CASES))
 
 
 if __name__ == "__main__":

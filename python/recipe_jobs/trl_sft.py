@@ -99,6 +99,46 @@ def step_meter(torch, TrainerCallback):
     return StepMeter
 
 
+def measured_of(meter, stats, status, error, **extra):
+    """The row's `measured` object: the busiest step after the first (its peak allocated and
+    reserved) and the median step after the first, every step's figures, the allocator's counters."""
+    later = meter.peaks[1:]
+    return dict({"status": status, "error": error,
+                 "peak_allocated_mib": max(later) if later else None,
+                 "peak_allocated_mib_per_step": meter.peaks,
+                 "peak_reserved_mib": max(meter.reserved[1:]) if len(meter.reserved) > 1 else None,
+                 "step_seconds": meter.seconds,
+                 "step_seconds_median": statistics.median(meter.seconds[1:]) if len(meter.seconds) > 1 else None,
+                 "alloc_retries": stats.get("num_alloc_retries"), "ooms": stats.get("num_ooms")}, **extra)
+
+
+def write_row(out_dir, file_name, row):
+    """Appends the row to OUT_DIR/file_name and says the case's figures."""
+    with open(os.path.join(out_dir, file_name), "a") as f:
+        f.write(json.dumps(row) + "\n")
+    m = row["measured"]
+    print(row["case"], m["status"], "peak %.0f MiB" % (m["peak_allocated_mib"] or 0),
+          "step %.3f s" % (m["step_seconds_median"] or 0), flush=True)
+
+
+def run_cases(run_case, names):
+    """python3 JOB.py OUT_DIR [CASE...]: each case in turn (all by default); one case's failure is
+    written to OUT_DIR/errors.jsonl and the others still run."""
+    import gc
+    out_dir = sys.argv[1]
+    os.makedirs(out_dir, exist_ok=True)
+    for name in sys.argv[2:] or names:
+        try:
+            run_case(name, out_dir)
+        except Exception:
+            with open(os.path.join(out_dir, "errors.jsonl"), "a") as f:
+                f.write(json.dumps({"case": name, "error": traceback.format_exc()[-3000:]}) + "\n")
+            print(name, "error", traceback.format_exc()[-800:], flush=True)
+        import torch
+        gc.collect()
+        torch.cuda.empty_cache()
+
+
 def run_case(name, out_dir):
     import torch
     import transformers
@@ -155,7 +195,6 @@ def run_case(name, out_dir):
         torch.cuda.memory._dump_snapshot(os.path.join(out_dir, name + ".pickle"))
         torch.cuda.memory._record_memory_history(enabled=None)
     stats = torch.cuda.memory_stats()
-    later = meter.peaks[1:]
     config_row = {"model": model_name, "method": method, "weights": "bf16", "batch": batch, "seq": seq,
                   "grad_accum": int(args.gradient_accumulation_steps), "grad_ckpt": bool(args.gradient_checkpointing), "optimizer": "adamw",
                   "attn": "sdpa", "gpu": "h100-sxm" if "H100" in torch.cuda.get_device_name(0) else "h200",
@@ -164,28 +203,15 @@ def run_case(name, out_dir):
         config_row.update({"rank": 16, "lora_alpha": 32.0, "lora_dropout": 0.05, "lora_targets": ["all-linear"]})
     row = {"case": name, "config": config_row,
            "recipe": dict(fields, **({"completion_only_loss": True} if completion_half else {})),
-           "measured": {"status": status, "error": error,
-                        "peak_allocated_mib": max(later) if later else None,
-                        "peak_allocated_mib_per_step": meter.peaks,
-                        "peak_reserved_mib": max(meter.reserved[1:]) if len(meter.reserved) > 1 else None,
-                        "step_seconds": meter.seconds,
-                        "step_seconds_median": statistics.median(meter.seconds[1:]) if len(meter.seconds) > 1 else None,
-                        "alloc_retries": stats.get("num_alloc_retries"), "ooms": stats.get("num_ooms"),
-                        "params_trainable": trainable, "optim": str(args.optim),
-                        "loss_type": args.loss_type, "model_class": type(model).__name__},
+           "measured": measured_of(meter, stats, status, error, params_trainable=trainable, optim=str(args.optim),
+                                   loss_type=args.loss_type, model_class=type(model).__name__),
            "stack": {"torch": torch.__version__, "transformers": transformers.__version__, "trl": trl.__version__,
                      "peft": __import__("peft").__version__, "datasets": datasets.__version__,
                      "liger_kernel": _version("liger_kernel"), "gpu": torch.cuda.get_device_name(0),
                      "date": time.strftime("%Y-%m-%d")},
            "wall_seconds": round(time.time() - t0, 1)}
-    with open(os.path.join(out_dir, "unplanned.jsonl" if unplanned else "rows.jsonl"), "a") as f:
-        f.write(json.dumps(row) + "\n")
-    print(name, status, "peak %.0f MiB" % (row["measured"]["peak_allocated_mib"] or 0),
-          "step %.3f s" % (row["measured"]["step_seconds_median"] or 0), flush=True)
+    write_row(out_dir, "unplanned.jsonl" if unplanned else "rows.jsonl", row)
     del trainer, model
-    import gc
-    gc.collect()
-    torch.cuda.empty_cache()
 
 
 def _version(dist):
@@ -197,15 +223,7 @@ def _version(dist):
 
 
 def main():
-    out_dir = sys.argv[1]
-    os.makedirs(out_dir, exist_ok=True)
-    for name in sys.argv[2:] or list(CASES) + list(UNPLANNED):
-        try:
-            run_case(name, out_dir)
-        except Exception:  # one case's failure is written and the others still run
-            with open(os.path.join(out_dir, "errors.jsonl"), "a") as f:
-                f.write(json.dumps({"case": name, "error": traceback.format_exc()[-3000:]}) + "\n")
-            print(name, "error", traceback.format_exc()[-600:], flush=True)
+    run_cases(run_case, list(CASES) + list(UNPLANNED))
 
 
 if __name__ == "__main__":
