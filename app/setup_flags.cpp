@@ -60,9 +60,9 @@ SetupFlags::SetupFlags(CLI::App& cmd) : cmd_(&cmd) {
                  "their JSON keys (`trainfit schema`); flags given beside it override it")
       ->type_name("FILE");
   cmd.add_option("--recipe", recipe_file_,
-                 "a training recipe in its own field names: a TRL CLI config (YAML or JSON, as `trl sft --config` "
-                 "reads it; --objective names the trainer), read with TRL's defaults; --setup and flags override it "
-                 "(docs/setup.md, \"Recipes\")")
+                 "a training recipe in its own field names, read with its project's defaults: a TRL CLI config "
+                 "(YAML or JSON, as `trl sft --config` reads it; --objective names the trainer), a LLaMA-Factory or "
+                 "an axolotl YAML; --setup and flags override it (docs/setup.md, \"Recipes\")")
       ->type_name("FILE");
 }
 
