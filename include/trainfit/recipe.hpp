@@ -21,10 +21,10 @@ std::string to_string(RecipeKind k);
 
 struct Recipe {
   RecipeKind kind = RecipeKind::trl;
-  std::string source;                // the file it was read from
+  std::string source;                  // the file it was read from
   std::vector<GivenSetting> settings;  // what the recipe and its library's defaults set
-  std::vector<std::string> ignored;  // its keys that change neither memory nor time, in file order
-  std::vector<std::string> notes;    // readings a user should know of ("dtype auto read as bf16")
+  std::vector<std::string> ignored;    // its keys that change neither memory nor time, in file order
+  std::vector<std::string> notes;      // readings a user should know of ("dtype auto read as bf16")
 };
 
 // Reads a recipe (YAML, of which JSON is a subset) and tells which kind it is from its keys.
@@ -38,7 +38,7 @@ Recipe load_recipe(const std::string& path, std::optional<Objective> objective =
 // which), "ignored" or "refused". For the docs and their test.
 struct RecipeKeyUse {
   std::string key;
-  std::string use;  // "setting", "ignored", "refused"
+  std::string use;   // "setting", "ignored", "refused"
   std::string what;  // the setting it sets, or why it is ignored or refused
 };
 std::vector<RecipeKeyUse> recipe_keys(RecipeKind kind);

@@ -4,6 +4,10 @@
 // recipe leaves out (read at TRL commit f2cd577, transformers 5.17: docs/setup.md, "Recipes").
 #include "trainfit/recipe.hpp"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <yaml-cpp/yaml.h>
+
 #include <algorithm>
 #include <charconv>
 #include <fstream>
@@ -11,10 +15,6 @@
 #include <set>
 #include <span>
 #include <sstream>
-
-#include <fmt/format.h>
-#include <fmt/ranges.h>
-#include <yaml-cpp/yaml.h>
 
 #include "common/text.hpp"
 #include "trainfit/error.hpp"
@@ -38,11 +38,11 @@ struct Draft {
   std::optional<double> beta;
   std::optional<std::int64_t> max_prompt_length;
   // LLaMA-Factory's and axolotl's fields that combine into settings.
-  std::string method = "lora";         // LLaMA-Factory's finetuning_type (default lora); axolotl's adapter ("" for none)
+  std::string method = "lora";  // LLaMA-Factory's finetuning_type (default lora); axolotl's adapter ("" for none)
   std::optional<std::int64_t> quantization_bit;
   bool pure_bf16 = false;
   bool double_quant = true;
-  bool target_linear = false;          // axolotl's lora_target_linear
+  bool target_linear = false;  // axolotl's lora_target_linear
   bool reentrant_checkpointing = false;
   void set(std::string setting, SettingValue v, std::string_view from) {
     values[std::move(setting)] = {std::move(v), std::string(from)};
@@ -50,7 +50,9 @@ struct Draft {
   bool has(std::string_view setting) const { return values.count(setting) > 0; }
 };
 
-[[noreturn]] void refuse(std::string_view key, std::string reason) { throw SettingError(std::string(key), std::move(reason)); }
+[[noreturn]] void refuse(std::string_view key, std::string reason) {
+  throw SettingError(std::string(key), std::move(reason));
+}
 
 std::string scalar_of(std::string_view key, const YAML::Node& n) {
   if (!n.IsScalar()) refuse(key, "expected a single value, not a list or a mapping");
@@ -114,17 +116,24 @@ std::string dtype_setting(std::string_view key, const YAML::Node& n, Draft& d) {
 std::string optimizer_setting(std::string_view key, const YAML::Node& n) {
   const std::string s = detail::ascii_lower(scalar_of(key, n));
   static const std::vector<std::pair<std::string_view, std::string_view>> kOptim{
-      {"adamw_torch_fused", "adamw"},       {"adamw_torch", "adamw-foreach"},   {"adamw_hf", "adamw-foreach"},
-      {"adamw_8bit", "adamw-8bit"},         {"adamw_bnb_8bit", "adamw-8bit"},   {"paged_adamw_8bit", "adamw-8bit"},
-      {"adafactor", "adafactor"},           {"sgd", "sgd"},
+      {"adamw_torch_fused", "adamw"},
+      {"adamw_torch", "adamw-foreach"},
+      {"adamw_hf", "adamw-foreach"},
+      {"adamw_8bit", "adamw-8bit"},
+      {"adamw_bnb_8bit", "adamw-8bit"},
+      {"paged_adamw_8bit", "adamw-8bit"},
+      {"adafactor", "adafactor"},
+      {"sgd", "sgd"},
       // bitsandbytes' 32-bit (paged) AdamW keeps two fp32 states a parameter, as torch's does; the
       // paging moves them to host memory only under pressure.
-      {"paged_adamw_32bit", "adamw"},       {"adamw_bnb_32bit", "adamw"}};
+      {"paged_adamw_32bit", "adamw"},
+      {"adamw_bnb_32bit", "adamw"}};
   for (const auto& [name, setting] : kOptim)
     if (s == name) return std::string(setting);
   std::vector<std::string_view> names;
   for (const auto& [name, setting] : kOptim) names.push_back(name);
-  refuse(key, fmt::format("optimizer {} is not planned; planned: {}", detail::quoted(n.Scalar()), fmt::join(names, ", ")));
+  refuse(key,
+         fmt::format("optimizer {} is not planned; planned: {}", detail::quoted(n.Scalar()), fmt::join(names, ", ")));
 }
 
 std::string attention_setting(std::string_view key, const YAML::Node& n) {
@@ -233,8 +242,7 @@ const std::vector<KeyRule>& trl_rules() {
        [](auto key, const auto& n, Draft&) { off_only(key, n, "TF32"); }},
       {"use_liger_kernel", "refused", "Liger's kernels",
        [](auto key, const auto& n, Draft&) { off_only(key, n, "Liger's kernels (use_liger_kernel)"); }},
-      {"packing", "refused", "packing",
-       [](auto key, const auto& n, Draft&) { off_only(key, n, "packing"); }},
+      {"packing", "refused", "packing", [](auto key, const auto& n, Draft&) { off_only(key, n, "packing"); }},
       {"padding_free", "refused", "padding-free batches",
        [](auto key, const auto& n, Draft&) { off_only(key, n, "padding-free batching"); }},
       {"activation_offloading", "refused", "activation offloading",
@@ -264,7 +272,9 @@ const std::vector<KeyRule>& trl_rules() {
        }},
       {"deepspeed", "refused", "DeepSpeed through the Trainer: plan it with --gpus and --parallel",
        [](auto key, const auto& n, Draft&) {
-         if (!is_null(n)) refuse(key, "a recipe's DeepSpeed config is not read yet; plan it with --gpus and --parallel zero1|zero2|zero3");
+         if (!is_null(n))
+           refuse(key,
+                  "a recipe's DeepSpeed config is not read yet; plan it with --gpus and --parallel zero1|zero2|zero3");
        }},
       {"bnb_4bit_quant_storage", "refused", "a 4-bit storage dtype (FSDP with QLoRA)",
        [](auto key, const auto& n, Draft&) {
@@ -276,6 +286,8 @@ const std::vector<KeyRule>& trl_rules() {
 
 // Keys that change neither memory nor time: what to learn, log, save and evaluate, the data's
 // source, the run's identity. The evaluation batch does not change the training step.
+// A list of names, packed (not one a line).
+// clang-format off
 constexpr std::string_view kTrlIgnoredKeys[] = {
     "env", "output_dir", "overwrite_output_dir", "run_name", "report_to", "logging_dir", "logging_steps",
     "logging_strategy", "logging_first_step", "logging_nan_inf_filter", "log_level", "log_level_replica",
@@ -299,6 +311,7 @@ constexpr std::string_view kTrlIgnoredKeys[] = {
     "include_num_input_tokens_seen", "average_tokens_across_devices", "bf16_full_eval", "fp16_full_eval",
     "prediction_loss_only", "resume_from_checkpoint", "ignore_data_skip", "use_cpu", "local_rank",
 };
+// clang-format on
 
 // axolotl and LLaMA-Factory are told apart by keys only they write.
 RecipeKind kind_of(const YAML::Node& root) {
@@ -321,23 +334,26 @@ void read_keys(const YAML::Node& root, const std::vector<KeyRule>& rules, std::s
     } else if (std::find(ignored.begin(), ignored.end(), key) != ignored.end()) {
       out.ignored.push_back(key);
     } else {
-      throw InputError(fmt::format("{}: unknown key of {} recipe {}; trainfit neither plans nor ignores it "
-                                   "(docs/setup.md, \"Recipes\", lists the keys)",
-                                   out.source, format, detail::quoted(key)));
+      throw InputError(
+          fmt::format("{}: unknown key of {} recipe {}; trainfit neither plans nor ignores it "
+                      "(docs/setup.md, \"Recipes\", lists the keys)",
+                      out.source, format, detail::quoted(key)));
     }
   }
 }
 
 void read_trl(const YAML::Node& root, Draft& d, Recipe& out) {
   read_keys(root, trl_rules(), kTrlIgnoredKeys, "a TRL", d, out);
-  if (!d.has("model")) throw InputError(fmt::format("{}: a TRL recipe names its model with model_name_or_path", out.source));
+  if (!d.has("model"))
+    throw InputError(fmt::format("{}: a TRL recipe names its model with model_name_or_path", out.source));
   d.set("trainer", std::string("trl"), "trl");
   d.set("objective", to_string(d.objective), "trl");
   // Method: PEFT's LoRA, on a quantised base when ModelConfig asks for one.
   if (d.load_in_4bit || d.load_in_8bit) {
     if (!d.use_peft) refuse("load_in_4bit", "a quantised base trains only with use_peft: true (TRL's ModelConfig)");
     d.set("method", std::string("qlora"), d.load_in_4bit ? "load_in_4bit" : "load_in_8bit");
-    d.set("weights", d.load_in_8bit ? std::string("int8") : d.quant_type, d.load_in_4bit ? "load_in_4bit" : "load_in_8bit");
+    d.set("weights", d.load_in_8bit ? std::string("int8") : d.quant_type,
+          d.load_in_4bit ? "load_in_4bit" : "load_in_8bit");
   } else {
     d.set("method", std::string(d.use_peft ? "lora" : "full"), "use_peft");
     // ModelConfig loads the model in float32 unless dtype says otherwise.
@@ -375,16 +391,16 @@ void read_trl(const YAML::Node& root, Draft& d, Recipe& out) {
     if (d.use_peft)
       // The memory model's autocast is full fine-tuning's (amp): LoRA's frozen fp32 base under
       // autocast (cast anew at every matmul, never cached) has not been measured.
-      d.notes.push_back(fmt::format("LoRA over float32 weights under {} autocast is planned without the autocast "
-                                    "(activations in fp32): an upper bound; set dtype: bfloat16 to plan a bf16 base",
-                                    bf16 ? "bf16" : "fp16"));
+      d.notes.push_back(
+          fmt::format("LoRA over float32 weights under {} autocast is planned without the autocast "
+                      "(activations in fp32): an upper bound; set dtype: bfloat16 to plan a bf16 base",
+                      bf16 ? "bf16" : "fp16"));
     else
       d.set("amp", std::string(bf16 ? "bf16" : "fp16"), bf16 ? "bf16" : "fp16");
   }
   if (!fp32_weights && !bf16 && !fp16 && d.objective == Objective::sft)
     refuse("bf16", "false over 16-bit weights is not planned: TRL's chunked loss would then run its GEMMs in fp32");
 }
-
 
 // ---- LLaMA-Factory (`llamafactory-cli train recipe.yaml`; its hparams at commit ff6d4d12e) ----------
 
@@ -403,12 +419,18 @@ const std::vector<KeyRule>& llama_factory_rules() {
       {"stage", "setting", "objective: sft, dpo, kto, rm (reward), ppo",
        [](auto key, const auto& n, Draft& d) {
          const std::string s = detail::ascii_lower(scalar_of(key, n));
-         if (s == "sft") d.objective = Objective::sft;
-         else if (s == "dpo") d.objective = Objective::dpo;
-         else if (s == "kto") d.objective = Objective::kto;
-         else if (s == "rm") d.objective = Objective::reward;
-         else if (s == "ppo") d.objective = Objective::ppo;
-         else refuse(key, fmt::format("stage {} is not planned; planned: sft, dpo, kto, rm, ppo", detail::quoted(s)));
+         if (s == "sft")
+           d.objective = Objective::sft;
+         else if (s == "dpo")
+           d.objective = Objective::dpo;
+         else if (s == "kto")
+           d.objective = Objective::kto;
+         else if (s == "rm")
+           d.objective = Objective::reward;
+         else if (s == "ppo")
+           d.objective = Objective::ppo;
+         else
+           refuse(key, fmt::format("stage {} is not planned; planned: sft, dpo, kto, rm, ppo", detail::quoted(s)));
        }},
       {"finetuning_type", "setting", "method: full or lora (qlora with quantization_bit)",
        [](auto key, const auto& n, Draft& d) {
@@ -420,11 +442,13 @@ const std::vector<KeyRule>& llama_factory_rules() {
        [](auto key, const auto& n, Draft& d) {
          if (is_null(n)) return;
          d.quantization_bit = int_of(key, n);
-         if (*d.quantization_bit != 4 && *d.quantization_bit != 8) refuse(key, "only 4 and 8 bits (bitsandbytes) are planned");
+         if (*d.quantization_bit != 4 && *d.quantization_bit != 8)
+           refuse(key, "only 4 and 8 bits (bitsandbytes) are planned");
        }},
       {"quantization_method", "setting", "bnb only",
        [](auto key, const auto& n, Draft&) {
-         if (detail::ascii_lower(scalar_of(key, n)) != "bnb") refuse(key, "only bitsandbytes (bnb) quantisation is planned");
+         if (detail::ascii_lower(scalar_of(key, n)) != "bnb")
+           refuse(key, "only bitsandbytes (bnb) quantisation is planned");
        }},
       {"quantization_type", "setting", "weights nf4 or fp4",
        [](auto key, const auto& n, Draft& d) {
@@ -433,7 +457,8 @@ const std::vector<KeyRule>& llama_factory_rules() {
        }},
       {"double_quantization", "setting", "double_quant (default true)",
        [](auto key, const auto& n, Draft& d) { d.double_quant = bool_of(key, n); }},
-      {"lora_rank", "setting", "rank (default 8)", [](auto key, const auto& n, Draft& d) { d.set("rank", int_of(key, n), key); }},
+      {"lora_rank", "setting", "rank (default 8)",
+       [](auto key, const auto& n, Draft& d) { d.set("rank", int_of(key, n), key); }},
       {"lora_alpha", "setting", "lora_alpha (default 2 x rank)",
        [](auto key, const auto& n, Draft& d) {
          if (!is_null(n)) d.set("lora_alpha", number_of(key, n), key);
@@ -446,7 +471,8 @@ const std::vector<KeyRule>& llama_factory_rules() {
          if (detail::ascii_lower(t) == "all") t = "all-linear";
          d.set("lora_targets", t, key);
        }},
-      {"cutoff_len", "setting", "seq (default 2048)", [](auto key, const auto& n, Draft& d) { d.set("seq", int_of(key, n), key); }},
+      {"cutoff_len", "setting", "seq (default 2048)",
+       [](auto key, const auto& n, Draft& d) { d.set("seq", int_of(key, n), key); }},
       {"per_device_train_batch_size", "setting", "batch (TrainingArguments' default 8)",
        [](auto key, const auto& n, Draft& d) { d.set("batch", int_of(key, n), key); }},
       {"gradient_accumulation_steps", "setting", "grad_accum",
@@ -461,7 +487,8 @@ const std::vector<KeyRule>& llama_factory_rules() {
        [](auto key, const auto& n, Draft& d) { d.set("optimizer", optimizer_setting(key, n), key); }},
       {"bf16", "setting", "the compute dtype bf16: trainable parameters in fp32 under autocast",
        [](auto key, const auto& n, Draft& d) { d.bf16 = bool_of(key, n); }},
-      {"fp16", "setting", "the compute dtype fp16", [](auto key, const auto& n, Draft& d) { d.fp16 = bool_of(key, n); }},
+      {"fp16", "setting", "the compute dtype fp16",
+       [](auto key, const auto& n, Draft& d) { d.fp16 = bool_of(key, n); }},
       {"pure_bf16", "setting", "trainable parameters kept in bf16 (no fp32 copy)",
        [](auto key, const auto& n, Draft& d) { d.pure_bf16 = bool_of(key, n); }},
       {"enable_liger_kernel", "refused", "Liger's kernels",
@@ -473,7 +500,8 @@ const std::vector<KeyRule>& llama_factory_rules() {
       {"neat_packing", "refused", "packing without cross-attention",
        [](auto key, const auto& n, Draft&) { off_only(key, n, "packing"); }},
       {"use_dora", "refused", "DoRA", [](auto key, const auto& n, Draft&) { off_only(key, n, "DoRA (use_dora)"); }},
-      {"pissa_init", "refused", "PiSSA", [](auto key, const auto& n, Draft&) { off_only(key, n, "PiSSA initialisation"); }},
+      {"pissa_init", "refused", "PiSSA",
+       [](auto key, const auto& n, Draft&) { off_only(key, n, "PiSSA initialisation"); }},
       {"upcast_layernorm", "refused", "fp32 norm weights",
        [](auto key, const auto& n, Draft&) { off_only(key, n, "fp32 norm weights (upcast_layernorm)"); }},
       {"upcast_lmhead_output", "refused", "fp32 output-layer output",
@@ -481,15 +509,20 @@ const std::vector<KeyRule>& llama_factory_rules() {
       {"use_galore", "refused", "GaLore", [](auto key, const auto& n, Draft&) { off_only(key, n, "GaLore"); }},
       {"use_badam", "refused", "BAdam", [](auto key, const auto& n, Draft&) { off_only(key, n, "BAdam"); }},
       {"use_apollo", "refused", "APOLLO", [](auto key, const auto& n, Draft&) { off_only(key, n, "APOLLO"); }},
-      {"shift_attn", "refused", "shifted sparse attention", [](auto key, const auto& n, Draft&) { off_only(key, n, "S^2-Attn"); }},
+      {"shift_attn", "refused", "shifted sparse attention",
+       [](auto key, const auto& n, Draft&) { off_only(key, n, "S^2-Attn"); }},
       {"deepspeed", "refused", "DeepSpeed: plan it with --gpus and --parallel",
        [](auto key, const auto& n, Draft&) {
-         if (!is_null(n)) refuse(key, "a recipe's DeepSpeed config is not read yet; plan it with --gpus and --parallel zero1|zero2|zero3");
+         if (!is_null(n))
+           refuse(key,
+                  "a recipe's DeepSpeed config is not read yet; plan it with --gpus and --parallel zero1|zero2|zero3");
        }},
   };
   return rules;
 }
 
+// A list of names, packed (not one a line).
+// clang-format off
 constexpr std::string_view kLlamaFactoryIgnoredKeys[] = {
     "trust_remote_code", "do_train", "do_eval", "dataset", "eval_dataset", "dataset_dir", "template", "max_samples",
     "preprocessing_num_workers", "dataloader_num_workers", "overwrite_cache", "tokenized_path", "streaming",
@@ -503,6 +536,7 @@ constexpr std::string_view kLlamaFactoryIgnoredKeys[] = {
     "rope_scaling", "hub_model_id", "push_to_hub", "logging_dir", "train_on_prompt", "mask_history",
     "additional_target", "export_dir", "export_size", "export_device", "export_legacy_format", "cache_dir",
 };
+// clang-format on
 
 void read_llama_factory(const YAML::Node& root, Draft& d, Recipe& out) {
   d.reentrant_checkpointing = true;  // ModelArguments.use_reentrant_gc
@@ -548,15 +582,17 @@ void read_llama_factory(const YAML::Node& root, Draft& d, Recipe& out) {
   if (!d.has("batch")) d.set("batch", std::int64_t{8}, "per_device_train_batch_size");
   if (!d.has("optimizer")) d.set("optimizer", std::string("adamw"), "optim");
   if (d.has("grad_ckpt") && std::get<bool>(d.values.at("grad_ckpt").first) && d.reentrant_checkpointing)
-    d.notes.push_back("use_reentrant_gc (on by default) is planned as non-reentrant checkpointing: the same tensors "
-                      "are kept; the hooks' host time is counted");
+    d.notes.push_back(
+        "use_reentrant_gc (on by default) is planned as non-reentrant checkpointing: the same tensors "
+        "are kept; the hooks' host time is counted");
 }
 
 // ---- axolotl (`axolotl train recipe.yaml`; its schemas at commit 067b021c8) ------------------------
 
 const std::vector<KeyRule>& axolotl_rules() {
   static const std::vector<KeyRule> rules{
-      {"base_model", "setting", "model", [](auto key, const auto& n, Draft& d) { d.set("model", scalar_of(key, n), key); }},
+      {"base_model", "setting", "model",
+       [](auto key, const auto& n, Draft& d) { d.set("model", scalar_of(key, n), key); }},
       {"adapter", "setting", "method: lora or qlora; none is full fine-tuning",
        [](auto key, const auto& n, Draft& d) {
          d.method = is_null(n) ? std::string() : detail::ascii_lower(scalar_of(key, n));
@@ -567,11 +603,16 @@ const std::vector<KeyRule>& axolotl_rules() {
        [](auto key, const auto& n, Draft& d) {
          if (is_null(n)) return;
          const std::string s = detail::ascii_lower(scalar_of(key, n));
-         if (s == "dpo") d.objective = Objective::dpo;
-         else if (s == "kto") d.objective = Objective::kto;
-         else if (s == "orpo") d.objective = Objective::orpo;
-         else if (s == "grpo") d.objective = Objective::grpo;
-         else refuse(key, fmt::format("rl {} is not planned; planned: dpo, kto, orpo, grpo", detail::quoted(s)));
+         if (s == "dpo")
+           d.objective = Objective::dpo;
+         else if (s == "kto")
+           d.objective = Objective::kto;
+         else if (s == "orpo")
+           d.objective = Objective::orpo;
+         else if (s == "grpo")
+           d.objective = Objective::grpo;
+         else
+           refuse(key, fmt::format("rl {} is not planned; planned: dpo, kto, orpo, grpo", detail::quoted(s)));
        }},
       {"reward_model", "setting", "objective reward",
        [](auto key, const auto& n, Draft& d) {
@@ -579,7 +620,8 @@ const std::vector<KeyRule>& axolotl_rules() {
        }},
       {"load_in_4bit", "setting", "weights nf4 (with adapter qlora)",
        [](auto key, const auto& n, Draft& d) { d.load_in_4bit = !is_null(n) && bool_of(key, n); }},
-      {"load_in_8bit", "setting", "weights int8", [](auto key, const auto& n, Draft& d) { d.load_in_8bit = !is_null(n) && bool_of(key, n); }},
+      {"load_in_8bit", "setting", "weights int8",
+       [](auto key, const auto& n, Draft& d) { d.load_in_8bit = !is_null(n) && bool_of(key, n); }},
       {"lora_r", "setting", "rank", [](auto key, const auto& n, Draft& d) { d.set("rank", int_of(key, n), key); }},
       {"lora_alpha", "setting", "lora_alpha",
        [](auto key, const auto& n, Draft& d) {
@@ -593,8 +635,10 @@ const std::vector<KeyRule>& axolotl_rules() {
        }},
       {"lora_target_linear", "setting", "lora_targets all-linear",
        [](auto key, const auto& n, Draft& d) { d.target_linear = !is_null(n) && bool_of(key, n); }},
-      {"sequence_len", "setting", "seq (default 512)", [](auto key, const auto& n, Draft& d) { d.set("seq", int_of(key, n), key); }},
-      {"micro_batch_size", "setting", "batch (default 1)", [](auto key, const auto& n, Draft& d) { d.set("batch", int_of(key, n), key); }},
+      {"sequence_len", "setting", "seq (default 512)",
+       [](auto key, const auto& n, Draft& d) { d.set("seq", int_of(key, n), key); }},
+      {"micro_batch_size", "setting", "batch (default 1)",
+       [](auto key, const auto& n, Draft& d) { d.set("batch", int_of(key, n), key); }},
       {"gradient_accumulation_steps", "setting", "grad_accum",
        [](auto key, const auto& n, Draft& d) { d.set("grad_accum", int_of(key, n), key); }},
       {"gradient_checkpointing", "setting", "grad_ckpt (default off); offload is refused",
@@ -638,14 +682,18 @@ const std::vector<KeyRule>& axolotl_rules() {
        }},
       {"optimizer", "setting", "optimizer (default adamw_torch_fused)",
        [](auto key, const auto& n, Draft& d) { d.set("optimizer", optimizer_setting(key, n), key); }},
-      {"sample_packing", "refused", "sample packing", [](auto key, const auto& n, Draft&) { off_only(key, n, "sample packing"); }},
+      {"sample_packing", "refused", "sample packing",
+       [](auto key, const auto& n, Draft&) { off_only(key, n, "sample packing"); }},
       {"xformers_attention", "refused", "xformers attention",
        [](auto key, const auto& n, Draft&) { off_only(key, n, "xformers attention"); }},
-      {"flex_attention", "refused", "flex attention", [](auto key, const auto& n, Draft&) { off_only(key, n, "flex attention"); }},
+      {"flex_attention", "refused", "flex attention",
+       [](auto key, const auto& n, Draft&) { off_only(key, n, "flex attention"); }},
       {"activation_offloading", "refused", "activation offloading",
        [](auto key, const auto& n, Draft&) { off_only(key, n, "activation offloading"); }},
-      {"torch_compile", "refused", "torch.compile", [](auto key, const auto& n, Draft&) { off_only(key, n, "torch.compile"); }},
-      {"peft_use_dora", "refused", "DoRA", [](auto key, const auto& n, Draft&) { off_only(key, n, "DoRA (peft_use_dora)"); }},
+      {"torch_compile", "refused", "torch.compile",
+       [](auto key, const auto& n, Draft&) { off_only(key, n, "torch.compile"); }},
+      {"peft_use_dora", "refused", "DoRA",
+       [](auto key, const auto& n, Draft&) { off_only(key, n, "DoRA (peft_use_dora)"); }},
       {"cut_cross_entropy", "refused", "Cut Cross Entropy",
        [](auto key, const auto& n, Draft&) { off_only(key, n, "Cut Cross Entropy"); }},
       {"liger_fused_linear_cross_entropy", "refused", "Liger's fused linear cross-entropy",
@@ -656,24 +704,31 @@ const std::vector<KeyRule>& axolotl_rules() {
        }},
       {"lora_modules_to_save", "refused", "modules trained whole beside the adapters",
        [](auto key, const auto& n, Draft&) {
-         if (!is_null(n) && !(n.IsSequence() && n.size() == 0)) refuse(key, "modules trained whole beside LoRA are not planned yet");
+         if (!is_null(n) && !(n.IsSequence() && n.size() == 0))
+           refuse(key, "modules trained whole beside LoRA are not planned yet");
        }},
       {"deepspeed", "refused", "DeepSpeed: plan it with --gpus and --parallel",
        [](auto key, const auto& n, Draft&) {
-         if (!is_null(n)) refuse(key, "a recipe's DeepSpeed config is not read yet; plan it with --gpus and --parallel zero1|zero2|zero3");
+         if (!is_null(n))
+           refuse(key,
+                  "a recipe's DeepSpeed config is not read yet; plan it with --gpus and --parallel zero1|zero2|zero3");
        }},
       {"fsdp", "refused", "FSDP: plan it with --gpus and --parallel fsdp",
        [](auto key, const auto& n, Draft&) {
-         if (!is_null(n) && !(n.IsSequence() && n.size() == 0)) refuse(key, "a recipe's FSDP is not read yet; plan it with --gpus and --parallel fsdp");
+         if (!is_null(n) && !(n.IsSequence() && n.size() == 0))
+           refuse(key, "a recipe's FSDP is not read yet; plan it with --gpus and --parallel fsdp");
        }},
       {"fsdp_config", "refused", "FSDP: plan it with --gpus and --parallel fsdp",
        [](auto key, const auto& n, Draft&) {
-         if (!is_null(n) && !(n.IsMap() && n.size() == 0)) refuse(key, "a recipe's FSDP is not read yet; plan it with --gpus and --parallel fsdp");
+         if (!is_null(n) && !(n.IsMap() && n.size() == 0))
+           refuse(key, "a recipe's FSDP is not read yet; plan it with --gpus and --parallel fsdp");
        }},
   };
   return rules;
 }
 
+// A list of names, packed (not one a line).
+// clang-format off
 constexpr std::string_view kAxolotlIgnoredKeys[] = {
     "base_model_config", "model_type", "tokenizer_type", "tokenizer_config", "tokenizer_use_fast", "trust_remote_code",
     "is_llama_derived_model", "is_mistral_derived_model", "is_qwen_derived_model", "strict", "datasets",
@@ -692,17 +747,20 @@ constexpr std::string_view kAxolotlIgnoredKeys[] = {
     "remove_unused_columns", "skip_prepare_dataset", "sequence_len_overflow_handling", "excess_length_strategy",
     "beta", "rl_beta", "dpo_beta", "trl", "bfloat16", "float16",
 };
+// clang-format on
 
 void read_axolotl(const YAML::Node& root, Draft& d, Recipe& out) {
   d.method.clear();  // no adapter: full fine-tuning
   read_keys(root, axolotl_rules(), kAxolotlIgnoredKeys, "an axolotl", d, out);
-  if (!d.has("model")) throw InputError(fmt::format("{}: an axolotl recipe names its model with base_model", out.source));
+  if (!d.has("model"))
+    throw InputError(fmt::format("{}: an axolotl recipe names its model with base_model", out.source));
   // axolotl trains through its AxolotlTrainer, transformers' Trainer: the whole loss.
   d.set("trainer", std::string("transformers"), "rl");
   d.set("objective", to_string(d.objective), "rl");
   if (d.method.empty())
-    refuse("adapter", "full fine-tuning under axolotl keeps the embedding and output layer in fp32 "
-                      "(_configure_embedding_dtypes), which is not planned yet; plan it with trainfit's flags");
+    refuse("adapter",
+           "full fine-tuning under axolotl keeps the embedding and output layer in fp32 "
+           "(_configure_embedding_dtypes), which is not planned yet; plan it with trainfit's flags");
   // bf16 "auto" (the default) is bf16 on a card that has it: the model loads in its torch_dtype.
   const bool fp16 = d.fp16.value_or(false), bf16 = !fp16 && d.bf16.value_or(true);
   const std::string compute = bf16 ? "bf16" : fp16 ? "fp16" : "fp32";
@@ -720,24 +778,27 @@ void read_axolotl(const YAML::Node& root, Draft& d, Recipe& out) {
   }
   if (!d.has("rank")) refuse("lora_r", "an adapter needs lora_r");
   if (d.target_linear) d.set("lora_targets", std::string("all-linear"), "lora_target_linear");
-  if (!d.has("lora_targets"))
-    refuse("lora_target_modules", "name the adapted modules (or lora_target_linear: true)");
+  if (!d.has("lora_targets")) refuse("lora_target_modules", "name the adapted modules (or lora_target_linear: true)");
   if (!d.has("lora_dropout")) d.set("lora_dropout", 0.0, "lora_dropout");
   if (!d.has("seq")) d.set("seq", std::int64_t{512}, "sequence_len");
   if (!d.has("batch")) d.set("batch", std::int64_t{1}, "micro_batch_size");
   if (!d.has("optimizer")) d.set("optimizer", std::string("adamw"), "optimizer");
   if (d.has("grad_ckpt") && std::get<bool>(d.values.at("grad_ckpt").first) && d.reentrant_checkpointing)
-    d.notes.push_back("use_reentrant: true is planned as non-reentrant checkpointing: the same tensors are kept; the "
-                      "hooks' host time is counted");
+    d.notes.push_back(
+        "use_reentrant: true is planned as non-reentrant checkpointing: the same tensors are kept; the "
+        "hooks' host time is counted");
 }
 
 }  // namespace
 
 std::string to_string(RecipeKind k) {
   switch (k) {
-    case RecipeKind::trl: return "trl";
-    case RecipeKind::axolotl: return "axolotl";
-    case RecipeKind::llama_factory: return "llama-factory";
+    case RecipeKind::trl:
+      return "trl";
+    case RecipeKind::axolotl:
+      return "axolotl";
+    case RecipeKind::llama_factory:
+      return "llama-factory";
   }
   return "?";
 }
@@ -767,9 +828,15 @@ Recipe parse_recipe(std::string_view text, std::string_view source, std::optiona
   std::string_view key;
   try {
     switch (out.kind) {
-      case RecipeKind::trl: read_trl(root, d, out); break;
-      case RecipeKind::axolotl: read_axolotl(root, d, out); break;
-      case RecipeKind::llama_factory: read_llama_factory(root, d, out); break;
+      case RecipeKind::trl:
+        read_trl(root, d, out);
+        break;
+      case RecipeKind::axolotl:
+        read_axolotl(root, d, out);
+        break;
+      case RecipeKind::llama_factory:
+        read_llama_factory(root, d, out);
+        break;
     }
     // Each value checked against its setting's row.
     for (auto& [setting_key, entry] : d.values) {
@@ -791,7 +858,9 @@ Recipe parse_recipe(std::string_view text, std::string_view source, std::optiona
   // In the table's order, as a command line's are.
   std::sort(out.settings.begin(), out.settings.end(), [](const GivenSetting& a, const GivenSetting& b) {
     const auto& t = settings();
-    const auto index = [&](const Setting* s) { return std::find_if(t.begin(), t.end(), [&](const Setting& r) { return &r == s; }) - t.begin(); };
+    const auto index = [&](const Setting* s) {
+      return std::find_if(t.begin(), t.end(), [&](const Setting& r) { return &r == s; }) - t.begin();
+    };
     return index(a.setting) < index(b.setting);
   });
   return out;

@@ -68,8 +68,9 @@ TEST(RecipeCli, ABadRecipeIsOneLineNamingTheFileAndTheKey) {
   }
   const auto r = run_cli("plan --recipe " + path + " --gpu h100-sxm");
   EXPECT_EQ(r.code, 2);
-  EXPECT_EQ(r.out, "trainfit: " + path +
-                       ": packing: packing is not planned yet; plan without it (remove the key) for the step it replaces\n");
+  EXPECT_EQ(r.out,
+            "trainfit: " + path +
+                ": packing: packing is not planned yet; plan without it (remove the key) for the step it replaces\n");
   const auto missing = run_cli("plan --recipe /nonexistent/recipe.yaml --gpu h100-sxm");
   EXPECT_EQ(missing.code, 2);
   EXPECT_EQ(missing.out, "trainfit: /nonexistent/recipe.yaml: cannot read the recipe\n");

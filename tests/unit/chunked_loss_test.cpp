@@ -34,7 +34,8 @@ TEST(Trainer, TrlDefaultsCheckpointingAndTheChunkedLossForSft) {
   EXPECT_FALSE(hf.grad_ckpt);
   EXPECT_EQ(hf.loss, Loss::whole);
   // Given values win over TRL's defaults; TRL's own loss names are read.
-  const TrainingSetup nll = resolved({{"model", "qwen2.5-0.5b"}, {"trainer", "trl"}, {"loss", "nll"}, {"grad_ckpt", "false"}});
+  const TrainingSetup nll =
+      resolved({{"model", "qwen2.5-0.5b"}, {"trainer", "trl"}, {"loss", "nll"}, {"grad_ckpt", "false"}});
   EXPECT_EQ(nll.loss, Loss::whole);
   EXPECT_EQ(parse_loss("chunked_nll"), Loss::chunked);
   // The loss is SFT's: under DPO it does not apply and is left out of the setup's JSON.
@@ -76,8 +77,8 @@ TEST(ChunkedLoss, WithoutAutocastTheTrainedHeadHoldsItsFp32CopyAndGradient) {
   // Qwen2.5-0.5B at 4 x 1024 with checkpointing, bf16=True against bf16=False: peaks of 4229.0 and
   // 4562.4 MiB, 333.4 MiB apart (data/bench/h100-trl-sft-2026-12-06/).
   const ModelSpec m = load_model("qwen2.5-0.5b");
-  TrainingSetup s = resolved({{"model", "qwen2.5-0.5b"}, {"method", "full"}, {"trainer", "trl"}, {"batch", "4"},
-                              {"seq", "1024"}});
+  TrainingSetup s =
+      resolved({{"model", "qwen2.5-0.5b"}, {"method", "full"}, {"trainer", "trl"}, {"batch", "4"}, {"seq", "1024"}});
   const MemoryEstimate autocast = estimate_memory(m, s, find_gpu("h100-sxm"));
   s.trainer = Trainer::transformers;
   const MemoryEstimate fp32 = estimate_memory(m, s, find_gpu("h100-sxm"));
@@ -87,8 +88,12 @@ TEST(ChunkedLoss, WithoutAutocastTheTrainedHeadHoldsItsFp32CopyAndGradient) {
 
 TEST(ChunkedLoss, CostsAnotherHeadGemmAndTheWeightsConversionsEveryChunk) {
   const ModelSpec m = load_model("qwen2.5-1.5b");
-  TrainingSetup s = resolved({{"model", "qwen2.5-1.5b"}, {"method", "full"}, {"trainer", "trl"}, {"batch", "4"},
-                              {"seq", "2048"}, {"loss", "whole"}});
+  TrainingSetup s = resolved({{"model", "qwen2.5-1.5b"},
+                              {"method", "full"},
+                              {"trainer", "trl"},
+                              {"batch", "4"},
+                              {"seq", "2048"},
+                              {"loss", "whole"}});
   const StepWork whole = step_work(m, s);
   s.loss = Loss::chunked;
   const StepWork chunked = step_work(m, s);

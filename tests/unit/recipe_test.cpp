@@ -25,9 +25,10 @@ std::string error_of(std::string_view text, std::optional<Objective> objective =
 }
 
 TEST(Recipe, ATrlSftConfigTakesTrlsDefaultsForWhatItLeavesOut) {
-  const Recipe r = parse_recipe("model_name_or_path: Qwen/Qwen2.5-0.5B\ndataset_name: trl-lib/Capybara\n"
-                                "learning_rate: 2.0e-5\n",
-                                "sft.yaml");
+  const Recipe r = parse_recipe(
+      "model_name_or_path: Qwen/Qwen2.5-0.5B\ndataset_name: trl-lib/Capybara\n"
+      "learning_rate: 2.0e-5\n",
+      "sft.yaml");
   EXPECT_EQ(r.kind, RecipeKind::trl);
   const auto s = settings_of(r);
   EXPECT_EQ(s.at("model"), "Qwen/Qwen2.5-0.5B");
@@ -84,14 +85,15 @@ loss_type: nll
 }
 
 TEST(Recipe, JsonIsReadAsYamlAndTheObjectiveNamesTheTrainer) {
-  const Recipe r = parse_recipe(R"({"model_name_or_path": "qwen2.5-0.5b", "dtype": "bfloat16", "use_peft": true, "beta": 0.04,
+  const Recipe r =
+      parse_recipe(R"({"model_name_or_path": "qwen2.5-0.5b", "dtype": "bfloat16", "use_peft": true, "beta": 0.04,
                                     "num_generations": 4, "max_completion_length": 256, "per_device_train_batch_size": 4})",
-                                "grpo.json", Objective::grpo);
+                   "grpo.json", Objective::grpo);
   const auto s = settings_of(r);
   EXPECT_EQ(s.at("objective"), "grpo");
   EXPECT_EQ(s.at("generations"), "4");
   EXPECT_EQ(s.at("completion_len"), "256");
-  EXPECT_EQ(s.at("seq"), "512");  // no prompt bound in the recipe: as long as the completion
+  EXPECT_EQ(s.at("seq"), "512");                // no prompt bound in the recipe: as long as the completion
   EXPECT_EQ(s.at("reference"), "adapter-off");  // beta above 0 loads a reference
   EXPECT_EQ(r.notes.size(), 1u);
 }
@@ -99,19 +101,22 @@ TEST(Recipe, JsonIsReadAsYamlAndTheObjectiveNamesTheTrainer) {
 TEST(Recipe, RefusesWhatItDoesNotPlanNamingTheKey) {
   const std::string model = "model_name_or_path: qwen2.5-0.5b\n";
   // Options not planned yet: refused when on, accepted when off (what is planned).
-  EXPECT_EQ(error_of(model + "packing: true\n"),
-            "recipe.yaml: packing: packing is not planned yet; plan without it (remove the key) for the step it replaces");
+  EXPECT_EQ(
+      error_of(model + "packing: true\n"),
+      "recipe.yaml: packing: packing is not planned yet; plan without it (remove the key) for the step it replaces");
   EXPECT_EQ(error_of(model + "packing: false\nuse_liger_kernel: false\n"), "");
   EXPECT_NE(error_of(model + "use_liger_kernel: true\n").find("use_liger_kernel: Liger"), std::string::npos);
   // A key trainfit neither plans nor ignores (a typo, or a field of another version).
-  EXPECT_NE(error_of(model + "per_device_train_batchsize: 4\n").find("unknown key of a TRL recipe 'per_device_train_batchsize'"),
+  EXPECT_NE(error_of(model + "per_device_train_batchsize: 4\n")
+                .find("unknown key of a TRL recipe 'per_device_train_batchsize'"),
             std::string::npos);
   // Values: the recipe's key, not trainfit's setting, is named.
   EXPECT_EQ(error_of(model + "per_device_train_batch_size: 0\n"),
             "recipe.yaml: per_device_train_batch_size: must be between 1 and 65536 (got 0)");
   EXPECT_EQ(error_of(model + "per_device_train_batch_size: four\n"),
             "recipe.yaml: per_device_train_batch_size: expected a whole number, not 'four'");
-  EXPECT_NE(error_of(model + "optim: lion_32bit\n").find("optim: optimizer 'lion_32bit' is not planned"), std::string::npos);
+  EXPECT_NE(error_of(model + "optim: lion_32bit\n").find("optim: optimizer 'lion_32bit' is not planned"),
+            std::string::npos);
   EXPECT_NE(error_of(model + "loss_type: dft\n").find("loss_type: loss_type 'dft' is not planned"), std::string::npos);
   // The file as a whole.
   EXPECT_EQ(error_of("learning_rate: 1e-5\n"), "recipe.yaml: a TRL recipe names its model with model_name_or_path");
@@ -170,10 +175,12 @@ resume_from_checkpoint: null
   EXPECT_EQ(s.at("grad_accum"), "8");
   EXPECT_EQ(r.notes.size(), 1u);  // reentrant checkpointing planned as non-reentrant
   // Full fine-tuning: the trainable parameters are cast to fp32 under bf16 autocast; 4-bit: QLoRA.
-  const auto full = settings_of(parse_recipe("model_name_or_path: qwen2.5-0.5b\nstage: sft\nfinetuning_type: full\nbf16: true\n", "f.yaml"));
+  const auto full = settings_of(
+      parse_recipe("model_name_or_path: qwen2.5-0.5b\nstage: sft\nfinetuning_type: full\nbf16: true\n", "f.yaml"));
   EXPECT_EQ(full.at("weights"), "fp32");
   EXPECT_EQ(full.at("amp"), "bf16");
-  const auto q = settings_of(parse_recipe("model_name_or_path: qwen2.5-7b\nstage: dpo\nquantization_bit: 4\nbf16: true\n", "q.yaml"));
+  const auto q = settings_of(
+      parse_recipe("model_name_or_path: qwen2.5-7b\nstage: dpo\nquantization_bit: 4\nbf16: true\n", "q.yaml"));
   EXPECT_EQ(q.at("method"), "qlora");
   EXPECT_EQ(q.at("weights"), "nf4");
   EXPECT_EQ(q.at("objective"), "dpo");
@@ -220,7 +227,8 @@ flash_attention: true
   EXPECT_EQ(s.at("attn"), "flash");
   EXPECT_EQ(s.at("grad_ckpt"), "true");
   EXPECT_EQ(s.at("trainer"), "transformers");
-  EXPECT_NE(error_of("base_model: qwen2.5-0.5b\nlora_r: 8\nsample_packing: true\n").find("sample_packing: sample packing is not planned"),
+  EXPECT_NE(error_of("base_model: qwen2.5-0.5b\nlora_r: 8\nsample_packing: true\n")
+                .find("sample_packing: sample packing is not planned"),
             std::string::npos);
   EXPECT_NE(error_of("base_model: qwen2.5-0.5b\nmicro_batch_size: 1\n").find("adapter: full fine-tuning under axolotl"),
             std::string::npos);
