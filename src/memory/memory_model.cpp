@@ -240,9 +240,7 @@ MemoryBasis memory_basis(const ModelSpec& model, const Step& step, const GpuSpec
   b.logits_upcast = st.logits_upcast;
   b.chunked = st.chunked_loss;
   b.sft_metrics = user_setup.trainer == Trainer::trl && user_setup.objective == Objective::sft && !b.chunked.on;
-  // The gathered hidden states' gradient: autograd's buffer for it and each chunk's slice
-  // gradient, written into zeros of its whole shape (slice_backward), both in its dtype.
-  if (b.chunked.on) b.chunk_backward_per_token = 2.0 * b.chunked.hidden * st.logits_compute_bytes;
+  if (b.chunked.on) b.chunk_gradient_per_token = b.chunked.hidden * st.logits_compute_bytes;
   b.softcap_bytes = st.softcap_bytes;
   b.layer_backward_transient_per_token = st.layer_backward_transient_per_token;
   b.layer_forward_transient_per_token = st.layer_forward_transient_per_token;
@@ -507,7 +505,9 @@ StepMemory step_memory(const MemoryBasis& b, double tokens, std::int64_t grad_ac
       m.activations = L * kept_per_layer + outside + other_in_flight;
       m.weights += b.copies_head + L * copies_kept_per_layer;
       m.logits_and_loss = chunk.backward + outputs_bwd;
-      m.transient = 2.0 * allocator_block(b.chunk_backward_per_token / 2.0 * T);
+      // The gathered hidden states' gradient: autograd's buffer for it, and each chunk's slice
+      // gradient written into zeros of the whole shape (slice_backward).
+      m.transient = 2.0 * allocator_block(b.chunk_gradient_per_token * T);
     }
   } else if (b.objective == Objective::sft) {
     // Forward, at the loss: every layer's saved tensors, the logits as the lm_head made them,

@@ -88,10 +88,10 @@ struct MemoryBasis {
   double checkpoint_per_token = 0;
   double logits_compute_bytes = 0;
   bool logits_upcast = false;
-  // TRL's chunked loss (docs/model.md, "The chunked loss"): its shape, and the gradient of the
-  // gathered hidden states, per token, that its backward accumulates chunk by chunk.
+  // TRL's chunked loss (docs/model.md, "The chunked loss"): its shape, and the bytes per token of
+  // the gathered hidden states' gradient, which its backward accumulates chunk by chunk.
   ChunkedLossShape chunked;
-  double chunk_backward_per_token = 0;
+  double chunk_gradient_per_token = 0;
   // SFTTrainer's metrics over the whole logits (trainer trl, loss whole): after the forward, with
   // the loss's buffers.
   bool sft_metrics = false;

@@ -117,10 +117,12 @@ constexpr double kChunkedLossWidthsPerLogit = 6.0;
 // (15); a trained head: its weight's product, its casts back and its accumulation (3 more).
 constexpr double kChunkOps = 27.0 + 10.0 + 15.0;
 constexpr double kChunkHeadGradientOps = 3.0;
-// SFTTrainer's metrics over the whole logits (compute_loss with loss_type "nll", TRL f2cd577):
-// entropy_from_logits copies the shifted logits flat (2 widths) and takes 128 rows at a time
+// SFTTrainer's metrics over the whole logits (compute_loss with loss_type "nll", TRL f2cd577), on
+// the fp32 logits accelerate's convert_outputs_to_fp32 makes (it reads the model's and writes 4
+// bytes): entropy_from_logits copies the shifted logits flat (2 widths) and takes 128 rows at a time
 // through log-softmax (2), exp (2), the product (3) and the sum (1); the argmax reads them (1).
 constexpr double kSftMetricWidthsPerLogit = 11.0;
+constexpr double kAccelerateFp32Bytes = 4.0;
 constexpr double kEntropyChunkRows = 128.0;
 constexpr double kEntropyChunkOps = 6.0;  // log_softmax, exp, mul, sum, neg and the copy into the output
 
@@ -576,7 +578,7 @@ StepWork step_work(const WorkBasis& b, double tokens, double batch, bool grad_ck
     loss_bytes = (kChunkedLossFixedBytesPerLogit + kChunkedLossWidthsPerLogit * g) * chunk_positions * V +
                  chunks * cl.head_elems * (2.0 * convert + head_grad);
   } else if (b.sft_metrics) {
-    loss_bytes += kSftMetricWidthsPerLogit * b.logit_bytes * T * V;
+    loss_bytes += (b.logit_bytes + kAccelerateFp32Bytes + kSftMetricWidthsPerLogit * kAccelerateFp32Bytes) * T * V;
   }
   w.memory_bytes = saved * (kTrafficPerSavedByteForward + kTrafficPerSavedByteBackward) +
                    (ckpt ? layer_saved * kTrafficPerSavedByteForward : 0.0) + loss_bytes +
