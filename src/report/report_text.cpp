@@ -63,9 +63,13 @@ std::string setup_text(const TrainingSetup& s) {
                            s.quant.double_quant && s.weights != DType::int8 ? " (double-quantised)" : "");
       break;
   }
-  return fmt::format("{}, {}, seq {} x batch {}{}, {}, {} attention{}", method, to_string(s.optimizer), s.seq, s.batch,
+  // Whose trainer runs it and how its SFT loss runs the output layer, where they are not the defaults.
+  std::string trainer;
+  if (s.trainer == Trainer::trl) trainer = ", TRL's trainer";
+  if (s.objective == Objective::sft && s.loss == Loss::chunked) trainer += ", the chunked loss";
+  return fmt::format("{}, {}, seq {} x batch {}{}, {}, {} attention{}{}", method, to_string(s.optimizer), s.seq, s.batch,
                      s.grad_accum > 1 ? fmt::format(" x accum {}", s.grad_accum) : "",
-                     s.grad_ckpt ? "gradient checkpointing" : "no checkpointing", to_string(s.attention),
+                     s.grad_ckpt ? "gradient checkpointing" : "no checkpointing", to_string(s.attention), trainer,
                      s.gpus > 1 ? fmt::format(", {} GPUs with {} (memory per GPU)", s.gpus, layout_text(s)) : "");
 }
 
