@@ -96,13 +96,8 @@ const GivenSetting* SetupFlags::in_file(std::string_view key) const {
 }
 
 std::vector<std::string> SetupFlags::recipe_lines() const {
-  std::vector<std::string> lines;
   const Recipe* r = recipe();
-  if (r == nullptr) return lines;
-  lines = r->notes;
-  if (!r->ignored.empty())
-    lines.push_back(fmt::format("recipe keys that change neither memory nor time, ignored: {}", fmt::join(r->ignored, ", ")));
-  return lines;
+  return r != nullptr ? recipe_warnings(*r) : std::vector<std::string>{};
 }
 
 bool SetupFlags::was_given(std::string_view key) const { return on_command_line(key) || in_file(key) != nullptr; }

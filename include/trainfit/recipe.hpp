@@ -33,6 +33,8 @@ struct Recipe {
 // a kind not read yet) or SettingError naming the recipe's key, in the recipe's words.
 Recipe parse_recipe(std::string_view text, std::string_view source, std::optional<Objective> objective = {});
 Recipe load_recipe(const std::string& path, std::optional<Objective> objective = {});
+// What a plan of the recipe warns of: its readings, then its ignored keys in one line.
+std::vector<std::string> recipe_warnings(const Recipe& recipe);
 
 // The keys a recipe of this kind may hold, each with what trainfit does with it: "setting" (and
 // which), "ignored" or "refused". For the docs and their test.

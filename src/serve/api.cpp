@@ -237,10 +237,7 @@ Asked read_asked(const Inputs& inputs, const std::vector<std::string>& option_ke
       if (g.setting->key == "model") model_name = std::get<std::string>(g.value);
       a.given.push_back(std::move(g));
     }
-    a.recipe_lines = std::move(recipe.notes);
-    if (!recipe.ignored.empty())
-      a.recipe_lines.push_back(fmt::format("recipe keys that change neither memory nor time, ignored: {}",
-                                           fmt::join(recipe.ignored, ", ")));
+    a.recipe_lines = recipe_warnings(recipe);
   }
   if (inputs.config_json) {
     if (!model_name.empty())

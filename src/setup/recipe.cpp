@@ -10,7 +10,6 @@
 
 #include <algorithm>
 #include <charconv>
-#include <fstream>
 #include <map>
 #include <set>
 #include <span>
@@ -838,15 +837,15 @@ Recipe parse_recipe(std::string_view text, std::string_view source, std::optiona
         read_llama_factory(root, d, out);
         break;
     }
-    // Each value checked against its setting's row.
-    for (auto& [setting_key, entry] : d.values) {
-      const Setting* s = find_setting(setting_key);
-      if (s == nullptr) continue;
-      key = entry.second;
-      SettingValue v = entry.first;
-      if ((s->type == SettingType::list || s->type == SettingType::choice) && std::holds_alternative<std::string>(v))
-        v = parse_setting_text(*s, std::get<std::string>(v));
-      out.settings.emplace_back(s, check_setting_value(*s, v));
+    // Each value checked against its setting's row, in the table's order (a command line's).
+    for (const Setting& s : settings()) {
+      const auto it = d.values.find(s.key);
+      if (it == d.values.end()) continue;
+      key = it->second.second;
+      SettingValue v = it->second.first;
+      if ((s.type == SettingType::list || s.type == SettingType::choice) && std::holds_alternative<std::string>(v))
+        v = parse_setting_text(s, std::get<std::string>(v));
+      out.settings.emplace_back(&s, check_setting_value(s, v));
     }
   } catch (const SettingError& e) {
     throw InputError(fmt::format("{}: {}: {}", source, key.empty() ? e.setting() : std::string(key), e.reason()));
@@ -855,24 +854,19 @@ Recipe parse_recipe(std::string_view text, std::string_view source, std::optiona
     throw InputError(fmt::format("{}: {}: {}", source, key, e.what()));
   }
   out.notes = std::move(d.notes);
-  // In the table's order, as a command line's are.
-  std::sort(out.settings.begin(), out.settings.end(), [](const GivenSetting& a, const GivenSetting& b) {
-    const auto& t = settings();
-    const auto index = [&](const Setting* s) {
-      return std::find_if(t.begin(), t.end(), [&](const Setting& r) { return &r == s; }) - t.begin();
-    };
-    return index(a.setting) < index(b.setting);
-  });
   return out;
 }
 
 Recipe load_recipe(const std::string& path, std::optional<Objective> objective) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(fmt::format("{}: cannot read the recipe", path));
-  std::string text(kMaxRecipeBytes + 1, '\0');
-  in.read(text.data(), static_cast<std::streamsize>(text.size()));
-  text.resize(static_cast<std::size_t>(in.gcount()));
-  return parse_recipe(text, path, objective);
+  return parse_recipe(detail::read_text_file(path, "recipe", kMaxRecipeBytes), path, objective);
+}
+
+std::vector<std::string> recipe_warnings(const Recipe& recipe) {
+  std::vector<std::string> lines = recipe.notes;
+  if (!recipe.ignored.empty())
+    lines.push_back(
+        fmt::format("recipe keys that change neither memory nor time, ignored: {}", fmt::join(recipe.ignored, ", ")));
+  return lines;
 }
 
 std::vector<RecipeKeyUse> recipe_keys(RecipeKind kind) {

@@ -73,7 +73,7 @@ TEST(RecipeCli, ABadRecipeIsOneLineNamingTheFileAndTheKey) {
                 ": packing: packing is not planned yet; plan without it (remove the key) for the step it replaces\n");
   const auto missing = run_cli("plan --recipe /nonexistent/recipe.yaml --gpu h100-sxm");
   EXPECT_EQ(missing.code, 2);
-  EXPECT_EQ(missing.out, "trainfit: /nonexistent/recipe.yaml: cannot read the recipe\n");
+  EXPECT_EQ(missing.out, "trainfit: cannot read recipe '/nonexistent/recipe.yaml': no such file\n");
 }
 
 }  // namespace
