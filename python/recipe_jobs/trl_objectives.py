@@ -37,6 +37,13 @@ CASES = {
     "grpo-q0.5b-lora-b8-g4": ("grpo", "qwen2.5-0.5b", "lora", 8, 128, 256, {"num_generations": 4}),
     "grpo-q0.5b-full-b8-g4-beta": ("grpo", "qwen2.5-0.5b", "full", 8, 128, 256, {"num_generations": 4, "beta": 0.04}),
     "grpo-q1.5b-lora-b8-g8": ("grpo", "qwen2.5-1.5b", "lora", 8, 128, 256, {"num_generations": 8}),
+    # Held out for GRPO's generation (docs/model.md, "Generation"): planned before they ran
+    # (data/bench/h100-grpo-generation-2026-12-06/predictions.txt).
+    "grpo-l1b-lora-b8-g4-c128": ("grpo", "llama3.2-1b", "lora", 8, 128, 128, {"num_generations": 4}),
+    "grpo-q0.5b-full-b4-x2-g4": ("grpo", "qwen2.5-0.5b", "full", 4, 128, 256,
+                                 {"num_generations": 4, "gradient_accumulation_steps": 2}),
+    "grpo-g1b-lora-b8-g8-c128": ("grpo", "gemma3-1b", "lora", 8, 64, 128, {"num_generations": 8}),
+    "grpo-phi3-lora-b4-g4-c64": ("grpo", "phi3-mini", "lora", 4, 128, 64, {"num_generations": 4}),
 }
 
 
@@ -117,16 +124,20 @@ def run_case(name, out_dir):
     snapshot = os.environ.get("TRL_SNAPSHOT") == name  # the allocator's history of this case, for trace --snapshot
     if snapshot:  # allocation sites only: with stacks the checkpoint's recompute raised SystemError (torch 2.11)
         torch.cuda.memory._record_memory_history(max_entries=300000, context="alloc", stacks="python")
+    accum = fields.pop("gradient_accumulation_steps", 1)
     args = cfg_cls(output_dir=os.path.join(out_dir, "trainer-" + name), per_device_train_batch_size=batch,
-                   gradient_accumulation_steps=1, max_steps=STEPS, logging_steps=100, save_strategy="no",
+                   gradient_accumulation_steps=accum, max_steps=STEPS, logging_steps=100, save_strategy="no",
                    report_to=[], dataloader_num_workers=0, **fields)
     extra = {"reward_funcs": [lambda completions, **kw: [1.0] * len(completions)]} if kind == "grpo" else {}
     t0 = time.time()
     status, error, trainable, trainer = "ok", None, None, None
+    generation = {"seconds": [], "rows": [], "completion_tokens_max": []}
     try:
         trainer = cls(model=model, args=args, train_dataset=data, processing_class=tokenizer, peft_config=peft_config,
                       callbacks=[meter], **extra)
         trainable = sum(p.numel() for p in trainer.model.parameters() if p.requires_grad)
+        if kind == "grpo":
+            time_generation(torch, trainer, generation)
         trainer.train()
     except torch.OutOfMemoryError as e:
         status, error = "oom", str(e)[:400]
@@ -136,7 +147,7 @@ def run_case(name, out_dir):
     stats = torch.cuda.memory_stats()
     objective = {"dpo": "dpo", "kto": "kto", "reward": "reward", "grpo": "grpo"}[kind]
     config_row = {"model": model_name, "method": method, "weights": "bf16", "batch": batch,
-                  "seq": prompt_len + completion_len, "grad_accum": 1, "grad_ckpt": bool(args.gradient_checkpointing),
+                  "seq": prompt_len + completion_len, "grad_accum": accum, "grad_ckpt": bool(args.gradient_checkpointing),
                   "optimizer": "adamw", "attn": "sdpa", "trainer": "trl", "objective": objective,
                   "gpu": "h100-sxm" if "H100" in torch.cuda.get_device_name(0) else "h200"}
     if method == "lora":
@@ -146,16 +157,40 @@ def run_case(name, out_dir):
                                    else "copy" if method == "full" else "adapter-off")
     if kind == "grpo":
         config_row.update({"generations": fields["num_generations"], "completion_len": completion_len,
+                           "generation": "generate",
                            "reference": "none" if not fields.get("beta") else
                            ("copy" if method == "full" else "adapter-off")})
-    row = {"case": name, "config": config_row, "recipe": {k: v for k, v in fields.items() if k != "model_init_kwargs"},
+    recipe = {k: v for k, v in fields.items() if k != "model_init_kwargs"}
+    if accum != 1:
+        recipe["gradient_accumulation_steps"] = accum
+    row = {"case": name, "config": config_row, "recipe": recipe,
            "measured": measured_of(meter, stats, status, error, params_trainable=trainable, optim=str(args.optim),
-                                   model_class=type(trainer.model).__name__ if trainer is not None else None),
+                                   model_class=type(trainer.model).__name__ if trainer is not None else None,
+                                   **({"generation": generation} if kind == "grpo" else {})),
            "stack": {"torch": torch.__version__, "transformers": transformers.__version__, "trl": trl.__version__,
                      "peft": peft.__version__, "datasets": datasets.__version__,
                      "gpu": torch.cuda.get_device_name(0), "date": time.strftime("%Y-%m-%d")},
            "wall_seconds": round(time.time() - t0, 1)}
     write_row(out_dir, "rows.jsonl", row)
+
+
+def time_generation(torch, trainer, generation):
+    """Wraps GRPOTrainer._generate_single_turn (the generate() call of a step's generation batch,
+    TRL f2cd577) to record its seconds, its rows and its longest completion: the generation's part
+    of the step, measured apart from the optimisation step."""
+    inner = trainer._generate_single_turn
+
+    def timed(prompt_ids, *args, **kwargs):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        completion_ids, logprobs = inner(prompt_ids, *args, **kwargs)
+        torch.cuda.synchronize()
+        generation["seconds"].append(time.perf_counter() - t0)
+        generation["rows"].append(len(prompt_ids))
+        generation["completion_tokens_max"].append(max(len(c) for c in completion_ids))
+        return completion_ids, logprobs
+
+    trainer._generate_single_turn = timed
 
 
 def main():
