@@ -120,6 +120,13 @@ enum class Loss { whole, chunked };
 //   precomputed: computed before training (DPO/KTO's precompute_ref_log_probs): nothing at run time;
 //   none:        no reference (GRPO with beta 0, TRL's default).
 enum class Reference { copy, adapter_off, precomputed, none };
+// Where GRPO's completions come from in a step:
+//   none:     made elsewhere (a vLLM server, or trainfit's runner, which times the optimisation
+//             step alone): the step is the optimisation;
+//   generate: transformers' generate() on the training GPU, GRPOTrainer's default (use_vllm
+//             false): the policy samples each generation batch's completions, and that time is
+//             part of the step (docs/model.md, "Generation").
+enum class Generation { none, generate };
 // What the driver does with an allocation past the card: Linux fails it (CUDA out of memory); the
 // Windows driver's system-memory fallback serves it from host RAM over the PCIe link (very slowly).
 // (Not plain `linux`: GNU C++ modes define it as a macro.)
@@ -176,6 +183,13 @@ struct TrainingSetup {
   // PPO and GRPO: tokens of each sequence that are the completion (the rest is its prompt); by
   // default half of `seq` (this initialiser is half the default seq).
   std::int64_t completion_len = 256;
+  // GRPO's generation (docs/model.md, "Generation"): how completions are made; the micro-batches
+  // one generate() call serves (TRL's steps_per_generation: each call makes batch x this many
+  // completions on a GPU), 0 following grad_accum as GRPOConfig's default does (generation_steps);
+  // and the optimisation passes over each generation batch (num_iterations).
+  Generation generation = Generation::none;
+  std::int64_t steps_per_generation = 0;
+  std::int64_t iterations = 1;
   std::int64_t gpus = 1;              // data-parallel degree; batch and seq are per GPU
   Parallel parallel = Parallel::ddp;  // with gpus > 1
   Offload offload = Offload::none;
@@ -213,6 +227,7 @@ Objective parse_objective(std::string_view s);
 Reference parse_reference(std::string_view s);
 Trainer parse_trainer(std::string_view s);
 Loss parse_loss(std::string_view s);
+Generation parse_generation(std::string_view s);
 std::vector<std::string> parse_lora_targets(std::string_view s);  // "all-linear" or "q,k,v,o" / "q_proj,v_proj"
 // The short form users write: "all-linear", or "q,v" for {"q_proj", "v_proj"}.
 std::string lora_targets_text(const std::vector<std::string>& targets);
@@ -231,6 +246,7 @@ std::string to_string(Objective o);
 std::string to_string(Reference r);
 std::string to_string(Trainer t);
 std::string to_string(Loss l);
+std::string to_string(Generation g);
 
 // The reference TRL uses when none is given: none for GRPO (beta 0 by default), a frozen copy
 // under full fine-tuning, the adapter-disabled base under LoRA and QLoRA. The settings table's
@@ -238,6 +254,8 @@ std::string to_string(Loss l);
 Reference default_reference(Objective objective, Method method);
 // Whether the objective has a reference at all (dpo, kto, ppo, grpo).
 bool has_reference_setting(Objective objective);
+// GRPO: the micro-batches one generation serves, steps_per_generation or (0) grad_accum.
+std::int64_t generation_steps(const TrainingSetup& setup);
 // The sequences one example of a micro-batch trains the policy on: 2 for the paired objectives
 // (dpo, orpo, reward: chosen and rejected), else 1.
 std::int64_t trained_sequences_per_example(Objective objective);

@@ -80,6 +80,18 @@ struct TimeProfile {
   // synchronisation together), taken as half launch, half GPU.
   double collective_launch_seconds = 25e-6;
   double collective_latency_seconds = 25e-6;
+  // GRPO's generation with transformers' generate() (docs/model.md, "Generation"), the host's time
+  // in a decoding step (a forward under torch.no_grad): per operation the time model counts in a
+  // layer's forward; per PEFT LoRA branch (its module calls and 13 ATen operations); and outside
+  // the layers (the embedding, the final norm, the output layer, the logits processors, sampling,
+  // the stopping criteria's check, the cache and mask bookkeeping). Measured on the H200 machine's
+  // host (2026-12-06) with python/recipe_jobs/generation_probe.py, Qwen2 layers of hidden size 64
+  // whose kernels take microseconds, as the Trainer's accelerator wraps them: a decoding step took
+  // 0.503 ms a layer (50 operations), 1.416 ms a layer with LoRA on its 7 linear modules, and
+  // 3.06 ms outside the layers (data/bench/h200-grpo-generation-2026-12-06/).
+  double decode_seconds_per_op = 10.06e-6;
+  double decode_adapter_seconds = 0.1305e-3;
+  double decode_loop_seconds = 3.06e-3;
 };
 
 // The range every rate of a profile must lie in: above 0 and at most 1. Efficiencies are fractions
@@ -139,6 +151,27 @@ struct LayoutWork {
 };
 
 // The work of one optimizer step, before any card is involved.
+// GRPO's generation with generate() on the training GPU (docs/model.md, "Generation"): what one
+// forward of the generating model does, per token and per row where it scales with them. The
+// step's counts say how many rows a generate() call makes and how often it runs.
+struct GenerationWork {
+  bool on = false;
+  double steps_per_generation = 0;                // micro-batches one call serves; 0: grad_accum
+  double iterations = 1;                          // optimisation passes over each generation batch
+  double prompt = 0, completion = 0;              // tokens of a row
+  double flops_per_token = 0;                     // the layers' linear FLOPs of one token
+  double head_flops_per_row = 0;                  // the output layer at the row's last position
+  double attention_flops_per_token_position = 0;  // QK^T and PV per token and per position attended
+  double weight_bytes = 0;                        // every weight read once a forward
+  double cache_bytes_per_position = 0;            // keys and values of one position of one row, all layers
+  double logits_bytes_per_row = 0;                // the last position's logits through fp32 and sampling
+  double layer_ops = 0;              // host operations of one forward in the layers, the LoRA branches' apart
+  double adapters = 0;               // LoRA branches one forward runs (all layers)
+  double score_flops_per_token = 0;  // the scoring pass: a forward with the completion's logits
+  double kernels = 0;                // kernels one forward launches
+  bool operator==(const GenerationWork&) const = default;
+};
+
 struct StepWork {
   double tensor_flops = 0;     // matmuls on tensor cores (bf16/fp16), including recomputation
   double attention_flops = 0;  // attention score and value matmuls
@@ -166,6 +199,7 @@ struct StepWork {
   double gpu_forward_fraction = 1.0 / 3.0;   // of the micro-batch's GPU work, by FLOPs
   double host_forward_fraction = 0.5;        // of its host operations, by count
   double sequences_per_example = 1;  // sequences trained per example of a micro-batch (2: dpo, orpo, reward)
+  GenerationWork generation;                // GRPO's generate() (off unless --generation generate)
   // What the layout adds and how it spreads the step: the basis's, the same at every micro-batch.
   LayoutWork layout;
 };
@@ -182,6 +216,7 @@ struct TimeEstimate {
   double pipeline_bubble_seconds = 0;  // pipeline stages idle while it fills and drains
   double offload_seconds = 0;        // host link traffic and the CPU optimizer step of offloading
   double mfu = 0;                // model FLOPs / (step_seconds x dense bf16 peak)
+  double generation_seconds = 0;       // GRPO's generate() calls, their share of a step (0 without)
   double spill_slowdown = 1;     // step_seconds / the same step fitting in memory
   Bottleneck bottleneck = Bottleneck::compute;
   std::vector<TimeTerm> breakdown;

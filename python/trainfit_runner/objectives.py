@@ -102,6 +102,11 @@ def check(cfg):
             raise ObjectiveError("SFT under trainer trl (TRL's SFTTrainer, its chunked loss) is not this runner's "
                                  "step: run TRL's own trainer (python/recipe_jobs/trl_sft.py)")
         return p
+    if p.objective == "grpo" and cfg.get("generation") == "generate":
+        # The runner times GRPO's optimisation step; generate() runs in TRL's own trainer.
+        raise ObjectiveError("GRPO with generation generate (TRL's GRPOTrainer calling generate()) is not this "
+                             "runner's step: run TRL's own trainer (python/recipe_jobs/trl_objectives.py), or "
+                             "plan --generation none")
     if int(cfg.get("gpus") or 1) > 1:
         raise ObjectiveError("objective %s runs on one GPU in this runner (the planner plans it under ddp)" % p.objective)
     if cfg.get("x_toy"):

@@ -287,6 +287,19 @@ MemoryBasis memory_basis(const ModelSpec& model, const Step& step, const GpuSpec
   b.value_all_grads = o.value.gradients;
   b.value_head_grad = o.value.head_gradient;
   b.value_layer_grad = (o.value.gradients - o.value.head_gradient) / L;
+  if (setup.objective == Objective::grpo && setup.generation == Generation::generate) {
+    // transformers' dynamic cache: a keys and a values tensor per layer, [rows, kv heads, context,
+    // head_dim], in the activations' dtype (the compute dtype, or autocast's).
+    const double width = setup.amp                       ? bytes_per_element(*setup.amp)
+                         : setup.method == Method::qlora ? bytes_per_element(setup.quant.compute_dtype)
+                                                         : bytes_per_element(setup.weights);
+    b.generation_cache_tensor_per_position =
+        static_cast<double>(model.num_kv_heads) *
+        (static_cast<double>(model.head_dim) + static_cast<double>(model.value_head_dim())) / 2.0 * width;
+    b.generation_completion = static_cast<double>(setup.completion_len);
+    b.generation_prompt = static_cast<double>(setup.seq - setup.completion_len);
+    b.generation_steps = static_cast<double>(setup.steps_per_generation);
+  }
   b.cuda_context_bytes = count_of(kCudaContextBytes + (setup.gpus > 1 ? kNcclBytes : 0.0));
   b.weights_loaded_bytes =
       count_of(base.weights + base.master_weights + base.quant_constants + base.adapters + base.gradient_buckets +
@@ -619,6 +632,22 @@ StepMemory step_memory(const MemoryBasis& b, double tokens, std::int64_t grad_ac
     m.activations = objective_acts;
     m.transient = b.value_layer_backward_transient_per_token * T;
     m.logits_and_loss = loss.kept;
+  }
+  // GRPO's generation, at its last decoding step (docs/model.md, "Generation"): the cache of every
+  // row at its longest, one layer's torch.cat making a new keys tensor beside the old, and the last
+  // position's logits (the model's, accelerate's fp32 copy, the softmax's probabilities and the
+  // processors' scores). No saved activations (torch.no_grad); the gradients of earlier
+  // micro-batches only when a generation serves fewer micro-batches than a step has.
+  if (b.generation_cache_tensor_per_position > 0) {
+    const double spg = b.generation_steps > 0 ? b.generation_steps : static_cast<double>(grad_accum);
+    const double rows = T / b.seq * spg;
+    const double tensor = allocator_block(rows * (b.generation_prompt + b.generation_completion) *
+                                          b.generation_cache_tensor_per_position);
+    MemoryMoment& m = moment(Phase::forward, "generation: the KV cache at its longest");
+    m.gradients = spg < static_cast<double>(grad_accum) ? grads_prev : 0.0;
+    m.activations = 2.0 * L * tensor;
+    m.transient = tensor;
+    m.logits_and_loss = allocator_block(rows * b.vocab * lc) + 3.0 * allocator_block(rows * b.vocab * 4.0);
   }
   // Optimizer step: every gradient, plus the optimizer's own temporaries.
   {

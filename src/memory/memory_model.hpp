@@ -133,6 +133,11 @@ struct MemoryBasis {
   std::int64_t trainable_parameters = 0;
   std::int64_t total_parameters = 0;
   std::int64_t untargeted_expert_adapter_parameters = 0;
+  // GRPO's generation (docs/model.md, "Generation"): one layer's keys or values of one row at one
+  // position (0: no generate() in the step), the prompt and completion lengths, the micro-batches
+  // a generation serves (0: grad_accum), and the last position's logits of a row.
+  double generation_cache_tensor_per_position = 0;
+  double generation_prompt = 0, generation_completion = 0, generation_steps = 0;
   bool operator==(const MemoryBasis&) const = default;
 };
 
@@ -146,7 +151,7 @@ MemoryBasis stage_basis(const MemoryBasis& whole, const Step& step, const Pipeli
 // layer's backward, the last and the first layer's backward, the embedding's (full fine-tuning)
 // and the optimizer step; with an objective, its reference forward (dpo, kto) and its value
 // model's backward (ppo).
-inline constexpr std::size_t kMaxMemoryMoments = 9;
+inline constexpr std::size_t kMaxMemoryMoments = 10;
 
 // A step's memory at its moments, and its peak.
 struct StepMemory {

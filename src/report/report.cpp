@@ -162,12 +162,20 @@ std::string objective_line(const Plan& p, bool md) {
   std::string extra;
   if (s.objective == Objective::grpo) extra = fmt::format("; {} completions per prompt", s.generations);
   if (s.objective == Objective::ppo || s.objective == Objective::grpo)
-    extra += fmt::format("; completion {} of {} tokens; generation not planned", s.completion_len, s.seq);
+    extra += fmt::format("; completion {} of {} tokens", s.completion_len, s.seq);
+  if (s.objective == Objective::ppo) extra += "; rollout not planned";
+  if (s.objective == Objective::grpo)
+    extra += s.generation == Generation::generate
+                 ? fmt::format("; generate() makes {} completions once every {} micro-batches",
+                               s.batch * generation_steps(s), generation_steps(s) * s.iterations)
+                 : std::string("; generation not planned (--generation none)");
   const std::string per_step =
       s.grad_accum > 1 ? fmt::format(" ({} a step)", o.trained_sequences * s.grad_accum) : std::string();
-  return fmt::format("{}{}: {} sequences a micro-batch with gradients{}, {} without{}{}{}\n",
-                     md ? "- **Objective:** " : "Objective ", to_string(s.objective), o.trained_sequences, per_step,
-                     o.no_grad_sequences, reference, models, extra);
+  const std::string text =
+      fmt::format("{}: {} sequences a micro-batch with gradients{}, {} without{}{}{}", to_string(s.objective),
+                  o.trained_sequences, per_step, o.no_grad_sequences, reference, models, extra);
+  if (md) return "- **Objective:** " + text + "\n";
+  return "Objective " + detail::wrapped(text, detail::kTextColumns - 10, "          ") + "\n";
 }
 
 // The card the plan's time profile was measured on, when it is not the planned card ("" when it is,

@@ -36,6 +36,9 @@ struct Draft {
   std::optional<bool> bf16, fp16;
   std::optional<double> beta;
   std::optional<std::int64_t> max_prompt_length;
+  std::optional<std::int64_t> generation_batch_size;  // GRPO's, over every process
+  bool use_vllm = false;
+  std::string vllm_mode = "colocate";  // GRPOConfig's default
   // LLaMA-Factory's and axolotl's fields that combine into settings.
   std::string method = "lora";  // LLaMA-Factory's finetuning_type (default lora); axolotl's adapter ("" for none)
   std::optional<std::int64_t> quantization_bit;
@@ -250,10 +253,36 @@ const std::vector<KeyRule>& trl_rules() {
        [](auto key, const auto& n, Draft&) { off_only(key, n, "a completion-only loss"); }},
       {"assistant_only_loss", "refused", "a loss on the assistant's turns only",
        [](auto key, const auto& n, Draft&) { off_only(key, n, "an assistant-only loss"); }},
+      {"use_transformers_continuous_batching", "refused", "GRPO's generation with continuous batching",
+       [](auto key, const auto& n, Draft&) { off_only(key, n, "generation with transformers' continuous batching"); }},
+      {"use_transformers_paged", "refused", "GRPO's generation with continuous batching (the older name)",
+       [](auto key, const auto& n, Draft&) { off_only(key, n, "generation with transformers' continuous batching"); }},
       {"torch_compile", "refused", "torch.compile",
        [](auto key, const auto& n, Draft&) { off_only(key, n, "torch.compile"); }},
-      {"use_vllm", "refused", "generation with vLLM",
-       [](auto key, const auto& n, Draft&) { off_only(key, n, "generation with vLLM"); }},
+      {"reward_funcs", "setting", "GRPO's reward functions over the text: their own host time is not planned (a note)",
+       [](auto, const auto& n, Draft& d) {
+         if (!is_null(n)) d.notes.push_back("the reward functions' own time (reward_funcs) is not planned");
+       }},
+      {"reward_model_name_or_path", "refused", "a reward model beside the GRPO policy",
+       [](auto key, const auto& n, Draft&) {
+         if (!is_null(n)) refuse(key, "a reward model beside the GRPO policy is not planned yet");
+       }},
+      {"use_vllm", "setting", "generation none with vllm_mode server; colocated vLLM is refused",
+       [](auto key, const auto& n, Draft& d) { d.use_vllm = bool_of(key, n); }},
+      {"vllm_mode", "setting", "with use_vllm: server (generation none) or colocate (refused)",
+       [](auto key, const auto& n, Draft& d) { d.vllm_mode = detail::ascii_lower(scalar_of(key, n)); }},
+      {"generation_batch_size", "setting", "steps_per_generation = generation_batch_size / batch (GRPO, one GPU)",
+       [](auto key, const auto& n, Draft& d) {
+         if (!is_null(n)) d.generation_batch_size = int_of(key, n);
+       }},
+      {"steps_per_generation", "setting", "steps_per_generation (GRPO; default gradient_accumulation_steps)",
+       [](auto key, const auto& n, Draft& d) {
+         if (!is_null(n) && d.objective == Objective::grpo) d.set("steps_per_generation", int_of(key, n), key);
+       }},
+      {"num_iterations", "setting", "iterations (GRPO; default 1)",
+       [](auto key, const auto& n, Draft& d) {
+         if (!is_null(n) && d.objective == Objective::grpo) d.set("iterations", int_of(key, n), key);
+       }},
       {"use_dora", "refused", "DoRA adapters",
        [](auto key, const auto& n, Draft&) { off_only(key, n, "DoRA (use_dora)"); }},
       {"lora_modules_to_save", "refused", "modules trained whole beside the adapters",
@@ -305,7 +334,9 @@ constexpr std::string_view kTrlIgnoredKeys[] = {
     "ignore_bias_buffers", "use_logits_to_keep", "label_smoothing", "rpo_alpha", "ld_alpha", "loss_weights",
     "reference_free", "sync_ref_model", "ref_model_mixup_alpha", "ref_model_sync_steps", "temperature", "top_p",
     "top_k", "min_p", "repetition_penalty", "reward_weights", "scale_rewards", "epsilon", "epsilon_high",
-    "num_iterations", "log_completions", "desirable_weight", "undesirable_weight", "center_rewards_coefficient",
+    "log_completions", "vllm_server_host", "vllm_server_port", "vllm_server_base_url", "vllm_server_timeout",
+    "vllm_group_port", "vllm_gpu_memory_utilization", "vllm_tensor_parallel_size", "vllm_model_impl",
+    "vllm_enable_sleep_mode", "vllm_importance_sampling_correction", "num_generations_eval", "desirable_weight", "undesirable_weight", "center_rewards_coefficient",
     "disable_dropout", "model_init_kwargs", "ref_model_init_kwargs", "ddp_find_unused_parameters", "ddp_timeout",
     "include_num_input_tokens_seen", "average_tokens_across_devices", "bf16_full_eval", "fp16_full_eval",
     "prediction_loss_only", "resume_from_checkpoint", "ignore_data_skip", "use_cpu", "local_rank",
@@ -375,6 +406,26 @@ void read_trl(const YAML::Node& root, Draft& d, Recipe& out) {
     }
     // GRPOConfig's beta is 0: no reference model; above 0 the method's reference.
     if (d.beta && *d.beta > 0) d.set("reference", std::string(d.use_peft ? "adapter-off" : "copy"), "beta");
+    // Generation: generate() on the training GPU unless vLLM makes the completions. A vLLM server
+    // runs elsewhere, so the step is the optimisation alone; colocated vLLM shares the GPU.
+    if (d.use_vllm) {
+      if (d.vllm_mode != "server")
+        refuse("use_vllm",
+               "colocated vLLM (vllm_mode colocate, GRPOConfig's default) is not planned yet; "
+               "vllm_mode server plans the training GPU's step without the generation");
+      d.set("generation", std::string("none"), "use_vllm");
+    }
+    // generation_batch_size is global: one GPU's share is per_device_train_batch_size x
+    // steps_per_generation (GRPOConfig.__post_init__).
+    if (d.generation_batch_size) {
+      if (d.has("steps_per_generation"))
+        refuse("generation_batch_size", "generation_batch_size and steps_per_generation cannot both be set (TRL)");
+      const std::int64_t batch = std::get<std::int64_t>(d.values.at("batch").first);
+      if (*d.generation_batch_size % batch != 0)
+        refuse("generation_batch_size", fmt::format("must be a multiple of per_device_train_batch_size ({})", batch));
+      d.set("steps_per_generation", *d.generation_batch_size / batch, "generation_batch_size");
+      d.notes.push_back("generation_batch_size is read for one GPU; with several, give --steps-per-generation");
+    }
   } else if (!d.has("seq")) {
     d.set("seq", std::int64_t{1024}, "max_length");
   }

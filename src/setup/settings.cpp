@@ -288,8 +288,8 @@ std::vector<Setting> builtin_table() {
   {
     auto& r = row("objective", "--objective", choice,
                   "training objective, as TRL's trainers compute it: sft (next-token loss), dpo, orpo, kto (preference "
-                  "losses), reward (a reward model: sequence classifier), ppo, grpo (the optimisation step; "
-                  "generation not planned)");
+                  "losses), reward (a reward model: sequence classifier), ppo (the optimisation step; the rollout "
+                  "not planned), grpo (the optimisation step, and its generation with --generation generate)");
     r.choices = {"sft", "dpo", "orpo", "kto", "reward", "ppo", "grpo"};
     r.label = "{}";
     bind_enum(r, [](auto& s) -> auto& { return s.objective; }, parse_objective, to_string);
@@ -323,8 +323,8 @@ std::vector<Setting> builtin_table() {
   }
   {
     auto& r = row("generations", "--generations", integer,
-                  "GRPO: completions sampled per prompt (num_generations); batch x grad_accum x data-parallel GPUs must "
-                  "hold whole groups of them");
+                  "GRPO: completions sampled per prompt (num_generations); batch x steps_per_generation x "
+                  "data-parallel GPUs must hold whole groups of them");
     r.minimum = 2;
     r.maximum = 65536;
     r.applies_when = condition("objective", {"grpo"}, {});
@@ -341,6 +341,46 @@ std::vector<Setting> builtin_table() {
     r.default_rule = "seq / 2";
     r.label = "c{}";
     bind<std::int64_t>(r, [](auto& s) -> auto& { return s.completion_len; });
+  }
+  {
+    auto& r = row("generation", "--generation", choice,
+                  "GRPO: where the completions come from: generate (transformers' generate() on the training GPU, "
+                  "GRPOTrainer's default; its time is part of the step) or none (made elsewhere, e.g. by a vLLM "
+                  "server: the step is the optimisation alone)");
+    r.choices = {"none", "generate"};
+    r.applies_when = condition("objective", {"grpo"}, {});
+    // GRPOTrainer generates with the policy unless use_vllm (TRL f2cd577, grpo_trainer.py); trainfit's
+    // runner times the optimisation step alone.
+    r.derived_default = value_when(condition("trainer", {"trl"}, {}), std::string("generate"));
+    r.default_rule = "generate with trainer trl (GRPOTrainer without vLLM); else none";
+    r.label = "gen-{}";
+    bind_enum(
+        r, [](auto& s) -> auto& { return s.generation; }, parse_generation, to_string);
+  }
+  {
+    auto& r = row("steps_per_generation", "--steps-per-generation", integer,
+                  "GRPO: micro-batches one generation serves (TRL's steps_per_generation, or its "
+                  "generation_batch_size / (batch x data-parallel GPUs)); 0 follows grad_accum, as GRPOConfig does. "
+                  "Each generate() call makes batch x this many completions on a GPU, and they must hold whole "
+                  "groups of generations");
+    r.minimum = 0;
+    r.maximum = 65536;
+    r.applies_when = condition("objective", {"grpo"}, {});
+    r.label = "spg{}";
+    bind<std::int64_t>(
+        r, [](auto& s) -> auto& { return s.steps_per_generation; });
+  }
+  {
+    auto& r = row("iterations", "--iterations", integer,
+                  "GRPO: optimisation passes over each generation batch (TRL's num_iterations); above 1, or with "
+                  "steps_per_generation above grad_accum, the policy's log-probabilities at generation time are "
+                  "computed once more without gradients");
+    r.minimum = 1;
+    r.maximum = 1024;
+    r.applies_when = condition("objective", {"grpo"}, {});
+    r.label = "mu{}";
+    bind<std::int64_t>(
+        r, [](auto& s) -> auto& { return s.iterations; });
   }
   group = "layout";
   {

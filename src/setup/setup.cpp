@@ -80,6 +80,8 @@ constexpr std::array<std::pair<std::string_view, Trainer>, 4> kTrainers{{
 // TRL's own names for its loss types are accepted as written in an SFTConfig.
 constexpr std::array<std::pair<std::string_view, Loss>, 4> kLosses{{
     {"whole", Loss::whole}, {"chunked", Loss::chunked}, {"nll", Loss::whole}, {"chunked_nll", Loss::chunked}}};
+constexpr std::array<std::pair<std::string_view, Generation>, 2> kGenerations{
+    {{"none", Generation::none}, {"generate", Generation::generate}}};
 
 // Short names people write for the usual projection modules.
 constexpr std::array<std::pair<std::string_view, std::string_view>, 7> kTargetShorthands{{
@@ -99,6 +101,7 @@ Objective parse_objective(std::string_view s) { return lookup("objective", s, kO
 Reference parse_reference(std::string_view s) { return lookup("reference", s, kReferences); }
 Trainer parse_trainer(std::string_view s) { return lookup("trainer", s, kTrainers); }
 Loss parse_loss(std::string_view s) { return lookup("loss", s, kLosses); }
+Generation parse_generation(std::string_view s) { return lookup("generation", s, kGenerations); }
 
 std::vector<std::string> parse_lora_targets(std::string_view s) {
   const std::string text = detail::ascii_lower(s);
@@ -155,6 +158,7 @@ std::string to_string(Objective o) { return name_of(o, kObjectives); }
 std::string to_string(Reference r) { return name_of(r, kReferences); }
 std::string to_string(Trainer t) { return name_of(t, kTrainers); }
 std::string to_string(Loss l) { return name_of(l, kLosses); }
+std::string to_string(Generation g) { return name_of(g, kGenerations); }
 
 Reference default_reference(Objective objective, Method method) {
   // GRPOConfig.beta is 0 by default, and GRPOTrainer then loads no reference; the others follow
@@ -165,6 +169,10 @@ Reference default_reference(Objective objective, Method method) {
 
 bool has_reference_setting(Objective o) {
   return o == Objective::dpo || o == Objective::kto || o == Objective::ppo || o == Objective::grpo;
+}
+
+std::int64_t generation_steps(const TrainingSetup& s) {
+  return s.steps_per_generation > 0 ? s.steps_per_generation : s.grad_accum;
 }
 
 std::int64_t trained_sequences_per_example(Objective o) {
@@ -217,11 +225,12 @@ void validate_objective(const TrainingSetup& s) {
   if (s.objective == Objective::grpo) {
     // GRPOTrainer: the generation batch (per-device batch x processes x steps_per_generation, which
     // defaults to gradient_accumulation_steps) must hold whole groups of num_generations.
-    const std::int64_t generation_batch = s.batch * s.grad_accum * data_parallel_degree(s);
+    const std::int64_t generation_batch = s.batch * generation_steps(s) * data_parallel_degree(s);
     if (generation_batch % s.generations != 0)
-      throw SettingError("generations", fmt::format("the generation batch (batch x grad_accum x data-parallel GPUs "
-                                                    "= {}) must hold whole groups of {} completions, as TRL requires: "
-                                                    "raise grad_accum or batch, or use fewer generations",
+      throw SettingError("generations", fmt::format("the generation batch (batch x steps_per_generation x "
+                                                    "data-parallel GPUs = {}) must hold whole groups of {} "
+                                                    "completions, as TRL requires: raise steps_per_generation (by "
+                                                    "default grad_accum) or batch, or use fewer generations",
                                                     generation_batch, s.generations));
   }
   if ((s.objective == Objective::grpo || s.objective == Objective::ppo) && s.completion_len >= s.seq)

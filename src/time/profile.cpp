@@ -32,11 +32,12 @@ constexpr std::size_t kMaxProfileBytes = std::size_t{1} << 20;
 TimeProfile parse_profile(std::string_view text, std::string_view src) {
   const toml::table t = detail::parse_toml(text, src);
   const detail::TomlReader r(src);
-  r.reject_unknown(t, "",
-                   {"name", "source", "measured_on", "matmul_efficiency", "attention_efficiency", "fp32_efficiency",
-                    "bandwidth_efficiency", "host_seconds_per_op", "kernel_floor_seconds", "spill_efficiency",
-                    "all_reduce_efficiency", "all_gather_efficiency", "dtensor_seconds_per_op",
-                    "collective_launch_seconds", "collective_latency_seconds"});
+  r.reject_unknown(
+      t, "",
+      {"name", "source", "measured_on", "matmul_efficiency", "attention_efficiency", "fp32_efficiency",
+       "bandwidth_efficiency", "host_seconds_per_op", "kernel_floor_seconds", "spill_efficiency",
+       "all_reduce_efficiency", "all_gather_efficiency", "dtensor_seconds_per_op", "collective_launch_seconds",
+       "collective_latency_seconds", "decode_seconds_per_op", "decode_adapter_seconds", "decode_loop_seconds"});
   // Every field left out keeps TimeProfile's value: the shipped (H200) one.
   TimeProfile p;
   if (const auto* n = t.get("name")) p.name = r.text(*n, "name");
@@ -59,6 +60,9 @@ TimeProfile parse_profile(std::string_view text, std::string_view src) {
   rate("dtensor_seconds_per_op", p.dtensor_seconds_per_op);
   rate("collective_launch_seconds", p.collective_launch_seconds);
   rate("collective_latency_seconds", p.collective_latency_seconds);
+  rate("decode_seconds_per_op", p.decode_seconds_per_op);
+  rate("decode_adapter_seconds", p.decode_adapter_seconds);
+  rate("decode_loop_seconds", p.decode_loop_seconds);
   return p;
 }
 
@@ -81,7 +85,10 @@ std::string profile_to_toml(const TimeProfile& p) {
                 {"all_gather_efficiency", p.all_gather_efficiency},
                 {"dtensor_seconds_per_op", p.dtensor_seconds_per_op},
                 {"collective_launch_seconds", p.collective_launch_seconds},
-                {"collective_latency_seconds", p.collective_latency_seconds}};
+                {"collective_latency_seconds", p.collective_latency_seconds},
+                {"decode_seconds_per_op", p.decode_seconds_per_op},
+                {"decode_adapter_seconds", p.decode_adapter_seconds},
+                {"decode_loop_seconds", p.decode_loop_seconds}};
   std::ostringstream out;
   out << "# trainfit time profile (docs/model.md, \"The time model\")\n" << t << "\n";
   return out.str();

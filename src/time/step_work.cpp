@@ -47,6 +47,10 @@ constexpr double kModelForwardOps = 32;
 constexpr double kBackwardOpsPerForwardOp = 1.0;
 // Views and metadata operations dispatch but launch no kernel.
 constexpr double kKernelsPerOp = 0.75;
+// A decoding step's logits, per row and vocabulary entry: the output layer writes the last
+// position's (2), accelerate's convert_outputs_to_fp32 reads them and writes fp32 (2 + 4), the
+// logits processors and the softmax read and write fp32 (8), the multinomial draw reads (4).
+constexpr double kDecodeLogitBytes = 20.0;
 // Bytes elementwise work moves per byte of saved activation: written once in the forward and
 // read once in the backward, where its gradient is written and read once more.
 constexpr double kTrafficPerSavedByteForward = 2.0;
@@ -259,6 +263,39 @@ void objective_step_work(StepWork& w, const WorkBasis& b, double T, double attn_
     w.optimizer_ops += b.value_optimizer_ops;
   }
   (void)passes;
+}
+
+}  // namespace
+
+namespace {
+
+// GRPO's generation with transformers' generate() (docs/model.md, "Generation"): one forward of
+// the generating model, from the basis's counts. The model generates as the step trains it
+// (its weights in the compute dtype, its LoRA branches on), under torch.no_grad and with
+// gradient checkpointing switched off (TRL's unwrap_model_for_generation); its keys and values
+// go to transformers' dynamic cache in the activations' dtype.
+void generation_work(WorkBasis& b, const ModelSpec& model, const TrainingSetup& setup, const StepShape& st,
+                     double targets) {
+  GenerationWork& g = b.generation;
+  g.on = true;
+  g.steps_per_generation = as_d(setup.steps_per_generation);
+  g.iterations = as_d(setup.iterations);
+  g.completion = as_d(setup.completion_len);
+  g.prompt = b.seq - g.completion;
+  const double L = b.layers, h = b.hidden, V = b.vocab;
+  g.flops_per_token = b.linear_flops_per_token + 2.0 * b.targeted_rank_widths;
+  // generate() asks for the last position's logits only (logits_to_keep 1).
+  g.head_flops_per_row = 2.0 * V * h;
+  // QK^T and PV: 2 x head_dim FLOPs each per head, token and position attended.
+  g.attention_flops_per_token_position = 4.0 * L * b.heads * b.head_dim;
+  g.weight_bytes = st.params.weights + st.params.adapters;
+  g.cache_bytes_per_position = 2.0 * L * as_d(model.num_kv_heads) * b.head_dim * b.activation_bytes;  // keys and values
+  g.logits_bytes_per_row = kDecodeLogitBytes * V;
+  g.adapters = targets;
+  g.layer_ops = L * b.layer_ops - kLoraForwardOps * targets;
+  // The scoring pass over a generated batch: the completion's logits only (logits_to_keep).
+  g.score_flops_per_token = b.linear_flops_per_token + 2.0 * V * h * b.logit_fraction;
+  g.kernels = kKernelsPerOp * (g.layer_ops + kModelForwardOps);
 }
 
 }  // namespace
@@ -503,6 +540,8 @@ WorkBasis work_basis(const ModelSpec& model, const Step& step) {
   // What one layer's pass touches: its weights (and, per token, its activations).
   b.weight_bytes_per_layer = (st.params.weights + st.params.quant_constants) / L;
   objective_work(b, model, setup, st, targets, model_tensors);
+  if (setup.objective == Objective::grpo && setup.generation == Generation::generate)
+    generation_work(b, model, setup, st, targets);
   return b;
 }
 
@@ -605,6 +644,7 @@ StepWork step_work(const WorkBasis& b, double tokens, double batch, bool grad_ck
   w.kernels = kKernelsPerOp * w.ops;
   w.optimizer_ops = b.optimizer_ops;
   w.layout = b.layout;
+  w.generation = b.generation;
   // Operations on DTensors: the forward's, the backward's and, under checkpointing, the layers'
   // forward again (the recompute runs the plan's hooks and operations as the forward did).
   w.dtensor_ops = b.dtensor_forward_ops + b.dtensor_backward_ops +

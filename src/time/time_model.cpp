@@ -15,6 +15,56 @@ bool has_rates(const GpuSpec& gpu) {
   return tensor_peak > 0 && gpu.memory_bandwidth_bytes_per_s > 0 && gpu.fp32_flops > 0;
 }
 
+namespace {
+
+// GRPO's generate() calls, their share of one optimizer step (docs/model.md, "Generation"). A call
+// makes the completions of batch x steps_per_generation rows: a prefill (one forward over the
+// prompts) and completion - 1 decoding steps (one token of every row each). generate() reads a
+// tensor back to the host every decoding step (its stopping criteria), so each step takes the
+// longer of the host's dispatch and the GPU's work, and nothing of one step overlaps the next.
+double generation_seconds(const GenerationWork& g, const StepCounts& counts, const TimeProfile& prof,
+                          double tensor_peak, double bw, bool& host_bound) {
+  const double accum = static_cast<double>(counts.grad_accum);
+  const double spg = g.steps_per_generation > 0 ? g.steps_per_generation : accum;
+  const double batch = static_cast<double>(counts.batch);
+  const double rows = batch * spg;
+  const double calls = accum / (spg * g.iterations);  // a call every spg x iterations micro-batches
+  const double mm = prof.matmul_efficiency * tensor_peak, at = prof.attention_efficiency * tensor_peak;
+  const double floor = g.kernels * prof.kernel_floor_seconds;
+  const double host =
+      g.layer_ops * prof.decode_seconds_per_op + g.adapters * prof.decode_adapter_seconds + prof.decode_loop_seconds;
+  // The prefill: every prompt token through the layers, attending to half the prompt on average;
+  // its keys and values written to the cache.
+  const double P = g.prompt, C = g.completion;
+  const double prefill_gpu =
+      rows * P * g.flops_per_token / mm + rows * P * (P / 2.0) * g.attention_flops_per_token_position / at +
+      rows * g.head_flops_per_row / mm +
+      (g.weight_bytes + rows * P * g.cache_bytes_per_position + rows * g.logits_bytes_per_row) / bw + floor;
+  // A decoding step at the mean context: one token a row; every weight read once; the cache read
+  // by attention, and read and written again by the dynamic cache's torch.cat that appends the
+  // step's keys and values.
+  const double context = P + C / 2.0;
+  const double decode_gpu =
+      rows * (g.flops_per_token + g.head_flops_per_row) / mm +
+      rows * context * g.attention_flops_per_token_position / at +
+      (g.weight_bytes + 3.0 * rows * context * g.cache_bytes_per_position + rows * g.logits_bytes_per_row) / bw + floor;
+  host_bound = host > decode_gpu;
+  double call = std::max(prefill_gpu, host) + std::max(0.0, C - 1.0) * std::max(decode_gpu, host);
+  // The old policy's log-probabilities (num_iterations above 1, or a generation serving more
+  // micro-batches than a step has): a forward without autograd over each micro-batch of the
+  // generation batch, the completion's logits only.
+  if (g.iterations > 1 || spg > accum) {
+    const double S = P + C;
+    const double score_gpu = batch * S * g.score_flops_per_token / mm +
+                             batch * S * (S / 2.0) * g.attention_flops_per_token_position / at + g.weight_bytes / bw +
+                             floor;
+    call += spg * std::max(score_gpu, host);
+  }
+  return calls * call;
+}
+
+}  // namespace
+
 StepSeconds step_seconds(const StepWork& w, const StepCounts& counts, const GpuSpec& gpu, const TimeProfile& prof,
                          bool spills) {
   StepSeconds t;
@@ -87,6 +137,11 @@ StepSeconds step_seconds(const StepWork& w, const StepCounts& counts, const GpuS
     micro_batches = accum * pipeline;
   }
   t.fitting = micro_batches + std::max(t.opt_gpu + t.post_comm_gpu, t.opt_host + t.post_comm_host);
+  // GRPO's generation runs before the micro-batches it serves, in series with them.
+  if (w.generation.on) {
+    t.generation = generation_seconds(w.generation, counts, prof, tensor_peak, bw, t.generation_host_bound);
+    t.fitting += t.generation;
+  }
 
   // Over capacity with a system-memory fallback, layers are visited in a cycle larger than the
   // card, so a least-recently-used pager evicts exactly what the next pass needs: every layer
@@ -133,6 +188,7 @@ TimeEstimate estimate_time(const StepWork& w, const TrainingSetup& setup, const 
   t.communication_seconds = accum * w.layout.pipeline_microbatches * s.comm + s.post_comm_gpu;
   t.pipeline_bubble_seconds = s.bubble;
   t.offload_seconds = accum * w.layout.pipeline_microbatches * s.offload_micro + s.offload_step;
+  t.generation_seconds = s.generation;
   t.tokens_per_second = s.tokens_per_second;
   t.mfu = w.model_flops * micro / (t.step_seconds * s.tensor_peak);  // per GPU: model_flops is one GPU's
   // GPU terms add up to gpu_seconds, host_dispatch is host_seconds; the step is the larger of the
@@ -144,6 +200,7 @@ TimeEstimate estimate_time(const StepWork& w, const TrainingSetup& setup, const 
   if (setup.gpus > 1) t.breakdown.push_back({"communication", t.communication_seconds});
   if (w.layout.pipeline_stages > 1) t.breakdown.push_back({"pipeline_bubble", s.bubble});
   if (t.offload_seconds > 0) t.breakdown.push_back({"offload", t.offload_seconds});
+  if (s.generation > 0) t.breakdown.push_back({"generation", s.generation});
 
   // The critical path: each micro-batch's slot is the GPU's terms when the GPU is the slower, else
   // the host's dispatch; the optimizer step likewise; then the bubble and the spill.
@@ -162,12 +219,16 @@ TimeEstimate estimate_time(const StepWork& w, const TrainingSetup& setup, const 
   if (setup.gpus > 1) t.critical_path.push_back({"communication", g * s.comm + (gpu_paces_step ? s.post_comm_gpu : 0.0)});
   if (w.layout.pipeline_stages > 1) t.critical_path.push_back({"pipeline_bubble", s.bubble});
   if (t.offload_seconds > 0) t.critical_path.push_back({"offload", g * s.offload_micro + (gpu_paces_step ? s.offload_step : 0.0)});
+  if (s.generation > 0) t.critical_path.push_back({"generation", s.generation});
 
   // Named as a profile shows it: the host when the GPU waits on it; else the larger of the GPU
   // time in matrix kernels (GEMMs, attention, adapter GEMMs) and in elementwise kernels.
   const double matrix = s.matmul + s.attention + s.fp32;
   if (s.spill > 0.5 * t.step_seconds) {
     t.bottleneck = Bottleneck::host_link_spill;
+  } else if (s.generation > 0.5 * t.step_seconds) {
+    // Decoding a token at a time: the host's dispatch, or streaming every weight once a token.
+    t.bottleneck = s.generation_host_bound ? Bottleneck::launch_overhead : Bottleneck::memory_bandwidth;
   } else if (s.host_micro > s.gpu_micro || s.floor > std::max({matrix, s.traffic, s.comm})) {
     t.bottleneck = Bottleneck::launch_overhead;
   } else if (s.offload_micro * micro + s.offload_step > 0.5 * t.step_seconds) {

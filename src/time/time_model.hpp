@@ -72,7 +72,8 @@ struct WorkBasis {
   // logits (trainer trl with the whole loss): the token entropy and the argmax every step.
   ChunkedLossShape chunked;
   bool sft_metrics = false;
-  double logit_bytes = 0;  // bytes per logit as the output layer makes them
+  double logit_bytes = 0;     // bytes per logit as the output layer makes them
+  GenerationWork generation;  // GRPO's generate() (docs/model.md, "Generation")
   bool operator==(const WorkBasis&) const = default;
 };
 
@@ -111,6 +112,8 @@ struct StepSeconds {
   double offload_micro = 0, offload_step = 0;  // host-link copies a micro-batch, and copies + CPU optimizer a step
   double post_comm_gpu = 0, post_comm_host = 0;  // collectives after the optimizer step (ZeRO-1/2's parameters)
   double bubble = 0;                           // pipeline fill and drain
+  double generation = 0;                         // GRPO's generate() calls, their share of the step
+  bool generation_host_bound = false;            // its decoding steps wait on the host
   double accum = 0;
   double fitting = 0;  // the step when it fits in memory
   double spill = 0;

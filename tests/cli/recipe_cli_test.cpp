@@ -29,7 +29,9 @@ bool warned(const nlohmann::json& plan, const std::string& text) {
 TEST(RecipeCli, EveryExampleRecipePlans) {
   for (const auto& entry : std::filesystem::directory_iterator(kRecipes)) {
     const std::string path = entry.path().string();
-    const std::string objective = path.find("-dpo-") != std::string::npos ? " --objective dpo" : "";
+    const std::string objective = path.find("-dpo-") != std::string::npos    ? " --objective dpo"
+                                  : path.find("-grpo-") != std::string::npos ? " --objective grpo"
+                                                                             : "";
     const auto j = plan_json("--recipe " + path + objective);
     // TRL's configs run TRL's trainers; LLaMA-Factory and axolotl train through transformers' Trainer.
     EXPECT_EQ(j["setup"]["trainer"], path.find("/trl-") != std::string::npos ? "trl" : "transformers") << path;

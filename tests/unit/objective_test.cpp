@@ -235,6 +235,100 @@ TEST(Objective, StepTimeAddsTheReferenceForwardAndCountsTrainedTokens) {
   EXPECT_EQ(w_pre.tensor_flops, w_sft.tensor_flops);
 }
 
+// GRPO's generation (docs/model.md, "Generation"): generate() calls in series with the micro-
+// batches, each a prefill and completion - 1 decoding steps that take the longer of the host's
+// dispatch and the GPU's work.
+TEST(Objective, GrpoGenerationRunsInSeriesOnceAGenerationBatch) {
+  const GpuSpec h100 = find_gpu("h100-sxm");
+  const ModelSpec m = load_model("qwen2.5-1.5b");
+  const TimeProfile prof = default_profile(h100);
+  TrainingSetup off = setup(Objective::grpo, Method::lora, 8);
+  off.generations = 4;
+  TrainingSetup on = off;
+  on.generation = Generation::generate;
+  const TimeEstimate a = estimate_time(m, off, h100, prof, false), b = estimate_time(m, on, h100, prof, false);
+  EXPECT_EQ(a.generation_seconds, 0.0);
+  ASSERT_GT(b.generation_seconds, 0.0);
+  EXPECT_NEAR(b.step_seconds - a.step_seconds, b.generation_seconds, 1e-12);
+  double path = 0;
+  for (const TimeTerm& t : b.critical_path) path += t.seconds;
+  EXPECT_NEAR(path, b.step_seconds, 1e-9 * b.step_seconds);
+  // Eight rows of a 1.5B model decode far faster on the GPU than the host dispatches a step: each
+  // decoding step is the host's, whatever the context, so the 511 decoding steps take about
+  // 511 x (operations x decode_seconds_per_op + branches x decode_adapter_seconds + decode_loop_seconds).
+  const GenerationWork g = step_work(m, on).generation;
+  EXPECT_EQ(g.adapters, 7.0 * 28);  // the default targets, all-linear, in 28 layers
+  const double host =
+      g.layer_ops * prof.decode_seconds_per_op + g.adapters * prof.decode_adapter_seconds + prof.decode_loop_seconds;
+  EXPECT_NEAR(b.generation_seconds, 512.0 * host, 0.02 * b.generation_seconds);
+  EXPECT_EQ(b.bottleneck, Bottleneck::launch_overhead);
+
+  // A generation serves steps_per_generation micro-batches (grad_accum by default): with two
+  // micro-batches a step it makes twice the rows once, about the same host time; one generation a
+  // micro-batch runs it twice.
+  TrainingSetup accum = on;
+  accum.grad_accum = 2;
+  const double once = estimate_time(m, accum, h100, prof, false).generation_seconds;
+  EXPECT_NEAR(once, b.generation_seconds, 0.02 * once);
+  accum.steps_per_generation = 1;
+  EXPECT_NEAR(estimate_time(m, accum, h100, prof, false).generation_seconds, 2.0 * b.generation_seconds,
+              1e-9 * b.generation_seconds);
+  // num_iterations 2: one generation every other step, plus a forward without gradients over the
+  // generation batch for the old policy's log-probabilities.
+  TrainingSetup twice = on;
+  twice.iterations = 2;
+  const double amortised = estimate_time(m, twice, h100, prof, false).generation_seconds;
+  EXPECT_GT(amortised, 0.5 * b.generation_seconds);
+  EXPECT_LT(amortised, 0.55 * b.generation_seconds);
+  // The completion sets the number of decoding steps.
+  TrainingSetup longer = on;
+  longer.seq = 2048;
+  longer.completion_len = 1024;
+  EXPECT_NEAR(estimate_time(m, longer, h100, prof, false).generation_seconds / b.generation_seconds, 1023.0 / 511.0,
+              0.03);
+}
+
+// Generation's memory: the dynamic cache of every row of a generation batch at its longest (a
+// keys and a values tensor per layer), no saved activations.
+TEST(Objective, GrpoGenerationHoldsTheKvCacheOfTheGenerationBatch) {
+  TrainingSetup s = setup(Objective::grpo, Method::lora, 2);  // 512 prompt + 512 completion tokens
+  s.generations = 8;
+  s.grad_accum = 32;  // one generation serves the step: 64 rows
+  s.generation = Generation::generate;
+  const detail::StepMemory with = moments(s);
+  const detail::MemoryMoment* gen = nullptr;
+  for (std::size_t i = 0; i < with.count; ++i)
+    if (std::string(with.moments[i].what).rfind("generation", 0) == 0) gen = &with.moments[i];
+  ASSERT_NE(gen, nullptr);
+  // Qwen2.5-1.5B: 28 layers, 2 key/value heads of 128, bf16: 64 rows x 1024 positions x 512 bytes
+  // a tensor, 56 tensors.
+  const double tensor = allocator_block(64.0 * 1024 * 2 * 128 * 2);
+  EXPECT_EQ(gen->activations, 56.0 * tensor);
+  EXPECT_EQ(gen->transient, tensor);
+  EXPECT_EQ(gen->gradients, 0.0);
+  s.generation = Generation::none;
+  EXPECT_EQ(moments(s).count + 1, with.count);
+}
+
+TEST(Objective, GrpoGeneratesUnderTrlsTrainerByDefault) {
+  auto resolve = [](std::vector<GivenSetting> g) { return resolve_setup(g); };
+  const Setting* objective = find_setting("objective");
+  const Setting* trainer = find_setting("trainer");
+  const Setting* batch = find_setting("batch");
+  auto with = [&](const Setting* s, const char* v) { return GivenSetting{s, parse_setting_text(*s, v)}; };
+  EXPECT_EQ(resolve({with(objective, "grpo"), with(trainer, "trl"), with(batch, "8")}).generation,
+            Generation::generate);
+  // trainfit's runner times the optimisation step alone.
+  EXPECT_EQ(resolve({with(objective, "grpo"), with(batch, "8")}).generation, Generation::none);
+  // steps_per_generation 0 follows grad_accum; the generation batch must hold whole groups.
+  TrainingSetup s = setup(Objective::grpo, Method::lora, 4);
+  s.generations = 8;
+  s.grad_accum = 2;
+  EXPECT_NO_THROW(validate(s));
+  s.steps_per_generation = 1;
+  EXPECT_THROW(validate(s), SettingError);
+}
+
 TEST(Objective, TheBreakdownSumsToThePeakForEveryObjective) {
   for (const Objective o : {Objective::sft, Objective::dpo, Objective::orpo, Objective::kto, Objective::reward,
                             Objective::ppo, Objective::grpo}) {

@@ -98,6 +98,24 @@ TEST(Recipe, JsonIsReadAsYamlAndTheObjectiveNamesTheTrainer) {
   EXPECT_EQ(r.notes.size(), 1u);
 }
 
+TEST(Recipe, GrpoGenerationKeys) {
+  const std::string grpo = "model_name_or_path: qwen2.5-0.5b\nper_device_train_batch_size: 8\nnum_generations: 4\n";
+  auto read = [](const std::string& text) { return settings_of(parse_recipe(text, "grpo.yaml", Objective::grpo)); };
+  // generation_batch_size is one GPU's rows over the micro-batch's; num_iterations is iterations.
+  const auto s = read(grpo + "generation_batch_size: 16\nnum_iterations: 2\n");
+  EXPECT_EQ(s.at("steps_per_generation"), "2");
+  EXPECT_EQ(s.at("iterations"), "2");
+  EXPECT_EQ(s.count("generation"), 0u);  // generate, the trainer's default
+  EXPECT_EQ(read(grpo + "steps_per_generation: 3\n").at("steps_per_generation"), "3");
+  // A vLLM server makes the completions elsewhere: the training GPU's step is the optimisation.
+  EXPECT_EQ(read(grpo + "use_vllm: true\nvllm_mode: server\nvllm_server_host: 10.0.0.1\n").at("generation"), "none");
+  EXPECT_NE(error_of(grpo + "use_vllm: true\n", Objective::grpo).find("recipe.yaml: use_vllm: colocated vLLM"),
+            std::string::npos);
+  EXPECT_NE(error_of(grpo + "generation_batch_size: 12\n", Objective::grpo)
+                .find("generation_batch_size: must be a multiple of per_device_train_batch_size (8)"),
+            std::string::npos);
+}
+
 TEST(Recipe, RefusesWhatItDoesNotPlanNamingTheKey) {
   const std::string model = "model_name_or_path: qwen2.5-0.5b\n";
   // Options not planned yet: refused when on, accepted when off (what is planned).

@@ -160,7 +160,7 @@ TEST(TimeProfile, ErrorsNameFileLineAndField) {
 // Every rate of a profile, by name: comparing them all, a new rate cannot be left out unnoticed
 // (a profile's size is its two names, the card it was measured on, and these).
 std::vector<std::pair<const char*, double>> rates(const TimeProfile& p) {
-  static_assert(sizeof(TimeProfile) == 3 * sizeof(std::string) + 12 * sizeof(double), "a rate was added: list it here");
+  static_assert(sizeof(TimeProfile) == 3 * sizeof(std::string) + 15 * sizeof(double), "a rate was added: list it here");
   return {{"matmul_efficiency", p.matmul_efficiency},       {"attention_efficiency", p.attention_efficiency},
           {"fp32_efficiency", p.fp32_efficiency},           {"bandwidth_efficiency", p.bandwidth_efficiency},
           {"host_seconds_per_op", p.host_seconds_per_op},   {"kernel_floor_seconds", p.kernel_floor_seconds},
@@ -168,7 +168,10 @@ std::vector<std::pair<const char*, double>> rates(const TimeProfile& p) {
           {"all_gather_efficiency", p.all_gather_efficiency},
           {"dtensor_seconds_per_op", p.dtensor_seconds_per_op},
           {"collective_launch_seconds", p.collective_launch_seconds},
-          {"collective_latency_seconds", p.collective_latency_seconds}};
+          {"collective_latency_seconds", p.collective_latency_seconds},
+          {"decode_seconds_per_op", p.decode_seconds_per_op},
+          {"decode_adapter_seconds", p.decode_adapter_seconds},
+          {"decode_loop_seconds", p.decode_loop_seconds}};
 }
 
 // A profile file that leaves rates out gets the shipped ones: the values default_profile() uses,
