@@ -114,7 +114,7 @@ std::string profile_to_toml(const TimeProfile& profile);
 void save_profile(const TimeProfile& profile, const std::string& path);
 
 struct TimeTerm {
-  std::string name;   // matmul, attention, adapters_fp32, memory_traffic, optimizer, kernel_floor, host, spill
+  std::string name;   // matmul, attention, adapters_fp32, memory_traffic, optimizer, kernel_floor, host, spill, generation
   double seconds = 0;
 };
 
