@@ -184,6 +184,21 @@ class ReadingTheLiveRun(unittest.TestCase):
         self.assertNotIn("amp", settings)  # autocast only over fp32 master weights
         self.assertEqual(notes, ["optimizer lomo is planned as AdamW"])
 
+    def test_grpo_configs_generation(self):
+        GRPOConfig = type("GRPOConfig", (), {})
+        args = GRPOConfig()
+        args.__dict__.update(per_device_train_batch_size=8, gradient_accumulation_steps=2, gradient_checkpointing=True,
+                             optim="adamw_torch_fused", bf16=True, fp16=False, num_generations=4,
+                             max_completion_length=256, steps_per_generation=2, num_iterations=1, use_vllm=False)
+        settings, notes = live.settings_of_args(args, method="lora", weights="bf16")
+        self.assertEqual(settings["objective"], "grpo")
+        self.assertEqual((settings["generations"], settings["completion_len"], settings["steps_per_generation"],
+                          settings["iterations"], settings["generation"]), (4, 256, 2, 1, "generate"))
+        args.use_vllm, args.vllm_mode = True, "server"
+        self.assertEqual(live.settings_of_args(args)[0]["generation"], "none")
+        args.vllm_mode = "colocate"
+        self.assertTrue(any("colocated vLLM" in n for n in live.settings_of_args(args)[1]))
+
     def test_a_plain_trainer_without_seq_says_so(self):
         TrainingArguments = type("TrainingArguments", (), {})
         args = TrainingArguments()

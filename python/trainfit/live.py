@@ -119,6 +119,20 @@ def settings_of_args(args, method="full", weights=None):
     objective = OBJECTIVES.get(type(args).__name__)
     if objective:
         out["objective"] = objective
+    if objective == "grpo":
+        # GRPOTrainer generates each generation batch with generate() on this GPU unless a vLLM
+        # server does (docs/model.md, "Generation").
+        for name, key in (("num_generations", "generations"), ("max_completion_length", "completion_len"),
+                          ("steps_per_generation", "steps_per_generation"), ("num_iterations", "iterations")):
+            value = getattr(args, name, None)
+            if isinstance(value, int) and value > 0:
+                out[key] = value
+        out["generation"] = "generate"
+        if getattr(args, "use_vllm", False) is True:
+            if getattr(args, "vllm_mode", "colocate") == "server":
+                out["generation"] = "none"
+            else:
+                notes.append("colocated vLLM is not planned: the plan generates with generate() on this GPU")
     for name in ("max_length", "max_seq_length"):  # TRL's SFTConfig / DPOConfig; older TRL
         value = getattr(args, name, None)
         if isinstance(value, int) and value > 0:
