@@ -254,8 +254,10 @@ std::string to_string(Generation g);
 Reference default_reference(Objective objective, Method method);
 // Whether the objective has a reference at all (dpo, kto, ppo, grpo).
 bool has_reference_setting(Objective objective);
-// GRPO: the micro-batches one generation serves, steps_per_generation or (0) grad_accum.
+// GRPO: the micro-batches one generation serves, steps_per_generation or (0) grad_accum. The
+// second form is the same rule for a caller pricing many accumulations of one setup.
 std::int64_t generation_steps(const TrainingSetup& setup);
+std::int64_t generation_steps(std::int64_t steps_per_generation, std::int64_t grad_accum);
 // The sequences one example of a micro-batch trains the policy on: 2 for the paired objectives
 // (dpo, orpo, reward: chosen and rejected), else 1.
 std::int64_t trained_sequences_per_example(Objective objective);

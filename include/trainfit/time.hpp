@@ -156,7 +156,7 @@ struct LayoutWork {
 // step's counts say how many rows a generate() call makes and how often it runs.
 struct GenerationWork {
   bool on = false;
-  double steps_per_generation = 0;                // micro-batches one call serves; 0: grad_accum
+  std::int64_t steps_per_generation = 0;          // micro-batches one call serves; 0: grad_accum
   double iterations = 1;                          // optimisation passes over each generation batch
   double prompt = 0, completion = 0;              // tokens of a row
   double flops_per_token = 0;                     // the layers' linear FLOPs of one token

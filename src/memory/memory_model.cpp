@@ -288,17 +288,11 @@ MemoryBasis memory_basis(const ModelSpec& model, const Step& step, const GpuSpec
   b.value_head_grad = o.value.head_gradient;
   b.value_layer_grad = (o.value.gradients - o.value.head_gradient) / L;
   if (setup.objective == Objective::grpo && setup.generation == Generation::generate) {
-    // transformers' dynamic cache: a keys and a values tensor per layer, [rows, kv heads, context,
-    // head_dim], in the activations' dtype (the compute dtype, or autocast's).
-    const double width = setup.amp                       ? bytes_per_element(*setup.amp)
-                         : setup.method == Method::qlora ? bytes_per_element(setup.quant.compute_dtype)
-                                                         : bytes_per_element(setup.weights);
-    b.generation_cache_tensor_per_position =
-        static_cast<double>(model.num_kv_heads) *
-        (static_cast<double>(model.head_dim) + static_cast<double>(model.value_head_dim())) / 2.0 * width;
+    // transformers' dynamic cache: a keys and a values tensor per layer.
+    b.generation_cache_tensor_per_position = kv_cache_bytes_per_position(model, setup);
     b.generation_completion = static_cast<double>(setup.completion_len);
     b.generation_prompt = static_cast<double>(setup.seq - setup.completion_len);
-    b.generation_steps = static_cast<double>(setup.steps_per_generation);
+    b.generation_steps = setup.steps_per_generation;
   }
   b.cuda_context_bytes = count_of(kCudaContextBytes + (setup.gpus > 1 ? kNcclBytes : 0.0));
   b.weights_loaded_bytes =
@@ -639,7 +633,7 @@ StepMemory step_memory(const MemoryBasis& b, double tokens, std::int64_t grad_ac
   // processors' scores). No saved activations (torch.no_grad); the gradients of earlier
   // micro-batches only when a generation serves fewer micro-batches than a step has.
   if (b.generation_cache_tensor_per_position > 0) {
-    const double spg = b.generation_steps > 0 ? b.generation_steps : static_cast<double>(grad_accum);
+    const double spg = static_cast<double>(generation_steps(b.generation_steps, grad_accum));
     const double rows = T / b.seq * spg;
     const double tensor = allocator_block(rows * (b.generation_prompt + b.generation_completion) *
                                           b.generation_cache_tensor_per_position);

@@ -137,7 +137,8 @@ struct MemoryBasis {
   // position (0: no generate() in the step), the prompt and completion lengths, the micro-batches
   // a generation serves (0: grad_accum), and the last position's logits of a row.
   double generation_cache_tensor_per_position = 0;
-  double generation_prompt = 0, generation_completion = 0, generation_steps = 0;
+  double generation_prompt = 0, generation_completion = 0;
+  std::int64_t generation_steps = 0;
   bool operator==(const MemoryBasis&) const = default;
 };
 

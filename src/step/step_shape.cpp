@@ -863,6 +863,14 @@ void split_for_model_parallelism(StepShape& st, const Layout& l) {
   st.layer_forward_transient_per_token /= t;
 }
 
+double kv_cache_bytes_per_position(const ModelSpec& model, const TrainingSetup& setup) {
+  const double width = setup.amp                       ? bytes_per_element(*setup.amp)
+                       : setup.method == Method::qlora ? bytes_per_element(setup.quant.compute_dtype)
+                                                       : bytes_per_element(setup.weights);
+  // Keys at head_dim, values at the value head's width: a tensor of each, counted at their mean.
+  return as_d(model.num_kv_heads) * (as_d(model.head_dim) + as_d(model.value_head_dim())) / 2.0 * width;
+}
+
 ObjectiveShape describe_objective(const ModelSpec& model, const TrainingSetup& setup) {
   ObjectiveShape o;
   o.objective = setup.objective;

@@ -192,6 +192,11 @@ struct ObjectiveShape {
 };
 ObjectiveShape describe_objective(const ModelSpec& model, const TrainingSetup& setup);
 
+// GRPO's generation (docs/model.md, "Generation"): bytes of one row's keys (or values) at one
+// position in one layer of transformers' dynamic cache, [rows, kv heads, context, head_dim] in the
+// activations' dtype (autocast's, a quantised base's compute dtype, else the weights').
+double kv_cache_bytes_per_position(const ModelSpec& model, const TrainingSetup& setup);
+
 // TRL's chunked loss (Loss::chunked; docs/model.md, "The chunked loss"), as SFTTrainer patches
 // the model's forward (trl/trainer/sft_trainer.py, _chunked_cross_entropy_loss at TRL f2cd577):
 // the final hidden states of the label-kept positions are gathered (hidden[order], kept for the

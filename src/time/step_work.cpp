@@ -278,7 +278,7 @@ void generation_work(WorkBasis& b, const ModelSpec& model, const TrainingSetup& 
                      double targets) {
   GenerationWork& g = b.generation;
   g.on = true;
-  g.steps_per_generation = as_d(setup.steps_per_generation);
+  g.steps_per_generation = setup.steps_per_generation;
   g.iterations = as_d(setup.iterations);
   g.completion = as_d(setup.completion_len);
   g.prompt = b.seq - g.completion;
@@ -289,7 +289,7 @@ void generation_work(WorkBasis& b, const ModelSpec& model, const TrainingSetup& 
   // QK^T and PV: 2 x head_dim FLOPs each per head, token and position attended.
   g.attention_flops_per_token_position = 4.0 * L * b.heads * b.head_dim;
   g.weight_bytes = st.params.weights + st.params.adapters;
-  g.cache_bytes_per_position = 2.0 * L * as_d(model.num_kv_heads) * b.head_dim * b.activation_bytes;  // keys and values
+  g.cache_bytes_per_position = 2.0 * L * kv_cache_bytes_per_position(model, setup);  // keys and values
   g.logits_bytes_per_row = kDecodeLogitBytes * V;
   g.adapters = targets;
   g.layer_ops = L * b.layer_ops - kLoraForwardOps * targets;

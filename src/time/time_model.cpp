@@ -25,7 +25,7 @@ namespace {
 double generation_seconds(const GenerationWork& g, const StepCounts& counts, const TimeProfile& prof,
                           double tensor_peak, double bw, bool& host_bound) {
   const double accum = static_cast<double>(counts.grad_accum);
-  const double spg = g.steps_per_generation > 0 ? g.steps_per_generation : accum;
+  const double spg = static_cast<double>(generation_steps(g.steps_per_generation, counts.grad_accum));
   const double batch = static_cast<double>(counts.batch);
   const double rows = batch * spg;
   const double calls = accum / (spg * g.iterations);  // a call every spg x iterations micro-batches
