@@ -174,7 +174,9 @@ bool has_reference_setting(Objective o) {
 std::int64_t generation_steps(std::int64_t steps_per_generation, std::int64_t grad_accum) {
   return steps_per_generation > 0 ? steps_per_generation : grad_accum;
 }
-std::int64_t generation_steps(const TrainingSetup& s) { return generation_steps(s.steps_per_generation, s.grad_accum); }
+std::int64_t generation_steps(const TrainingSetup& s) {
+  return generation_steps(s.steps_per_generation, s.grad_accum);
+}
 
 std::int64_t trained_sequences_per_example(Objective o) {
   return o == Objective::dpo || o == Objective::orpo || o == Objective::reward ? 2 : 1;
