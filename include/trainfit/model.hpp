@@ -192,6 +192,11 @@ struct ModelFamily {
   // Its router is an nn.Linear whose forward returns a tuple: all-linear wraps it and PEFT's LoRA
   // forward fails there (PhiMoE).
   bool router_returns_tuple = false;
+  // Liger-Kernel patches this family's model in place (its MODEL_TYPE_TO_APPLY_LIGER_FN at
+  // Liger-Kernel ead96b61, which use_liger_kernel calls on the built model): the layers' RMSNorms,
+  // the gated MLP's activation and the rotary embedding; and its per-head q/k norms as well.
+  bool liger = false;
+  bool liger_qk_norm = false;
   // Every role's name, resolved when the row is made (Llama's, then reads_as's, then renamed).
   std::array<std::string, kModuleRoles> names{};
 };

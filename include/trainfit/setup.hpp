@@ -111,8 +111,16 @@ enum class Trainer { transformers, trl };
 //   whole:   the logits of every position over the whole vocabulary, then the cross-entropy in
 //            fp32 (transformers' ForCausalLMLoss; TRL's loss_type "nll");
 //   chunked: TRL's loss_type "chunked_nll": the output layer and the cross-entropy over 256
-//            label-kept positions at a time, each chunk checkpointed (recomputed in the backward).
-enum class Loss { whole, chunked };
+//            label-kept positions at a time, each chunk checkpointed (recomputed in the backward);
+//   fused:   Liger-Kernel's fused linear cross-entropy (what use_liger_kernel runs under SFT):
+//            the output layer and the cross-entropy over a few rows at a time, their gradients
+//            computed in the forward; no logits over the micro-batch, nothing recomputed.
+enum class Loss { whole, chunked, fused };
+// The kernels of the decoder layers' norms, activation and rotary embedding:
+//   torch: the PyTorch operations transformers' modeling code writes;
+//   liger: Liger-Kernel's Triton kernels as TRL and transformers' use_liger_kernel patch them in
+//          (RMSNorm, SwiGLU/GeGLU, RoPE): fewer saved tensors, fewer operations.
+enum class Kernels { torch, liger };
 // Where an objective's reference log-probabilities come from:
 //   copy:        a frozen copy of the model, as its base is stored (TRL's default under full fine-tuning);
 //   adapter_off: the policy itself with its LoRA adapters disabled: no weights of its own (TRL's
@@ -174,6 +182,7 @@ struct TrainingSetup {
   bool grad_ckpt = false;
   Trainer trainer = Trainer::transformers;
   Loss loss = Loss::whole;  // sft only
+  Kernels kernels = Kernels::torch;
   Attention attention = Attention::sdpa;
   Objective objective = Objective::sft;
   // The reference of dpo, kto, ppo and grpo. The default follows the method and the objective
@@ -227,6 +236,7 @@ Objective parse_objective(std::string_view s);
 Reference parse_reference(std::string_view s);
 Trainer parse_trainer(std::string_view s);
 Loss parse_loss(std::string_view s);
+Kernels parse_kernels(std::string_view s);
 Generation parse_generation(std::string_view s);
 std::vector<std::string> parse_lora_targets(std::string_view s);  // "all-linear" or "q,k,v,o" / "q_proj,v_proj"
 // The short form users write: "all-linear", or "q,v" for {"q_proj", "v_proj"}.
@@ -246,6 +256,7 @@ std::string to_string(Objective o);
 std::string to_string(Reference r);
 std::string to_string(Trainer t);
 std::string to_string(Loss l);
+std::string to_string(Kernels k);
 std::string to_string(Generation g);
 
 // The reference TRL uses when none is given: none for GRPO (beta 0 by default), a frozen copy

@@ -174,10 +174,16 @@ class ReadingTheLiveRun(unittest.TestCase):
         self.assertEqual(live.settings_of_args(args)[0]["optimizer"], "adamw-foreach")
         # TRL's own options that the plan does not hold yet are said, not hidden.
         args.loss_type, args.packing = "chunked_nll", True
-        notes = live.settings_of_args(args)[1]
-        self.assertTrue(any(n.startswith("loss_type chunked_nll") for n in notes), notes)
+        settings, notes = live.settings_of_args(args)
+        self.assertEqual(settings["loss"], "chunked")
         self.assertTrue(any(n.startswith("packing=True") for n in notes), notes)
-        args.loss_type, args.packing = "nll", False
+        # use_liger_kernel: Liger's kernels, and its fused loss whatever loss_type says.
+        args.loss_type, args.use_liger_kernel = "nll", True
+        settings = live.settings_of_args(args)[0]
+        self.assertEqual((settings["kernels"], settings["loss"]), ("liger", "fused"))
+        args.loss_type, args.packing, args.use_liger_kernel = "dft", False, False
+        self.assertTrue(any(n.startswith("loss_type dft") for n in live.settings_of_args(args)[1]))
+        args.loss_type = "nll"
         args.optim = "lomo"
         settings, notes = live.settings_of_args(args, method="lora", weights="bf16")
         self.assertNotIn("optimizer", settings)

@@ -108,15 +108,24 @@ def settings_of_args(args, method="full", weights=None):
         notes.append("optimizer %s is planned as AdamW" % optim)
     if method == "full" and weights in (None, "fp32") and (args.bf16 or args.fp16):
         out["amp"] = "bf16" if args.bf16 else "fp16"
-    # TRL's options that change the step in ways trainfit does not plan yet (issue 34): said, not hidden.
+    objective = OBJECTIVES.get(type(args).__name__)
+    # SFTConfig's loss: the whole logits (nll), TRL's chunked loss, or Liger's fused loss, which
+    # use_liger_kernel runs whatever loss_type says (SFTTrainer refuses chunked_nll with it).
     loss_type = getattr(args, "loss_type", None)
-    if isinstance(loss_type, str) and loss_type not in ("nll", "sigmoid"):
+    liger = getattr(args, "use_liger_kernel", False) is True
+    if liger:
+        out["kernels"] = "liger"
+    if objective == "sft" and liger:
+        out["loss"] = "fused"
+    elif objective == "sft" and loss_type in ("nll", "chunked_nll"):
+        out["loss"] = {"nll": "whole", "chunked_nll": "chunked"}[loss_type]
+    elif objective == "sft" and isinstance(loss_type, str):
         notes.append("loss_type %s is planned as the whole-vocabulary loss (trainfit plans full fp32 logits)"
                      % loss_type)
-    for flag in ("use_liger_kernel", "packing", "padding_free", "activation_offloading"):
+    # TRL's options that change the step in ways trainfit does not plan yet (issue 34): said, not hidden.
+    for flag in ("packing", "padding_free", "activation_offloading"):
         if getattr(args, flag, False) is True:
             notes.append("%s=True is not planned: the plan is of the step without it" % flag)
-    objective = OBJECTIVES.get(type(args).__name__)
     if objective:
         out["objective"] = objective
     if objective == "grpo":

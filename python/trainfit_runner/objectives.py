@@ -98,6 +98,9 @@ def check(cfg):
     if p.objective == "sft":
         # The runner's SFT step is transformers' loss over the whole logits; TRL's SFTTrainer (its
         # chunked loss, its per-step metrics) runs as itself: python/recipe_jobs/trl_sft.py.
+        if cfg.get("kernels") == "liger" or cfg.get("loss") == "fused":
+            raise ObjectiveError("Liger's kernels and its fused loss are not this runner's step: run TRL's own "
+                                 "trainer with use_liger_kernel (python/recipe_jobs/trl_sft.py)")
         if cfg.get("loss") == "chunked" or cfg.get("trainer") == "trl":
             raise ObjectiveError("SFT under trainer trl (TRL's SFTTrainer, its chunked loss) is not this runner's "
                                  "step: run TRL's own trainer (python/recipe_jobs/trl_sft.py)")

@@ -122,7 +122,7 @@ MemoryBasis stage_basis(const MemoryBasis& whole, const Step& step, const Pipeli
                                     ? whole.root_grads - whole.head_grad : 0.0);
   b.layers = stage.layers;
   b.vocab = stage.head ? whole.vocab : 0.0;  // no logits before the last stage
-  if (!stage.head) b.chunked = {};            // nor a loss
+  if (!stage.head) b.chunked = b.fused = {};  // nor a loss
   b.embedding_backward_transient = stage.embedding ? whole.embedding_backward_transient : 0.0;
   b.optimizer_transient *= f;
   b.in_flight = stage.in_flight;
@@ -239,8 +239,13 @@ MemoryBasis memory_basis(const ModelSpec& model, const Step& step, const GpuSpec
   b.logits_compute_bytes = st.logits_compute_bytes;
   b.logits_upcast = st.logits_upcast;
   b.chunked = st.chunked_loss;
-  b.sft_metrics = user_setup.trainer == Trainer::trl && user_setup.objective == Objective::sft && !b.chunked.on;
+  b.fused = st.fused_loss;
+  // Liger's loss returns no logits, so SFTTrainer computes no metrics over them.
+  b.sft_metrics =
+      user_setup.trainer == Trainer::trl && user_setup.objective == Objective::sft && !b.chunked.on && !b.fused.on;
   if (b.chunked.on) b.chunk_gradient_per_token = b.chunked.hidden * st.logits_compute_bytes;
+  // zeros_like(the final norm's output): its dtype, which the norm's output keeps.
+  if (b.fused.on) b.fused_input_gradient_per_token = b.fused.hidden * st.final_hidden_bytes;
   b.softcap_bytes = st.softcap_bytes;
   b.layer_backward_transient_per_token = st.layer_backward_transient_per_token;
   b.layer_forward_transient_per_token = st.layer_forward_transient_per_token;
@@ -255,7 +260,8 @@ MemoryBasis memory_basis(const ModelSpec& model, const Step& step, const GpuSpec
   // of its own), and the embedding's gradient is added into it in place: only the embedding's own
   // gradient is new (the allocator's history of Qwen2.5-0.5B in SFTTrainer: one V x h bf16 block
   // allocated and freed in the embedding's backward; data/bench/h100-trl-sft-2026-12-06/).
-  if (pc.lm_head == 0 && st.chunked_loss.on)
+  // So under Liger's fused loss, whose forward made the weight's gradient as a tensor of its own.
+  if (pc.lm_head == 0 && (st.chunked_loss.on || st.fused_loss.on))
     b.embedding_backward_transient = allocator_block(static_cast<double>(pc.embedding) * p.trainable_bytes_each);
   b.optimizer_transient = st.optimizer_transient;
   // FSDP allocates its flat all-gather buffers on its own stream, and the caching allocator keeps
@@ -440,6 +446,36 @@ ChunkMemory chunk_memory(const ChunkedLossShape& c, double rows) {
   return m;
 }
 
+// What Liger's fused linear cross-entropy holds beside the step's other tensors
+// (liger_kernel/ops/fused_linear_cross_entropy.py at Liger-Kernel ead96b61), for a micro-batch of
+// `T` positions. Through the forward: the hidden states' gradient (zeros of their shape), a trained
+// head's weight gradient (zeros of the weight, in its dtype), the per-position loss and token
+// accuracy (fp32), the labels' mask, and the labels padded and shifted (int64, transformers'
+// LigerForCausalLMLoss); at a chunk, its logits (the cross-entropy's gradient is written over
+// them), then the larger of its hidden-state gradient (chunk x H in the GEMM's dtype) and, for a
+// 16-bit trained head, torch.mm's V x H product and its .float() copy, alive together before they
+// are added into the weight's gradient (an fp32 head accumulates with addmm(out=) instead). The
+// backward scales both gradients in place; the weight's becomes its .grad.
+struct FusedLossMemory {
+  double forward = 0, backward = 0;
+};
+FusedLossMemory fused_loss_memory(const ChunkedLossShape& f, double input_gradient_per_token, double T) {
+  const double VH = f.head_elems, g = f.gemm_bytes;
+  const double rows = std::min(T, fused_loss_chunk_rows(T, f.vocab, f.hidden));
+  const double input_gradient = allocator_block(input_gradient_per_token * T);
+  const double per_position = 2.0 * allocator_block(T * 4.0) + allocator_block(T) + 2.0 * allocator_block(T * 8.0);
+  const double weight_gradient = f.head_trained ? allocator_block(VH * f.weight_bytes) : 0.0;
+  const double chunk_logits = allocator_block(rows * f.vocab * g);
+  const double chunk_input_gradient = allocator_block(rows * f.hidden * g);
+  const double weight_product =
+      f.head_trained && f.weight_bytes < 4.0 ? allocator_block(VH * g) + allocator_block(VH * 4.0) : 0.0;
+  FusedLossMemory m;
+  m.forward =
+      input_gradient + per_position + weight_gradient + chunk_logits + std::max(chunk_input_gradient, weight_product);
+  m.backward = input_gradient;
+  return m;
+}
+
 }  // namespace
 
 StepMemory step_memory(const MemoryBasis& b, double tokens, std::int64_t grad_accum, bool grad_ckpt) {
@@ -515,6 +551,26 @@ StepMemory step_memory(const MemoryBasis& b, double tokens, std::int64_t grad_ac
       // The gathered hidden states' gradient: autograd's buffer for it, and each chunk's slice
       // gradient written into zeros of the whole shape (slice_backward).
       m.transient = 2.0 * allocator_block(b.chunk_gradient_per_token * T);
+    }
+  } else if (b.fused.on) {
+    // Liger's fused loss: a chunk's tensors and the gradients it makes in the forward; the output
+    // layer's weight gradient (a trained head's) exists from the loss on.
+    const FusedLossMemory fused = fused_loss_memory(b.fused, b.fused_input_gradient_per_token, T);
+    {
+      MemoryMoment& m = moment(Phase::forward, "fused loss forward");
+      m.gradients = grads_prev;
+      m.gathered_weights = b.gathered_fwd + kept_gathered;
+      m.activations = L * kept_per_layer + outside + other_in_flight;
+      m.weights += b.autocast_copies;
+      m.logits_and_loss = fused.forward + outputs_fwd;
+    }
+    {
+      MemoryMoment& m = moment(Phase::backward, "fused loss backward");
+      m.gradients = std::max(grads_prev, b.head_grad);
+      m.gathered_weights = b.gathered_fwd + kept_gathered;
+      m.activations = L * kept_per_layer + outside + other_in_flight;
+      m.weights += b.copies_head + L * copies_kept_per_layer;
+      m.logits_and_loss = fused.backward + outputs_bwd;
     }
   } else if (b.objective == Objective::sft) {
     // Forward, at the loss: every layer's saved tensors, the logits as the lm_head made them,
@@ -668,8 +724,8 @@ StepMemory step_memory(const MemoryBasis& b, double tokens, std::int64_t grad_ac
   // the loss's fp32 logits'. When one is larger than every activation block, or all of them do not
   // fit the activations' free space, states stay in a first-step logits segment, which can then not
   // serve the next step's fp32 logits: they need a segment of their own beside it.
-  if (b.objective == Objective::sft && !b.chunked.on && b.largest_state_tensor > caching_allocator::kSmallSize &&
-      b.largest_state_tensor <= logits_f) {
+  if (b.objective == Objective::sft && !b.chunked.on && !b.fused.on &&
+      b.largest_state_tensor > caching_allocator::kSmallSize && b.largest_state_tensor <= logits_f) {
     double largest_activation = allocator_block(b.checkpoint_per_token * T);
     for (const TensorSizes* sizes : {&b.layer_activations, &b.outside_activations})
       for (const TensorSizes::SameSize& d : sizes->distinct)

@@ -92,6 +92,10 @@ struct MemoryBasis {
   // the gathered hidden states' gradient, which its backward accumulates chunk by chunk.
   ChunkedLossShape chunked;
   double chunk_gradient_per_token = 0;
+  // Liger's fused linear cross-entropy (docs/model.md, "Liger's kernels"), and the bytes per token
+  // of the final hidden states' gradient it makes in the forward.
+  ChunkedLossShape fused;
+  double fused_input_gradient_per_token = 0;
   // SFTTrainer's metrics over the whole logits (trainer trl, loss whole): after the forward, with
   // the loss's buffers.
   bool sft_metrics = false;

@@ -65,8 +65,13 @@ std::vector<std::pair<ModuleRole, std::string>> deepseek_shared_experts() {
 std::vector<ModelFamily> built_in_families() {
   std::vector<ModelFamily> rows;
   for (const char* plain :
-       {"llama", "qwen2", "qwen3", "mistral", "gemma", "gemma2", "gemma3", "gemma3_text", "olmo2", "phi3"})
+       {"llama", "qwen2", "qwen3", "mistral", "gemma", "gemma2", "gemma3", "gemma3_text", "olmo2", "phi3"}) {
     rows.push_back(built_in(plain));
+    // Liger patches every dense built-in; of their q/k norms only Gemma 3's (apply_liger_kernel_to_qwen3
+    // and _to_olmo2 leave them as transformers built them).
+    rows.back().liger = true;
+    rows.back().liger_qk_norm = rows.back().model_type.starts_with("gemma3");
+  }
   // Transformers 5 stores these experts as two 3-D parameters, gate and up fused: gate_up_proj
   // [E, 2M, h] and down_proj [E, h, M]. Mixtral's checkpoint names w1, w3 and w2 are converted on
   // loading. MixtralTopKRouter and DeepseekV3TopkRouter hold a bare weight; PhimoeTopKRouter and

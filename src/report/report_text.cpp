@@ -66,7 +66,9 @@ std::string setup_text(const TrainingSetup& s) {
   // Whose trainer runs it and how its SFT loss runs the output layer, where they are not the defaults.
   std::string trainer;
   if (s.trainer == Trainer::trl) trainer = ", TRL's trainer";
+  if (s.kernels == Kernels::liger) trainer += ", Liger's kernels";
   if (s.objective == Objective::sft && s.loss == Loss::chunked) trainer += ", the chunked loss";
+  if (s.objective == Objective::sft && s.loss == Loss::fused) trainer += ", Liger's fused loss";
   return fmt::format("{}, {}, seq {} x batch {}{}, {}, {} attention{}{}", method, to_string(s.optimizer), s.seq, s.batch,
                      s.grad_accum > 1 ? fmt::format(" x accum {}", s.grad_accum) : "",
                      s.grad_ckpt ? "gradient checkpointing" : "no checkpointing", to_string(s.attention), trainer,

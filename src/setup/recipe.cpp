@@ -242,8 +242,14 @@ const std::vector<KeyRule>& trl_rules() {
        }},
       {"tf32", "refused", "TF32 matmuls: fp32 GEMMs' speed is planned without it",
        [](auto key, const auto& n, Draft&) { off_only(key, n, "TF32"); }},
-      {"use_liger_kernel", "refused", "Liger's kernels",
-       [](auto key, const auto& n, Draft&) { off_only(key, n, "Liger's kernels (use_liger_kernel)"); }},
+      {"use_liger_kernel", "setting", "kernels liger (and SFT's loss Liger's fused one, whatever loss_type nll says)",
+       [](auto key, const auto& n, Draft& d) {
+         if (bool_of(key, n)) d.set("kernels", std::string("liger"), key);
+       }},
+      {"liger_kernel_config", "refused", "which of Liger's kernels to patch in",
+       [](auto key, const auto& n, Draft&) {
+         if (!is_null(n)) refuse(key, "a choice of Liger's kernels is not planned: every default kernel is");
+       }},
       {"packing", "refused", "packing", [](auto key, const auto& n, Draft&) { off_only(key, n, "packing"); }},
       {"padding_free", "refused", "padding-free batches",
        [](auto key, const auto& n, Draft&) { off_only(key, n, "padding-free batching"); }},
@@ -395,6 +401,14 @@ void read_trl(const YAML::Node& root, Draft& d, Recipe& out) {
   // TrainingArguments' and the configs' defaults.
   if (!d.has("batch")) d.set("batch", std::int64_t{8}, "per_device_train_batch_size");
   if (!d.has("optimizer")) d.set("optimizer", std::string("adamw"), "optim");
+  // use_liger_kernel: SFTTrainer's loss_type defaults to nll, and the patched forward then runs
+  // Liger's fused loss in place of transformers' (skip_logits); chunked_nll it refuses.
+  if (d.has("kernels") && std::get<std::string>(d.values.at("kernels").first) == "liger" &&
+      d.objective == Objective::sft) {
+    if (d.has("loss") && parse_loss(std::get<std::string>(d.values.at("loss").first)) == Loss::chunked)
+      refuse("loss_type", "chunked_nll with use_liger_kernel: TRL's SFTTrainer refuses the two together");
+    d.set("loss", std::string("fused"), "use_liger_kernel");
+  }
   if (d.objective == Objective::grpo) {
     if (!d.has("completion_len")) d.set("completion_len", std::int64_t{512}, "max_completion_length");
     const std::int64_t completion = std::get<std::int64_t>(d.values.at("completion_len").first);
@@ -541,8 +555,10 @@ const std::vector<KeyRule>& llama_factory_rules() {
        [](auto key, const auto& n, Draft& d) { d.fp16 = bool_of(key, n); }},
       {"pure_bf16", "setting", "trainable parameters kept in bf16 (no fp32 copy)",
        [](auto key, const auto& n, Draft& d) { d.pure_bf16 = bool_of(key, n); }},
-      {"enable_liger_kernel", "refused", "Liger's kernels",
-       [](auto key, const auto& n, Draft&) { off_only(key, n, "Liger's kernels (enable_liger_kernel)"); }},
+      {"enable_liger_kernel", "setting", "kernels liger (SFT's loss then Liger's fused one)",
+       [](auto key, const auto& n, Draft& d) {
+         if (bool_of(key, n)) d.set("kernels", std::string("liger"), key);
+       }},
       {"use_unsloth", "refused", "Unsloth", [](auto key, const auto& n, Draft&) { off_only(key, n, "Unsloth"); }},
       {"use_unsloth_gc", "refused", "Unsloth's checkpointing",
        [](auto key, const auto& n, Draft&) { off_only(key, n, "Unsloth's checkpointing"); }},

@@ -295,15 +295,27 @@ std::vector<Setting> builtin_table() {
     bind_enum(r, [](auto& s) -> auto& { return s.objective; }, parse_objective, to_string);
   }
   {
+    auto& r = row("kernels", "--kernels", choice,
+                  "the kernels of the layers' norms, activation and rotary embedding: torch (the PyTorch operations "
+                  "transformers writes) or liger (Liger-Kernel's RMSNorm, SwiGLU/GeGLU and RoPE, as "
+                  "use_liger_kernel patches them in; with it the SFT loss is Liger's fused one)");
+    r.choices = {"torch", "liger"};
+    r.label = "kernels-{}";
+    bind_enum(r, [](auto& s) -> auto& { return s.kernels; }, parse_kernels, to_string);
+  }
+  {
     auto& r = row("loss", "--loss", choice,
                   "how the SFT loss runs the output layer: whole (every position's logits over the vocabulary, then "
-                  "the fp32 cross-entropy; TRL's loss_type nll) or chunked (TRL's chunked_nll: 256 positions at a "
-                  "time, each chunk recomputed in the backward)");
-    r.choices = {"whole", "chunked"};
+                  "the fp32 cross-entropy; TRL's loss_type nll), chunked (TRL's chunked_nll: 256 positions at a "
+                  "time, each chunk recomputed in the backward) or fused (Liger's fused linear cross-entropy: a few "
+                  "rows at a time, their gradients made in the forward)");
+    r.choices = {"whole", "chunked", "fused"};
     r.applies_when = condition("objective", {"sft"}, {});
-    // SFTConfig's loss_type is "chunked_nll" unless it is set (TRL f2cd577, sft_config.py).
-    r.derived_default = value_when(condition("trainer", {"trl"}, {}), std::string("chunked"));
-    r.default_rule = "chunked with trainer trl (SFTConfig's loss_type chunked_nll); else whole";
+    // SFTConfig's loss_type is "chunked_nll" unless it is set, and "nll" under use_liger_kernel,
+    // where the patched forward runs Liger's fused loss (TRL f2cd577, sft_config.py).
+    r.derived_default = first_of({{condition("kernels", {"liger"}, {}), std::string("fused")},
+                                  {condition("trainer", {"trl"}, {}), std::string("chunked")}});
+    r.default_rule = "fused with kernels liger; chunked with trainer trl (SFTConfig's loss_type chunked_nll); else whole";
     r.label = "loss-{}";
     bind_enum(r, [](auto& s) -> auto& { return s.loss; }, parse_loss, to_string);
   }

@@ -78,8 +78,13 @@ constexpr std::array<std::pair<std::string_view, Trainer>, 4> kTrainers{{
     {"transformers", Trainer::transformers}, {"trl", Trainer::trl}, {"hf", Trainer::transformers},
     {"huggingface", Trainer::transformers}}};
 // TRL's own names for its loss types are accepted as written in an SFTConfig.
-constexpr std::array<std::pair<std::string_view, Loss>, 4> kLosses{{
-    {"whole", Loss::whole}, {"chunked", Loss::chunked}, {"nll", Loss::whole}, {"chunked_nll", Loss::chunked}}};
+constexpr std::array<std::pair<std::string_view, Loss>, 5> kLosses{{{"whole", Loss::whole},
+                                                                    {"chunked", Loss::chunked},
+                                                                    {"fused", Loss::fused},
+                                                                    {"nll", Loss::whole},
+                                                                    {"chunked_nll", Loss::chunked}}};
+constexpr std::array<std::pair<std::string_view, Kernels>, 2> kKernels{
+    {{"torch", Kernels::torch}, {"liger", Kernels::liger}}};
 constexpr std::array<std::pair<std::string_view, Generation>, 2> kGenerations{
     {{"none", Generation::none}, {"generate", Generation::generate}}};
 
@@ -101,6 +106,9 @@ Objective parse_objective(std::string_view s) { return lookup("objective", s, kO
 Reference parse_reference(std::string_view s) { return lookup("reference", s, kReferences); }
 Trainer parse_trainer(std::string_view s) { return lookup("trainer", s, kTrainers); }
 Loss parse_loss(std::string_view s) { return lookup("loss", s, kLosses); }
+Kernels parse_kernels(std::string_view s) {
+  return lookup("kernels", s, kKernels);
+}
 Generation parse_generation(std::string_view s) { return lookup("generation", s, kGenerations); }
 
 std::vector<std::string> parse_lora_targets(std::string_view s) {
@@ -158,6 +166,9 @@ std::string to_string(Objective o) { return name_of(o, kObjectives); }
 std::string to_string(Reference r) { return name_of(r, kReferences); }
 std::string to_string(Trainer t) { return name_of(t, kTrainers); }
 std::string to_string(Loss l) { return name_of(l, kLosses); }
+std::string to_string(Kernels k) {
+  return name_of(k, kKernels);
+}
 std::string to_string(Generation g) { return name_of(g, kGenerations); }
 
 Reference default_reference(Objective objective, Method method) {
@@ -288,6 +299,20 @@ void validate(const TrainingSetup& s) {
   // a way whose memory has not been measured.
   if (s.objective == Objective::sft && s.loss == Loss::chunked && several && s.tp > 1)
     throw SettingError("loss", "chunked with `tp` above 1 is not modelled; plan it with `loss` whole");
+  // SFTTrainer refuses chunked_nll with use_liger_kernel (TRL f2cd577, sft_trainer.py).
+  if (s.trainer == Trainer::trl && s.kernels == Kernels::liger && s.objective == Objective::sft &&
+      s.loss == Loss::chunked)
+    throw SettingError("loss",
+                       "chunked with `kernels` liger: TRL's SFTTrainer refuses chunked_nll with "
+                       "use_liger_kernel; plan `loss` fused (Liger's own loss) or whole");
+  // The other trainers swap in Liger's own fused losses for their objectives (LigerFusedLinearDPOLoss,
+  // ...), which are not planned; Liger's layer kernels and its SFT loss are.
+  if (s.kernels == Kernels::liger && s.objective != Objective::sft)
+    throw SettingError("kernels", fmt::format("liger with `objective` {} is not planned (TRL then runs Liger's fused "
+                                              "{} loss); plan Liger's kernels with objective sft",
+                                              to_string(s.objective), to_string(s.objective)));
+  if (s.loss == Loss::fused && several && (s.tp > 1 || s.pp > 1))
+    throw SettingError("loss", "fused with tensor or pipeline parallelism is not modelled");
   if (!several) return;
   // The GPUs must divide into the layout's groups.
   const std::int64_t model_parallel = s.tp * s.pp * s.cp;

@@ -1,9 +1,9 @@
 // The tensors of one training step, from the model's shape and the setup.
 // docs/model.md explains each term; the comments here say which framework
 // behaviour (PyTorch autograd, HF transformers, PEFT, bitsandbytes) makes it exist.
-#include "common/numeric.hpp"
 #include "step/step_shape.hpp"
-#include "step/layout.hpp"
+
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <array>
@@ -14,6 +14,8 @@
 #include <utility>
 #include <vector>
 
+#include "common/numeric.hpp"
+#include "step/layout.hpp"
 #include "trainfit/error.hpp"
 
 namespace trainfit::detail {
@@ -102,7 +104,9 @@ struct StepBasis {
         r(as_d(s.lora.rank)),
         adapter_bytes(bytes_per_element(s.lora.adapter_dtype)),
         pc(objective_counts(m, s)),
-        linears(layer_linears(m, s)) {}
+        linears(layer_linears(m, s)),
+        liger(s.kernels == Kernels::liger),
+        liger_qk_norm(liger && model_family(m).liger_qk_norm) {}
 
   const ModelSpec& model;
   const TrainingSetup& setup;  // what the GPUs compute (compute_setup)
@@ -116,6 +120,8 @@ struct StepBasis {
   double adapter_bytes;  // bytes per element of a LoRA adapter (and of its branch's activations)
   ParameterCounts pc;
   LayerLinears linears;
+  bool liger;          // Liger's kernels patched in: the layers' norms, gated activation and RoPE
+  bool liger_qk_norm;  // and the q/k norms too (Gemma 3's patch; Qwen3's leaves them)
 };
 
 // Sums over the linear modules of every decoder layer.
@@ -310,7 +316,18 @@ void keep(std::vector<Sized>& v, const char* what, double bytes) { keep(v, Sized
 // weight it also keeps the normalised input for the weight's gradient. nn.LayerNorm (PhiMoE) keeps
 // its input as it comes (the residual stream) and an fp32 mean and reciprocal deviation a row, from
 // which its backward recomputes the normalised input for the weight's gradient.
-void keep_norm(std::vector<Sized>& v, const StepBasis& b, const std::string& name, double width) {
+//
+// Liger's RMSNorm (liger_kernel/ops/rms_norm.py at Liger-Kernel ead96b61) is one autograd Function
+// that keeps its input as it came and one fp32 reciprocal deviation a row of `row` elements (the
+// whole width, or a head's for a per-head q/k norm); its backward recomputes the normalised input
+// for the weight's gradient. `liger` says Liger patched this norm.
+void keep_norm(std::vector<Sized>& v, const StepBasis& b, const std::string& name, double width, bool liger,
+               double row = 0) {
+  if (liger) {
+    keep(v, Sized{name, "input (Liger RMSNorm)", b.w.residual * width});
+    keep(v, Sized{name, "reciprocal deviation (fp32)", kFp32Bytes * width / (row > 0 ? row : width)});
+    return;
+  }
   if (b.model.layer_norm) {
     keep(v, Sized{name, "input", b.w.residual * width});
     keep(v, Sized{name, "mean and rstd (fp32)", 2.0 * kFp32Bytes});
@@ -346,17 +363,17 @@ class LayerActivations {
     const ModelSpec& model = b_.model;
     // OLMo 2 normalises what attention and the MLP return, so both read the residual stream itself.
     sublayer_input_bytes_ = model.post_norms ? b_.w.residual : b_.w.norm_out;
-    if (!model.post_norms) keep_norm(kept_, b_, "input norm", b_.h);
+    if (!model.post_norms) keep_norm(kept_, b_, "input norm", b_.h, b_.liger);
     if (model.is_mla()) {
       latent_attention(mods);
     } else {
       attention(mods);
     }
     if (model.post_norms) {
-      keep_norm(kept_, b_, "post-attention norm", b_.h);
+      keep_norm(kept_, b_, "post-attention norm", b_.h, b_.liger);
     } else {
       for (std::int64_t i = 1; i < model.norms_per_layer; ++i)
-        keep_norm(kept_, b_, i == 1 ? "post-attention norm" : "extra norm " + std::to_string(i), b_.h);
+        keep_norm(kept_, b_, i == 1 ? "post-attention norm" : "extra norm " + std::to_string(i), b_.h, b_.liger);
     }
     if (moe) {
       moe_mlp(mods);
@@ -368,7 +385,7 @@ class LayerActivations {
       mlp("", std::span(gu.data(), n), find_module(mods, ModuleRole::mlp_down), as_d(model.intermediate_size), 1.0,
           1.0);
     }
-    if (model.post_norms) keep_norm(kept_, b_, "post-feedforward norm", b_.h);
+    if (model.post_norms) keep_norm(kept_, b_, "post-feedforward norm", b_.h, b_.liger);
     return std::move(kept_);
   }
 
@@ -421,7 +438,12 @@ class LayerActivations {
     for (const ModuleRole role : {ModuleRole::attention_query, ModuleRole::attention_key, ModuleRole::attention_value,
                                   ModuleRole::attention_qkv})
       if (const auto* m = find_module(mods, role)) linear(*m, {"", "attention input"}, sublayer_input_bytes_, 1.0);
-    if (b_.model.qk_norm) {
+    if (b_.model.qk_norm && b_.liger_qk_norm) {
+      // Per head: its input is the projection's output in the compute dtype.
+      const double d = as_d(b_.model.head_dim);
+      keep(kept_, "q/k norm inputs (Liger RMSNorm)", c * (q + kv));
+      keep(kept_, "q/k norm reciprocal deviations (fp32)", kFp32Bytes * (q + kv) / d);
+    } else if (b_.model.qk_norm) {
       keep(kept_, "q/k norm fp32 inputs", 4.0 * (q + kv));
       if (b_.full) keep(kept_, "q/k norm normalised inputs", (b_.model.norm_scale_in_fp32 ? kFp32Bytes : c) * (q + kv));
     }
@@ -441,14 +463,14 @@ class LayerActivations {
     const double c = b_.w.compute;
     if (const auto* q_a = find_module(mods, ModuleRole::latent_query_down)) {
       linear(*q_a, {"", "attention input"}, sublayer_input_bytes_, 1.0);
-      keep_norm(kept_, b_, "q_a norm", as_d(model.q_lora_rank));
+      keep_norm(kept_, b_, "q_a norm", as_d(model.q_lora_rank), false);
       if (const auto* q_b = find_module(mods, ModuleRole::latent_query_up)) linear(*q_b, {"", "q_a norm output"}, b_.w.norm_out, 1.0);
     } else if (const auto* q_proj = find_module(mods, ModuleRole::attention_query)) {
       linear(*q_proj, {"", "attention input"}, sublayer_input_bytes_, 1.0);
     }
     if (const auto* kv_a = find_module(mods, ModuleRole::latent_kv_down))
       linear(*kv_a, {"", "attention input"}, sublayer_input_bytes_, 1.0);
-    keep_norm(kept_, b_, "kv_a norm", as_d(model.kv_lora_rank));
+    keep_norm(kept_, b_, "kv_a norm", as_d(model.kv_lora_rank), false);
     const LayerLinear* kv_b = find_module(mods, ModuleRole::latent_kv_up);
     if (kv_b) linear(*kv_b, {"", "kv_a norm output"}, b_.w.norm_out, 1.0);
     // The query and the key are new tensors (torch.cat of their position-free and rotary parts); the
@@ -527,7 +549,9 @@ class LayerActivations {
     const double width = inter * rows * copies;
     for (const auto* m : gate_up) linear(*m, {prefix, "mlp input"}, sublayer_input_bytes_, rows);
     keep(kept_, Sized{{}, "gate output (activation input)", c * width, prefix});
-    keep(kept_, Sized{{}, "activation output", c * width, prefix});
+    // Liger's SiLU/GELU-and-multiply kernel keeps its two inputs and recomputes the activation in
+    // its backward (liger_kernel/ops/swiglu.py, geglu.py).
+    if (!b_.liger) keep(kept_, Sized{{}, "activation output", c * width, prefix});
     keep(kept_, Sized{{}, "up output", c * width, prefix});
     if (down) linear(*down, {prefix, "activation x up (down input)"}, c, rows);
   }
@@ -602,13 +626,14 @@ std::vector<Sized> layer_activations(const StepBasis& b) {
 // What autograd keeps outside the decoder layers, bytes per token.
 std::vector<Sized> outside_activations(const StepBasis& b) {
   std::vector<Sized> out;
-  keep_norm(out, b, "final norm", b.h);
+  keep_norm(out, b, "final norm", b.h, b.liger);
   if (b.setup.objective == Objective::sft && b.setup.loss == Loss::chunked) {
     // TRL's chunked loss keeps the label-kept positions' final hidden states, gathered into a new
     // tensor (hidden[order]) that every chunk's checkpoint holds until the backward, trained head
     // or not (the lm_head keeps no input of its own).
     keep(out, "chunked loss: gathered hidden states", b.w.norm_out * b.h);
-  } else if (b.full) {
+  } else if (b.full && b.setup.loss != Loss::fused) {
+    // (Liger's fused loss keeps no input of the output layer: it made its gradients in the forward.)
     keep(out, b.setup.amp ? "lm_head input (autocast copy)" : "lm_head input",
          (b.setup.amp ? b.w.compute : b.w.norm_out) * b.h);
   }
@@ -637,8 +662,16 @@ Transients transients(const StepBasis& b, const LinearTotals& lin) {
   Transients t;
   // Gradients in flight inside one layer's backward: the MLP's intermediate gradients and a
   // few residual-width ones.
+  // Liger's activation kernel writes the gate's and the up's gradients over its saved inputs (its
+  // backward is in place): of the three, only the product's gradient is a new tensor. Unless LoRA
+  // wraps gate or up: PEFT's branch then casts each output gradient to fp32 for the adapter and
+  // hands the base its compute-dtype share (3 x c a position together), whatever made the gradient.
+  bool lora_on_mlp_input = false;
+  for (const auto& [m, lora_target, wrapped] : b.linears.dense)
+    lora_on_mlp_input = lora_on_mlp_input || (lora_target && !wrapped && is_mlp_input_side(m.role));
+  const double mlp_gradients = b.liger && !lora_on_mlp_input ? 1.0 : 3.0;
   t.layer_backward_per_token =
-      3.0 * b.w.compute *
+      mlp_gradients * b.w.compute *
           as_d(model.is_moe() ? model.moe_intermediate_size * model.experts_per_token : model.intermediate_size) +
       4.0 * b.w.residual * b.h;
 
@@ -792,11 +825,25 @@ bool adapts_fused_experts(const ModelSpec& model, const TrainingSetup& setup) {
                      [](const std::string& t) { return t == "all-linear"; });
 }
 
+void check_kernels(const ModelSpec& model, const TrainingSetup& setup) {
+  if (setup.kernels != Kernels::liger) return;
+  // transformers' use_liger_kernel only warns and trains unpatched when Liger has no function for
+  // the model_type: a plan of Liger's kernels there would describe a run that does not happen.
+  if (!model_family(model).liger)
+    throw SettingError("kernels", fmt::format("liger: Liger-Kernel patches no kernel of {} ({}) that trainfit plans; "
+                                              "plan it with `kernels` torch",
+                                              model.name, model.model_type));
+  // Liger patches the experts' MLPs of its MoE families in ways of their own, not measured.
+  if (model.is_moe())
+    throw SettingError("kernels", fmt::format("liger with a mixture of experts ({}) is not planned", model.name));
+}
+
 LayerLinears layer_linears(const ModelSpec& model, const TrainingSetup& setup) {
   // A target that names no module would plan a LoRA run with no adapter at all (0 trainable
   // parameters that "fit"); PEFT itself refuses such targets. Checked here, where the model and
-  // the setup meet for the memory model and the time model alike.
+  // the setup meet for the memory model and the time model alike; so are Liger's kernels.
   check_lora_targets(model, setup);
+  check_kernels(model, setup);
   const bool adapters = setup.method != Method::full;
   const bool experts_adapted = adapts_fused_experts(model, setup);
   auto with_targets = [&](std::vector<LinearModule> mods) {
@@ -861,6 +908,12 @@ void split_for_model_parallelism(StepShape& st, const Layout& l) {
   st.layer_fixed_activations /= t;
   st.layer_fixed_backward_transient /= t;
   st.layer_forward_transient_per_token /= t;
+}
+
+double fused_loss_chunk_rows(double positions, double vocab, double hidden) {
+  const double inc_factor = std::ceil(vocab / hidden);
+  const double rows = std::max(1.0, std::ceil(positions / inc_factor));
+  return std::exp2(std::ceil(std::log2(rows)));  // triton.next_power_of_2
 }
 
 double kv_cache_bytes_per_position(const ModelSpec& model, const TrainingSetup& setup) {
@@ -948,6 +1001,7 @@ StepShape describe_tensors(const ModelSpec& model, const TrainingSetup& setup, c
 
   const LogitsAndLoss logits = logits_and_loss(b);
   st.logits_compute_bytes = logits.compute_bytes;
+  st.final_hidden_bytes = b.w.norm_out;
   st.logits_upcast = logits.upcast;
   st.softcap_bytes = logits.softcap_bytes;
   st.counts = b.pc;
@@ -967,6 +1021,24 @@ StepShape describe_tensors(const ModelSpec& model, const TrainingSetup& setup, c
     else if (setup.trainer == Trainer::trl && c.weight_bytes < 4.0) c.gemm_bytes = c.weight_bytes;
     c.head_trained = b.full;
     // No logits of the whole micro-batch exist.
+    st.logits_upcast = false;
+    st.softcap_bytes = 0;
+  }
+  if (setup.objective == Objective::sft && setup.loss == Loss::fused) {
+    // Liger's fused linear cross-entropy: the output layer's weight as stored, its chunk GEMMs in
+    // the autocast dtype when one runs (its forward keeps autocast on), its gradient in the weight's
+    // own dtype (accum_dtype unset, as transformers' and TRL's calls leave it).
+    ChunkedLossShape& f = st.fused_loss;
+    f.on = true;
+    f.hidden = b.h;
+    f.vocab = b.V;
+    f.head_elems = as_d(b.pc.lm_head > 0 ? b.pc.lm_head : b.pc.embedding);
+    f.weight_bytes = b.full && setup.amp ? 4.0
+                     : b.quantised ? (setup.quant.kbit_prepare ? 4.0 : bytes_per_element(setup.quant.compute_dtype))
+                                   : bytes_per_element(setup.weights);
+    f.gemm_bytes = setup.amp ? bytes_per_element(*setup.amp) : f.weight_bytes;
+    f.head_trained = b.full;
+    f.chunk_rows = 0;  // set by the micro-batch (fused_loss_chunk_rows)
     st.logits_upcast = false;
     st.softcap_bytes = 0;
   }

@@ -217,6 +217,14 @@ struct ChunkedLossShape {
   bool operator==(const ChunkedLossShape&) const = default;
 };
 
+// Liger's fused linear cross-entropy (Loss::fused; docs/model.md, "Liger's kernels"), as
+// liger_kernel/ops/fused_linear_cross_entropy.py at Liger-Kernel ead96b61 runs it: the micro-batch's
+// T positions in chunks of next_power_of_2(ceil(T / ceil(V / H))) rows, so that a chunk's logits are
+// about as large as the hidden states; each chunk's logits, the cross-entropy's gradient written
+// over them, and from it the hidden states' gradient and (trained head) the weight's, accumulated in
+// the forward. The backward only scales them.
+double fused_loss_chunk_rows(double positions, double vocab, double hidden);
+
 // One training step's tensors, per token where they scale with the micro-batch.
 struct StepShape {
   double tokens = 0;                  // batch x seq of one micro-batch
@@ -235,6 +243,7 @@ struct StepShape {
   double layer_fixed_backward_transient = 0;
   double layer_forward_transient_per_token = 0;   // largest set of temporaries alive at once in a layer's forward
   double logits_compute_bytes = 0;    // bytes per logit element of the lm_head output
+  double final_hidden_bytes = 0;      // bytes per element of the final norm's output (the output layer's input)
   bool logits_upcast = false;         // the loss casts the logits to fp32 (a new tensor)
   double softcap_bytes = 0;           // gemma2 final-logit soft-capping, bytes per logit element kept
   double gradients = 0;               // bytes of all trainable gradients
@@ -245,6 +254,7 @@ struct StepShape {
   LayerLinears linears;               // the layers' linear modules (layer_linears), for the time model
   ObjectiveShape objective;           // what the objective adds (sft: nothing)
   ChunkedLossShape chunked_loss;      // sft with Loss::chunked
+  ChunkedLossShape fused_loss;        // sft with Loss::fused (its chunk rows follow the micro-batch)
   bool operator==(const StepShape&) const = default;
 };
 

@@ -121,6 +121,31 @@ constexpr double kChunkedLossWidthsPerLogit = 6.0;
 // (15); a trained head: its weight's product, its casts back and its accumulation (3 more).
 constexpr double kChunkOps = 27.0 + 10.0 + 15.0;
 constexpr double kChunkHeadGradientOps = 3.0;
+// Liger's fused linear cross-entropy (liger_kernel/ops/fused_linear_cross_entropy.py at
+// Liger-Kernel ead96b61), bytes per logit in multiples of the GEMM dtype's width g: the GEMM writes
+// the logit, the cross-entropy kernel reads it twice (its running maximum and sum, then the
+// gradient) and writes the gradient over it, and the hidden states' and (a trained head) the
+// weight's gradient GEMMs read it: 5 g, and one more g with a trained head.
+constexpr double kFusedLossWidthsPerLogit = 5.0;
+// Its host operations. Around the chunks: the zeros of both gradients, of the loss and of the
+// token accuracy, the labels' mask, its sum and .item() (a synchronisation), the two sums after
+// the chunks, transformers' padding, slicing, views and the division by the items (17), the
+// Function's own dispatch (2); in the backward, torch.equal against a new 1.0 and the two in-place
+// scalings (5). A chunk: the slices of the input, the labels, the loss and the accuracy (4), t and
+// mm (2), two contiguous (2), the Triton kernel (1), the loss's and accuracy's slice copies (4), the
+// hidden states' gradient GEMM and its slice copy (3): 16; a trained head's t, mm, float and add_ (4).
+constexpr double kFusedLossOps = 17.0 + 2.0 + 5.0;
+constexpr double kFusedChunkOps = 16.0;
+constexpr double kFusedChunkHeadGradientOps = 4.0;
+// Liger's layer kernels against transformers' operations, per decoder layer's forward: an RMSNorm
+// is its Function (view, two empties, the kernel, view: 5, and the dispatch) where transformers runs
+// 8 (-2 each); the rotary embedding is two transposes, four contiguous, the kernel and two
+// transposes back (9, and the dispatch) for transformers' 16 (-6); SiLU-and-multiply is two views,
+// an empty, the kernel and a view (5, and the dispatch) for transformers' 2 (+4).
+constexpr double kLigerNormOpsSaved = 2.0;
+constexpr double kLigerRopeOpsSaved = 6.0;
+constexpr double kLigerActivationOpsAdded = 4.0;
+
 // SFTTrainer's metrics over the whole logits (compute_loss with loss_type "nll", TRL f2cd577), on
 // the fp32 logits accelerate's convert_outputs_to_fp32 makes (it reads the model's and writes 4
 // bytes): entropy_from_logits copies the shifted logits flat (2 widths) and takes 128 rows at a time
@@ -360,8 +385,9 @@ WorkBasis work_basis(const ModelSpec& model, const Step& step) {
   b.layer_saved_tensors = static_cast<double>(st.layer_activations.size());
   b.weight_read_bytes = full && setup.amp ? bytes_per_element(*setup.amp) : bytes_per_element(setup.weights);
   b.chunked = st.chunked_loss;
+  b.fused = st.fused_loss;
   b.logit_bytes = st.logits_compute_bytes;
-  b.sft_metrics = setup.trainer == Trainer::trl && setup.objective == Objective::sft && !b.chunked.on;
+  b.sft_metrics = setup.trainer == Trainer::trl && setup.objective == Objective::sft && !b.chunked.on && !b.fused.on;
 
   // Optimizer: read parameter, gradient and states; write parameter and states.
   const double tp = st.params.trainable_params;
@@ -398,6 +424,9 @@ WorkBasis work_basis(const ModelSpec& model, const Step& step) {
   // routing weights; the inverse permutation and index_add_), whatever the number of experts. Not
   // a loop over the experts, as transformers 4 ran them.
   if (model.is_moe()) layer_ops += kGroupedMoeOps * linears.moe_layers / L;
+  if (setup.kernels == Kernels::liger)
+    layer_ops += -kLigerNormOpsSaved * as_d(model.norms_per_layer) - kLigerRopeOpsSaved + kLigerActivationOpsAdded -
+                 (model.qk_norm && model_family(model).liger_qk_norm ? 2.0 * kLigerNormOpsSaved : 0.0);
   b.layer_ops = layer_ops;
   b.forward_ops = L * layer_ops + kModelForwardOps;
   // Fused AdamW: a handful of multi-tensor launches; zero_grad touches every parameter tensor.
@@ -545,6 +574,13 @@ WorkBasis work_basis(const ModelSpec& model, const Step& step) {
   return b;
 }
 
+namespace {
+// The passes over the layers a micro-batch makes: forward, backward and, checkpointed, the recompute.
+double passes_of(bool grad_ckpt) {
+  return 2.0 + (grad_ckpt ? 1.0 : 0.0);
+}
+}  // namespace
+
 StepWork step_work(const WorkBasis& b, double tokens, double batch, bool grad_ckpt) {
   StepWork w;
   // A paired objective trains on the chosen and the rejected sequence of every example.
@@ -568,6 +604,9 @@ StepWork step_work(const WorkBasis& b, double tokens, double batch, bool grad_ck
   const ChunkedLossShape& cl = b.chunked;
   const double chunk_positions = cl.on ? std::max(1.0, T - B) : 0.0;
   const double chunks = cl.on ? std::ceil(chunk_positions / cl.chunk_rows) : 0.0;
+  // Liger's fused loss: every position, in chunks of the rows its rule picks for this micro-batch.
+  const double fused_chunks =
+      b.fused.on ? std::ceil(T / std::min(T, fused_loss_chunk_rows(T, b.fused.vocab, b.fused.hidden))) : 0.0;
   if (cl.on) {
     const double head = 2.0 * cl.head_elems * chunk_positions;
     const double passes_of_head = 2.0 /*forward, recompute*/ + 1.0 /*input gradient*/ + (cl.head_trained ? 1.0 : 0.0);
@@ -616,6 +655,19 @@ StepWork step_work(const WorkBasis& b, double tokens, double batch, bool grad_ck
     const double head_grad = cl.head_trained ? (g < 4.0 ? g + 4.0 : 0.0) + (wb < 4.0 ? 4.0 + wb : 0.0) + 3.0 * wb : 0.0;
     loss_bytes = (kChunkedLossFixedBytesPerLogit + kChunkedLossWidthsPerLogit * g) * chunk_positions * V +
                  chunks * cl.head_elems * (2.0 * convert + head_grad);
+  } else if (b.fused.on) {
+    // Liger's chunks: their logits, each chunk's GEMMs reading the output layer's weight (the logits',
+    // the hidden states' gradient's and a trained head's weight gradient's: in place of the one read
+    // per pass counted below), and a 16-bit trained head's gradient accumulated chunk by chunk:
+    // torch.mm writes V x H in g, .float() reads it and writes fp32, add_ reads the gradient and
+    // that copy and writes the gradient (an fp32 head: addmm reads and writes its accumulator).
+    const ChunkedLossShape& f = b.fused;
+    const double g = f.gemm_bytes, wb = f.weight_bytes;
+    const double weight_reads = (2.0 + (f.head_trained ? 1.0 : 0.0)) * g;
+    const double accumulate = !f.head_trained ? 0.0 : wb < 4.0 ? 2.0 * g + 4.0 + 2.0 * wb + 4.0 : 8.0;
+    loss_bytes = (kFusedLossWidthsPerLogit + (f.head_trained ? 1.0 : 0.0)) * g * T * V +
+                 fused_chunks * f.head_elems * (weight_reads + accumulate) -
+                 b.weight_read_bytes * V * h * passes_of(ckpt);
   } else if (b.sft_metrics) {
     loss_bytes += (b.logit_bytes + kAccelerateFp32Bytes + kSftMetricWidthsPerLogit * kAccelerateFp32Bytes) * T * V;
   }
@@ -624,7 +676,7 @@ StepWork step_work(const WorkBasis& b, double tokens, double batch, bool grad_ck
                    lora_bytes - w.adapter_bytes;
   // Every pass (forward, backward, recompute) reads each weight matrix once; a quantised one is
   // first dequantised.
-  const double passes = 2.0 + (ckpt ? 1.0 : 0.0);
+  const double passes = passes_of(ckpt);
   if (b.quantised) {
     w.memory_bytes += kDequantBytesPerWeight * b.weight_elems * passes;
   } else {
@@ -640,6 +692,9 @@ StepWork step_work(const WorkBasis& b, double tokens, double batch, bool grad_ck
   const double ckpt_hooks = ckpt ? 2.0 * L * b.layer_saved_tensors : 0.0;
   w.ops = b.forward_ops * (1.0 + kBackwardOpsPerForwardOp) + (ckpt ? L * b.layer_ops + ckpt_hooks : 0.0) +
           chunks * (kChunkOps + (cl.head_trained ? kChunkHeadGradientOps : 0.0)) +
+          (b.fused.on ? kFusedLossOps +
+                            fused_chunks * (kFusedChunkOps + (b.fused.head_trained ? kFusedChunkHeadGradientOps : 0.0))
+                      : 0.0) +
           (b.sft_metrics ? std::ceil(T / kEntropyChunkRows) * kEntropyChunkOps : 0.0);
   w.kernels = kKernelsPerOp * w.ops;
   w.optimizer_ops = b.optimizer_ops;

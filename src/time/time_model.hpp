@@ -71,6 +71,7 @@ struct WorkBasis {
   // TRL's chunked loss (docs/model.md, "The chunked loss"); and SFTTrainer's metrics over the whole
   // logits (trainer trl with the whole loss): the token entropy and the argmax every step.
   ChunkedLossShape chunked;
+  ChunkedLossShape fused;  // Liger's fused linear cross-entropy
   bool sft_metrics = false;
   double logit_bytes = 0;     // bytes per logit as the output layer makes them
   GenerationWork generation;  // GRPO's generate() (docs/model.md, "Generation")

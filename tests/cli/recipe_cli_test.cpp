@@ -62,6 +62,24 @@ TEST(RecipeCli, TheRecipesSettingsAndTrlsDefaultsAndFlagsOverThem) {
   EXPECT_EQ(flagged["time"]["step_seconds"], by_flags["time"]["step_seconds"]);
 }
 
+TEST(RecipeCli, UseLigerKernelPlansLigersKernelsAndItsLossWhateverNllSays) {
+  const auto j = plan_json("--recipe " + kRecipes + "trl-sft-liger.yaml");
+  EXPECT_EQ(j["setup"]["kernels"], "liger");
+  EXPECT_EQ(j["setup"]["loss"], "fused");
+  const auto by_flags =
+      plan_json("--model qwen2.5-1.5b --trainer trl --method full --kernels liger --batch 4 --grad-accum 8 --seq 2048");
+  EXPECT_EQ(j["memory"]["peak_allocated_bytes"], by_flags["memory"]["peak_allocated_bytes"]);
+  // SFTTrainer refuses chunked_nll with use_liger_kernel; so does the recipe, naming the key.
+  const std::string path = ::testing::TempDir() + "trainfit-liger-chunked.yaml";
+  {
+    std::ofstream f(path);
+    f << "model_name_or_path: Qwen/Qwen2.5-0.5B\nuse_liger_kernel: true\nloss_type: chunked_nll\n";
+  }
+  const auto r = run_cli("plan --recipe " + path + " --gpu h100-sxm");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.out.find(": loss_type: chunked_nll with use_liger_kernel"), std::string::npos) << r.out;
+}
+
 TEST(RecipeCli, ABadRecipeIsOneLineNamingTheFileAndTheKey) {
   const std::string path = ::testing::TempDir() + "trainfit-bad-recipe.yaml";
   {

@@ -123,7 +123,10 @@ TEST(Recipe, RefusesWhatItDoesNotPlanNamingTheKey) {
       error_of(model + "packing: true\n"),
       "recipe.yaml: packing: packing is not planned yet; plan without it (remove the key) for the step it replaces");
   EXPECT_EQ(error_of(model + "packing: false\nuse_liger_kernel: false\n"), "");
-  EXPECT_NE(error_of(model + "use_liger_kernel: true\n").find("use_liger_kernel: Liger"), std::string::npos);
+  EXPECT_EQ(error_of(model + "use_liger_kernel: true\n"), "");  // planned: kernels liger
+  EXPECT_NE(error_of(model + "use_liger_kernel: true\nliger_kernel_config:\n  rope: false\n")
+                .find("liger_kernel_config: a choice of Liger's kernels is not planned"),
+            std::string::npos);
   // A key trainfit neither plans nor ignores (a typo, or a field of another version).
   EXPECT_NE(error_of(model + "per_device_train_batchsize: 4\n")
                 .find("unknown key of a TRL recipe 'per_device_train_batchsize'"),
