@@ -76,6 +76,15 @@ HELDOUT_LIGER = {
                                     {"use_liger_kernel": True, "gradient_checkpointing": False}),
 }
 CASES.update(HELDOUT_LIGER)
+# TRL's autocast over LoRA's branch without checkpointing (every layer's branch copies kept), held
+# out: planned (python/recipe_jobs/autocast-predictions.txt) before they first ran.
+HELDOUT_AUTOCAST = {
+    "l3b-lora-b4s2048-nogc": ("llama3.2-3b", "lora", 4, 2048, {"gradient_checkpointing": False}),
+    "q1.5b-lora-b4s1024-nogc": ("qwen2.5-1.5b", "lora", 4, 1024, {"gradient_checkpointing": False}),
+    "mistral7b-lora-b1s2048-nogc-liger": ("mistral-7b", "lora", 1, 2048,
+                                          {"gradient_checkpointing": False, "use_liger_kernel": True}),
+}
+CASES.update(HELDOUT_AUTOCAST)
 # Options trainfit does not plan yet: measured now, planned later (their own file).
 UNPLANNED = {
     "q1.5b-full-b4s2048-liger": ("qwen2.5-1.5b", "full", 4, 2048, {"use_liger_kernel": True}),

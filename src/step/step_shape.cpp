@@ -413,15 +413,21 @@ class LayerActivations {
         keep_shared_input(input, input_bytes * in);
       }
     } else if (l.lora_target) {
+      // TRL's trainers autocast (their configs set bf16) over a 16-bit base too: lora_A's matmul
+      // then casts the branch's fp32 input to the compute dtype and keeps that copy, and lora_B
+      // keeps A's output in it (measured: Llama-3.2-3B LoRA without checkpointing in SFTTrainer
+      // keeps 2 bytes an input element less in every module than the fp32 branch would).
+      const double branch = trl_autocast_ ? b_.w.compute : b_.adapter_bytes;
       if (b_.setup.lora.dropout > 0) {
-        keep(kept_, Sized{m.name, "lora dropout output", b_.adapter_bytes * in, "", true});
+        keep(kept_, Sized{m.name, trl_autocast_ ? "lora dropout output (autocast copy)" : "lora dropout output",
+                          branch * in, "", true});
         keep(kept_, Sized{m.name, "lora dropout mask", 1.0 * in, "", true});
-      } else if (b_.adapter_bytes != input_bytes) {
-        keep(kept_, Sized{m.name, "lora input cast", b_.adapter_bytes * in, "", true});
+      } else if (branch != input_bytes) {
+        keep(kept_, Sized{m.name, "lora input cast", branch * in, "", true});
       } else {
         keep_shared_input(input, input_bytes * in);
       }
-      keep(kept_, Sized{m.name, "lora A output", b_.adapter_bytes * b_.r * as_d(m.count) * rows, "", true});
+      keep(kept_, Sized{m.name, "lora A output", branch * b_.r * as_d(m.count) * rows, "", true});
     }
   }
 
@@ -600,6 +606,9 @@ class LayerActivations {
   }
 
   const StepBasis& b_;
+  // TRL's bf16 autocast over a 16-bit base with fp32 adapters (docs/model.md, "Trainers").
+  const bool trl_autocast_ = b_.setup.trainer == Trainer::trl && !b_.setup.amp && b_.adapter_bytes > b_.w.compute &&
+                             b_.w.compute < 4.0;
   std::vector<Sized> kept_;
   std::vector<SharedInput> shared_inputs_kept_;  // a handful: a list beats a set of strings
   double sublayer_input_bytes_ = 0;              // bytes per element of what attention and the MLP read
