@@ -46,7 +46,7 @@ CASES = {
     "l3b-lora-b4s2048": ("llama3.2-3b", "lora", 4, 2048, {}),
     "q1.5b-full-b4s2048-completion": ("qwen2.5-1.5b", "full", 4, 2048, {"completion_half": True}),
 }
-# Held out: chosen and planned (python/recipe_jobs/heldout-predictions.txt) before they first ran.
+# Held out: chosen and planned (data/bench/h100-trl-sft-2026-12-06/heldout-predictions.txt) before they first ran.
 HELDOUT = {
     "mistral7b-lora-b2s2048": ("mistral-7b", "lora", 2, 2048, {}),
     "gemma3-1b-full-b4s2048": ("gemma3-1b", "full", 4, 2048, {}),
@@ -58,7 +58,7 @@ HELDOUT = {
     "q0.5b-full-b8s2048-nogc": ("qwen2.5-0.5b", "full", 8, 2048, {"gradient_checkpointing": False}),
 }
 CASES.update(HELDOUT)
-# Liger's kernels (use_liger_kernel), held out: planned (python/recipe_jobs/liger-predictions.txt) before
+# Liger's kernels (use_liger_kernel), held out: planned (data/bench/h100-trl-sft-2026-12-06/liger-predictions.txt) before
 # they first ran; the three Qwen2.5 cases of UNPLANNED below were measured before Liger was planned.
 HELDOUT_LIGER = {
     "l1b-full-b8s1024-liger": ("llama3.2-1b", "full", 8, 1024, {"use_liger_kernel": True}),
@@ -77,7 +77,7 @@ HELDOUT_LIGER = {
 }
 CASES.update(HELDOUT_LIGER)
 # TRL's autocast over LoRA's branch without checkpointing (every layer's branch copies kept), held
-# out: planned (python/recipe_jobs/autocast-predictions.txt) before they first ran.
+# out: planned (data/bench/h100-trl-sft-2026-12-06/autocast-predictions.txt) before they first ran.
 HELDOUT_AUTOCAST = {
     "l3b-lora-b4s2048-nogc": ("llama3.2-3b", "lora", 4, 2048, {"gradient_checkpointing": False}),
     "q1.5b-lora-b4s1024-nogc": ("qwen2.5-1.5b", "lora", 4, 1024, {"gradient_checkpointing": False}),
@@ -86,10 +86,13 @@ HELDOUT_AUTOCAST = {
 }
 CASES.update(HELDOUT_AUTOCAST)
 # Options trainfit does not plan yet: measured now, planned later (their own file).
-UNPLANNED = {
+# Liger's kernels: measured before they were planned (liger.jsonl), then checked against as they were planned.
+CASES.update({
     "q1.5b-full-b4s2048-liger": ("qwen2.5-1.5b", "full", 4, 2048, {"use_liger_kernel": True}),
     "q1.5b-lora-b4s1024-liger": ("qwen2.5-1.5b", "lora", 4, 1024, {"use_liger_kernel": True}),
     "q7b-lora-b2s2048-liger": ("qwen2.5-7b", "lora", 2, 2048, {"use_liger_kernel": True}),
+})
+UNPLANNED = {
     "q1.5b-full-b4s2048-offload": ("qwen2.5-1.5b", "full", 4, 2048, {"activation_offloading": True}),
     "q1.5b-lora-b4s1024-offload": ("qwen2.5-1.5b", "lora", 4, 1024, {"activation_offloading": True}),
 }
