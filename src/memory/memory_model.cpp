@@ -420,10 +420,12 @@ LossBuffers objective_loss(const MemoryBasis& b, double T) {
 //    log-softmax's (fp32) and its cast to g. A trained head then adds W's gradient in g beside the
 //    saved operand, that gradient cast back to fp32 by autocast's backward (the saved operand
 //    freed), and the fp32 gradient cast to w by w.float()'s backward, before it is accumulated.
-struct ChunkMemory {
-  double forward = 0, backward = 0;
+// What a loss that runs the output layer a chunk of positions at a time (TRL's chunked loss,
+// Liger's fused one) holds at its forward's and its backward's peak, and the backward's temporaries.
+struct ChunkedLossMemory {
+  double forward = 0, backward = 0, backward_transient = 0;
 };
-ChunkMemory chunk_memory(const ChunkedLossShape& c, double rows) {
+ChunkedLossMemory chunk_memory(const ChunkedLossShape& c, double rows) {
   const double VH = c.head_elems, g = c.gemm_bytes, w = c.weight_bytes;
   const double fp32_copy = w < 4.0 ? allocator_block(VH * 4.0) : 0.0;
   const double autocast_copy = g < 4.0 ? allocator_block(VH * g) : 0.0;
@@ -433,7 +435,7 @@ ChunkMemory chunk_memory(const ChunkedLossShape& c, double rows) {
   const double at_gemm = fp32_copy + autocast_copy + rows_of(c.hidden, 4.0) +
                          (g < 4.0 ? rows_of(c.hidden, g) : 0.0) + rows_of(c.vocab, g);
   const double metrics = rows_of(c.vocab, g) + 3.0 * rows_of(c.vocab, 4.0);
-  ChunkMemory m;
+  ChunkedLossMemory m;
   m.forward = std::max(at_gemm, metrics);
   const double loss_grad = saved_weight + 3.0 * rows_of(c.vocab, 4.0) + (g < 4.0 ? rows_of(c.vocab, g) : 0.0);
   m.backward = std::max(at_gemm, loss_grad);
@@ -456,10 +458,7 @@ ChunkMemory chunk_memory(const ChunkedLossShape& c, double rows) {
 // 16-bit trained head, torch.mm's V x H product and its .float() copy, alive together before they
 // are added into the weight's gradient (an fp32 head accumulates with addmm(out=) instead). The
 // backward scales both gradients in place; the weight's becomes its .grad.
-struct FusedLossMemory {
-  double forward = 0, backward = 0;
-};
-FusedLossMemory fused_loss_memory(const ChunkedLossShape& f, double input_gradient_per_token, double T) {
+ChunkedLossMemory fused_loss_memory(const ChunkedLossShape& f, double input_gradient_per_token, double T) {
   const double VH = f.head_elems, g = f.gemm_bytes;
   const double rows = std::min(T, fused_loss_chunk_rows(T, f.vocab, f.hidden));
   const double input_gradient = allocator_block(input_gradient_per_token * T);
@@ -469,7 +468,7 @@ FusedLossMemory fused_loss_memory(const ChunkedLossShape& f, double input_gradie
   const double chunk_input_gradient = allocator_block(rows * f.hidden * g);
   const double weight_product =
       f.head_trained && f.weight_bytes < 4.0 ? allocator_block(VH * g) + allocator_block(VH * 4.0) : 0.0;
-  FusedLossMemory m;
+  ChunkedLossMemory m;
   m.forward =
       input_gradient + per_position + weight_gradient + chunk_logits + std::max(chunk_input_gradient, weight_product);
   m.backward = input_gradient;
@@ -528,49 +527,34 @@ StepMemory step_memory(const MemoryBasis& b, double tokens, std::int64_t grad_ac
           : 0.0;
   const double objective_acts = value_acts + hidden_states;
   const LossBuffers loss = b.objective == Objective::sft ? LossBuffers{} : objective_loss(b, T);
-  if (b.chunked.on) {
-    // TRL's chunked loss: a chunk's tensors instead of the micro-batch's logits; the output
-    // layer's backward runs inside each chunk's, so its gradient (a trained head's) exists from
-    // the second chunk's backward on.
-    const ChunkMemory chunk = chunk_memory(b.chunked, std::min(b.chunked.chunk_rows, T));
+  if (b.chunked.on || b.fused.on) {
+    // A chunk's tensors instead of the micro-batch's logits. The output layer's gradient (a trained
+    // head's) exists from the loss's backward on: TRL's chunks make it in each chunk's backward,
+    // Liger's in the forward. TRL's backward also holds the gathered hidden states' gradient twice:
+    // autograd's buffer, and each chunk's slice gradient written into zeros of the whole shape.
+    ChunkedLossMemory c;
+    if (b.chunked.on) {
+      c = chunk_memory(b.chunked, std::min(b.chunked.chunk_rows, T));
+      c.backward_transient = 2.0 * allocator_block(b.chunk_gradient_per_token * T);
+    } else {
+      c = fused_loss_memory(b.fused, b.fused_input_gradient_per_token, T);
+    }
     {
-      MemoryMoment& m = moment(Phase::forward, "chunked loss forward");
+      MemoryMoment& m = moment(Phase::forward, b.chunked.on ? "chunked loss forward" : "fused loss forward");
       m.gradients = grads_prev;
       m.gathered_weights = b.gathered_fwd + kept_gathered;
       m.activations = L * kept_per_layer + outside + other_in_flight;
       m.weights += b.autocast_copies;
-      m.logits_and_loss = chunk.forward + outputs_fwd;
+      m.logits_and_loss = c.forward + outputs_fwd;
     }
     {
-      MemoryMoment& m = moment(Phase::backward, "chunked loss backward");
+      MemoryMoment& m = moment(Phase::backward, b.chunked.on ? "chunked loss backward" : "fused loss backward");
       m.gradients = std::max(grads_prev, b.head_grad);
       m.gathered_weights = b.gathered_fwd + kept_gathered;
       m.activations = L * kept_per_layer + outside + other_in_flight;
       m.weights += b.copies_head + L * copies_kept_per_layer;
-      m.logits_and_loss = chunk.backward + outputs_bwd;
-      // The gathered hidden states' gradient: autograd's buffer for it, and each chunk's slice
-      // gradient written into zeros of the whole shape (slice_backward).
-      m.transient = 2.0 * allocator_block(b.chunk_gradient_per_token * T);
-    }
-  } else if (b.fused.on) {
-    // Liger's fused loss: a chunk's tensors and the gradients it makes in the forward; the output
-    // layer's weight gradient (a trained head's) exists from the loss on.
-    const FusedLossMemory fused = fused_loss_memory(b.fused, b.fused_input_gradient_per_token, T);
-    {
-      MemoryMoment& m = moment(Phase::forward, "fused loss forward");
-      m.gradients = grads_prev;
-      m.gathered_weights = b.gathered_fwd + kept_gathered;
-      m.activations = L * kept_per_layer + outside + other_in_flight;
-      m.weights += b.autocast_copies;
-      m.logits_and_loss = fused.forward + outputs_fwd;
-    }
-    {
-      MemoryMoment& m = moment(Phase::backward, "fused loss backward");
-      m.gradients = std::max(grads_prev, b.head_grad);
-      m.gathered_weights = b.gathered_fwd + kept_gathered;
-      m.activations = L * kept_per_layer + outside + other_in_flight;
-      m.weights += b.copies_head + L * copies_kept_per_layer;
-      m.logits_and_loss = fused.backward + outputs_bwd;
+      m.logits_and_loss = c.backward + outputs_bwd;
+      m.transient = c.backward_transient;
     }
   } else if (b.objective == Objective::sft) {
     // Forward, at the loss: every layer's saved tensors, the logits as the lm_head made them,

@@ -966,6 +966,25 @@ ObjectiveShape describe_objective(const ModelSpec& model, const TrainingSetup& s
   return o;
 }
 
+namespace {
+// The output layer as a chunked loss (TRL's or Liger's) runs it: its weight (the embedding's when
+// tied) as stored (QLoRA leaves it unquantised, in the compute dtype: fp32 after kbit
+// preparation), trained under full fine-tuning.
+ChunkedLossShape chunked_output_layer(const StepBasis& b) {
+  const TrainingSetup& setup = b.setup;
+  ChunkedLossShape c;
+  c.on = true;
+  c.hidden = b.h;
+  c.vocab = b.V;
+  c.head_elems = as_d(b.pc.lm_head > 0 ? b.pc.lm_head : b.pc.embedding);
+  c.weight_bytes = b.full && setup.amp ? 4.0
+                   : b.quantised       ? (setup.quant.kbit_prepare ? 4.0 : bytes_per_element(setup.quant.compute_dtype))
+                                       : bytes_per_element(setup.weights);
+  c.head_trained = b.full;
+  return c;
+}
+}  // namespace
+
 StepShape describe_tensors(const ModelSpec& model, const TrainingSetup& setup, const Layout& layout) {
   StepBasis b(model, setup, layout);
   const LinearTotals lin = sum_linears(b);
@@ -1015,20 +1034,11 @@ StepShape describe_tensors(const ModelSpec& model, const TrainingSetup& setup, c
   st.softcap_bytes = logits.softcap_bytes;
   st.counts = b.pc;
   if (setup.objective == Objective::sft && setup.loss == Loss::chunked) {
-    ChunkedLossShape& c = st.chunked_loss;
-    c.on = true;
-    c.hidden = b.h;
-    c.vocab = b.V;
-    c.head_elems = as_d(b.pc.lm_head > 0 ? b.pc.lm_head : b.pc.embedding);
-    // QLoRA leaves the output layer unquantised, in the compute dtype (fp32 after kbit preparation).
-    c.weight_bytes = b.full && setup.amp  ? 4.0
-                     : b.quantised        ? (setup.quant.kbit_prepare ? 4.0 : bytes_per_element(setup.quant.compute_dtype))
-                                          : bytes_per_element(setup.weights);
+    ChunkedLossShape& c = st.chunked_loss = chunked_output_layer(b);
     // The GEMM's dtype: autocast's when one runs (TRL's configs set bf16=True, so TRL autocasts
     // over 16-bit weights too), else fp32, as h.float() @ w.float().t() asks.
     if (setup.amp) c.gemm_bytes = bytes_per_element(*setup.amp);
     else if (setup.trainer == Trainer::trl && c.weight_bytes < 4.0) c.gemm_bytes = c.weight_bytes;
-    c.head_trained = b.full;
     // No logits of the whole micro-batch exist.
     st.logits_upcast = false;
     st.softcap_bytes = 0;
@@ -1037,16 +1047,8 @@ StepShape describe_tensors(const ModelSpec& model, const TrainingSetup& setup, c
     // Liger's fused linear cross-entropy: the output layer's weight as stored, its chunk GEMMs in
     // the autocast dtype when one runs (its forward keeps autocast on), its gradient in the weight's
     // own dtype (accum_dtype unset, as transformers' and TRL's calls leave it).
-    ChunkedLossShape& f = st.fused_loss;
-    f.on = true;
-    f.hidden = b.h;
-    f.vocab = b.V;
-    f.head_elems = as_d(b.pc.lm_head > 0 ? b.pc.lm_head : b.pc.embedding);
-    f.weight_bytes = b.full && setup.amp ? 4.0
-                     : b.quantised ? (setup.quant.kbit_prepare ? 4.0 : bytes_per_element(setup.quant.compute_dtype))
-                                   : bytes_per_element(setup.weights);
+    ChunkedLossShape& f = st.fused_loss = chunked_output_layer(b);
     f.gemm_bytes = setup.amp ? bytes_per_element(*setup.amp) : f.weight_bytes;
-    f.head_trained = b.full;
     f.chunk_rows = 0;  // set by the micro-batch (fused_loss_chunk_rows)
     st.logits_upcast = false;
     st.softcap_bytes = 0;

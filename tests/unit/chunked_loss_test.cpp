@@ -5,20 +5,13 @@
 #include <map>
 
 #include "support/memory_checks.hpp"
+#include "support/plan_args.hpp"
 #include "trainfit/trainfit.hpp"
 
 namespace trainfit {
 namespace {
 
-TrainingSetup resolved(std::vector<std::pair<std::string, std::string>> settings_text) {
-  std::vector<GivenSetting> given;
-  for (const auto& [key, text] : settings_text) {
-    const Setting* s = find_setting(key);
-    EXPECT_NE(s, nullptr) << key;
-    given.emplace_back(s, parse_setting_text(*s, text));
-  }
-  return resolve_setup(given);
-}
+using trainfit::testing::setup_from_settings;
 
 std::int64_t category(const MemoryEstimate& e, const std::string& name) {
   for (const auto& t : e.breakdown)
@@ -27,19 +20,19 @@ std::int64_t category(const MemoryEstimate& e, const std::string& name) {
 }
 
 TEST(Trainer, TrlDefaultsCheckpointingAndTheChunkedLossForSft) {
-  const TrainingSetup trl = resolved({{"model", "qwen2.5-0.5b"}, {"trainer", "trl"}});
+  const TrainingSetup trl = setup_from_settings({{"model", "qwen2.5-0.5b"}, {"trainer", "trl"}});
   EXPECT_TRUE(trl.grad_ckpt);
   EXPECT_EQ(trl.loss, Loss::chunked);
-  const TrainingSetup hf = resolved({{"model", "qwen2.5-0.5b"}});
+  const TrainingSetup hf = setup_from_settings({{"model", "qwen2.5-0.5b"}});
   EXPECT_FALSE(hf.grad_ckpt);
   EXPECT_EQ(hf.loss, Loss::whole);
   // Given values win over TRL's defaults; TRL's own loss names are read.
   const TrainingSetup nll =
-      resolved({{"model", "qwen2.5-0.5b"}, {"trainer", "trl"}, {"loss", "nll"}, {"grad_ckpt", "false"}});
+      setup_from_settings({{"model", "qwen2.5-0.5b"}, {"trainer", "trl"}, {"loss", "nll"}, {"grad_ckpt", "false"}});
   EXPECT_EQ(nll.loss, Loss::whole);
   EXPECT_EQ(parse_loss("chunked_nll"), Loss::chunked);
   // The loss is SFT's: under DPO it does not apply and is left out of the setup's JSON.
-  const TrainingSetup dpo = resolved({{"model", "qwen2.5-0.5b"}, {"trainer", "trl"}, {"objective", "dpo"}});
+  const TrainingSetup dpo = setup_from_settings({{"model", "qwen2.5-0.5b"}, {"trainer", "trl"}, {"objective", "dpo"}});
   EXPECT_FALSE(setup_to_json(dpo).contains("loss"));
   EXPECT_TRUE(setup_to_json(trl).contains("loss"));
 }
@@ -50,7 +43,7 @@ TEST(ChunkedLoss, HoldsTheOutputLayersCopiesInsteadOfTheMicroBatchsLogits) {
   // logits-sized tensors, which grow with the tokens.
   const ModelSpec m = load_model("qwen2.5-1.5b");
   const double vh = static_cast<double>(m.vocab_size) * static_cast<double>(m.hidden_size);
-  TrainingSetup s = resolved({{"model", "qwen2.5-1.5b"}, {"trainer", "trl"}, {"batch", "4"}, {"seq", "1024"}});
+  TrainingSetup s = setup_from_settings({{"model", "qwen2.5-1.5b"}, {"trainer", "trl"}, {"batch", "4"}, {"seq", "1024"}});
   const MemoryEstimate chunked = estimate_memory(m, s, find_gpu("h100-sxm"));
   trainfit::testing::expect_breakdown_and_phases_make_the_peak(chunked);
   EXPECT_EQ(chunked.peak_moment, "chunked loss backward");
@@ -78,7 +71,7 @@ TEST(ChunkedLoss, WithoutAutocastTheTrainedHeadHoldsItsFp32CopyAndGradient) {
   // 4562.4 MiB, 333.4 MiB apart (data/bench/h100-trl-sft-2026-12-06/).
   const ModelSpec m = load_model("qwen2.5-0.5b");
   TrainingSetup s =
-      resolved({{"model", "qwen2.5-0.5b"}, {"method", "full"}, {"trainer", "trl"}, {"batch", "4"}, {"seq", "1024"}});
+      setup_from_settings({{"model", "qwen2.5-0.5b"}, {"method", "full"}, {"trainer", "trl"}, {"batch", "4"}, {"seq", "1024"}});
   const MemoryEstimate autocast = estimate_memory(m, s, find_gpu("h100-sxm"));
   s.trainer = Trainer::transformers;
   const MemoryEstimate fp32 = estimate_memory(m, s, find_gpu("h100-sxm"));
@@ -88,7 +81,7 @@ TEST(ChunkedLoss, WithoutAutocastTheTrainedHeadHoldsItsFp32CopyAndGradient) {
 
 TEST(ChunkedLoss, CostsAnotherHeadGemmAndTheWeightsConversionsEveryChunk) {
   const ModelSpec m = load_model("qwen2.5-1.5b");
-  TrainingSetup s = resolved({{"model", "qwen2.5-1.5b"},
+  TrainingSetup s = setup_from_settings({{"model", "qwen2.5-1.5b"},
                               {"method", "full"},
                               {"trainer", "trl"},
                               {"batch", "4"},

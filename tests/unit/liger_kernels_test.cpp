@@ -8,37 +8,30 @@
 #include <vector>
 
 #include "support/memory_checks.hpp"
+#include "support/plan_args.hpp"
 #include "trainfit/trainfit.hpp"
 
 namespace trainfit {
 namespace {
 
-TrainingSetup resolved(std::vector<std::pair<std::string, std::string>> settings_text) {
-  std::vector<GivenSetting> given;
-  for (const auto& [key, text] : settings_text) {
-    const Setting* s = find_setting(key);
-    EXPECT_NE(s, nullptr) << key;
-    given.emplace_back(s, parse_setting_text(*s, text));
-  }
-  return resolve_setup(given);
-}
+using trainfit::testing::setup_from_settings;
 
 TEST(LigerKernels, TheLossFollowsTheKernelsAndTrlsRefusalsHold) {
   // use_liger_kernel: the patched forward runs Liger's fused loss, under TRL or transformers.
-  EXPECT_EQ(resolved({{"model", "qwen2.5-0.5b"}, {"kernels", "liger"}}).loss, Loss::fused);
-  EXPECT_EQ(resolved({{"model", "qwen2.5-0.5b"}, {"trainer", "trl"}, {"kernels", "liger"}}).loss, Loss::fused);
-  EXPECT_EQ(resolved({{"model", "qwen2.5-0.5b"}, {"trainer", "trl"}}).loss, Loss::chunked);
+  EXPECT_EQ(setup_from_settings({{"model", "qwen2.5-0.5b"}, {"kernels", "liger"}}).loss, Loss::fused);
+  EXPECT_EQ(setup_from_settings({{"model", "qwen2.5-0.5b"}, {"trainer", "trl"}, {"kernels", "liger"}}).loss, Loss::fused);
+  EXPECT_EQ(setup_from_settings({{"model", "qwen2.5-0.5b"}, {"trainer", "trl"}}).loss, Loss::chunked);
   // SFTTrainer refuses chunked_nll with use_liger_kernel.
-  EXPECT_THROW(resolved({{"model", "qwen2.5-0.5b"}, {"trainer", "trl"}, {"kernels", "liger"}, {"loss", "chunked"}}),
+  EXPECT_THROW(setup_from_settings({{"model", "qwen2.5-0.5b"}, {"trainer", "trl"}, {"kernels", "liger"}, {"loss", "chunked"}}),
                SettingError);
   // TRL's other trainers run Liger's losses of their own, not planned.
-  EXPECT_THROW(resolved({{"model", "qwen2.5-0.5b"}, {"kernels", "liger"}, {"objective", "dpo"}}), SettingError);
+  EXPECT_THROW(setup_from_settings({{"model", "qwen2.5-0.5b"}, {"kernels", "liger"}, {"objective", "dpo"}}), SettingError);
 }
 
 TEST(LigerKernels, FamiliesLigerDoesNotPatchAreRefusedByName) {
   // transformers' use_liger_kernel only warns where Liger has no patch and trains unpatched; and
   // Liger's patches of the MoE families it knows (Mixtral, Qwen3-MoE) are not planned.
-  TrainingSetup s = resolved({{"model", "qwen2.5-0.5b"}, {"kernels", "liger"}});
+  TrainingSetup s = setup_from_settings({{"model", "qwen2.5-0.5b"}, {"kernels", "liger"}});
   for (const char* name : {"qwen3-30b-a3b", "mixtral-8x7b", "deepseek-v2-lite"}) {
     s.model = name;
     try {
@@ -59,7 +52,7 @@ TEST(LigerKernels, KeepTheNormsInputsAndNoActivationOutput) {
   const double h = static_cast<double>(m.hidden_size), I = static_cast<double>(m.intermediate_size);
   const double L = static_cast<double>(m.num_layers);
   const TrainingSetup torch_ops =
-      resolved({{"model", "qwen2.5-1.5b"}, {"method", "full"}, {"batch", "1"}, {"seq", "2048"}, {"loss", "fused"}});
+      setup_from_settings({{"model", "qwen2.5-1.5b"}, {"method", "full"}, {"batch", "1"}, {"seq", "2048"}, {"loss", "fused"}});
   TrainingSetup liger = torch_ops;
   liger.kernels = Kernels::liger;
   // At 2048 tokens: the norms' tensors are whole MiBs (12, 6 and 6), the rstd 8 KiB; the activation
@@ -87,7 +80,7 @@ TEST(LigerKernels, TheFusedLossHoldsNoLogitsOfTheMicroBatch) {
   const double V = static_cast<double>(m.vocab_size), h = static_cast<double>(m.hidden_size);
   const double L = static_cast<double>(m.num_layers);
   const TrainingSetup base =
-      resolved({{"model", "qwen2.5-1.5b"}, {"method", "full"}, {"trainer", "trl"}, {"batch", "4"}, {"seq", "2048"}});
+      setup_from_settings({{"model", "qwen2.5-1.5b"}, {"method", "full"}, {"trainer", "trl"}, {"batch", "4"}, {"seq", "2048"}});
   TrainingSetup fused = base;
   fused.loss = Loss::fused;
   TrainingSetup whole = base;
