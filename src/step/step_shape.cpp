@@ -106,7 +106,9 @@ struct StepBasis {
         pc(objective_counts(m, s)),
         linears(layer_linears(m, s)),
         liger(s.kernels == Kernels::liger),
-        liger_qk_norm(liger && model_family(m).liger_qk_norm) {}
+        liger_qk_norm(liger && model_family(m).liger_qk_norm),
+        lora_branch_autocast(s.method != Method::full && s.trainer == Trainer::trl && !s.amp &&
+                             adapter_bytes > w.compute && w.compute < 4.0) {}
 
   const ModelSpec& model;
   const TrainingSetup& setup;  // what the GPUs compute (compute_setup)
@@ -122,6 +124,9 @@ struct StepBasis {
   LayerLinears linears;
   bool liger;          // Liger's kernels patched in: the layers' norms, gated activation and RoPE
   bool liger_qk_norm;  // and the q/k norms too (Gemma 3's patch; Qwen3's leaves them)
+  // TRL's bf16 autocast over a 16-bit base reaches the fp32 LoRA branch: from lora_A on it runs in
+  // the compute dtype (docs/model.md, "Trainers").
+  bool lora_branch_autocast;
 };
 
 // Sums over the linear modules of every decoder layer.
@@ -606,9 +611,7 @@ class LayerActivations {
   }
 
   const StepBasis& b_;
-  // TRL's bf16 autocast over a 16-bit base with fp32 adapters (docs/model.md, "Trainers").
-  const bool trl_autocast_ = b_.setup.trainer == Trainer::trl && !b_.setup.amp && b_.adapter_bytes > b_.w.compute &&
-                             b_.w.compute < 4.0;
+  const bool trl_autocast_ = b_.lora_branch_autocast;
   std::vector<Sized> kept_;
   std::vector<SharedInput> shared_inputs_kept_;  // a handful: a list beats a set of strings
   double sublayer_input_bytes_ = 0;              // bytes per element of what attention and the MLP read
@@ -1030,6 +1033,7 @@ StepShape describe_tensors(const ModelSpec& model, const TrainingSetup& setup, c
   const LogitsAndLoss logits = logits_and_loss(b);
   st.logits_compute_bytes = logits.compute_bytes;
   st.final_hidden_bytes = b.w.norm_out;
+  st.lora_branch_autocast = b.lora_branch_autocast;
   st.logits_upcast = logits.upcast;
   st.softcap_bytes = logits.softcap_bytes;
   st.counts = b.pc;

@@ -244,6 +244,7 @@ struct StepShape {
   double layer_forward_transient_per_token = 0;   // largest set of temporaries alive at once in a layer's forward
   double logits_compute_bytes = 0;    // bytes per logit element of the lm_head output
   double final_hidden_bytes = 0;      // bytes per element of the final norm's output (the output layer's input)
+  bool lora_branch_autocast = false;  // TRL's autocast runs the LoRA branch from lora_A on in the compute dtype
   bool logits_upcast = false;         // the loss casts the logits to fp32 (a new tensor)
   double softcap_bytes = 0;           // gemma2 final-logit soft-capping, bytes per logit element kept
   double gradients = 0;               // bytes of all trainable gradients

@@ -61,6 +61,12 @@ constexpr double kTrafficPerSavedByteBackward = 2.0;
 // (read c and 4, write 4) and the cast back (read 4, write c). The backward moves about twice that.
 constexpr double kLoraInputBytesPerWidth = 17.0;   // plus 1 x c
 constexpr double kLoraOutputBytesPerWidth = 24.0;  // plus 2 x c
+// Under TRL's autocast over a 16-bit base the branch leaves fp32 at lora_A: on the input side
+// autocast's cast of the dropout's output (read 4, write c) and A reading c instead of 4 (2 c more
+// in all); on the output side B writes c, the scaling reads and writes c and the add reads two and
+// writes one (6 c, no fp32 and no cast back).
+constexpr double kLoraAutocastInputWidths = 2.0;   // more, in multiples of c
+constexpr double kLoraAutocastOutputWidths = 6.0;  // in place of 24 + 2 c
 constexpr double kLoraBackwardPerForward = 2.0;
 // The loss over the vocabulary, per logit: the lm_head output, its fp32 copy, log-softmax read and
 // written, the NLL gradient written, log-softmax's backward reading two and writing one, the cast back.
@@ -373,6 +379,7 @@ WorkBasis work_basis(const ModelSpec& model, const Step& step) {
 
   // The LoRA branch casts the base's activations (2 bytes, or 4 in pure fp32) to its fp32 and back.
   b.activation_bytes = b.fp32_compute ? 4.0 : 2.0;
+  b.lora_branch_autocast = st.lora_branch_autocast;
 
   // The LoRA branch's saved tensors are part of its own traffic (step_work); the rest of the
   // layer's are written and read by the base model's elementwise work.
@@ -627,8 +634,11 @@ StepWork step_work(const WorkBasis& b, double tokens, double batch, bool grad_ck
   // operands and barely compute (measured on the H200: 2-16 TFLOP/s, bandwidth-bound); what costs
   // is the fp32 traffic of the branch, counted per unit of module width.
   const double c_act = b.activation_bytes;
-  const double lora_forward = T * (b.targeted_in * (kLoraInputBytesPerWidth + c_act) +
-                                   b.targeted_out * (kLoraOutputBytesPerWidth + 2.0 * c_act));
+  const double lora_in_bytes =
+      kLoraInputBytesPerWidth + c_act + (b.lora_branch_autocast ? kLoraAutocastInputWidths * c_act : 0.0);
+  const double lora_out_bytes =
+      b.lora_branch_autocast ? kLoraAutocastOutputWidths * c_act : kLoraOutputBytesPerWidth + 2.0 * c_act;
+  const double lora_forward = T * (b.targeted_in * lora_in_bytes + b.targeted_out * lora_out_bytes);
   const double lora_bytes = lora_forward * (1.0 + kLoraBackwardPerForward + (ckpt ? 1.0 : 0.0));
   // Of that, the adapter GEMMs' own operands: A reads the fp32 input and B writes the fp32 output
   // (forward and recompute); backward, B's two GEMMs read the output gradient, A's two read the

@@ -31,6 +31,7 @@ struct WorkBasis {
   double merged_weight_elems = 0;      // of those, the ones PEFT's ParamWrapper adapts (folded W + B A each pass)
   double wrapped_flops_per_token = 0;  // their merged weights' gradient matmuls
   double activation_bytes = 0;   // bytes per element of the activations a LoRA branch casts (4 in pure fp32, else 2)
+  bool lora_branch_autocast = false;  // TRL's autocast: the branch in the compute dtype from lora_A on
   double weight_read_bytes = 0;  // bytes per element of a weight a pass reads (unquantised bases)
   // Saved tensors, bytes per token: one layer's without the LoRA branch's, outside the layers,
   // one layer's in all.
