@@ -142,7 +142,8 @@ TEST(Calibration, LayerSweepOfTheFamiliesOnOneH200) {
 
 // TRL's own SFTTrainer on an H100 (data/bench/h100-trl-sft-2026-12-06/): the rows trainfit was built
 // against, the held-out ones planned before they ran, and Liger's kernels (use_liger_kernel), the
-// first three measured before Liger was planned, the other ten held out. Gemma-3-1B's full fine-tune
+// first three measured before Liger was planned, the other ten held out; and three held out for TRL's
+// autocast over LoRA's branch. Gemma-3-1B's full fine-tune
 // is the worst (+3.4%: docs/model.md, "The chunked loss").
 TEST(Calibration, TrlSftTrainerOnAnH100) {
   const std::string dir = kBench + "h100-trl-sft-2026-12-06/";
@@ -150,6 +151,8 @@ TEST(Calibration, TrlSftTrainerOnAnH100) {
   expect_peaks_within(dir + "heldout.jsonl", 8, 0.035, 0.01);
   expect_peaks_within(dir + "liger.jsonl", 3, 0.03, 0.02);
   expect_peaks_within(dir + "liger-heldout.jsonl", 10, 0.03, 0.01);
+  // TRL's autocast over LoRA's branch, held out: LoRA without checkpointing, every layer's copies.
+  expect_peaks_within(dir + "autocast-heldout.jsonl", 3, 0.01, 0.005);
 }
 
 }  // namespace
