@@ -323,14 +323,12 @@ void keep(std::vector<Sized>& v, const char* what, double bytes) { keep(v, Sized
 // which its backward recomputes the normalised input for the weight's gradient.
 //
 // Liger's RMSNorm (liger_kernel/ops/rms_norm.py at Liger-Kernel ead96b61) is one autograd Function
-// that keeps its input as it came and one fp32 reciprocal deviation a row of `row` elements (the
-// whole width, or a head's for a per-head q/k norm); its backward recomputes the normalised input
-// for the weight's gradient. `liger` says Liger patched this norm.
-void keep_norm(std::vector<Sized>& v, const StepBasis& b, const std::string& name, double width, bool liger,
-               double row = 0) {
+// that keeps its input as it came and one fp32 reciprocal deviation a row; its backward recomputes
+// the normalised input for the weight's gradient. `liger` says Liger patched this norm.
+void keep_norm(std::vector<Sized>& v, const StepBasis& b, const std::string& name, double width, bool liger) {
   if (liger) {
     keep(v, Sized{name, "input (Liger RMSNorm)", b.w.residual * width});
-    keep(v, Sized{name, "reciprocal deviation (fp32)", kFp32Bytes * width / (row > 0 ? row : width)});
+    keep(v, Sized{name, "reciprocal deviation (fp32)", kFp32Bytes});
     return;
   }
   if (b.model.layer_norm) {
@@ -422,9 +420,9 @@ class LayerActivations {
       // then casts the branch's fp32 input to the compute dtype and keeps that copy, and lora_B
       // keeps A's output in it (measured: Llama-3.2-3B LoRA without checkpointing in SFTTrainer
       // keeps 2 bytes an input element less in every module than the fp32 branch would).
-      const double branch = trl_autocast_ ? b_.w.compute : b_.adapter_bytes;
+      const double branch = b_.lora_branch_autocast ? b_.w.compute : b_.adapter_bytes;
       if (b_.setup.lora.dropout > 0) {
-        keep(kept_, Sized{m.name, trl_autocast_ ? "lora dropout output (autocast copy)" : "lora dropout output",
+        keep(kept_, Sized{m.name, b_.lora_branch_autocast ? "lora dropout output (autocast copy)" : "lora dropout output",
                           branch * in, "", true});
         keep(kept_, Sized{m.name, "lora dropout mask", 1.0 * in, "", true});
       } else if (branch != input_bytes) {
@@ -450,10 +448,9 @@ class LayerActivations {
                                   ModuleRole::attention_qkv})
       if (const auto* m = find_module(mods, role)) linear(*m, {"", "attention input"}, sublayer_input_bytes_, 1.0);
     if (b_.model.qk_norm && b_.liger_qk_norm) {
-      // Per head: its input is the projection's output in the compute dtype.
-      const double d = as_d(b_.model.head_dim);
+      // Liger's RMSNorm over each head: the projections' outputs and a reciprocal deviation a head.
       keep(kept_, "q/k norm inputs (Liger RMSNorm)", c * (q + kv));
-      keep(kept_, "q/k norm reciprocal deviations (fp32)", kFp32Bytes * (q + kv) / d);
+      keep(kept_, "q/k norm reciprocal deviations (fp32)", kFp32Bytes * (q + kv) / as_d(b_.model.head_dim));
     } else if (b_.model.qk_norm) {
       keep(kept_, "q/k norm fp32 inputs", 4.0 * (q + kv));
       if (b_.full) keep(kept_, "q/k norm normalised inputs", (b_.model.norm_scale_in_fp32 ? kFp32Bytes : c) * (q + kv));
@@ -611,7 +608,6 @@ class LayerActivations {
   }
 
   const StepBasis& b_;
-  const bool trl_autocast_ = b_.lora_branch_autocast;
   std::vector<Sized> kept_;
   std::vector<SharedInput> shared_inputs_kept_;  // a handful: a list beats a set of strings
   double sublayer_input_bytes_ = 0;              // bytes per element of what attention and the MLP read
