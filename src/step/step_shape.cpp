@@ -422,8 +422,9 @@ class LayerActivations {
       // keeps 2 bytes an input element less in every module than the fp32 branch would).
       const double branch = b_.lora_branch_autocast ? b_.w.compute : b_.adapter_bytes;
       if (b_.setup.lora.dropout > 0) {
-        keep(kept_, Sized{m.name, b_.lora_branch_autocast ? "lora dropout output (autocast copy)" : "lora dropout output",
-                          branch * in, "", true});
+        keep(kept_,
+             Sized{m.name, b_.lora_branch_autocast ? "lora dropout output (autocast copy)" : "lora dropout output",
+                   branch * in, "", true});
         keep(kept_, Sized{m.name, "lora dropout mask", 1.0 * in, "", true});
       } else if (branch != input_bytes) {
         keep(kept_, Sized{m.name, "lora input cast", branch * in, "", true});
