@@ -15,8 +15,8 @@ OUT_DIR/rows.jsonl gets one row per case in the measurement format `trainfit val
 (docs/bench.md, "A results row"): `config` in trainfit's setting keys, `measured` with the busiest
 step's peak allocated after the first (max_memory_allocated between a step's begin and end, reset
 at each begin) and the median step time of the steps after the first, and `recipe`, the SFTConfig
-fields the case set. Cases whose options trainfit did not plan when they ran (Liger's first three,
-activation offloading) are rows of their own file, OUT_DIR/unplanned.jsonl, so validate keeps to what it can judge.
+fields the case set. Cases whose options trainfit does not plan yet (activation offloading) are
+rows of their own file, OUT_DIR/unplanned.jsonl, so validate keeps to what it can judge.
 """
 import json
 import os
@@ -59,7 +59,7 @@ HELDOUT = {
 }
 CASES.update(HELDOUT)
 # Liger's kernels (use_liger_kernel), held out: planned (data/bench/h100-trl-sft-2026-12-06/liger-predictions.txt) before
-# they first ran; the three Qwen2.5 cases of UNPLANNED below were measured before Liger was planned.
+# they first ran; the three Qwen2.5 Liger cases below were measured before Liger was planned.
 HELDOUT_LIGER = {
     "l1b-full-b8s1024-liger": ("llama3.2-1b", "full", 8, 1024, {"use_liger_kernel": True}),
     "l3b-lora-b4s2048-liger": ("llama3.2-3b", "lora", 4, 2048, {"use_liger_kernel": True}),
@@ -85,13 +85,13 @@ HELDOUT_AUTOCAST = {
                                           {"gradient_checkpointing": False, "use_liger_kernel": True}),
 }
 CASES.update(HELDOUT_AUTOCAST)
-# Options trainfit does not plan yet: measured now, planned later (their own file).
-# Liger's kernels: measured before they were planned (liger.jsonl), then checked against as they were planned.
+# Liger's kernels, measured before they were planned (data/bench/h100-trl-sft-2026-12-06/liger.jsonl).
 CASES.update({
     "q1.5b-full-b4s2048-liger": ("qwen2.5-1.5b", "full", 4, 2048, {"use_liger_kernel": True}),
     "q1.5b-lora-b4s1024-liger": ("qwen2.5-1.5b", "lora", 4, 1024, {"use_liger_kernel": True}),
     "q7b-lora-b2s2048-liger": ("qwen2.5-7b", "lora", 2, 2048, {"use_liger_kernel": True}),
 })
+# Options trainfit does not plan yet: measured now, planned later (their own file).
 UNPLANNED = {
     "q1.5b-full-b4s2048-offload": ("qwen2.5-1.5b", "full", 4, 2048, {"activation_offloading": True}),
     "q1.5b-lora-b4s1024-offload": ("qwen2.5-1.5b", "lora", 4, 1024, {"activation_offloading": True}),
