@@ -460,7 +460,7 @@ ChunkedLossMemory chunk_memory(const ChunkedLossShape& c, double rows) {
 // backward scales both gradients in place; the weight's becomes its .grad.
 ChunkedLossMemory fused_loss_memory(const ChunkedLossShape& f, double input_gradient_per_token, double T) {
   const double VH = f.head_elems, g = f.gemm_bytes;
-  const double rows = std::min(T, fused_loss_chunk_rows(T, f.vocab, f.hidden));
+  const double rows = fused_loss_chunk_rows(T, f.vocab, f.hidden);
   const double input_gradient = allocator_block(input_gradient_per_token * T);
   const double per_position = 2.0 * allocator_block(T * 4.0) + allocator_block(T) + 2.0 * allocator_block(T * 8.0);
   const double weight_gradient = f.head_trained ? allocator_block(VH * f.weight_bytes) : 0.0;

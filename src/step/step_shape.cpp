@@ -837,14 +837,13 @@ bool adapts_fused_experts(const ModelSpec& model, const TrainingSetup& setup) {
 void check_kernels(const ModelSpec& model, const TrainingSetup& setup) {
   if (setup.kernels != Kernels::liger) return;
   // transformers' use_liger_kernel only warns and trains unpatched when Liger has no function for
-  // the model_type: a plan of Liger's kernels there would describe a run that does not happen.
+  // the model_type: a plan of Liger's kernels there would describe a run that does not happen. The
+  // MoE families Liger does patch (Mixtral, Qwen3-MoE) patch their experts their own way, not
+  // measured: their rows say no Liger (families.cpp).
   if (!model_family(model).liger)
     throw SettingError("kernels", fmt::format("liger: Liger-Kernel patches no kernel of {} ({}) that trainfit plans; "
                                               "plan it with `kernels` torch",
                                               model.name, model.model_type));
-  // Liger patches the experts' MLPs of its MoE families in ways of their own, not measured.
-  if (model.is_moe())
-    throw SettingError("kernels", fmt::format("liger with a mixture of experts ({}) is not planned", model.name));
 }
 
 LayerLinears layer_linears(const ModelSpec& model, const TrainingSetup& setup) {
@@ -922,7 +921,8 @@ void split_for_model_parallelism(StepShape& st, const Layout& l) {
 double fused_loss_chunk_rows(double positions, double vocab, double hidden) {
   const double inc_factor = std::ceil(vocab / hidden);
   const double rows = std::max(1.0, std::ceil(positions / inc_factor));
-  return std::exp2(std::ceil(std::log2(rows)));  // triton.next_power_of_2
+  // triton.next_power_of_2; a chunk is at most the micro-batch (its last slice ends at BT).
+  return std::min(positions, std::exp2(std::ceil(std::log2(rows))));
 }
 
 double kv_cache_bytes_per_position(const ModelSpec& model, const TrainingSetup& setup) {

@@ -219,8 +219,8 @@ struct ChunkedLossShape {
 
 // Liger's fused linear cross-entropy (Loss::fused; docs/model.md, "Liger's kernels"), as
 // liger_kernel/ops/fused_linear_cross_entropy.py at Liger-Kernel ead96b61 runs it: the micro-batch's
-// T positions in chunks of next_power_of_2(ceil(T / ceil(V / H))) rows, so that a chunk's logits are
-// about as large as the hidden states; each chunk's logits, the cross-entropy's gradient written
+// T positions in chunks of next_power_of_2(ceil(T / ceil(V / H))) rows (at most T), so that a
+// chunk's logits are about as large as the hidden states; each chunk's logits, the cross-entropy's gradient written
 // over them, and from it the hidden states' gradient and (trained head) the weight's, accumulated in
 // the forward. The backward only scales them.
 double fused_loss_chunk_rows(double positions, double vocab, double hidden);

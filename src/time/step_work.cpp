@@ -612,8 +612,7 @@ StepWork step_work(const WorkBasis& b, double tokens, double batch, bool grad_ck
   const double chunk_positions = cl.on ? std::max(1.0, T - B) : 0.0;
   const double chunks = cl.on ? std::ceil(chunk_positions / cl.chunk_rows) : 0.0;
   // Liger's fused loss: every position, in chunks of the rows its rule picks for this micro-batch.
-  const double fused_chunks =
-      b.fused.on ? std::ceil(T / std::min(T, fused_loss_chunk_rows(T, b.fused.vocab, b.fused.hidden))) : 0.0;
+  const double fused_chunks = b.fused.on ? std::ceil(T / fused_loss_chunk_rows(T, b.fused.vocab, b.fused.hidden)) : 0.0;
   if (cl.on) {
     const double head = 2.0 * cl.head_elems * chunk_positions;
     const double passes_of_head = 2.0 /*forward, recompute*/ + 1.0 /*input gradient*/ + (cl.head_trained ? 1.0 : 0.0);
