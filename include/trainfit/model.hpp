@@ -67,8 +67,8 @@ struct LinearModule {
 
 struct ModelSpec {
   std::string name;         // built-in name or the path it was read from
-  // config.json "model_type": llama, qwen2, qwen3, mistral, gemma, gemma2, gemma3_text, olmo2, phi3, mixtral,
-  // qwen2_moe, qwen3_moe, phimoe, deepseek_v2, deepseek_v3. A multimodal gemma3 config is read as its text model,
+  // config.json "model_type": llama, qwen2, qwen3, mistral, gemma, gemma2, gemma3_text, olmo2, phi3, smollm3,
+  // granite, mixtral, qwen2_moe, qwen3_moe, phimoe, deepseek_v2, deepseek_v3. A multimodal gemma3 config is read as its text model,
   // "gemma3_text" (text_of_multimodal says so).
   std::string model_type;
   std::int64_t hidden_size = 0;
@@ -100,6 +100,15 @@ struct ModelSpec {
   // Rotary cos/sin tables the model computes once a step: gemma3 has one for its sliding-window layers
   // and one for its full-attention layers (different bases).
   std::int64_t rotary_tables = 1;
+  // Layers that apply no rotary embedding (SmolLM3's NoPE layers, 0 in its no_rope_layers): their
+  // attention reads the projections as they are. The kernel keeps them instead of the rotated
+  // copies, the same bytes; only the rotation's operations are missing.
+  std::int64_t rope_free_layers = 0;
+  // Granite's multipliers: the embedding output and each sublayer's output before its residual add
+  // are multiplied by a constant, and the logits divided by logits_scaling. A product by a Python
+  // float keeps nothing for its backward: one more elementwise pass over each, forward and backward.
+  bool scaled_residuals = false;
+  bool scaled_logits = false;
   bool text_of_multimodal = false;  // read from the text_config of a multimodal config (gemma3)
   std::string hidden_act = "silu";
   double final_logit_softcapping = 0.0;  // gemma2: tanh cap on the logits (extra logits-sized tensors)
@@ -161,6 +170,15 @@ ModelSpec parse_model_config(std::string_view json_text, std::string_view source
 
 // The built-in model names ("qwen2.5-7b", ...) in catalogue order.
 std::vector<std::string> builtin_model_names();
+
+// What a built-in model's publisher states (its model card, or the Hub's count of its safetensors
+// weights): the total parameters and, for a mixture of experts, those one token uses. Publishers
+// count the active figure with or without the embedding table. 0 where nothing is recorded.
+struct PublishedParameters {
+  double total = 0;
+  double active = 0;
+};
+PublishedParameters published_parameters(std::string_view builtin_name);
 
 ParameterCounts count_parameters(const ModelSpec& model);
 

@@ -34,42 +34,50 @@ struct Entry {
   std::string_view name;
   std::string_view config;  // stem of data/models/<config>.json
   std::vector<std::string_view> hf_ids;
+  PublishedParameters published{};  // docs/models.md names each figure's source
 };
+
+constexpr double kB = 1e9;
 
 const std::vector<Entry>& catalogue() {
   static const std::vector<Entry> entries = {
-      {"qwen2.5-0.5b", "qwen2.5-0.5b", {"Qwen/Qwen2.5-0.5B", "Qwen/Qwen2.5-0.5B-Instruct"}},
-      {"qwen2.5-1.5b", "qwen2.5-1.5b", {"Qwen/Qwen2.5-1.5B", "Qwen/Qwen2.5-1.5B-Instruct"}},
-      {"qwen2.5-3b", "qwen2.5-3b", {"Qwen/Qwen2.5-3B", "Qwen/Qwen2.5-3B-Instruct"}},
-      {"qwen2.5-7b", "qwen2.5-7b", {"Qwen/Qwen2.5-7B", "Qwen/Qwen2.5-7B-Instruct"}},
-      {"qwen2.5-14b", "qwen2.5-14b", {"Qwen/Qwen2.5-14B", "Qwen/Qwen2.5-14B-Instruct"}},
-      {"qwen2.5-32b", "qwen2.5-32b", {"Qwen/Qwen2.5-32B", "Qwen/Qwen2.5-32B-Instruct"}},
-      {"qwen2.5-72b", "qwen2.5-72b", {"Qwen/Qwen2.5-72B", "Qwen/Qwen2.5-72B-Instruct"}},
-      {"qwen3-8b", "qwen3-8b", {"Qwen/Qwen3-8B", "Qwen/Qwen3-8B-Base"}},
-      {"qwen3-30b-a3b", "qwen3-30b-a3b", {"Qwen/Qwen3-30B-A3B", "Qwen/Qwen3-30B-A3B-Base"}},
-      {"llama3.2-1b", "llama3.2-1b", {"meta-llama/Llama-3.2-1B", "meta-llama/Llama-3.2-1B-Instruct"}},
-      {"llama3.2-3b", "llama3.2-3b", {"meta-llama/Llama-3.2-3B", "meta-llama/Llama-3.2-3B-Instruct"}},
+      {"qwen2.5-0.5b", "qwen2.5-0.5b", {"Qwen/Qwen2.5-0.5B", "Qwen/Qwen2.5-0.5B-Instruct"}, {0.49 * kB}},
+      {"qwen2.5-1.5b", "qwen2.5-1.5b", {"Qwen/Qwen2.5-1.5B", "Qwen/Qwen2.5-1.5B-Instruct"}, {1.54 * kB}},
+      {"qwen2.5-3b", "qwen2.5-3b", {"Qwen/Qwen2.5-3B", "Qwen/Qwen2.5-3B-Instruct"}, {3.09 * kB}},
+      {"qwen2.5-7b", "qwen2.5-7b", {"Qwen/Qwen2.5-7B", "Qwen/Qwen2.5-7B-Instruct"}, {7.61 * kB}},
+      {"qwen2.5-14b", "qwen2.5-14b", {"Qwen/Qwen2.5-14B", "Qwen/Qwen2.5-14B-Instruct"}, {14.7 * kB}},
+      {"qwen2.5-32b", "qwen2.5-32b", {"Qwen/Qwen2.5-32B", "Qwen/Qwen2.5-32B-Instruct"}, {32.5 * kB}},
+      {"qwen2.5-72b", "qwen2.5-72b", {"Qwen/Qwen2.5-72B", "Qwen/Qwen2.5-72B-Instruct"}, {72.7 * kB}},
+      {"qwen3-8b", "qwen3-8b", {"Qwen/Qwen3-8B", "Qwen/Qwen3-8B-Base"}, {8.2 * kB}},
+      {"qwen3-30b-a3b", "qwen3-30b-a3b", {"Qwen/Qwen3-30B-A3B", "Qwen/Qwen3-30B-A3B-Base"}, {30.5 * kB, 3.3 * kB}},
+      {"llama3.2-1b", "llama3.2-1b", {"meta-llama/Llama-3.2-1B", "meta-llama/Llama-3.2-1B-Instruct"}, {1.23 * kB}},
+      {"llama3.2-3b", "llama3.2-3b", {"meta-llama/Llama-3.2-3B", "meta-llama/Llama-3.2-3B-Instruct"}, {3.21 * kB}},
       {"llama3.1-8b", "llama3.1-8b",
        {"meta-llama/Llama-3.1-8B", "meta-llama/Llama-3.1-8B-Instruct", "meta-llama/Meta-Llama-3.1-8B",
-        "meta-llama/Meta-Llama-3.1-8B-Instruct"}},
+        "meta-llama/Meta-Llama-3.1-8B-Instruct"}, {8.03 * kB}},
       {"llama3.1-70b", "llama3.1-70b",
        {"meta-llama/Llama-3.1-70B", "meta-llama/Llama-3.1-70B-Instruct", "meta-llama/Meta-Llama-3.1-70B",
-        "meta-llama/Meta-Llama-3.1-70B-Instruct"}},
+        "meta-llama/Meta-Llama-3.1-70B-Instruct"}, {70.6 * kB}},
       // Llama 3.3 70B ships the same shapes as 3.1 70B (only generation defaults differ).
-      {"llama3.3-70b", "llama3.1-70b", {"meta-llama/Llama-3.3-70B-Instruct"}},
-      {"mistral-7b", "mistral-7b", {"mistralai/Mistral-7B-v0.3", "mistralai/Mistral-7B-Instruct-v0.3"}},
-      {"mixtral-8x7b", "mixtral-8x7b", {"mistralai/Mixtral-8x7B-v0.1", "mistralai/Mixtral-8x7B-Instruct-v0.1"}},
-      {"gemma2-2b", "gemma2-2b", {"google/gemma-2-2b", "google/gemma-2-2b-it"}},
-      {"gemma2-9b", "gemma2-9b", {"google/gemma-2-9b", "google/gemma-2-9b-it"}},
-      {"gemma3-1b", "gemma3-1b", {"google/gemma-3-1b-pt", "google/gemma-3-1b-it"}},
+      {"llama3.3-70b", "llama3.1-70b", {"meta-llama/Llama-3.3-70B-Instruct"}, {70.6 * kB}},
+      {"mistral-7b", "mistral-7b", {"mistralai/Mistral-7B-v0.3", "mistralai/Mistral-7B-Instruct-v0.3"}, {7.25 * kB}},
+      {"mixtral-8x7b", "mixtral-8x7b", {"mistralai/Mixtral-8x7B-v0.1", "mistralai/Mixtral-8x7B-Instruct-v0.1"}, {46.7 * kB, 12.9 * kB}},
+      {"gemma2-2b", "gemma2-2b", {"google/gemma-2-2b", "google/gemma-2-2b-it"}, {2.61 * kB}},
+      {"gemma2-9b", "gemma2-9b", {"google/gemma-2-9b", "google/gemma-2-9b-it"}, {9.24 * kB}},
+      {"gemma3-1b", "gemma3-1b", {"google/gemma-3-1b-pt", "google/gemma-3-1b-it"}, {1.0 * kB}},
       // A multimodal config: its text model is what is planned (the vision tower is not).
-      {"gemma3-4b", "gemma3-4b", {"google/gemma-3-4b-pt", "google/gemma-3-4b-it"}},
-      {"olmo2-7b", "olmo2-7b", {"allenai/OLMo-2-1124-7B", "allenai/OLMo-2-1124-7B-Instruct"}},
-      {"olmo2-13b", "olmo2-13b", {"allenai/OLMo-2-1124-13B", "allenai/OLMo-2-1124-13B-Instruct"}},
-      {"phi3-mini", "phi3-mini", {"microsoft/Phi-3-mini-4k-instruct", "microsoft/Phi-3-mini-128k-instruct"}},
-      {"phi3.5-moe", "phi3.5-moe", {"microsoft/Phi-3.5-MoE-instruct"}},
-      {"deepseek-v2-lite", "deepseek-v2-lite", {"deepseek-ai/DeepSeek-V2-Lite", "deepseek-ai/DeepSeek-V2-Lite-Chat"}},
-      {"deepseek-v3", "deepseek-v3", {"deepseek-ai/DeepSeek-V3", "deepseek-ai/DeepSeek-V3-Base"}},
+      {"gemma3-4b", "gemma3-4b", {"google/gemma-3-4b-pt", "google/gemma-3-4b-it"}, {4.3 * kB}},
+      {"olmo2-7b", "olmo2-7b", {"allenai/OLMo-2-1124-7B", "allenai/OLMo-2-1124-7B-Instruct"}, {7.3 * kB}},
+      {"olmo2-13b", "olmo2-13b", {"allenai/OLMo-2-1124-13B", "allenai/OLMo-2-1124-13B-Instruct"}, {13.7 * kB}},
+      {"phi3-mini", "phi3-mini", {"microsoft/Phi-3-mini-4k-instruct", "microsoft/Phi-3-mini-128k-instruct"}, {3.82 * kB}},
+      {"phi3.5-moe", "phi3.5-moe", {"microsoft/Phi-3.5-MoE-instruct"}, {41.9 * kB, 6.6 * kB}},
+      {"deepseek-v2-lite", "deepseek-v2-lite", {"deepseek-ai/DeepSeek-V2-Lite", "deepseek-ai/DeepSeek-V2-Lite-Chat"}, {15.7 * kB, 2.4 * kB}},
+      {"deepseek-v3", "deepseek-v3", {"deepseek-ai/DeepSeek-V3", "deepseek-ai/DeepSeek-V3-Base"}, {671 * kB, 37 * kB}},
+      {"smollm3-3b", "smollm3-3b", {"HuggingFaceTB/SmolLM3-3B", "HuggingFaceTB/SmolLM3-3B-Base"}, {3.08 * kB}},
+      {"granite3.3-2b", "granite3.3-2b", {"ibm-granite/granite-3.3-2b-instruct", "ibm-granite/granite-3.3-2b-base"},
+       {2.53 * kB}},
+      {"granite3.3-8b", "granite3.3-8b", {"ibm-granite/granite-3.3-8b-instruct", "ibm-granite/granite-3.3-8b-base"},
+       {8.17 * kB}},
   };
   return entries;
 }
@@ -221,6 +229,12 @@ ModelSpec load_model(std::string_view name_or_path) {
   if (auto spec = find_builtin_model(name_or_path)) return std::move(*spec);
   throw InputError("unknown model " + detail::quoted(name_or_path) +
                    ": not a built-in name and no such file or folder; " + close_names(name_or_path));
+}
+
+PublishedParameters published_parameters(std::string_view builtin_name) {
+  for (const Entry& e : catalogue())
+    if (e.name == builtin_name) return e.published;
+  return {};
 }
 
 ModelSpec load_builtin_model(std::string_view name) {

@@ -72,6 +72,10 @@ std::vector<ModelFamily> built_in_families() {
     rows.back().liger = true;
     rows.back().liger_qk_norm = rows.back().model_type.starts_with("gemma3");
   }
+  // SmolLM3 and Granite build Llama's layers (SmolLM3 leaves the rotary embedding out of every
+  // fourth, Granite scales the residual stream and the logits). Liger-Kernel patches both, but its
+  // patches for them have not been read here, so a plan with Liger refuses them.
+  for (const char* llama_like : {"smollm3", "granite"}) rows.push_back(built_in(llama_like));
   // Transformers 5 stores these experts as two 3-D parameters, gate and up fused: gate_up_proj
   // [E, 2M, h] and down_proj [E, h, M]. Mixtral's checkpoint names w1, w3 and w2 are converted on
   // loading. MixtralTopKRouter and DeepseekV3TopkRouter hold a bare weight; PhimoeTopKRouter and

@@ -238,7 +238,7 @@ void read_attention(const ConfigReader& r, ModelSpec& m) {
     m.attention_bias = true;  // Qwen2Attention hard-codes bias on q/k/v and none on o
   } else if (t == "qwen2_moe") {
     m.attention_bias = r.optional_bool("qkv_bias", true);
-  } else if (t == "llama" || t == "qwen3" || t == "qwen3_moe" || t == "gemma" || t == "gemma2" || gemma3 ||
+  } else if (t == "llama" || t == "smollm3" || t == "granite" || t == "qwen3" || t == "qwen3_moe" || t == "gemma" || t == "gemma2" || gemma3 ||
              t == "olmo2" || t == "phimoe" || is_deepseek(t)) {
     // Llama's attention_bias covers q, k, v and o (OLMo 2 and PhiMoE build LlamaAttention's
     // projections); DeepSeek's covers q_a_proj, kv_a_proj_with_mqa and o_proj.
@@ -247,7 +247,8 @@ void read_attention(const ConfigReader& r, ModelSpec& m) {
   }
   // mistral, mixtral and phi3 build every projection with bias=False whatever the config says.
   // DeepseekV2MLP is LlamaMLP, which reads mlp_bias; DeepseekV3MLP has no bias.
-  m.mlp_bias = (t == "llama" || t == "deepseek_v2") && r.optional_bool("mlp_bias", false);
+  m.mlp_bias = (t == "llama" || t == "smollm3" || t == "granite" || t == "deepseek_v2") &&
+               r.optional_bool("mlp_bias", false);
   m.qk_norm = t == "qwen3" || t == "qwen3_moe" || gemma3 || t == "olmo2";
   m.qk_norm_whole_projection = t == "olmo2";  // Olmo2Attention's q_norm is heads x head_dim wide
   m.fused_qkv = t == "phi3";
@@ -359,6 +360,26 @@ void read_sliding_window(const ConfigReader& r, ModelSpec& m, bool gemma3) {
   }
 }
 
+// SmolLM3's layers without a rotary embedding: the 0 entries of no_rope_layers, or, without the
+// list, every no_rope_layer_interval-th layer (SmolLM3Config builds the list so: layer i keeps its
+// rotary embedding unless (i + 1) is a multiple of the interval, 4 by default).
+std::int64_t smollm3_rope_free_layers(const ConfigReader& r, std::int64_t layers) {
+  if (const json* list = r.find("no_rope_layers")) {
+    if (!list->is_array() || static_cast<std::int64_t>(list->size()) != layers)
+      r.fail("field " + r.quoted("no_rope_layers") + " must be a list of one 0 or 1 per layer (" +
+             std::to_string(layers) + ")");
+    std::int64_t free = 0;
+    for (const json& v : *list) {
+      if (!v.is_number_integer() || (v.get<std::int64_t>() != 0 && v.get<std::int64_t>() != 1))
+        r.fail("field " + r.quoted("no_rope_layers") + " must hold 0 or 1 (got an element " + describe(v) + ")");
+      if (v.get<std::int64_t>() == 0) ++free;
+    }
+    return free;
+  }
+  const std::int64_t interval = r.optional_int("no_rope_layer_interval", 4, 1, kMaxLayers);
+  return layers / interval;
+}
+
 // The decoder of one family, from its config object (the whole file, or a multimodal config's text_config).
 ModelSpec read_decoder(const ConfigReader& r, std::string model_type) {
   ModelSpec m;
@@ -405,6 +426,11 @@ ModelSpec read_decoder(const ConfigReader& r, std::string model_type) {
   m.max_position_embeddings =
       r.optional_int("max_position_embeddings", gemma3 ? kGemma3MaxPositions : 0, 0, kMaxPositions);
   read_sliding_window(r, m, gemma3);
+  if (t == "smollm3") m.rope_free_layers = smollm3_rope_free_layers(r, m.num_layers);
+  // GraniteModel multiplies the embedding output by embedding_multiplier and every sublayer's
+  // output by residual_multiplier, and GraniteForCausalLM divides the logits by logits_scaling,
+  // whatever their values (1.0 by default).
+  m.scaled_residuals = m.scaled_logits = t == "granite";
   return m;
 }
 

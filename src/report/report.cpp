@@ -522,20 +522,39 @@ json layer_modules_json(const ModelSpec& m) {
 std::string render_model_catalog(Format format) {
   const bool md = format == Format::markdown;
   json arr = json::array();
-  std::string out = md ? "| name | family | parameters | layers | hidden | heads (kv) | vocab |\n|---|---|---:|---:|---:|---|---:|\n"
-                       : fmt::format("{:<18}{:<13}{:>12}{:>8}{:>8}{:>12}{:>9}\n", "name", "family", "parameters", "layers", "hidden", "heads (kv)", "vocab");
+  // trainfit's count beside the publisher's (published_parameters), total and, for a mixture of
+  // experts, what one token uses; blank where nothing is published or the model is dense.
+  auto count = [](double n) { return n > 0 ? params_text(static_cast<std::int64_t>(n)) : std::string(); };
+  std::string out =
+      md ? "| name | family | parameters | published | active | published active | layers | hidden | heads (kv) | "
+           "vocab |\n|---|---|---:|---:|---:|---:|---:|---:|---|---:|\n"
+         : fmt::format("{:<17}{:<12}{:>11}{:>10}{:>8}{:>8}{:>7}{:>7}{:>10}{:>8}\n", "name", "family", "parameters",
+                       "published", "active", "(pub.)", "layers", "hidden", "heads (kv)", "vocab");
   for (const auto& name : builtin_model_names()) {
     const ModelSpec m = load_model(name);
-    const auto n = count_parameters(m).total;
+    const ParameterCounts counts = count_parameters(m);
+    const PublishedParameters published = published_parameters(name);
     if (format == Format::json) {
-      arr.push_back({{"name", name}, {"model_type", m.model_type}, {"parameters", n}, {"layers", m.num_layers},
-                     {"hidden_size", m.hidden_size}, {"heads", m.num_heads}, {"kv_heads", m.num_kv_heads},
-                     {"vocab_size", m.vocab_size}, {"experts", m.num_experts}, {"modules", layer_modules_json(m)}});
+      json row = {{"name", name},           {"model_type", m.model_type},     {"parameters", counts.total},
+                  {"layers", m.num_layers}, {"hidden_size", m.hidden_size},   {"heads", m.num_heads},
+                  {"kv_heads", m.num_kv_heads}, {"vocab_size", m.vocab_size}, {"experts", m.num_experts},
+                  {"modules", layer_modules_json(m)}};
+      if (m.is_moe()) row["active_parameters"] = counts.activated;
+      row["published_parameters"] = published.total > 0 ? json(published.total) : json(nullptr);
+      row["published_active_parameters"] = published.active > 0 ? json(published.active) : json(nullptr);
+      arr.push_back(std::move(row));
       continue;
     }
     const std::string heads = fmt::format("{} ({})", m.num_heads, m.num_kv_heads);
-    if (md) out += fmt::format("| {} | {} | {} | {} | {} | {} | {} |\n", name, m.model_type, params_text(n), m.num_layers, m.hidden_size, heads, m.vocab_size);
-    else out += fmt::format("{:<18}{:<13}{:>12}{:>8}{:>8}{:>12}{:>9}\n", name, m.model_type, params_text(n), m.num_layers, m.hidden_size, heads, m.vocab_size);
+    const std::string active = m.is_moe() ? count(static_cast<double>(counts.activated)) : std::string();
+    if (md)
+      out += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", name, m.model_type,
+                         params_text(counts.total), count(published.total), active, count(published.active),
+                         m.num_layers, m.hidden_size, heads, m.vocab_size);
+    else
+      out += fmt::format("{:<17}{:<12}{:>11}{:>10}{:>8}{:>8}{:>7}{:>7}{:>10}{:>8}\n", name, m.model_type,
+                         params_text(counts.total), count(published.total), active, count(published.active),
+                         m.num_layers, m.hidden_size, heads, m.vocab_size);
   }
   return format == Format::json ? arr.dump(2) + "\n" : out;
 }

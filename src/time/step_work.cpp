@@ -28,6 +28,12 @@ using detail::as_d;
 // 20, where the fused kernel reads parameter, gradient and both states once and writes three (7).
 constexpr double kForeachAdamwPasses = 20;
 constexpr double kLayerForwardOps = 50;
+// Of those, the rotary embedding's (a layer without one, SmolLM3's NoPE layers, dispatches none).
+constexpr double kRotaryOps = 16;
+// Granite's scalings, per token: each sublayer's output multiplied before its residual add reads
+// and writes the hidden state, and its backward reads and writes the gradient (4 widths, twice a
+// layer); the embedding output the same once. The logits' division: 4 widths per logit.
+constexpr double kScalingWidthsPerPass = 4.0;
 // Eager attention adds the key/value repeat (4), scores matmul, scale, mask add, softmax, cast,
 // dropout, value matmul and transpose.
 constexpr double kEagerExtraOps = 12;
@@ -431,11 +437,20 @@ WorkBasis work_basis(const ModelSpec& model, const Step& step) {
   // routing weights; the inverse permutation and index_add_), whatever the number of experts. Not
   // a loop over the experts, as transformers 4 ran them.
   if (model.is_moe()) layer_ops += kGroupedMoeOps * linears.moe_layers / L;
+  layer_ops -= kRotaryOps * as_d(model.rope_free_layers) / L;
+  if (model.scaled_residuals) layer_ops += 2.0;
   if (setup.kernels == Kernels::liger)
     layer_ops += -kLigerNormOpsSaved * as_d(model.norms_per_layer) - kLigerRopeOpsSaved + kLigerActivationOpsAdded -
                  (model.qk_norm && model_family(model).liger_qk_norm ? 2.0 * kLigerNormOpsSaved : 0.0);
   b.layer_ops = layer_ops;
-  b.forward_ops = L * layer_ops + kModelForwardOps;
+  b.forward_ops = L * layer_ops + kModelForwardOps + (model.scaled_residuals ? 1.0 : 0.0) +
+                  (model.scaled_logits ? 1.0 : 0.0);
+  // Granite's scalings move the residual stream once more per sublayer and the embedding once, and
+  // the logits once more where the model makes them whole (a chunked or fused loss computes its own).
+  const double stream_bytes = as_d(model.hidden_size) * b.activation_bytes;  // a sublayer's output
+  if (model.scaled_residuals) b.scaling_bytes_per_token = kScalingWidthsPerPass * stream_bytes * (2.0 * L + 1.0);
+  if (model.scaled_logits && !st.chunked_loss.on && !st.fused_loss.on)
+    b.scaling_bytes_per_token += kScalingWidthsPerPass * st.logits_compute_bytes * as_d(model.vocab_size);
   // Fused AdamW: a handful of multi-tensor launches; zero_grad touches every parameter tensor.
   // transformers' Adafactor runs about 29 operations per parameter tensor in a Python loop. These
   // run without autograd or module code: measured on the H200 host, a no-grad operation costs a
@@ -682,7 +697,7 @@ StepWork step_work(const WorkBasis& b, double tokens, double batch, bool grad_ck
   }
   w.memory_bytes = saved * (kTrafficPerSavedByteForward + kTrafficPerSavedByteBackward) +
                    (ckpt ? layer_saved * kTrafficPerSavedByteForward : 0.0) + loss_bytes +
-                   lora_bytes - w.adapter_bytes;
+                   lora_bytes - w.adapter_bytes + b.scaling_bytes_per_token * T;
   // Every pass (forward, backward, recompute) reads each weight matrix once; a quantised one is
   // first dequantised.
   const double passes = passes_of(ckpt);

@@ -1,0 +1,169 @@
+"""Measurements of the model families of issue 37 on the GPU machine, with the project's runner
+(python/trainfit_runner: a config built with random weights, real training steps, peak memory and
+step time as `trainfit bench` records them) and what the built models hold.
+
+    python3 python/family_jobs/measure_families.py OUT inspect            # parameters, PEFT's wraps
+    python3 python/family_jobs/measure_families.py OUT run CASE [CASE...]  # runner rows
+    python3 python/family_jobs/measure_families.py OUT sources             # the modeling files read
+
+`inspect` builds every model of MODELS on the meta device (no memory) and writes inspect.json: the
+total parameters as sum(p.numel()), the parameters by module kind, and for LoRA with all-linear at
+lora_dropout 0.05 and 0 what PEFT wrapped (module names, classes) or the error it raised.
+
+A case too large for one GPU at full depth runs at reduced depth (`layers`): the same layer shapes,
+fewer of them; its config is written beside its row (OUT/configs/CASE.json), so the planner plans
+the same model. The quantization_config of a checkpoint (gpt-oss's MXFP4) is left out: the runner
+builds the bf16 model people train (Mxfp4Config(dequantize=True)).
+"""
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+MODELS = ["smollm3-3b", "granite3.3-2b", "granite3.3-8b", "gpt-oss-20b", "gpt-oss-120b"]
+
+ATTN_ONLY = "q_proj,k_proj,v_proj,o_proj"
+# name: (model, layers or None, runner settings)
+CASES = {
+    "smollm3-lora-ckpt": ("smollm3-3b", None, dict(method="lora", seq=2048, batch=4, grad_ckpt=True)),
+    "smollm3-lora": ("smollm3-3b", None, dict(method="lora", seq=1024, batch=2, grad_ckpt=False)),
+    "smollm3-full-ckpt": ("smollm3-3b", None, dict(method="full", seq=1024, batch=2, grad_ckpt=True)),
+    "granite2b-lora-ckpt": ("granite3.3-2b", None, dict(method="lora", seq=2048, batch=4, grad_ckpt=True)),
+    "granite2b-lora": ("granite3.3-2b", None, dict(method="lora", seq=1024, batch=2, grad_ckpt=False)),
+    "granite2b-full-ckpt": ("granite3.3-2b", None, dict(method="full", seq=1024, batch=2, grad_ckpt=True)),
+    "granite8b-lora-ckpt": ("granite3.3-8b", None, dict(method="lora", seq=1024, batch=2, grad_ckpt=True)),
+    "oss20b-lora-attn-ckpt-sdpa": ("gpt-oss-20b", None,
+                                   dict(method="lora", lora_targets=ATTN_ONLY, seq=1024, batch=2, grad_ckpt=True)),
+    "oss20b-lora-attn-ckpt": ("gpt-oss-20b", None, dict(method="lora", lora_targets=ATTN_ONLY, seq=1024, batch=2,
+                                                        grad_ckpt=True, attn="eager")),
+    "oss20b-l4-lora-attn": ("gpt-oss-20b", 4, dict(method="lora", lora_targets=ATTN_ONLY, seq=1024, batch=2,
+                                                   grad_ckpt=False, attn="eager")),
+    "oss20b-l2-full-ckpt": ("gpt-oss-20b", 2, dict(method="full", seq=512, batch=1, grad_ckpt=True, attn="eager")),
+    "oss20b-l2-lora-all-d0": ("gpt-oss-20b", 2, dict(method="lora", lora_dropout=0.0, seq=512, batch=1,
+                                                     grad_ckpt=True, attn="eager")),
+}
+
+
+def model_config(name, layers=None):
+    path = ROOT / "data" / "models" / (name + ".json")
+    if not path.exists():  # a family the planner does not read yet
+        path = Path(__file__).with_name("configs") / (name + ".json")
+    d = json.loads(path.read_text())
+    d.pop("quantization_config", None)
+    if layers is not None:
+        d["num_hidden_layers"] = layers
+        for key in ("layer_types", "no_rope_layers"):
+            if isinstance(d.get(key), list):
+                d[key] = d[key][:layers]
+    return d
+
+
+def inspect(out):
+    import torch
+    import transformers
+    from peft import LoraConfig, get_peft_model
+    result = {}
+    for name in MODELS:
+        d = model_config(name)
+        cfg = transformers.CONFIG_MAPPING[d["model_type"]].from_dict(d)
+        entry = {}
+        try:
+            with torch.device("meta"):
+                model = transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16)
+            entry["class"] = type(model).__name__
+            entry["params_total"] = sum(p.numel() for p in model.parameters())
+            kinds = {}
+            for pname, p in model.named_parameters():
+                key = ".".join(part for part in pname.split(".") if not part.isdigit())
+                kinds[key] = kinds.get(key, 0) + p.numel()
+            entry["params_by_name"] = kinds
+            for dropout in (0.05, 0.0):
+                try:
+                    with torch.device("meta"):
+                        m = transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16)
+                        pm = get_peft_model(m, LoraConfig(r=16, lora_alpha=32, lora_dropout=dropout,
+                                                           target_modules="all-linear", task_type="CAUSAL_LM"))
+                    wrapped = {}
+                    for mname, mod in pm.named_modules():
+                        if hasattr(mod, "lora_A") and hasattr(mod, "base_layer"):
+                            key = ".".join(part for part in mname.split(".") if not part.isdigit())
+                            key = key.split("layers.", 1)[-1]
+                            wrapped[key] = type(mod).__name__
+                    entry["lora_all_linear_dropout_%g" % dropout] = {
+                        "wrapped": wrapped,
+                        "trainable": sum(p.numel() for p in pm.parameters() if p.requires_grad)}
+                except Exception as e:  # PEFT's refusal is the finding
+                    entry["lora_all_linear_dropout_%g" % dropout] = {"error": "%s: %s" % (type(e).__name__, e)}
+        except Exception as e:
+            entry["error"] = "%s: %s" % (type(e).__name__, e)
+        result[name] = entry
+        print(name, entry.get("params_total"), entry.get("error", ""), flush=True)
+    (out / "inspect.json").write_text(json.dumps(result, indent=1))
+
+
+def run(out, names):
+    (out / "configs").mkdir(exist_ok=True)
+    (out / "rows").mkdir(exist_ok=True)
+    for name in names:
+        model, layers, settings = CASES[name]
+        path = out / "configs" / (name + ".json")
+        path.write_text(json.dumps(model_config(model, layers), indent=1))
+        cfg = dict(model=str(path), steps=4, warmup=1, weights="bf16", gpu="h200", **settings)
+        row = out / "rows" / (name + ".json")
+        t0 = time.time()
+        with open(out / "rows" / (name + ".log"), "w") as log:
+            try:
+                rc = subprocess.run([sys.executable, "-m", "trainfit_runner", "--config", json.dumps(cfg),
+                                     "--out", str(row)], cwd=ROOT / "python", stdout=log, stderr=log,
+                                    timeout=int(os.environ.get("CASE_TIMEOUT", "150"))).returncode
+            except subprocess.TimeoutExpired:
+                rc = "timeout"
+        status = json.loads(row.read_text())["measured"].get("status") if row.exists() else "no row"
+        print("%s: rc %s, %s, %.0f s" % (name, rc, status, time.time() - t0), flush=True)
+
+
+def sources(out):
+    import peft
+    import transformers
+    tf = Path(transformers.__file__).parent
+    files = [tf / "models" / m / f for m, f in [
+        ("gpt_oss", "modeling_gpt_oss.py"), ("gpt_oss", "configuration_gpt_oss.py"),
+        ("granite", "modeling_granite.py"), ("granite", "configuration_granite.py"),
+        ("smollm3", "modeling_smollm3.py"), ("smollm3", "configuration_smollm3.py"),
+        ("llama4", "modeling_llama4.py"), ("llama4", "configuration_llama4.py"),
+        ("glm4_moe", "modeling_glm4_moe.py"), ("glm4_moe", "configuration_glm4_moe.py"),
+        ("qwen3_next", "modeling_qwen3_next.py"), ("qwen3_next", "configuration_qwen3_next.py"),
+        ("granitemoehybrid", "modeling_granitemoehybrid.py"), ("qwen2_5_vl", "modeling_qwen2_5_vl.py"),
+        ("qwen3_vl", "modeling_qwen3_vl.py"), ("mistral3", "modeling_mistral3.py"),
+        ("gemma3", "modeling_gemma3.py"), ("llama", "modeling_llama.py"), ("mixtral", "modeling_mixtral.py")]]
+    files += [tf / "integrations" / f for f in ("moe.py", "sdpa_attention.py", "flex_attention.py", "mxfp4.py",
+                                                   "eager_paged.py")]
+    files += [tf / f for f in ("masking_utils.py", "modeling_layers.py", "modeling_rope_utils.py")]
+    files += [Path(peft.__file__).parent / "tuners" / "lora" / f for f in ("layer.py", "model.py")]
+    with tarfile.open(out / "sources.tar.gz", "w:gz") as t:
+        for f in files:
+            if f.exists():
+                t.add(f, arcname=str(f.relative_to(tf.parent)))
+    print("sources:", sum(f.exists() for f in files), "of", len(files))
+
+
+def main():
+    out = Path(sys.argv[1])
+    out.mkdir(parents=True, exist_ok=True)
+    what = sys.argv[2]
+    if what == "inspect":
+        inspect(out)
+    elif what == "run":
+        run(out, sys.argv[3:] or list(CASES))
+    elif what == "sources":
+        sources(out)
+    else:
+        sys.exit("unknown step %r" % what)
+
+
+if __name__ == "__main__":
+    main()

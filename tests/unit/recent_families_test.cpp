@@ -1,0 +1,115 @@
+// The families of issue 37 that build Llama's layers: SmolLM3 (no rotary embedding in every fourth
+// layer) and Granite (multipliers on the residual stream and the logits). Their parameter counts by
+// hand from transformers' module tree and against the published figures; what they keep is Llama's,
+// what they run is Llama's less or more a few elementwise passes.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+
+#include "trainfit/trainfit.hpp"
+
+namespace trainfit {
+namespace {
+
+// A built-in's config.json with another model_type: the same shapes read as that family.
+ModelSpec as_family(const std::string& builtin, const std::string& model_type) {
+  ModelSpec m = load_model(builtin);
+  m.model_type = model_type;
+  m.rope_free_layers = 0;
+  m.scaled_residuals = m.scaled_logits = false;
+  return m;
+}
+
+TEST(SmolLM3, CountsAndNoRopeLayers) {
+  const ModelSpec m = load_model("HuggingFaceTB/SmolLM3-3B");
+  EXPECT_EQ(m.model_type, "smollm3");
+  EXPECT_TRUE(m.tie_word_embeddings);
+  EXPECT_EQ(m.rope_free_layers, 9);  // layers 4, 8, ..., 36
+  // Per layer: q and o 2048 x 2048, k and v 2048 x 512 (4 kv heads of 128), three 2048 x 11008 MLP
+  // matrices, two norms; the tied embedding 128256 x 2048 and the final norm.
+  const std::int64_t layer = 2 * 2048 * 2048 + 2 * 2048 * 512 + 3 * 2048 * 11008 + 2 * 2048;
+  const ParameterCounts c = count_parameters(m);
+  EXPECT_EQ(c.total, 128'256LL * 2048 + 36 * layer + 2048);
+  EXPECT_EQ(c.total, 3'075'098'624);
+  EXPECT_NEAR(static_cast<double>(c.total), published_parameters("smollm3-3b").total, 0.005e9);
+}
+
+TEST(SmolLM3, NoRopeLayersAreReadOrDerivedFromTheInterval) {
+  const std::string head = R"({"model_type": "smollm3", "hidden_size": 64, "num_hidden_layers": 8,
+      "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 128, "vocab_size": 100)";
+  EXPECT_EQ(parse_model_config(head + "}", "t").rope_free_layers, 2);  // every 4th
+  EXPECT_EQ(parse_model_config(head + R"(, "no_rope_layer_interval": 2})", "t").rope_free_layers, 4);
+  EXPECT_EQ(parse_model_config(head + R"(, "no_rope_layers": [1,0,1,1,1,1,1,0]})", "t").rope_free_layers, 2);
+  EXPECT_THROW(
+      {
+        try {
+          (void)parse_model_config(head + R"(, "no_rope_layers": [1,0]})", "t");
+        } catch (const InputError& e) {
+          EXPECT_NE(std::string(e.what()).find("\"no_rope_layers\""), std::string::npos) << e.what();
+          throw;
+        }
+      },
+      InputError);
+  EXPECT_THROW((void)parse_model_config(head + R"(, "no_rope_layers": [1,2,1,1,1,1,1,0]})", "t"), InputError);
+}
+
+TEST(Granite, CountsAndMultipliers) {
+  for (const auto& [name, h, inter, kv] : {std::tuple{"ibm-granite/granite-3.3-2b-instruct", 2048LL, 8192LL, 512LL},
+                                           std::tuple{"granite-3.3-8b-base", 4096LL, 12800LL, 1024LL}}) {
+    const ModelSpec m = load_model(name);
+    EXPECT_EQ(m.model_type, "granite") << name;
+    EXPECT_TRUE(m.scaled_residuals && m.scaled_logits) << name;
+    EXPECT_TRUE(m.tie_word_embeddings) << name;
+    // q and o h x h, k and v h x 8 kv heads, three MLP matrices, two norms; 40 layers; the tied
+    // 49159-token embedding and the final norm.
+    const std::int64_t layer = 2 * h * h + 2 * h * kv + 3 * h * inter + 2 * h;
+    EXPECT_EQ(count_parameters(m).total, 49'159LL * h + 40 * layer + h) << name;
+  }
+  EXPECT_EQ(count_parameters(load_model("granite3.3-2b")).total, 2'533'539'840);
+  EXPECT_EQ(count_parameters(load_model("granite3.3-8b")).total, 8'170'864'640);
+}
+
+// Neither family keeps a tensor Llama's layers would not: the same shapes plan the same memory.
+// The time differs by the rotary embedding SmolLM3 leaves out and the scalings Granite adds.
+TEST(RecentFamilies, KeepWhatLlamaKeepsAndRunASlightlyDifferentStep) {
+  TrainingSetup s;
+  s.seq = 2048;
+  s.batch = 2;
+  const GpuSpec gpu = find_gpu("h100-sxm");
+  for (const char* name : {"smollm3-3b", "granite3.3-2b"}) {
+    for (const Method method : {Method::lora, Method::full}) {
+      s.method = method;
+      const Plan own = make_plan(load_model(name), s, gpu);
+      const Plan llama = make_plan(as_family(name, "llama"), s, gpu);
+      EXPECT_EQ(own.memory.peak_allocated_bytes, llama.memory.peak_allocated_bytes) << name;
+      if (std::string(name) == "smollm3-3b") {
+        EXPECT_LT(own.time.step_seconds, llama.time.step_seconds) << name;
+      } else {
+        EXPECT_GT(own.time.step_seconds, llama.time.step_seconds) << name;
+      }
+    }
+  }
+}
+
+// `trainfit models` shows the publisher's figure beside trainfit's: every built-in with one is
+// within 1% of it, but for the multimodal Gemma 3 4B, whose published 4.3B counts the SigLIP vision
+// tower and projector that trainfit does not (its text model, 3.88B, is what is planned).
+TEST(PublishedParameters, EveryBuiltinIsWithinOnePercentOfItsPublishedCount) {
+  for (const std::string& name : builtin_model_names()) {
+    const PublishedParameters p = published_parameters(name);
+    if (p.total <= 0) continue;
+    const double ours = static_cast<double>(count_parameters(load_model(name)).total);
+    if (name == "gemma3-4b") {
+      EXPECT_NEAR(ours / p.total, 0.90, 0.01) << name;
+      continue;
+    }
+    EXPECT_NEAR(ours / p.total, 1.0, 0.01) << name;
+  }
+  EXPECT_EQ(published_parameters("no-such-model").total, 0);
+  EXPECT_GT(published_parameters("mixtral-8x7b").active, 0);
+}
+
+}  // namespace
+}  // namespace trainfit
