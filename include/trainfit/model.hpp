@@ -110,6 +110,11 @@ struct ModelSpec {
   bool scaled_residuals = false;
   bool scaled_logits = false;
   bool text_of_multimodal = false;  // read from the text_config of a multimodal config (gemma3)
+  // A model_type of no family trainfit reads, planned as Llama's decoder layer from the fields every
+  // decoder config has (docs/models.md, "Other decoder families"); `unread_fields` are the config's
+  // other fields that may change the layers, which the plan's warning names.
+  bool generic_decoder = false;
+  std::vector<std::string> unread_fields;
   std::string hidden_act = "silu";
   double final_logit_softcapping = 0.0;  // gemma2: tanh cap on the logits (extra logits-sized tensors)
   // Mixture of experts (0 when dense).

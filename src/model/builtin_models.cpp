@@ -203,7 +203,13 @@ void add_builtin_model(std::string_view name, std::string_view config_json, cons
   const std::string typed = detail::ascii_lower(name);
   for (const auto& [alias, canonical] : all_names())
     if (alias == typed) throw InputError("model \"" + std::string(name) + "\" exists already");
-  (void)parse_model_config(config_json, name);  // a config that does not read is refused now, not at first use
+  // A config that does not read is refused now, not at first use; so is one of a family trainfit
+  // does not read (which a config file would plan as Llama's layers, with a warning): a built-in's
+  // family is known, so add it first (add_model_family).
+  const ModelSpec spec = parse_model_config(config_json, name);
+  if (spec.generic_decoder)
+    throw InputError("model \"" + std::string(name) + "\": model_type \"" + spec.model_type +
+                     "\" is no family trainfit reads; add it with add_model_family first");
   added_models().push_back({std::string(name), std::string(config_json), hf_ids});
 }
 

@@ -5,6 +5,7 @@
 // norm layouts that mirror the nn.Module tree, so that count_parameters() equals
 // sum(p.numel() for p in model.parameters()) exactly.
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -434,6 +435,71 @@ ModelSpec read_decoder(const ConfigReader& r, std::string model_type) {
   return m;
 }
 
+// The fields read_decoder reads for Llama, which a config of another decoder family is read by.
+constexpr std::array kGenericDecoderFields = {
+    "model_type",        "hidden_size",          "num_hidden_layers",   "num_attention_heads",
+    "num_key_value_heads", "head_dim",           "intermediate_size",   "vocab_size",
+    "attention_bias",    "mlp_bias",             "tie_word_embeddings", "hidden_act",
+    "max_position_embeddings"};
+// Fields that change no tensor's size or count: ids, dtypes, initialisation, epsilons, the rotary
+// base and scaling (the tables' sizes do not depend on them), dropout probabilities, bookkeeping.
+constexpr std::array kShapeFreeFields = {
+    "architectures",     "auto_map",            "bos_token_id",       "eos_token_id",   "pad_token_id",
+    "torch_dtype",       "dtype",               "transformers_version", "use_cache",    "initializer_range",
+    "rms_norm_eps",      "layer_norm_eps",      "norm_eps",           "layer_norm_epsilon", "rope_theta",
+    "rope_scaling",      "rope_parameters",     "attention_dropout",  "hidden_dropout", "embd_pdrop",
+    "resid_pdrop",       "attn_pdrop",          "dropout",            "pretraining_tp", "_name_or_path",
+    "tokenizer_class",   "is_decoder",          "output_attentions",  "output_hidden_states", "return_dict",
+    "id2label",          "label2id",            "problem_type",       "bad_words_ids",  "chat_template",
+    "use_return_dict",   "rope_type",           "original_max_position_embeddings"};
+// Expert counts: a mixture of experts planned as one dense MLP would be off by its size.
+constexpr std::array kExpertCountFields = {"num_experts", "num_local_experts", "n_routed_experts"};
+
+bool listed(const auto& names, std::string_view field) {
+  return std::find(names.begin(), names.end(), field) != names.end();
+}
+
+// A decoder config of a family trainfit does not read: Llama's layers from the fields every decoder
+// config has, when it names a causal language model and has them. Refused otherwise (an encoder,
+// a config missing its shapes, a mixture of experts), naming what is missing.
+ModelSpec read_generic_decoder(const ConfigReader& r, const std::string& model_type) {
+  const std::string refused = "model_type \"" + model_type + "\" is not supported (supported: " + supported_families() +
+                              ")";
+  bool causal = true;
+  if (const json* arch = r.find("architectures"); arch != nullptr && arch->is_array()) {
+    causal = false;
+    for (const json& a : *arch)
+      if (a.is_string() && a.get_ref<const std::string&>().ends_with("ForCausalLM")) causal = true;
+  }
+  if (!causal)
+    r.fail(refused + "; its architectures name no ForCausalLM model, which another decoder family would be planned as");
+  std::vector<std::string> missing;
+  for (const char* field : {"hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size"})
+    if (r.find(field) == nullptr) missing.emplace_back(field);
+  if (!missing.empty()) {
+    std::string names;
+    for (const auto& f : missing) names += (names.empty() ? "" : ", ") + r.quoted(f);
+    r.fail(refused + "; another decoder family is planned as Llama's layers from its usual fields, and " + names +
+           (missing.size() == 1 ? " is" : " are") + " missing");
+  }
+  for (const char* field : kExpertCountFields) {
+    const json* n = r.find(field);
+    if (n != nullptr && n->is_number_integer() && n->get<std::int64_t>() > 1)
+      r.fail(refused + "; it is a mixture of experts (" + r.quoted(field) + ": " + describe(*n) +
+             "), which Llama's layers would miss by the experts' size");
+  }
+  ModelSpec m = read_decoder(r, "llama");
+  m.model_type = model_type;
+  m.generic_decoder = true;
+  for (const auto& [field, value] : r.object().items()) {
+    if (listed(kGenericDecoderFields, field) || listed(kShapeFreeFields, field)) continue;
+    // An absent, null, false or zero setting switches nothing on.
+    if (value.is_null() || (value.is_boolean() && !value.get<bool>()) || (value.is_number() && value == 0)) continue;
+    m.unread_fields.push_back(field);
+  }
+  return m;
+}
+
 }  // namespace
 
 ModelSpec parse_model_config(std::string_view json_text, std::string_view source_name) {
@@ -452,13 +518,15 @@ ModelSpec parse_model_config(std::string_view json_text, std::string_view source
   const json* type = r.find("model_type");
   if (type == nullptr) r.fail("missing required field \"model_type\" (supported: " + supported_families() + ")");
   const ModelFamily* family = type->is_string() ? find_model_family(type->get_ref<const std::string&>()) : nullptr;
-  if (family == nullptr)
+  if (family == nullptr && !type->is_string())
     r.fail("model_type " + describe(*type) + " is not supported (supported: " + supported_families() + ")");
 
   // A family added beside the built-ins is read by the code of the one it reads as, and keeps its
   // own model_type: its module names and structure are its row's.
   ModelSpec m;
-  if (family->reads_as == "gemma3") {
+  if (family == nullptr) {
+    m = read_generic_decoder(r, type->get_ref<const std::string&>());
+  } else if (family->reads_as == "gemma3") {
     // Gemma3ForConditionalGeneration: a SigLIP vision tower and its projector beside a Gemma 3 text
     // model, whose config is text_config. Only the text model is described (Gemma3ForCausalLM on
     // text_config is what fine-tuning on text trains).
@@ -472,7 +540,7 @@ ModelSpec parse_model_config(std::string_view json_text, std::string_view source
   } else {
     m = read_decoder(r, family->reads_as);
   }
-  if (family->reads_as != family->model_type) m.model_type = family->model_type;
+  if (family != nullptr && family->reads_as != family->model_type) m.model_type = family->model_type;
   m.name = std::string(source_name);
 
   // The per-field bounds keep each product in range, but their combination can still be absurd.

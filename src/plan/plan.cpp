@@ -384,6 +384,16 @@ std::vector<std::string> plan_warnings(const ModelSpec& model, const TrainingSet
       warnings.push_back(fmt::format("--gpu {} is taken as {} ({}); name {} to plan {}", setup.gpu, card.id, card.name,
                                      fmt::join(others, " or "), others.size() == 1 ? "that one" : "one of those"));
   }
+  if (model.generic_decoder) {
+    warnings.push_back(fmt::format(
+        "model_type {} is not a family trainfit reads: planned as Llama's decoder layers (q/k/v/o attention with "
+        "a rotary embedding, a gated MLP, two RMSNorms a layer) from its usual fields{}",
+        model.model_type,
+        model.unread_fields.empty()
+            ? std::string()
+            : fmt::format("; fields not read, which may change the layers and so the plan: {}",
+                          fmt::join(model.unread_fields, ", "))));
+  }
   if (model.text_of_multimodal) {
     warnings.push_back(
         "a multimodal gemma3 config: planned is its text model (Gemma3ForCausalLM on text_config), as text "

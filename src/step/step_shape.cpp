@@ -840,7 +840,7 @@ void check_kernels(const ModelSpec& model, const TrainingSetup& setup) {
   // the model_type: a plan of Liger's kernels there would describe a run that does not happen. The
   // MoE families Liger does patch (Mixtral, Qwen3-MoE) patch their experts their own way, not
   // measured: their rows say no Liger (families.cpp).
-  if (!model_family(model).liger)
+  if (!model_family(model).liger || model.generic_decoder)
     throw SettingError("kernels", fmt::format("liger: Liger-Kernel patches no kernel of {} ({}) that trainfit plans; "
                                               "plan it with `kernels` torch",
                                               model.name, model.model_type));

@@ -7,6 +7,8 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <tuple>
+#include <vector>
 
 #include "trainfit/trainfit.hpp"
 
@@ -109,6 +111,63 @@ TEST(PublishedParameters, EveryBuiltinIsWithinOnePercentOfItsPublishedCount) {
   }
   EXPECT_EQ(published_parameters("no-such-model").total, 0);
   EXPECT_GT(published_parameters("mixtral-8x7b").active, 0);
+}
+
+}  // namespace
+}  // namespace trainfit
+
+namespace trainfit {
+namespace {
+
+// A decoder family trainfit does not read plans as Llama's layers, with a warning that says so and
+// names the config's fields it did not read; an encoder, a config missing its shapes and a mixture
+// of experts are refused with what is missing.
+TEST(OtherDecoderFamilies, PlanAsLlamaLayersWithANamedWarning) {
+  const std::string cohere = R"({"architectures": ["CohereForCausalLM"], "model_type": "cohere",
+      "hidden_size": 256, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+      "intermediate_size": 512, "vocab_size": 1000, "logit_scale": 0.125, "use_qk_norm": false,
+      "layer_norm_eps": 1e-05, "rope_theta": 10000, "tie_word_embeddings": true, "torch_dtype": "bfloat16"})";
+  const ModelSpec m = parse_model_config(cohere, "cohere.json");
+  EXPECT_TRUE(m.generic_decoder);
+  EXPECT_EQ(m.model_type, "cohere");
+  EXPECT_EQ(m.unread_fields, std::vector<std::string>{"logit_scale"});  // use_qk_norm false switches nothing on
+  // Its shapes are Llama's: the same fields as a llama config count the same parameters.
+  ModelSpec llama = m;
+  llama.model_type = "llama";
+  llama.generic_decoder = false;
+  EXPECT_EQ(count_parameters(m).total, count_parameters(llama).total);
+  TrainingSetup s;
+  const Plan p = make_plan(m, s, find_gpu("h100-sxm"));
+  ASSERT_FALSE(p.warnings.empty());
+  EXPECT_NE(p.warnings.front().find("model_type cohere is not a family trainfit reads"), std::string::npos);
+  EXPECT_NE(p.warnings.front().find("logit_scale"), std::string::npos);
+  EXPECT_EQ(p.memory.peak_allocated_bytes, make_plan(llama, s, find_gpu("h100-sxm")).memory.peak_allocated_bytes);
+  // Liger patches by model_type: nothing of an unknown family.
+  s.kernels = Kernels::liger;
+  EXPECT_THROW((void)make_plan(m, s, find_gpu("h100-sxm")), SettingError);
+}
+
+std::string refusal(const std::string& text) {
+  try {
+    (void)parse_model_config(text, "c.json");
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "(read)";
+}
+
+TEST(OtherDecoderFamilies, EncodersMissingShapesAndExpertsAreRefused) {
+  EXPECT_NE(refusal(R"({"model_type": "bert", "architectures": ["BertForMaskedLM"], "hidden_size": 768})")
+                .find("no ForCausalLM"),
+            std::string::npos);
+  const std::string missing = refusal(R"({"model_type": "x", "hidden_size": 64, "num_hidden_layers": 2})");
+  EXPECT_NE(missing.find("\"num_attention_heads\", \"intermediate_size\", \"vocab_size\" are missing"),
+            std::string::npos)
+      << missing;
+  const std::string moe = refusal(R"({"model_type": "x", "hidden_size": 64, "num_hidden_layers": 2,
+      "num_attention_heads": 4, "intermediate_size": 128, "vocab_size": 100, "num_local_experts": 8})");
+  EXPECT_NE(moe.find("mixture of experts (\"num_local_experts\": 8)"), std::string::npos) << moe;
+  EXPECT_NE(moe.find("qwen3_moe"), std::string::npos) << moe;  // the families it does read
 }
 
 }  // namespace
