@@ -68,7 +68,7 @@ struct LinearModule {
 struct ModelSpec {
   std::string name;         // built-in name or the path it was read from
   // config.json "model_type": llama, qwen2, qwen3, mistral, gemma, gemma2, gemma3_text, olmo2, phi3, smollm3,
-  // granite, mixtral, qwen2_moe, qwen3_moe, phimoe, deepseek_v2, deepseek_v3. A multimodal gemma3 config is read as its text model,
+  // granite, mixtral, qwen2_moe, qwen3_moe, phimoe, deepseek_v2, deepseek_v3, gpt_oss. A multimodal gemma3 config is read as its text model,
   // "gemma3_text" (text_of_multimodal says so).
   std::string model_type;
   std::int64_t hidden_size = 0;
@@ -117,6 +117,13 @@ struct ModelSpec {
   std::vector<std::string> unread_fields;
   std::string hidden_act = "silu";
   double final_logit_softcapping = 0.0;  // gemma2: tanh cap on the logits (extra logits-sized tensors)
+  // gpt_oss: each attention head has a learned sink logit (one parameter a head and layer), which
+  // the attention's softmax takes as one more column; the routed experts and the router have biases.
+  bool attention_sinks = false;
+  bool expert_bias = false;
+  // gpt_oss's experts' activation: the gate clamped above at 7 and multiplied by sigmoid(1.702 x gate),
+  // the up clamped to [-7, 7] and shifted by one, their product (GptOssExperts), in place of SiLU.
+  bool clamped_glu = false;
   // Mixture of experts (0 when dense).
   std::int64_t num_experts = 0;
   std::int64_t experts_per_token = 0;

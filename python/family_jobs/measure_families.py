@@ -5,6 +5,7 @@ step time as `trainfit bench` records them) and what the built models hold.
     python3 python/family_jobs/measure_families.py OUT inspect            # parameters, PEFT's wraps
     python3 python/family_jobs/measure_families.py OUT run CASE [CASE...]  # runner rows
     python3 python/family_jobs/measure_families.py OUT sources             # the modeling files read
+    python3 python/family_jobs/measure_families.py OUT predict TRAINFIT [CASE...]  # plans, before the runs
 
 `inspect` builds every model of MODELS on the meta device (no memory) and writes inspect.json: the
 total parameters as sum(p.numel()), the parameters by module kind, and for LoRA with all-linear at
@@ -106,13 +107,9 @@ def inspect(out):
 
 
 def run(out, names):
-    (out / "configs").mkdir(exist_ok=True)
-    (out / "rows").mkdir(exist_ok=True)
+    (out / "rows").mkdir(parents=True, exist_ok=True)
     for name in names:
-        model, layers, settings = CASES[name]
-        path = out / "configs" / (name + ".json")
-        path.write_text(json.dumps(model_config(model, layers), indent=1))
-        cfg = dict(model=str(path), steps=4, warmup=1, weights="bf16", gpu="h200", **settings)
+        cfg = runner_config(out, name)
         row = out / "rows" / (name + ".json")
         t0 = time.time()
         with open(out / "rows" / (name + ".log"), "w") as log:
@@ -124,6 +121,38 @@ def run(out, names):
                 rc = "timeout"
         status = json.loads(row.read_text())["measured"].get("status") if row.exists() else "no row"
         print("%s: rc %s, %s, %.0f s" % (name, rc, status, time.time() - t0), flush=True)
+
+
+def runner_config(out, name):
+    """The case's runner config, its model's config.json written to OUT/configs/CASE.json."""
+    model, layers, settings = CASES[name]
+    (out / "configs").mkdir(parents=True, exist_ok=True)
+    path = out / "configs" / (name + ".json")
+    path.write_text(json.dumps(model_config(model, layers), indent=1))
+    return dict(model=str(path), steps=4, warmup=1, weights="bf16", gpu="h200", **settings)
+
+
+def predict(out, trainfit, names):
+    """trainfit's plan of each case on an H100 and an H200 (the setup as the runner takes it, by its
+    JSON keys), written before the cases run: OUT/predictions.jsonl."""
+    with open(out / "predictions.jsonl", "w") as f:
+        for name in names:
+            cfg = runner_config(out, name)
+            setup = {k: v for k, v in cfg.items() if k not in ("steps", "warmup", "gpu")}
+            setup_file = out / "configs" / (name + ".setup.json")
+            setup_file.write_text(json.dumps(setup))
+            for gpu in ("h100-sxm", "h200"):
+                p = subprocess.run([trainfit, "plan", "--setup", str(setup_file), "--gpu", gpu, "--format", "json",
+                                    "--no-suggest"], capture_output=True, text=True)
+                row = {"case": name, "gpu": gpu}
+                if p.returncode == 0:
+                    plan = json.loads(p.stdout)
+                    row.update(peak_allocated_mib=round(plan["memory"]["peak_allocated_bytes"] / 2**20, 1),
+                               step_seconds=round(plan["time"]["step_seconds"], 4), warnings=plan.get("warnings"))
+                else:
+                    row["refused"] = p.stderr.strip()
+                f.write(json.dumps(row) + "\n")
+                print(json.dumps(row))
 
 
 def sources(out):
@@ -161,6 +190,8 @@ def main():
         run(out, sys.argv[3:] or list(CASES))
     elif what == "sources":
         sources(out)
+    elif what == "predict":
+        predict(out, sys.argv[3], sys.argv[4:] or list(CASES))
     else:
         sys.exit("unknown step %r" % what)
 

@@ -73,6 +73,11 @@ const std::vector<Entry>& catalogue() {
       {"phi3.5-moe", "phi3.5-moe", {"microsoft/Phi-3.5-MoE-instruct"}, {41.9 * kB, 6.6 * kB}},
       {"deepseek-v2-lite", "deepseek-v2-lite", {"deepseek-ai/DeepSeek-V2-Lite", "deepseek-ai/DeepSeek-V2-Lite-Chat"}, {15.7 * kB, 2.4 * kB}},
       {"deepseek-v3", "deepseek-v3", {"deepseek-ai/DeepSeek-V3", "deepseek-ai/DeepSeek-V3-Base"}, {671 * kB, 37 * kB}},
+      // Published: OpenAI's gpt-oss model card, total and active parameters (its active figure
+      // leaves the embedding out and keeps the unembedding). The configs are the checkpoints' own;
+      // their MXFP4 experts are planned as the bf16 model people train (docs/models.md).
+      {"gpt-oss-20b", "gpt-oss-20b", {"openai/gpt-oss-20b"}, {20.91 * kB, 3.61 * kB}},
+      {"gpt-oss-120b", "gpt-oss-120b", {"openai/gpt-oss-120b"}, {116.83 * kB, 5.13 * kB}},
       {"smollm3-3b", "smollm3-3b", {"HuggingFaceTB/SmolLM3-3B", "HuggingFaceTB/SmolLM3-3B-Base"}, {3.08 * kB}},
       {"granite3.3-2b", "granite3.3-2b", {"ibm-granite/granite-3.3-2b-instruct", "ibm-granite/granite-3.3-2b-base"},
        {2.53 * kB}},

@@ -97,6 +97,11 @@ std::vector<ModelFamily> built_in_families() {
   ModelFamily v3 = built_in("deepseek_v3", deepseek_shared_experts());
   v3.fused_experts = v3.bare_router = true;
   rows.push_back(v3);
+  // GptOssTopKRouter is mlp.router, a weight and a bias of its own (no nn.Linear); GptOssExperts holds
+  // gate_up_proj [E, h, 2M] (gate and up interleaved), down_proj [E, M, h] and their biases.
+  ModelFamily oss = built_in("gpt_oss", {{R::router, "mlp.router"}});
+  oss.fused_experts = oss.bare_router = true;
+  rows.push_back(oss);
   return rows;
 }
 

@@ -239,7 +239,7 @@ void read_attention(const ConfigReader& r, ModelSpec& m) {
     m.attention_bias = true;  // Qwen2Attention hard-codes bias on q/k/v and none on o
   } else if (t == "qwen2_moe") {
     m.attention_bias = r.optional_bool("qkv_bias", true);
-  } else if (t == "llama" || t == "smollm3" || t == "granite" || t == "qwen3" || t == "qwen3_moe" || t == "gemma" || t == "gemma2" || gemma3 ||
+  } else if (t == "llama" || t == "smollm3" || t == "granite" || t == "gpt_oss" || t == "qwen3" || t == "qwen3_moe" || t == "gemma" || t == "gemma2" || gemma3 ||
              t == "olmo2" || t == "phimoe" || is_deepseek(t)) {
     // Llama's attention_bias covers q, k, v and o (OLMo 2 and PhiMoE build LlamaAttention's
     // projections); DeepSeek's covers q_a_proj, kv_a_proj_with_mqa and o_proj.
@@ -257,9 +257,9 @@ void read_attention(const ConfigReader& r, ModelSpec& m) {
 
 void read_experts(const ConfigReader& r, ModelSpec& m) {
   const std::string& t = m.model_type;
-  if (t == "mixtral" || t == "phimoe") {
+  if (t == "mixtral" || t == "phimoe" || t == "gpt_oss") {
     m.num_experts = r.require_int("num_local_experts", 1, kMaxExperts);
-    m.moe_intermediate_size = m.intermediate_size;  // Mixtral's and PhiMoE's experts are full-size MLPs
+    m.moe_intermediate_size = m.intermediate_size;  // their experts are intermediate_size wide
   } else if (is_deepseek(t)) {
     m.num_experts = r.require_int("n_routed_experts", 1, kMaxExperts);
     m.moe_intermediate_size = r.require_int("moe_intermediate_size", 1, kMaxIntermediate);
@@ -278,12 +278,14 @@ void read_experts(const ConfigReader& r, ModelSpec& m) {
       m.shared_expert_intermediate_size = r.require_int("shared_expert_intermediate_size", 1, kMaxIntermediate);
     }
   }
-  m.experts_per_token = r.require_int("num_experts_per_tok", 1, kMaxExperts);
+  // GptOssConfig defaults num_experts_per_tok to 4 (the published configs also say experts_per_token).
+  m.experts_per_token = t == "gpt_oss" ? r.optional_int("num_experts_per_tok", 4, 1, kMaxExperts)
+                                       : r.require_int("num_experts_per_tok", 1, kMaxExperts);
   if (m.experts_per_token > m.num_experts) {
     r.fail("field " + r.quoted("num_experts_per_tok") + " (" + std::to_string(m.experts_per_token) +
            ") must not exceed the number of experts (" + std::to_string(m.num_experts) + ")");
   }
-  if (t == "mixtral" || t == "phimoe") return;
+  if (t == "mixtral" || t == "phimoe" || t == "gpt_oss") return;
 
   if (is_deepseek(t)) {
     // DeepseekV2DecoderLayer / DeepseekV3DecoderLayer: layer i has experts when i >= first_k_dense_replace.
@@ -343,15 +345,15 @@ std::int64_t sliding_layers_listed(const ConfigReader& r) {
 void read_sliding_window(const ConfigReader& r, ModelSpec& m, bool gemma3) {
   const std::string& t = m.model_type;
   const bool every_layer = t == "mistral" || t == "mixtral";
-  if (t != "gemma2" && !gemma3 && !every_layer) return;
+  if (t != "gemma2" && !gemma3 && t != "gpt_oss" && !every_layer) return;
   // MistralConfig defaults to a 4096-token window, MixtralConfig to none.
   if (r.is_explicit_null("sliding_window") || (t == "mixtral" && !r.find("sliding_window"))) return;
   m.sliding_window = r.optional_int("sliding_window", kGemmaSlidingWindow, 1, kMaxPositions);
   const std::int64_t L = m.num_layers;
   if (const std::int64_t listed = sliding_layers_listed(r); listed >= 0) {
     m.sliding_layers = listed;
-  } else if (t == "gemma2") {
-    m.sliding_layers = (L + 1) / 2;
+  } else if (t == "gemma2" || t == "gpt_oss") {
+    m.sliding_layers = (L + 1) / 2;  // GptOssConfig's default layer_types: sliding, full, sliding, ...
   } else if (gemma3) {
     const std::int64_t pattern =
         r.optional_int("sliding_window_pattern", kGemma3SlidingWindowPattern, 1, kMaxLayers);
@@ -397,7 +399,8 @@ ModelSpec read_decoder(const ConfigReader& r, std::string model_type) {
   m.intermediate_size = qwen_moe || is_deepseek(t) ? r.optional_int("intermediate_size", 0, 1, kMaxIntermediate)
                                                    : r.require_int("intermediate_size", 1, kMaxIntermediate);
   read_attention(r, m);
-  if (t == "mixtral" || t == "phimoe" || qwen_moe || is_deepseek(t)) read_experts(r, m);
+  if (t == "mixtral" || t == "phimoe" || t == "gpt_oss" || qwen_moe || is_deepseek(t)) read_experts(r, m);
+  m.attention_sinks = m.expert_bias = m.clamped_glu = t == "gpt_oss";
 
   const bool gemma = t == "gemma" || t == "gemma2" || gemma3;
   m.tie_word_embeddings = r.optional_bool("tie_word_embeddings", gemma);

@@ -100,9 +100,9 @@ void add_moe_mlp(const ModelSpec& s, std::vector<LinearModule>& out) {
   if (family.fused_experts) {
     // Two 3-D parameters, gate and up fused: gate_up_proj [E, 2M, h] and down_proj [E, h, M]
     // (model/families.cpp says which families transformers 5 builds so).
-    out.push_back(module(n, R::router, h, e, 1, false, 1.0, !family.bare_router));
-    out.push_back(module(n, R::expert_gate_up, h, mul(2, m), e, false, routed, false));
-    out.push_back(module(n, R::expert_down, m, h, e, false, routed, false));
+    out.push_back(module(n, R::router, h, e, 1, s.expert_bias, 1.0, !family.bare_router));
+    out.push_back(module(n, R::expert_gate_up, h, mul(2, m), e, s.expert_bias, routed, false));
+    out.push_back(module(n, R::expert_down, m, h, e, s.expert_bias, routed, false));
     if (s.shared_expert_intermediate_size > 0) {
       const std::int64_t sh = s.shared_expert_intermediate_size;
       out.push_back(module(n, R::shared_expert_gate, h, sh, 1, s.mlp_bias));
@@ -179,6 +179,7 @@ ParameterCounts count_parameters(const ModelSpec& model) {
   if (model.is_mla()) per_layer_norms = add(per_layer_norms, add(model.q_lora_rank, model.kv_lora_rank));
   c.norms = add(mul(model.num_layers, per_layer_norms), mul(model.hidden_size, per_norm));
 
+  if (model.attention_sinks) c.other = add(c.other, mul(model.num_layers, model.num_heads));  // a sink a head
   c.total = add(add(add(c.embedding, c.lm_head), add(c.linear, c.norms)), c.other);
   c.activated = c.total - unrouted;
   return c;

@@ -384,6 +384,12 @@ std::vector<std::string> plan_warnings(const ModelSpec& model, const TrainingSet
       warnings.push_back(fmt::format("--gpu {} is taken as {} ({}); name {} to plan {}", setup.gpu, card.id, card.name,
                                      fmt::join(others, " or "), others.size() == 1 ? "that one" : "one of those"));
   }
+  if (model.attention_sinks && setup.attention == Attention::sdpa) {
+    warnings.push_back(
+        "gpt_oss's attention sinks have no SDPA path in transformers: planned with eager attention, which "
+        "from_pretrained picks for it (--attn flash plans a flash kernel with sinks, such as the hub's "
+        "vllm-flash-attn3)");
+  }
   if (model.generic_decoder) {
     warnings.push_back(fmt::format(
         "model_type {} is not a family trainfit reads: planned as Llama's decoder layers (q/k/v/o attention with "

@@ -514,8 +514,18 @@ class LayerActivations {
         keep(kept_, "key repeated to query heads", c * b_.q);
         keep(kept_, "value repeated to query heads", c * b_.attn_out);
       }
-      keep(kept_, "attention probabilities (fp32 softmax output)", 4.0 * nq * seq);
-      keep(kept_, "attention probabilities (cast copy)", c * nq * seq);
+      if (b_.model.attention_sinks) {
+        // gpt-oss's eager attention joins each head's sink logit to the scores as one more column,
+        // subtracts the row maxima (max keeps their indices) and takes the softmax in the compute
+        // dtype, which keeps its output; the value matmul reads the probabilities without the sink
+        // column, a strided slice that matmul copies contiguous and keeps.
+        keep(kept_, "attention probabilities with the sink column (softmax output)", c * nq * (seq + 1.0));
+        keep(kept_, "attention probabilities without the sink (contiguous copy)", c * nq * seq);
+        keep(kept_, "row maxima indices (int64)", 8.0 * nq);
+      } else {
+        keep(kept_, "attention probabilities (fp32 softmax output)", 4.0 * nq * seq);
+        keep(kept_, "attention probabilities (cast copy)", c * nq * seq);
+      }
       // Its output is transposed into a new contiguous tensor, o_proj's input.
       if (o_proj) linear(*o_proj, {"", "attention output (contiguous copy)"}, c, 1.0);
     } else {
@@ -557,6 +567,18 @@ class LayerActivations {
     const double c = b_.w.compute;
     const double width = inter * rows * copies;
     for (const auto* m : gate_up) linear(*m, {prefix, "mlp input"}, sublayer_input_bytes_, rows);
+    if (b_.model.clamped_glu && std::string_view(prefix) == "expert ") {
+      // gpt-oss's activation: the clamps keep their inputs, strided slices of the fused gate_up
+      // output, so all of it; sigmoid keeps its output; gate x sigmoid keeps the clamped gate;
+      // the product keeps up + 1 and that gated value.
+      keep(kept_, Sized{{}, "gate_up output (the clamps' inputs)", 2.0 * c * width, prefix});
+      keep(kept_, Sized{{}, "clamped gate", c * width, prefix});
+      keep(kept_, Sized{{}, "sigmoid output", c * width, prefix});
+      keep(kept_, Sized{{}, "clamped up plus one", c * width, prefix});
+      keep(kept_, Sized{{}, "gated value", c * width, prefix});
+      if (down) linear(*down, {prefix, "activation x up (down input)"}, c, rows);
+      return;
+    }
     keep(kept_, Sized{{}, "gate output (activation input)", c * width, prefix});
     // Liger's SiLU/GELU-and-multiply kernel keeps its two inputs and recomputes the activation in
     // its backward (liger_kernel/ops/swiglu.py, geglu.py).
@@ -650,6 +672,9 @@ std::vector<Sized> outside_activations(const StepBasis& b) {
   // pair for its sliding-window layers and one for its full-attention layers).
   keep(out, "rotary cos/sin", 2.0 * b.w.compute * as_d(b.model.rotary_dim()) * as_d(b.model.rotary_tables));
   if (b.setup.attention == Attention::eager) keep(out, "causal mask", b.w.compute * b.seq);
+  // gpt-oss's sliding-window layers take a mask of their own (transformers makes one per layer type).
+  if (b.setup.attention == Attention::eager && b.model.attention_sinks && b.model.sliding_layers > 0)
+    keep(out, "sliding-window mask", b.w.compute * b.seq);
   return out;
 }
 

@@ -172,3 +172,34 @@ TEST(OtherDecoderFamilies, EncodersMissingShapesAndExpertsAreRefused) {
 
 }  // namespace
 }  // namespace trainfit
+
+namespace trainfit {
+namespace {
+
+// gpt-oss: every layer's attention with biased q/k/v/o and a sink logit a head, a biased router
+// (mlp.router, no nn.Linear) over num_local_experts experts whose fused gate_up and down carry
+// biases too, two RMSNorms; untied embedding and output layer. The model card's totals, and its
+// active figures, which leave the embedding out.
+TEST(GptOss, CountsAgainstTheModelCard) {
+  for (const auto& [name, layers, experts] :
+       {std::tuple{"openai/gpt-oss-20b", 24LL, 32LL}, std::tuple{"gpt-oss-120b", 36LL, 128LL}}) {
+    const ModelSpec m = load_model(name);
+    EXPECT_EQ(m.model_type, "gpt_oss");
+    EXPECT_TRUE(m.attention_sinks && m.expert_bias && m.attention_bias && m.attention_out_bias);
+    EXPECT_EQ(m.sliding_window, 128);
+    EXPECT_EQ(m.sliding_layers, layers / 2);
+    const std::int64_t h = 2880, q = 64 * 64, kv = 8 * 64, inter = 2880;
+    const std::int64_t attention = (h * q + q) + 2 * (h * kv + kv) + (q * h + h) + 64;
+    const std::int64_t router = experts * h + experts;
+    const std::int64_t expert = (h * 2 * inter + 2 * inter) + (inter * h + h);
+    const std::int64_t layer = attention + router + experts * expert + 2 * h;
+    const ParameterCounts c = count_parameters(m);
+    EXPECT_EQ(c.total, 2 * 201'088LL * h + layers * layer + h) << name;
+    const PublishedParameters p = published_parameters(m.name);
+    EXPECT_NEAR(static_cast<double>(c.total) / p.total, 1.0, 0.0005) << name;
+    EXPECT_NEAR(static_cast<double>(c.activated - c.embedding) / p.active, 1.0, 0.005) << name;
+  }
+}
+
+}  // namespace
+}  // namespace trainfit
