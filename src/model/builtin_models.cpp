@@ -78,6 +78,10 @@ const std::vector<Entry>& catalogue() {
       // their MXFP4 experts are planned as the bf16 model people train (docs/models.md).
       {"gpt-oss-20b", "gpt-oss-20b", {"openai/gpt-oss-20b"}, {20.91 * kB, 3.61 * kB}},
       {"gpt-oss-120b", "gpt-oss-120b", {"openai/gpt-oss-120b"}, {116.83 * kB, 5.13 * kB}},
+      // Published: Z.ai's GLM-4.5 announcement and model card, 106B total and 12B active; the
+      // checkpoint's multi-token-prediction layer (num_nextn_predict_layers) is not built by
+      // transformers and not counted.
+      {"glm4.5-air", "glm4.5-air", {"zai-org/GLM-4.5-Air", "zai-org/GLM-4.5-Air-Base"}, {106 * kB, 12 * kB}},
       {"smollm3-3b", "smollm3-3b", {"HuggingFaceTB/SmolLM3-3B", "HuggingFaceTB/SmolLM3-3B-Base"}, {3.08 * kB}},
       {"granite3.3-2b", "granite3.3-2b", {"ibm-granite/granite-3.3-2b-instruct", "ibm-granite/granite-3.3-2b-base"},
        {2.53 * kB}},

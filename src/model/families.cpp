@@ -97,6 +97,11 @@ std::vector<ModelFamily> built_in_families() {
   ModelFamily v3 = built_in("deepseek_v3", deepseek_shared_experts());
   v3.fused_experts = v3.bare_router = true;
   rows.push_back(v3);
+  // GLM-4.5's MoE layers are DeepSeek-V3's (Glm4MoeTopkRouter a bare weight under mlp.gate, sigmoid
+  // scores in fp32, fused experts, one shared MLP named shared_experts) behind grouped-query attention.
+  ModelFamily glm = built_in("glm4_moe", deepseek_shared_experts());
+  glm.fused_experts = glm.bare_router = true;
+  rows.push_back(glm);
   // GptOssTopKRouter is mlp.router, a weight and a bias of its own (no nn.Linear); GptOssExperts holds
   // gate_up_proj [E, h, 2M] (gate and up interleaved), down_proj [E, M, h] and their biases.
   ModelFamily oss = built_in("gpt_oss", {{R::router, "mlp.router"}});

@@ -171,6 +171,12 @@ bool is_deepseek(std::string_view t) {
   return t == "deepseek_v2" || t == "deepseek_v3";
 }
 
+// DeepSeek's MoE layers: routed experts in fp32-scored groups beside a shared MLP, the first layers
+// dense. GLM-4.5 (glm4_moe) builds them too, behind grouped-query attention.
+bool deepseek_moe(std::string_view t) {
+  return is_deepseek(t) || t == "glm4_moe";
+}
+
 // Gemma3TextConfig's defaults: the multimodal Gemma 3 configs leave these out of their text_config.
 constexpr std::int64_t kGemma3Vocab = 262'208;
 constexpr std::int64_t kGemma3Heads = 8;
@@ -237,6 +243,8 @@ void read_attention(const ConfigReader& r, ModelSpec& m) {
 
   if (t == "qwen2") {
     m.attention_bias = true;  // Qwen2Attention hard-codes bias on q/k/v and none on o
+  } else if (t == "glm4_moe") {
+    m.attention_bias = r.optional_bool("attention_bias", false);  // Glm4MoeAttention: on q, k, v; never on o
   } else if (t == "qwen2_moe") {
     m.attention_bias = r.optional_bool("qkv_bias", true);
   } else if (t == "llama" || t == "smollm3" || t == "granite" || t == "gpt_oss" || t == "qwen3" || t == "qwen3_moe" || t == "gemma" || t == "gemma2" || gemma3 ||
@@ -250,7 +258,8 @@ void read_attention(const ConfigReader& r, ModelSpec& m) {
   // DeepseekV2MLP is LlamaMLP, which reads mlp_bias; DeepseekV3MLP has no bias.
   m.mlp_bias = (t == "llama" || t == "smollm3" || t == "granite" || t == "deepseek_v2") &&
                r.optional_bool("mlp_bias", false);
-  m.qk_norm = t == "qwen3" || t == "qwen3_moe" || gemma3 || t == "olmo2";
+  m.qk_norm = t == "qwen3" || t == "qwen3_moe" || gemma3 || t == "olmo2" ||
+              (t == "glm4_moe" && r.optional_bool("use_qk_norm", false));
   m.qk_norm_whole_projection = t == "olmo2";  // Olmo2Attention's q_norm is heads x head_dim wide
   m.fused_qkv = t == "phi3";
 }
@@ -260,7 +269,7 @@ void read_experts(const ConfigReader& r, ModelSpec& m) {
   if (t == "mixtral" || t == "phimoe" || t == "gpt_oss") {
     m.num_experts = r.require_int("num_local_experts", 1, kMaxExperts);
     m.moe_intermediate_size = m.intermediate_size;  // their experts are intermediate_size wide
-  } else if (is_deepseek(t)) {
+  } else if (deepseek_moe(t)) {
     m.num_experts = r.require_int("n_routed_experts", 1, kMaxExperts);
     m.moe_intermediate_size = r.require_int("moe_intermediate_size", 1, kMaxIntermediate);
     // One shared MLP, n_shared_experts experts wide, beside the routed ones (0: none).
@@ -287,10 +296,12 @@ void read_experts(const ConfigReader& r, ModelSpec& m) {
   }
   if (t == "mixtral" || t == "phimoe" || t == "gpt_oss") return;
 
-  if (is_deepseek(t)) {
-    // DeepseekV2DecoderLayer / DeepseekV3DecoderLayer: layer i has experts when i >= first_k_dense_replace.
-    // transformers does not read moe_layer_freq (1 in every published config), so neither does trainfit.
-    const std::int64_t first_dense = r.optional_int("first_k_dense_replace", t == "deepseek_v2" ? 0 : 3, 0, kMaxLayers);
+  if (deepseek_moe(t)) {
+    // DeepseekV2DecoderLayer / DeepseekV3DecoderLayer / Glm4MoeDecoderLayer: layer i has experts when
+    // i >= first_k_dense_replace (defaults 0, 3 and 1). transformers does not read moe_layer_freq (1 in
+    // every published config), so neither does trainfit.
+    const std::int64_t first_dense =
+        r.optional_int("first_k_dense_replace", t == "deepseek_v2" ? 0 : t == "glm4_moe" ? 1 : 3, 0, kMaxLayers);
     m.dense_layers = std::min(first_dense, m.num_layers);
   } else {
     // Qwen MoE decoder layer i is sparse when i is not in mlp_only_layers and (i+1) % step == 0.
@@ -396,10 +407,10 @@ ModelSpec read_decoder(const ConfigReader& r, std::string model_type) {
   m.vocab_size =
       gemma3 ? r.optional_int("vocab_size", kGemma3Vocab, 1, kMaxVocab) : r.require_int("vocab_size", 1, kMaxVocab);
   // An all-sparse MoE never builds its dense MLP, so there intermediate_size may be absent.
-  m.intermediate_size = qwen_moe || is_deepseek(t) ? r.optional_int("intermediate_size", 0, 1, kMaxIntermediate)
+  m.intermediate_size = qwen_moe || deepseek_moe(t) ? r.optional_int("intermediate_size", 0, 1, kMaxIntermediate)
                                                    : r.require_int("intermediate_size", 1, kMaxIntermediate);
   read_attention(r, m);
-  if (t == "mixtral" || t == "phimoe" || t == "gpt_oss" || qwen_moe || is_deepseek(t)) read_experts(r, m);
+  if (t == "mixtral" || t == "phimoe" || t == "gpt_oss" || qwen_moe || deepseek_moe(t)) read_experts(r, m);
   m.attention_sinks = m.expert_bias = m.clamped_glu = t == "gpt_oss";
 
   const bool gemma = t == "gemma" || t == "gemma2" || gemma3;

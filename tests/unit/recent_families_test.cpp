@@ -203,3 +203,28 @@ TEST(GptOss, CountsAgainstTheModelCard) {
 
 }  // namespace
 }  // namespace trainfit
+
+namespace trainfit {
+namespace {
+
+// GLM-4.5-Air: one dense layer, then 45 of DeepSeek-V3's MoE layers (a bare fp32-scored router, 128
+// fused experts, one shared MLP) behind grouped-query attention with biased q, k, v (not o).
+TEST(Glm45Air, CountsAgainstThePublishedTotal) {
+  const ModelSpec m = load_model("zai-org/GLM-4.5-Air");
+  EXPECT_EQ(m.model_type, "glm4_moe");
+  EXPECT_EQ(m.dense_layers, 1);
+  EXPECT_TRUE(m.router_in_fp32);
+  EXPECT_TRUE(m.attention_bias);
+  EXPECT_FALSE(m.attention_out_bias);
+  EXPECT_FALSE(m.is_mla());
+  const std::int64_t h = 4096, q = 96 * 128, kv = 8 * 128, e = 128, mi = 1408;
+  const std::int64_t attention = (h * q + q) + 2 * (h * kv + kv) + q * h;
+  const std::int64_t moe = e * h + e * (h * 2 * mi + mi * h) + 3 * h * mi;
+  const std::int64_t dense = 3 * h * 10944;
+  const ParameterCounts c = count_parameters(m);
+  EXPECT_EQ(c.total, 2 * 151'552LL * h + 46 * (attention + 2 * h) + dense + 45 * moe + h);
+  EXPECT_NEAR(static_cast<double>(c.total) / published_parameters(m.name).total, 1.0, 0.01);
+}
+
+}  // namespace
+}  // namespace trainfit
