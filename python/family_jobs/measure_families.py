@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-MODELS = ["smollm3-3b", "granite3.3-2b", "granite3.3-8b", "gpt-oss-20b", "gpt-oss-120b"]
+MODELS = ["smollm3-3b", "granite3.3-2b", "granite3.3-8b", "gpt-oss-20b", "gpt-oss-120b", "glm4.5-air"]
 
 ATTN_ONLY = "q_proj,k_proj,v_proj,o_proj"
 # name: (model, layers or None, runner settings)
@@ -46,6 +46,10 @@ CASES = {
     "oss20b-l2-full-ckpt": ("gpt-oss-20b", 2, dict(method="full", seq=512, batch=1, grad_ckpt=True, attn="eager")),
     "oss20b-l2-lora-all-d0": ("gpt-oss-20b", 2, dict(method="lora", lora_dropout=0.0, seq=512, batch=1,
                                                      grad_ckpt=True, attn="eager")),
+    "glm45air-l3-lora-attn-ckpt": ("glm4.5-air", 3, dict(method="lora", lora_targets=ATTN_ONLY, seq=1024, batch=4,
+                                                          grad_ckpt=True)),
+    "glm45air-l3-lora-attn": ("glm4.5-air", 3, dict(method="lora", lora_targets=ATTN_ONLY, seq=1024, batch=2,
+                                                     grad_ckpt=False)),
 }
 
 
