@@ -109,7 +109,8 @@ struct ModelSpec {
   // float keeps nothing for its backward: one more elementwise pass over each, forward and backward.
   bool scaled_residuals = false;
   bool scaled_logits = false;
-  bool text_of_multimodal = false;  // read from the text_config of a multimodal config (gemma3)
+  bool text_of_multimodal = false;  // read from the text_config of a multimodal config (gemma3, mistral3)
+  std::string multimodal_type;      // that config's model_type ("gemma3", "mistral3"), or empty
   // A model_type of no family trainfit reads, planned as Llama's decoder layer from the fields every
   // decoder config has (docs/models.md, "Other decoder families"); `unread_fields` are the config's
   // other fields that may change the layers, which the plan's warning names.

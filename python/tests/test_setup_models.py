@@ -24,10 +24,19 @@ class LanguageModelConfig(unittest.TestCase):
         self.assertEqual(text["hidden_size"], config["text_config"]["hidden_size"])
         self.assertNotIn("vision_config", text)
 
+    def test_a_multimodal_mistral3_config_builds_the_text_family_it_names(self):
+        config = json.loads((MODELS / "mistral-small3.1.json").read_text())
+        text = language_model_config(config)
+        self.assertEqual(text["model_type"], "mistral")  # AutoModelForCausalLM: MistralForCausalLM
+        self.assertEqual(text["hidden_size"], 5120)
+        self.assertNotIn("vision_config", text)
+        del config["text_config"]["model_type"]  # absent: Mistral3Config's text default
+        self.assertEqual(language_model_config(config)["model_type"], "mistral")
+
     def test_every_other_builtin_is_built_from_its_config_as_it_is(self):
         for path in sorted(MODELS.glob("*.json")):
             config = json.loads(path.read_text())
-            if config["model_type"] == "gemma3":
+            if config["model_type"] in ("gemma3", "mistral3"):
                 continue
             self.assertIs(language_model_config(config), config, path.name)
 

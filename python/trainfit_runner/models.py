@@ -40,12 +40,16 @@ def config_json_path(name):
 
 def language_model_config(d):
     """The config.json dict of the causal language model a config describes. A multimodal Gemma 3
-    config (model_type gemma3, Gemma3ForConditionalGeneration) holds its text model's in text_config;
+    config (model_type gemma3, Gemma3ForConditionalGeneration) or Mistral 3 config (mistral3, Mistral
+    Small 3.1) holds its text model's in text_config;
     the planner plans that text model, so the runner builds it too (AutoModelForCausalLM then makes a
     Gemma3ForCausalLM; the vision tower and projector are left out, and res["model_class"] says what
     was built). Absent text_config fields take Gemma3TextConfig's defaults, as they do in transformers."""
     if d.get("model_type") == "gemma3" and isinstance(d.get("text_config"), dict):
         return dict(d["text_config"], model_type="gemma3_text")
+    # Mistral Small 3.1 (Mistral3ForConditionalGeneration): its text_config names its own family.
+    if d.get("model_type") == "mistral3" and isinstance(d.get("text_config"), dict):
+        return dict({"model_type": "mistral"}, **d["text_config"])
     return d
 
 

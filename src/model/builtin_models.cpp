@@ -82,6 +82,10 @@ const std::vector<Entry>& catalogue() {
       // checkpoint's multi-token-prediction layer (num_nextn_predict_layers) is not built by
       // transformers and not counted.
       {"glm4.5-air", "glm4.5-air", {"zai-org/GLM-4.5-Air", "zai-org/GLM-4.5-Air-Base"}, {106 * kB, 12 * kB}},
+      // A multimodal config (Pixtral vision tower): its text model is what is planned; Mistral's 24B
+      // counts the tower and projector too.
+      {"mistral-small3.1", "mistral-small3.1",
+       {"mistralai/Mistral-Small-3.1-24B-Instruct-2503", "mistralai/Mistral-Small-3.1-24B-Base-2503"}, {24.0 * kB}},
       {"smollm3-3b", "smollm3-3b", {"HuggingFaceTB/SmolLM3-3B", "HuggingFaceTB/SmolLM3-3B-Base"}, {3.08 * kB}},
       {"granite3.3-2b", "granite3.3-2b", {"ibm-granite/granite-3.3-2b-instruct", "ibm-granite/granite-3.3-2b-base"},
        {2.53 * kB}},

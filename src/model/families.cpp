@@ -76,6 +76,9 @@ std::vector<ModelFamily> built_in_families() {
   // fourth, Granite scales the residual stream and the logits). Liger-Kernel patches both, but its
   // patches for them have not been read here, so a plan with Liger refuses them.
   for (const char* llama_like : {"smollm3", "granite"}) rows.push_back(built_in(llama_like));
+  // Mistral Small 3.1's multimodal config: its text model is planned (model_config.cpp), as its own
+  // text_config family; Liger's patches for Mistral3ForConditionalGeneration have not been read.
+  rows.push_back(built_in("mistral3"));
   // Transformers 5 stores these experts as two 3-D parameters, gate and up fused: gate_up_proj
   // [E, 2M, h] and down_proj [E, h, M]. Mixtral's checkpoint names w1, w3 and w2 are converted on
   // loading. MixtralTopKRouter and DeepseekV3TopkRouter hold a bare weight; PhimoeTopKRouter and

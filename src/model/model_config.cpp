@@ -540,21 +540,36 @@ ModelSpec parse_model_config(std::string_view json_text, std::string_view source
   ModelSpec m;
   if (family == nullptr) {
     m = read_generic_decoder(r, type->get_ref<const std::string&>());
-  } else if (family->reads_as == "gemma3") {
-    // Gemma3ForConditionalGeneration: a SigLIP vision tower and its projector beside a Gemma 3 text
-    // model, whose config is text_config. Only the text model is described (Gemma3ForCausalLM on
-    // text_config is what fine-tuning on text trains).
+  } else if (family->reads_as == "gemma3" || family->reads_as == "mistral3") {
+    // Gemma3ForConditionalGeneration (a SigLIP vision tower) and Mistral3ForConditionalGeneration
+    // (Mistral Small 3.1: a Pixtral vision tower) hold a projector and a text model, whose config is
+    // text_config. Only the text model is described (its ForCausalLM on text_config is what
+    // fine-tuning on text trains); Mistral 3's text_config names its own family (mistral).
+    const std::string& wrapper = family->reads_as;
     const json* text = r.find("text_config");
     if (text == nullptr || !text->is_object()) {
-      r.fail("field \"text_config\" must be an object (a gemma3 config describes its language model there; got " +
+      r.fail("field \"text_config\" must be an object (a " + wrapper +
+             " config describes its language model there; got " +
              (text == nullptr ? std::string("nothing") : describe(*text)) + ")");
     }
-    m = read_decoder(ConfigReader(*text, source_name, "text_config."), "gemma3_text");
+    const ConfigReader text_reader(*text, source_name, "text_config.");
+    std::string text_type = "gemma3_text";
+    if (wrapper == "mistral3") {
+      text_type = text_reader.optional_string("model_type", "mistral");
+      const ModelFamily* text_family = find_model_family(text_type);
+      if (text_family == nullptr || text_family->reads_as == "gemma3" || text_family->reads_as == "mistral3")
+        text_reader.fail("field " + text_reader.quoted("model_type") + " names no text family trainfit reads (got \"" +
+                         text_type + "\")");
+      text_type = text_family->reads_as;
+    }
+    m = read_decoder(text_reader, text_type);
     m.text_of_multimodal = true;
+    m.multimodal_type = wrapper;
   } else {
     m = read_decoder(r, family->reads_as);
   }
-  if (family != nullptr && family->reads_as != family->model_type) m.model_type = family->model_type;
+  if (family != nullptr && family->reads_as != family->model_type && !m.text_of_multimodal)
+    m.model_type = family->model_type;
   m.name = std::string(source_name);
 
   // The per-field bounds keep each product in range, but their combination can still be absurd.

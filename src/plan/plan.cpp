@@ -401,9 +401,10 @@ std::vector<std::string> plan_warnings(const ModelSpec& model, const TrainingSet
                           fmt::join(model.unread_fields, ", "))));
   }
   if (model.text_of_multimodal) {
-    warnings.push_back(
-        "a multimodal gemma3 config: planned is its text model (Gemma3ForCausalLM on text_config), as text "
-        "fine-tuning trains it; the vision tower and its projector are neither counted nor trained");
+    warnings.push_back(fmt::format(
+        "a multimodal {} config: planned is its text model ({} on text_config), as text fine-tuning trains it; "
+        "the vision tower and its projector are neither counted nor trained",
+        model.multimodal_type, model.multimodal_type == "mistral3" ? "MistralForCausalLM" : "Gemma3ForCausalLM"));
   }
   return warnings;
 }

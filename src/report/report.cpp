@@ -528,7 +528,7 @@ std::string render_model_catalog(Format format) {
   std::string out =
       md ? "| name | family | parameters | published | active | published active | layers | hidden | heads (kv) | "
            "vocab |\n|---|---|---:|---:|---:|---:|---:|---:|---|---:|\n"
-         : fmt::format("{:<17}{:<12}{:>11}{:>10}{:>8}{:>8}{:>7}{:>7}{:>11}{:>8}\n", "name", "family", "parameters",
+         : fmt::format("{:<18}{:<12}{:>11}{:>10}{:>8}{:>8}{:>7}{:>7}{:>11}{:>8}\n", "name", "family", "parameters",
                        "published", "active", "(pub.)", "layers", "hidden", "heads (kv)", "vocab");
   for (const auto& name : builtin_model_names()) {
     const ModelSpec m = load_model(name);
@@ -552,7 +552,7 @@ std::string render_model_catalog(Format format) {
                          params_text(counts.total), count(published.total), active, count(published.active),
                          m.num_layers, m.hidden_size, heads, m.vocab_size);
     else
-      out += fmt::format("{:<17}{:<12}{:>11}{:>10}{:>8}{:>8}{:>7}{:>7}{:>11}{:>8}\n", name, m.model_type,
+      out += fmt::format("{:<18}{:<12}{:>11}{:>10}{:>8}{:>8}{:>7}{:>7}{:>11}{:>8}\n", name, m.model_type,
                          params_text(counts.total), count(published.total), active, count(published.active),
                          m.num_layers, m.hidden_size, heads, m.vocab_size);
   }

@@ -865,7 +865,8 @@ void check_kernels(const ModelSpec& model, const TrainingSetup& setup) {
   // the model_type: a plan of Liger's kernels there would describe a run that does not happen. The
   // MoE families Liger does patch (Mixtral, Qwen3-MoE) patch their experts their own way, not
   // measured: their rows say no Liger (families.cpp).
-  if (!model_family(model).liger || model.generic_decoder)
+  const ModelFamily* wrapper = model.multimodal_type.empty() ? nullptr : find_model_family(model.multimodal_type);
+  if (!model_family(model).liger || model.generic_decoder || (wrapper != nullptr && !wrapper->liger))
     throw SettingError("kernels", fmt::format("liger: Liger-Kernel patches no kernel of {} ({}) that trainfit plans; "
                                               "plan it with `kernels` torch",
                                               model.name, model.model_type));
