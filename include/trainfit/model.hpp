@@ -68,8 +68,8 @@ struct LinearModule {
 struct ModelSpec {
   std::string name;         // built-in name or the path it was read from
   // config.json "model_type": llama, qwen2, qwen3, mistral, gemma, gemma2, gemma3_text, olmo2, phi3, smollm3,
-  // granite, mixtral, qwen2_moe, qwen3_moe, phimoe, deepseek_v2, deepseek_v3, gpt_oss. A multimodal gemma3 config is read as its text model,
-  // "gemma3_text" (text_of_multimodal says so).
+  // granite, mixtral, qwen2_moe, qwen3_moe, phimoe, deepseek_v2, deepseek_v3, gpt_oss. A multimodal gemma3 config is
+  // read as its text model, "gemma3_text" (text_of_multimodal says so).
   std::string model_type;
   std::int64_t hidden_size = 0;
   std::int64_t num_layers = 0;

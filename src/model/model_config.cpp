@@ -8,12 +8,11 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "trainfit/error.hpp"
 #include "trainfit/model.hpp"
@@ -247,8 +246,8 @@ void read_attention(const ConfigReader& r, ModelSpec& m) {
     m.attention_bias = r.optional_bool("attention_bias", false);  // Glm4MoeAttention: on q, k, v; never on o
   } else if (t == "qwen2_moe") {
     m.attention_bias = r.optional_bool("qkv_bias", true);
-  } else if (t == "llama" || t == "smollm3" || t == "granite" || t == "gpt_oss" || t == "qwen3" || t == "qwen3_moe" || t == "gemma" || t == "gemma2" || gemma3 ||
-             t == "olmo2" || t == "phimoe" || is_deepseek(t)) {
+  } else if (t == "llama" || t == "smollm3" || t == "granite" || t == "gpt_oss" || t == "qwen3" || t == "qwen3_moe" ||
+             t == "gemma" || t == "gemma2" || gemma3 || t == "olmo2" || t == "phimoe" || is_deepseek(t)) {
     // Llama's attention_bias covers q, k, v and o (OLMo 2 and PhiMoE build LlamaAttention's
     // projections); DeepSeek's covers q_a_proj, kv_a_proj_with_mqa and o_proj.
     m.attention_bias = r.optional_bool("attention_bias", false);
@@ -256,8 +255,8 @@ void read_attention(const ConfigReader& r, ModelSpec& m) {
   }
   // mistral, mixtral and phi3 build every projection with bias=False whatever the config says.
   // DeepseekV2MLP is LlamaMLP, which reads mlp_bias; DeepseekV3MLP has no bias.
-  m.mlp_bias = (t == "llama" || t == "smollm3" || t == "granite" || t == "deepseek_v2") &&
-               r.optional_bool("mlp_bias", false);
+  m.mlp_bias =
+      (t == "llama" || t == "smollm3" || t == "granite" || t == "deepseek_v2") && r.optional_bool("mlp_bias", false);
   m.qk_norm = t == "qwen3" || t == "qwen3_moe" || gemma3 || t == "olmo2" ||
               (t == "glm4_moe" && r.optional_bool("use_qk_norm", false));
   m.qk_norm_whole_projection = t == "olmo2";  // Olmo2Attention's q_norm is heads x head_dim wide
@@ -300,8 +299,11 @@ void read_experts(const ConfigReader& r, ModelSpec& m) {
     // DeepseekV2DecoderLayer / DeepseekV3DecoderLayer / Glm4MoeDecoderLayer: layer i has experts when
     // i >= first_k_dense_replace (defaults 0, 3 and 1). transformers does not read moe_layer_freq (1 in
     // every published config), so neither does trainfit.
-    const std::int64_t first_dense =
-        r.optional_int("first_k_dense_replace", t == "deepseek_v2" ? 0 : t == "glm4_moe" ? 1 : 3, 0, kMaxLayers);
+    const std::int64_t first_dense = r.optional_int("first_k_dense_replace",
+                                                    t == "deepseek_v2" ? 0
+                                                    : t == "glm4_moe"  ? 1
+                                                                       : 3,
+                                                    0, kMaxLayers);
     m.dense_layers = std::min(first_dense, m.num_layers);
   } else {
     // Qwen MoE decoder layer i is sparse when i is not in mlp_only_layers and (i+1) % step == 0.
@@ -408,7 +410,7 @@ ModelSpec read_decoder(const ConfigReader& r, std::string model_type) {
       gemma3 ? r.optional_int("vocab_size", kGemma3Vocab, 1, kMaxVocab) : r.require_int("vocab_size", 1, kMaxVocab);
   // An all-sparse MoE never builds its dense MLP, so there intermediate_size may be absent.
   m.intermediate_size = qwen_moe || deepseek_moe(t) ? r.optional_int("intermediate_size", 0, 1, kMaxIntermediate)
-                                                   : r.require_int("intermediate_size", 1, kMaxIntermediate);
+                                                    : r.require_int("intermediate_size", 1, kMaxIntermediate);
   read_attention(r, m);
   if (t == "mixtral" || t == "phimoe" || t == "gpt_oss" || qwen_moe || deepseek_moe(t)) read_experts(r, m);
   m.attention_sinks = m.expert_bias = m.clamped_glu = t == "gpt_oss";
@@ -450,22 +452,59 @@ ModelSpec read_decoder(const ConfigReader& r, std::string model_type) {
 }
 
 // The fields read_decoder reads for Llama, which a config of another decoder family is read by.
-constexpr std::array kGenericDecoderFields = {
-    "model_type",        "hidden_size",          "num_hidden_layers",   "num_attention_heads",
-    "num_key_value_heads", "head_dim",           "intermediate_size",   "vocab_size",
-    "attention_bias",    "mlp_bias",             "tie_word_embeddings", "hidden_act",
-    "max_position_embeddings"};
+constexpr std::array kGenericDecoderFields = {"model_type",
+                                              "hidden_size",
+                                              "num_hidden_layers",
+                                              "num_attention_heads",
+                                              "num_key_value_heads",
+                                              "head_dim",
+                                              "intermediate_size",
+                                              "vocab_size",
+                                              "attention_bias",
+                                              "mlp_bias",
+                                              "tie_word_embeddings",
+                                              "hidden_act",
+                                              "max_position_embeddings"};
 // Fields that change no tensor's size or count: ids, dtypes, initialisation, epsilons, the rotary
 // base and scaling (the tables' sizes do not depend on them), dropout probabilities, bookkeeping.
-constexpr std::array kShapeFreeFields = {
-    "architectures",     "auto_map",            "bos_token_id",       "eos_token_id",   "pad_token_id",
-    "torch_dtype",       "dtype",               "transformers_version", "use_cache",    "initializer_range",
-    "rms_norm_eps",      "layer_norm_eps",      "norm_eps",           "layer_norm_epsilon", "rope_theta",
-    "rope_scaling",      "rope_parameters",     "attention_dropout",  "hidden_dropout", "embd_pdrop",
-    "resid_pdrop",       "attn_pdrop",          "dropout",            "pretraining_tp", "_name_or_path",
-    "tokenizer_class",   "is_decoder",          "output_attentions",  "output_hidden_states", "return_dict",
-    "id2label",          "label2id",            "problem_type",       "bad_words_ids",  "chat_template",
-    "use_return_dict",   "rope_type",           "original_max_position_embeddings"};
+constexpr std::array kShapeFreeFields = {"architectures",
+                                         "auto_map",
+                                         "bos_token_id",
+                                         "eos_token_id",
+                                         "pad_token_id",
+                                         "torch_dtype",
+                                         "dtype",
+                                         "transformers_version",
+                                         "use_cache",
+                                         "initializer_range",
+                                         "rms_norm_eps",
+                                         "layer_norm_eps",
+                                         "norm_eps",
+                                         "layer_norm_epsilon",
+                                         "rope_theta",
+                                         "rope_scaling",
+                                         "rope_parameters",
+                                         "attention_dropout",
+                                         "hidden_dropout",
+                                         "embd_pdrop",
+                                         "resid_pdrop",
+                                         "attn_pdrop",
+                                         "dropout",
+                                         "pretraining_tp",
+                                         "_name_or_path",
+                                         "tokenizer_class",
+                                         "is_decoder",
+                                         "output_attentions",
+                                         "output_hidden_states",
+                                         "return_dict",
+                                         "id2label",
+                                         "label2id",
+                                         "problem_type",
+                                         "bad_words_ids",
+                                         "chat_template",
+                                         "use_return_dict",
+                                         "rope_type",
+                                         "original_max_position_embeddings"};
 // Expert counts: a mixture of experts planned as one dense MLP would be off by its size.
 constexpr std::array kExpertCountFields = {"num_experts", "num_local_experts", "n_routed_experts"};
 
@@ -477,8 +516,8 @@ bool listed(const auto& names, std::string_view field) {
 // config has, when it names a causal language model and has them. Refused otherwise (an encoder,
 // a config missing its shapes, a mixture of experts), naming what is missing.
 ModelSpec read_generic_decoder(const ConfigReader& r, const std::string& model_type) {
-  const std::string refused = "model_type \"" + model_type + "\" is not supported (supported: " + supported_families() +
-                              ")";
+  const std::string refused =
+      "model_type \"" + model_type + "\" is not supported (supported: " + supported_families() + ")";
   bool causal = true;
   if (const json* arch = r.find("architectures"); arch != nullptr && arch->is_array()) {
     causal = false;
@@ -488,7 +527,8 @@ ModelSpec read_generic_decoder(const ConfigReader& r, const std::string& model_t
   if (!causal)
     r.fail(refused + "; its architectures name no ForCausalLM model, which another decoder family would be planned as");
   std::vector<std::string> missing;
-  for (const char* field : {"hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size"})
+  for (const char* field :
+       {"hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size"})
     if (r.find(field) == nullptr) missing.emplace_back(field);
   if (!missing.empty()) {
     std::string names;

@@ -395,10 +395,9 @@ std::vector<std::string> plan_warnings(const ModelSpec& model, const TrainingSet
         "model_type {} is not a family trainfit reads: planned as Llama's decoder layers (q/k/v/o attention with "
         "a rotary embedding, a gated MLP, two RMSNorms a layer) from its usual fields{}",
         model.model_type,
-        model.unread_fields.empty()
-            ? std::string()
-            : fmt::format("; fields not read, which may change the layers and so the plan: {}",
-                          fmt::join(model.unread_fields, ", "))));
+        model.unread_fields.empty() ? std::string()
+                                    : fmt::format("; fields not read, which may change the layers and so the plan: {}",
+                                                  fmt::join(model.unread_fields, ", "))));
   }
   if (model.text_of_multimodal) {
     warnings.push_back(fmt::format(

@@ -535,9 +535,15 @@ std::string render_model_catalog(Format format) {
     const ParameterCounts counts = count_parameters(m);
     const PublishedParameters published = published_parameters(name);
     if (format == Format::json) {
-      json row = {{"name", name},           {"model_type", m.model_type},     {"parameters", counts.total},
-                  {"layers", m.num_layers}, {"hidden_size", m.hidden_size},   {"heads", m.num_heads},
-                  {"kv_heads", m.num_kv_heads}, {"vocab_size", m.vocab_size}, {"experts", m.num_experts},
+      json row = {{"name", name},
+                  {"model_type", m.model_type},
+                  {"parameters", counts.total},
+                  {"layers", m.num_layers},
+                  {"hidden_size", m.hidden_size},
+                  {"heads", m.num_heads},
+                  {"kv_heads", m.num_kv_heads},
+                  {"vocab_size", m.vocab_size},
+                  {"experts", m.num_experts},
                   {"modules", layer_modules_json(m)}};
       if (m.is_moe()) row["active_parameters"] = counts.activated;
       row["published_parameters"] = published.total > 0 ? json(published.total) : json(nullptr);

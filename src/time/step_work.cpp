@@ -448,8 +448,8 @@ WorkBasis work_basis(const ModelSpec& model, const Step& step) {
     layer_ops += -kLigerNormOpsSaved * as_d(model.norms_per_layer) - kLigerRopeOpsSaved + kLigerActivationOpsAdded -
                  (model.qk_norm && model_family(model).liger_qk_norm ? 2.0 * kLigerNormOpsSaved : 0.0);
   b.layer_ops = layer_ops;
-  b.forward_ops = L * layer_ops + kModelForwardOps + (model.scaled_residuals ? 1.0 : 0.0) +
-                  (model.scaled_logits ? 1.0 : 0.0);
+  b.forward_ops =
+      L * layer_ops + kModelForwardOps + (model.scaled_residuals ? 1.0 : 0.0) + (model.scaled_logits ? 1.0 : 0.0);
   // Granite's scalings move the residual stream once more per sublayer and the embedding once, and
   // the logits once more where the model makes them whole (a chunked or fused loss computes its own).
   const double stream_bytes = as_d(model.hidden_size) * b.activation_bytes;  // a sublayer's output
@@ -701,8 +701,8 @@ StepWork step_work(const WorkBasis& b, double tokens, double batch, bool grad_ck
     loss_bytes += (b.logit_bytes + kAccelerateFp32Bytes + kSftMetricWidthsPerLogit * kAccelerateFp32Bytes) * T * V;
   }
   w.memory_bytes = saved * (kTrafficPerSavedByteForward + kTrafficPerSavedByteBackward) +
-                   (ckpt ? layer_saved * kTrafficPerSavedByteForward : 0.0) + loss_bytes +
-                   lora_bytes - w.adapter_bytes + b.scaling_bytes_per_token * T;
+                   (ckpt ? layer_saved * kTrafficPerSavedByteForward : 0.0) + loss_bytes + lora_bytes -
+                   w.adapter_bytes + b.scaling_bytes_per_token * T;
   // Every pass (forward, backward, recompute) reads each weight matrix once; a quantised one is
   // first dequantised.
   const double passes = passes_of(ckpt);
