@@ -439,8 +439,8 @@ WorkBasis work_basis(const ModelSpec& model, const Step& step) {
   if (model.is_moe()) layer_ops += kGroupedMoeOps * linears.moe_layers / L;
   layer_ops -= kRotaryOps * as_d(model.rope_free_layers) / L;
   // gpt-oss: eager attention's sink column (expand, cat, max, subtract, slice) and the experts'
-  // clamped activation (two slices, two clamps, scale, sigmoid, two products, the shift: 9 for SiLU's
-  // activation and product).
+  // clamped activation (two slices, two clamps, scale, sigmoid, two products, the shift: 9 operations
+  // where SiLU's activation and product are 2).
   if (model.attention_sinks && b.eager) layer_ops += 5.0;
   if (model.clamped_glu) layer_ops += 7.0 * linears.moe_layers / L;
   if (model.scaled_residuals) layer_ops += 2.0;
