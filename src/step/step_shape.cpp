@@ -138,6 +138,11 @@ struct LinearTotals {
   double untargeted_expert_adapter_params = 0;  // what adapters on the untargeted routed experts would add
   double largest = 0;         // elements of the largest single matrix (one expert's for experts)
   double factored_elems = 0;  // Adafactor's row + column vectors over the trainable matrices
+  // Of the matrices, those of nn.Linear modules: what bitsandbytes quantises under QLoRA. It
+  // replaces nn.Linear modules only, so transformers 5's fused 3-D experts (and a bare router
+  // weight) stay in the compute dtype (bitsandbytes issue #1849: "silently skipped and stay full
+  // precision").
+  double linear_module_elems = 0, linear_module_rows = 0, largest_linear_module = 0;
 };
 
 
@@ -163,6 +168,11 @@ LinearTotals sum_linears(const StepBasis& b) {
       t.bias_elems += (m.bias ? as_d(m.out_features) * as_d(m.count) : 0) * layers;
       t.rows += as_d(m.out_features) * as_d(m.count) * layers;
       t.largest = std::max(t.largest, as_d(m.in_features) * as_d(m.out_features));
+      if (m.nn_linear) {
+        t.linear_module_elems += n * layers;
+        t.linear_module_rows += as_d(m.out_features) * as_d(m.count) * layers;
+        t.largest_linear_module = std::max(t.largest_linear_module, as_d(m.in_features) * as_d(m.out_features));
+      }
       if (b.full) t.factored_elems += (as_d(m.in_features) + as_d(m.out_features)) * as_d(m.count) * layers;
       if (lora_target) {
         t.adapter_params += adapter_params_of(m, wrapped, r) * layers;
@@ -190,7 +200,9 @@ double parameter_rounding(const StepBasis& b, double matrix_bytes, double other_
   };
   auto add_mods = [&](const std::vector<LayerLinear>& mods, double layers) {
     for (const auto& [m, lora_target, wrapped] : mods) {
-      add_tensor(as_d(m.in_features) * as_d(m.out_features) * as_d(m.count), matrix_bytes, layers);
+      // A fused expert parameter is no nn.Linear: stored as the rest (QLoRA leaves it unquantised).
+      add_tensor(as_d(m.in_features) * as_d(m.out_features) * as_d(m.count), m.nn_linear ? matrix_bytes : other_bytes,
+                 layers);
       if (m.bias) add_tensor(as_d(m.out_features) * as_d(m.count), other_bytes, layers);
     }
   };
@@ -219,12 +231,14 @@ ParameterStorage parameter_storage(const StepBasis& b, const LinearTotals& lin) 
 
   if (b.quantised) {
     // bitsandbytes quantises every decoder nn.Linear weight; transformers keeps the output
-    // layer, the embedding, the norms and the biases in the load dtype (fp32 after k-bit prep).
+    // layer, the embedding, the norms, the biases and the fused experts (no nn.Linear) in the load
+    // dtype, which prepare_model_for_kbit_training casts to fp32 (every 16-bit parameter it finds).
     const double keep_bytes = setup.quant.kbit_prepare ? 4.0 : bytes_per_element(setup.quant.compute_dtype);
-    p.weights = lin.weight_elems * bytes_per_element(setup.weights) + other_elems * keep_bytes;
+    const double unquantised = lin.weight_elems - lin.linear_module_elems;
+    p.weights = lin.linear_module_elems * bytes_per_element(setup.weights) + (other_elems + unquantised) * keep_bytes;
     // LLM.int8 keeps one fp32 scale per output row.
-    p.quant_constants = lin.weight_elems * quant_constants_per_element(setup) +
-                        (setup.weights == DType::int8 ? lin.rows * kFp32Bytes : 0.0);
+    p.quant_constants = lin.linear_module_elems * quant_constants_per_element(setup) +
+                        (setup.weights == DType::int8 ? lin.linear_module_rows * kFp32Bytes : 0.0);
     p.weights_rounding = parameter_rounding(b, bytes_per_element(setup.weights), keep_bytes, shards);
   } else {
     p.weights = as_d(b.pc.total) * weight_bytes;
@@ -721,7 +735,7 @@ Transients transients(const StepBasis& b, const LinearTotals& lin) {
   t.layer_forward_per_token = widest;
 
   // Forward and backward dequantise one weight at a time into the compute dtype.
-  if (b.quantised) t.dequant = lin.largest * bytes_per_element(b.setup.quant.compute_dtype);
+  if (b.quantised) t.dequant = lin.largest_linear_module * bytes_per_element(b.setup.quant.compute_dtype);
   return t;
 }
 

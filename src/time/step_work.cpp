@@ -261,12 +261,18 @@ namespace {
 // "Objectives"): the forwards without autograd (FLOPs forward only; their saved-size intermediates
 // written and read once; every weight read once) and PPO's value model (a full fine-tuning
 // forward and backward without its vocabulary, and its share of the optimizer step).
+// One pass's reads of a quantised base's decoder matrices: each nn.Linear weight dequantised, the
+// fused experts (left in the compute dtype) read as they are.
+double quantised_weight_pass(const WorkBasis& b) {
+  return kDequantBytesPerWeight * (b.weight_elems - b.unquantised_weight_elems) +
+         b.unquantised_weight_bytes * b.unquantised_weight_elems;
+}
+
 void objective_step_work(StepWork& w, const WorkBasis& b, double T, double attn_fwd, double lora_forward,
                          double passes) {
   w.sequences_per_example = b.sequences_per_example;
   const double h = b.hidden, V = b.vocab;
-  const double weight_pass = b.quantised ? kDequantBytesPerWeight * b.weight_elems
-                                         : b.weight_read_bytes * (b.weight_elems + V * h);
+  const double weight_pass = b.quantised ? quantised_weight_pass(b) : b.weight_read_bytes * (b.weight_elems + V * h);
   const double saved_fwd = (b.layer_saved_per_token * b.layers + b.outside_per_token) * kTrafficPerSavedByteForward;
   auto no_grad_forward = [&](double tokens, double logit_fraction, double loss_bytes_per_logit, double ops) {
     const double fwd = b.linear_flops_per_token * tokens + 2.0 * V * h * tokens * logit_fraction;
@@ -359,6 +365,7 @@ WorkBasis work_basis(const ModelSpec& model, const Step& step) {
   b.eager = setup.attention == Attention::eager;
   if (model.sliding_mask_at(setup.seq)) b.masked_layers = as_d(model.sliding_layers);
   b.quantised = setup.method == Method::qlora;
+  if (b.quantised) b.unquantised_weight_bytes = setup.quant.kbit_prepare ? 4.0 : bytes_per_element(setup.quant.compute_dtype);
 
   // Linear layers (average over dense and MoE layers), with the LoRA targets among them.
   const LayerLinears& linears = st.linears;
@@ -368,6 +375,7 @@ WorkBasis work_basis(const ModelSpec& model, const Step& step) {
       const double rows = as_d(m.count) * m.token_fraction;  // copies a token passes through
       b.linear_flops_per_token += 2.0 * as_d(m.in_features) * as_d(m.out_features) * rows * layers;
       b.weight_elems += as_d(m.in_features) * as_d(m.out_features) * as_d(m.count) * layers;
+      if (!m.nn_linear) b.unquantised_weight_elems += as_d(m.in_features) * as_d(m.out_features) * as_d(m.count) * layers;
       if (wrapped) {
         // ParamWrapper: no LoRA branch; the merged weight's gradient is a full weight gradient.
         b.wrapped_flops_per_token += 2.0 * as_d(m.in_features) * as_d(m.out_features) * rows * layers;
@@ -707,7 +715,7 @@ StepWork step_work(const WorkBasis& b, double tokens, double batch, bool grad_ck
   // first dequantised.
   const double passes = passes_of(ckpt);
   if (b.quantised) {
-    w.memory_bytes += kDequantBytesPerWeight * b.weight_elems * passes;
+    w.memory_bytes += quantised_weight_pass(b) * passes;
   } else {
     w.memory_bytes += b.weight_read_bytes * (b.weight_elems + V * h) * passes;
   }

@@ -28,6 +28,10 @@ struct WorkBasis {
   double targeted_rank_widths = 0;  // r x (in + out) over the LoRA-targeted modules
   double targeted_in = 0, targeted_out = 0;
   double weight_elems = 0;       // matrix weights of every layer
+  // Of those, the ones QLoRA leaves in the compute dtype (fused experts: bitsandbytes quantises
+  // nn.Linear modules only), read as they are in every pass.
+  double unquantised_weight_elems = 0;
+  double unquantised_weight_bytes = 0;  // bytes per element of those
   double merged_weight_elems = 0;      // of those, the ones PEFT's ParamWrapper adapts (folded W + B A each pass)
   double wrapped_flops_per_token = 0;  // their merged weights' gradient matmuls
   double activation_bytes = 0;   // bytes per element of the activations a LoRA branch casts (4 in pure fp32, else 2)

@@ -253,3 +253,33 @@ TEST(Glm45Air, CountsAgainstThePublishedTotal) {
 
 }  // namespace
 }  // namespace trainfit
+
+namespace trainfit {
+namespace {
+
+std::int64_t breakdown_bytes(const Plan& p, const std::string& category) {
+  for (const MemoryTerm& t : p.memory.breakdown)
+    if (t.category == category) return t.bytes;
+  return -1;
+}
+
+// bitsandbytes replaces nn.Linear modules only: transformers 5's fused 3-D experts stay in the
+// compute dtype under QLoRA, and only the nn.Linear matrices get 4-bit storage and constants.
+TEST(QloraOnFusedExperts, TheExpertsStayInTheComputeDtype) {
+  const ModelSpec m = load_model("mixtral-8x7b");
+  TrainingSetup s;
+  s.method = Method::qlora;
+  s.weights = DType::nf4;
+  const Plan p = make_plan(m, s, find_gpu("h200"));
+  const double experts = 32.0 * 8 * 3 * 4096 * 14336;  // gate_up and down of 8 experts, 32 layers
+  const double attention = 32.0 * (2 * 4096 * 4096 + 2 * 4096 * 1024);
+  const double rest = static_cast<double>(count_parameters(m).total) - experts - attention;
+  const double weights = static_cast<double>(breakdown_bytes(p, "weights"));
+  // bf16 experts and the rest, 4-bit attention; the allocator's rounding on top (well under 1%).
+  EXPECT_NEAR(weights / (2.0 * (experts + rest) + 0.5 * attention), 1.0, 0.01);
+  // The constants are the attention matrices' alone (one fp32 absmax a 64-block, double-quantised).
+  EXPECT_LT(static_cast<double>(breakdown_bytes(p, "quant_constants")), attention * 0.05);
+}
+
+}  // namespace
+}  // namespace trainfit
