@@ -8,11 +8,12 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
-#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "trainfit/error.hpp"
 #include "trainfit/model.hpp"
@@ -56,6 +57,11 @@ std::string describe(const json& v) {
     }
     default: return v.dump(-1, ' ', false, json::error_handler_t::replace);
   }
+}
+
+// The refusal of a model_type no family reads: `type` as the config gives it (a string or not).
+std::string not_supported(const json& type) {
+  return "model_type " + describe(type) + " is not supported (supported: " + supported_families() + ")";
 }
 
 class ConfigReader {
@@ -516,8 +522,7 @@ bool listed(const auto& names, std::string_view field) {
 // config has, when it names a causal language model and has them. Refused otherwise (an encoder,
 // a config missing its shapes, a mixture of experts), naming what is missing.
 ModelSpec read_generic_decoder(const ConfigReader& r, const std::string& model_type) {
-  const std::string refused =
-      "model_type \"" + model_type + "\" is not supported (supported: " + supported_families() + ")";
+  const std::string refused = not_supported(json(model_type));
   bool causal = true;
   if (const json* arch = r.find("architectures"); arch != nullptr && arch->is_array()) {
     causal = false;
@@ -573,7 +578,7 @@ ModelSpec parse_model_config(std::string_view json_text, std::string_view source
   if (type == nullptr) r.fail("missing required field \"model_type\" (supported: " + supported_families() + ")");
   const ModelFamily* family = type->is_string() ? find_model_family(type->get_ref<const std::string&>()) : nullptr;
   if (family == nullptr && !type->is_string())
-    r.fail("model_type " + describe(*type) + " is not supported (supported: " + supported_families() + ")");
+    r.fail(not_supported(*type));
 
   // A family added beside the built-ins is read by the code of the one it reads as, and keeps its
   // own model_type: its module names and structure are its row's.

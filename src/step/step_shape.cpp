@@ -233,7 +233,7 @@ ParameterStorage parameter_storage(const StepBasis& b, const LinearTotals& lin) 
     // bitsandbytes quantises every decoder nn.Linear weight; transformers keeps the output
     // layer, the embedding, the norms, the biases and the fused experts (no nn.Linear) in the load
     // dtype, which prepare_model_for_kbit_training casts to fp32 (every 16-bit parameter it finds).
-    const double keep_bytes = setup.quant.kbit_prepare ? 4.0 : bytes_per_element(setup.quant.compute_dtype);
+    const double keep_bytes = unquantised_parameter_bytes(setup);
     const double unquantised = lin.weight_elems - lin.linear_module_elems;
     p.weights = lin.linear_module_elems * bytes_per_element(setup.weights) + (other_elems + unquantised) * keep_bytes;
     // LLM.int8 keeps one fp32 scale per output row.
@@ -1018,7 +1018,7 @@ ChunkedLossShape chunked_output_layer(const StepBasis& b) {
   c.vocab = b.V;
   c.head_elems = as_d(b.pc.lm_head > 0 ? b.pc.lm_head : b.pc.embedding);
   c.weight_bytes = b.full && setup.amp ? 4.0
-                   : b.quantised       ? (setup.quant.kbit_prepare ? 4.0 : bytes_per_element(setup.quant.compute_dtype))
+                   : b.quantised       ? unquantised_parameter_bytes(setup)
                                        : bytes_per_element(setup.weights);
   c.head_trained = b.full;
   return c;

@@ -109,6 +109,13 @@ inline double micro_batch_tokens(std::int64_t seq, std::int64_t batch) {
   return static_cast<double>(seq) * static_cast<double>(batch);
 }
 
+// Bytes per element of a QLoRA base's parameters that bitsandbytes leaves unquantised (embedding,
+// output layer, norms, biases, fused experts): the compute dtype, or fp32 after
+// prepare_model_for_kbit_training, which casts every 16-bit parameter it finds.
+inline double unquantised_parameter_bytes(const TrainingSetup& s) {
+  return s.quant.kbit_prepare ? 4.0 : bytes_per_element(s.quant.compute_dtype);
+}
+
 // PEFT's rule for a target name: it matches a module whose path is that name or ends with
 // "." and that name ("v_proj" matches "self_attn.v_proj", "proj" matches neither).
 bool module_name_matches(std::string_view module_path, std::string_view name);

@@ -257,10 +257,6 @@ void objective_work(WorkBasis& b, const ModelSpec& model, const TrainingSetup& s
 
 namespace {
 
-// The work the objective adds to a micro-batch of `T` trained tokens (docs/model.md,
-// "Objectives"): the forwards without autograd (FLOPs forward only; their saved-size intermediates
-// written and read once; every weight read once) and PPO's value model (a full fine-tuning
-// forward and backward without its vocabulary, and its share of the optimizer step).
 // One pass's reads of a quantised base's decoder matrices: each nn.Linear weight dequantised, the
 // fused experts (left in the compute dtype) read as they are.
 double quantised_weight_pass(const WorkBasis& b) {
@@ -268,6 +264,10 @@ double quantised_weight_pass(const WorkBasis& b) {
          b.unquantised_weight_bytes * b.unquantised_weight_elems;
 }
 
+// The work the objective adds to a micro-batch of `T` trained tokens (docs/model.md,
+// "Objectives"): the forwards without autograd (FLOPs forward only; their saved-size intermediates
+// written and read once; every weight read once) and PPO's value model (a full fine-tuning
+// forward and backward without its vocabulary, and its share of the optimizer step).
 void objective_step_work(StepWork& w, const WorkBasis& b, double T, double attn_fwd, double lora_forward,
                          double passes) {
   w.sequences_per_example = b.sequences_per_example;
@@ -365,7 +365,7 @@ WorkBasis work_basis(const ModelSpec& model, const Step& step) {
   b.eager = setup.attention == Attention::eager;
   if (model.sliding_mask_at(setup.seq)) b.masked_layers = as_d(model.sliding_layers);
   b.quantised = setup.method == Method::qlora;
-  if (b.quantised) b.unquantised_weight_bytes = setup.quant.kbit_prepare ? 4.0 : bytes_per_element(setup.quant.compute_dtype);
+  if (b.quantised) b.unquantised_weight_bytes = detail::unquantised_parameter_bytes(setup);
 
   // Linear layers (average over dense and MoE layers), with the LoRA targets among them.
   const LayerLinears& linears = st.linears;
