@@ -65,11 +65,38 @@ struct LinearModule {
   bool operator==(const LinearModule&) const = default;
 };
 
+// A linear module of a vision tower or its projector, as PEFT matches a target against it: its
+// path under the tower's layer (or the tower) and how many copies the tower has.
+struct TowerLinear {
+  std::string name;  // "self_attn.q_proj", "mlp.fc1", "multi_modal_projector.linear_1"...
+  std::int64_t in_features = 0;
+  std::int64_t out_features = 0;
+  std::int64_t count = 1;
+  bool bias = false;
+  bool operator==(const TowerLinear&) const = default;
+};
+
+// The vision tower and projector a multimodal config builds beside its text model
+// (docs/models.md, "Vision towers"). Planned steps are text-only: the tower is loaded and counted,
+// and PEFT's all-linear wraps its nn.Linear modules (it leaves out only the output layer), but no
+// image passes through it, so neither it nor its adapters get a gradient.
+struct VisionTower {
+  // vision_config's model_type as transformers builds it: siglip_vision_model (Gemma 3), pixtral
+  // (Mistral 3), qwen2_5_vl, qwen3_vl, llama4_vision_model; empty for a text model.
+  std::string type;
+  std::vector<TowerLinear> linears;       // tower and projector
+  std::int64_t other_parameters = 0;      // the rest: patch convolution, position tables, norms, raw matrices
+  std::int64_t projector_parameters = 0;  // of all of them, the projector's (or merger's)
+  std::int64_t parameters() const;        // sum(p.numel()) over tower and projector
+  bool operator==(const VisionTower&) const = default;
+};
+
 struct ModelSpec {
   std::string name;         // built-in name or the path it was read from
   // config.json "model_type": llama, qwen2, qwen3, mistral, gemma, gemma2, gemma3_text, olmo2, phi3, smollm3,
-  // granite, mixtral, qwen2_moe, qwen3_moe, phimoe, deepseek_v2, deepseek_v3, gpt_oss. A multimodal gemma3 config is
-  // read as its text model, "gemma3_text" (text_of_multimodal says so).
+  // granite, mixtral, qwen2_moe, qwen3_moe, phimoe, deepseek_v2, deepseek_v3, gpt_oss, glm4_moe, llama4_text. A
+  // multimodal config is read as its text model's family ("gemma3_text", "qwen2", "llama4_text"...), with
+  // text_of_multimodal, multimodal_type and its vision tower saying so.
   std::string model_type;
   std::int64_t hidden_size = 0;
   std::int64_t num_layers = 0;
@@ -109,8 +136,9 @@ struct ModelSpec {
   // float keeps nothing for its backward: one more elementwise pass over each, forward and backward.
   bool scaled_residuals = false;
   bool scaled_logits = false;
-  bool text_of_multimodal = false;  // read from the text_config of a multimodal config (gemma3, mistral3)
+  bool text_of_multimodal = false;  // the text model of a multimodal config (gemma3, mistral3, qwen2_5_vl, ...)
   std::string multimodal_type;      // that config's model_type ("gemma3", "mistral3"), or empty
+  VisionTower vision;               // its vision tower and projector
   // A model_type of no family trainfit reads, planned as Llama's decoder layer from the fields every
   // decoder config has (docs/models.md, "Other decoder families"); `unread_fields` are the config's
   // other fields that may change the layers, which the plan's warning names.
@@ -125,6 +153,9 @@ struct ModelSpec {
   // gpt_oss's experts' activation: the gate clamped above at 7 and multiplied by sigmoid(1.702 x gate),
   // the up clamped to [-7, 7] and shifted by one, their product (GptOssExperts), in place of SiLU.
   bool clamped_glu = false;
+  // Llama 4: its RoPE layers normalise q and k by their root mean square in fp32, without a weight
+  // (Llama4TextL2Norm, use_qk_norm); how many layers do.
+  std::int64_t qk_l2_norm_layers = 0;
   // Mixture of experts (0 when dense).
   std::int64_t num_experts = 0;
   std::int64_t experts_per_token = 0;
@@ -133,6 +164,9 @@ struct ModelSpec {
   // DeepSeek's n_shared_experts x moe_intermediate_size wide one.
   std::int64_t shared_expert_intermediate_size = 0;
   std::int64_t dense_layers = 0;  // layers with a dense MLP instead of experts
+  // Llama4TextMoe: every token is repeated for every expert and scaled by its router score (0 off
+  // its top-k) before the experts run, so all experts run on all tokens (no gather, no dispatch).
+  bool dense_expert_routing = false;
   // deepseek: the router casts the hidden states and its weight to fp32 and multiplies them itself
   // (F.linear), never calling a LoRA-wrapped module's forward.
   bool router_in_fp32 = false;
@@ -154,6 +188,8 @@ struct ModelSpec {
   std::int64_t v_head_dim = 0;        // of a value head; head_dim for every other attention
 
   bool is_moe() const { return num_experts > 0; }
+  // The expert rows one token's forward runs: its top-k, or every expert under dense routing.
+  std::int64_t expert_rows_per_token() const { return dense_expert_routing ? num_experts : experts_per_token; }
   bool is_mla() const { return kv_lora_rank > 0; }
   // A value head's width, and the width of the rotary part of a query or key head.
   std::int64_t value_head_dim() const { return is_mla() ? v_head_dim : head_dim; }
@@ -167,6 +203,7 @@ struct ParameterCounts {
   std::int64_t linear = 0;      // every decoder linear weight and bias, all layers
   std::int64_t norms = 0;       // every RMSNorm/LayerNorm weight, including the final one
   std::int64_t other = 0;       // routers, anything else
+  std::int64_t vision = 0;      // a multimodal model's vision tower and projector
   std::int64_t total = 0;       // what sum(p.numel() for p in model.parameters()) prints
   // What one token's forward uses: the total less the routed experts it is not sent to (all of it for
   // a dense model). Publishers state this "activated" figure with or without the embedding table.

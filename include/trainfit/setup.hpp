@@ -121,6 +121,12 @@ enum class Loss { whole, chunked, fused };
 //   liger: Liger-Kernel's Triton kernels as TRL and transformers' use_liger_kernel patch them in
 //          (RMSNorm, SwiGLU/GeGLU, RoPE): fewer saved tensors, fewer operations.
 enum class Kernels { torch, liger };
+// What of a multimodal model (Gemma 3, Mistral 3, Qwen2.5-VL, ...) is built:
+//   loaded:  the whole ...ForConditionalGeneration, vision tower and projector beside the text
+//            model (what AutoModelForCausalLM and the trainers load); a text-only step leaves them idle;
+//   dropped: the text model alone (its ...ForCausalLM on text_config).
+// Nothing changes for a text model.
+enum class VisionTowerUse { loaded, dropped };
 // Where an objective's reference log-probabilities come from:
 //   copy:        a frozen copy of the model, as its base is stored (TRL's default under full fine-tuning);
 //   adapter_off: the policy itself with its LoRA adapters disabled: no weights of its own (TRL's
@@ -183,6 +189,7 @@ struct TrainingSetup {
   Trainer trainer = Trainer::transformers;
   Loss loss = Loss::whole;  // sft only
   Kernels kernels = Kernels::torch;
+  VisionTowerUse vision_tower = VisionTowerUse::loaded;
   Attention attention = Attention::sdpa;
   Objective objective = Objective::sft;
   // The reference of dpo, kto, ppo and grpo. The default follows the method and the objective
@@ -237,6 +244,7 @@ Reference parse_reference(std::string_view s);
 Trainer parse_trainer(std::string_view s);
 Loss parse_loss(std::string_view s);
 Kernels parse_kernels(std::string_view s);
+VisionTowerUse parse_vision_tower(std::string_view s);
 Generation parse_generation(std::string_view s);
 std::vector<std::string> parse_lora_targets(std::string_view s);  // "all-linear" or "q,k,v,o" / "q_proj,v_proj"
 // The short form users write: "all-linear", or "q,v" for {"q_proj", "v_proj"}.
@@ -257,6 +265,7 @@ std::string to_string(Reference r);
 std::string to_string(Trainer t);
 std::string to_string(Loss l);
 std::string to_string(Kernels k);
+std::string to_string(VisionTowerUse v);
 std::string to_string(Generation g);
 
 // The reference TRL uses when none is given: none for GRPO (beta 0 by default), a frozen copy

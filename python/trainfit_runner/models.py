@@ -38,29 +38,47 @@ def config_json_path(name):
     return p if p.is_file() else builtin_config_path(name)
 
 
+# The multimodal configs: a vision tower and projector beside a text model.
+MULTIMODAL = ("gemma3", "mistral3", "qwen2_5_vl", "qwen3_vl", "llama4")
+
+
 def language_model_config(d):
-    """The config.json dict of the causal language model a config describes. A multimodal Gemma 3
-    config (model_type gemma3, Gemma3ForConditionalGeneration) or Mistral 3 config (mistral3, Mistral
-    Small 3.1) holds its text model's in text_config;
-    the planner plans that text model, so the runner builds it too (AutoModelForCausalLM then makes a
-    Gemma3ForCausalLM; the vision tower and projector are left out, and res["model_class"] says what
-    was built). Absent text_config fields take Gemma3TextConfig's defaults, as they do in transformers."""
-    if d.get("model_type") == "gemma3" and isinstance(d.get("text_config"), dict):
-        return dict(d["text_config"], model_type="gemma3_text")
-    # Mistral Small 3.1 (Mistral3ForConditionalGeneration): its text_config names its own family.
-    if d.get("model_type") == "mistral3" and isinstance(d.get("text_config"), dict):
-        return dict({"model_type": "mistral"}, **d["text_config"])
+    """The config.json dict of the causal language model a multimodal config holds (the planner's
+    vision_tower dropped): its text model, as the family the planner plans it as. Gemma 3's and
+    Mistral 3's text_config (AutoModelForCausalLM then makes a Gemma3ForCausalLM or a
+    MistralForCausalLM); Qwen2.5-VL's text fields (at the top level of its published configs, or in
+    text_config) as Qwen2's layers and Qwen3-VL's as Qwen3's, without their 3-axis rotary scaling,
+    which on text alone is the 1-axis one; Llama 4's text_config as Llama4ForCausalLM. Absent
+    text_config fields take the text config class's defaults, as they do in transformers. A text
+    model's config is returned as it is."""
+    t = d.get("model_type")
+    text = d.get("text_config")
+    if t == "gemma3" and isinstance(text, dict):
+        return dict(text, model_type="gemma3_text")
+    if t == "mistral3" and isinstance(text, dict):  # its text_config names its own family
+        return dict({"model_type": "mistral"}, **text)
+    if t == "llama4" and isinstance(text, dict):
+        return dict(text, model_type="llama4_text")
+    if t in ("qwen2_5_vl", "qwen3_vl"):
+        if not isinstance(text, dict):
+            text = {k: v for k, v in d.items() if k not in ("vision_config", "architectures", "model_type")}
+        text = {k: v for k, v in text.items() if k not in ("rope_scaling", "rope_parameters")}
+        text.setdefault("tie_word_embeddings", d.get("tie_word_embeddings", False))
+        return dict(text, model_type="qwen2" if t == "qwen2_5_vl" else "qwen3")
     return d
 
 
-def load_hf_config(name):
-    """The transformers config of a built-in name (data/models/NAME.json) or a config.json path."""
+def load_hf_config(name, whole=False):
+    """The transformers config of a built-in name (data/models/NAME.json) or a config.json path: of
+    its text model (language_model_config), or with `whole` of the multimodal model it describes."""
     import transformers
     p = config_json_path(name)
     if p is None:
         raise FileNotFoundError("model %r: no such config.json, and no built-in model of that name in %s"
                                 % (name, " or ".join(str(d) for d in MODEL_DIRS)))
-    d = language_model_config(json.loads(p.read_text()))
+    d = json.loads(p.read_text())
+    if not (whole and d.get("model_type") in MULTIMODAL):
+        d = language_model_config(d)
     d.pop("torch_dtype", None)
     d.pop("transformers_version", None)
     cls = transformers.CONFIG_MAPPING[d["model_type"]]
@@ -132,7 +150,11 @@ def build_model(torch, cfg, device, res, kind=None):
         vocab = model.vocab_size
     else:
         import transformers
-        hf = load_hf_config(cfg["model"])
+        # A multimodal config with vision_tower loaded builds the whole ...ForConditionalGeneration,
+        # as AutoModelForCausalLM and the trainers do; its steps are text-only.
+        whole = cfg.get("vision_tower", "loaded") == "loaded" and (model_json(cfg["model"]) or {}).get(
+            "model_type") in MULTIMODAL
+        hf = load_hf_config(cfg["model"], whole=whole)
         attn = {"sdpa": "sdpa", "eager": "eager", "flash": "flash_attention_2"}[cfg["attn"]]
         if kind == "classifier":
             # One score per sequence, read at its last token: the padding id (vocab - 1, which the
@@ -141,10 +163,10 @@ def build_model(torch, cfg, device, res, kind=None):
             hf.pad_token_id = hf.vocab_size - 1
             cls = transformers.AutoModelForSequenceClassification
         else:
-            cls = transformers.AutoModelForCausalLM
+            cls = transformers.AutoModelForImageTextToText if whole else transformers.AutoModelForCausalLM
         with torch.device(device):
             model = cls.from_config(hf, dtype=dtype, attn_implementation=attn)
-        vocab = hf.vocab_size
+        vocab = hf.get_text_config().vocab_size
         res["attn_implementation_actual"] = getattr(model.config, "_attn_implementation", None)
         res["model_class"] = type(model).__name__
     if weights in ("nf4", "fp4", "int8"):

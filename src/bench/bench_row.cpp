@@ -108,11 +108,25 @@ json row_to_json(const BenchRow& row) {
   return j;
 }
 
+bool built_text_model_alone(const json& row) {
+  if (!row.contains("config") || !row["config"].is_object() || row["config"].contains("vision_tower")) return false;
+  if (!row.contains("measured") || !row["measured"].is_object()) return false;
+  const json& built = row["measured"].value("model_class", json());
+  return built.is_string() && built.get_ref<const std::string&>().ends_with("ForCausalLM");
+}
+
+void read_built_model_class(BenchConfig& config, const json& row) {
+  if (!built_text_model_alone(row)) return;
+  config.setup.vision_tower = VisionTowerUse::dropped;
+  config.key = config_to_json(config).dump();
+}
+
 BenchRow row_from_json(const json& j) {
   if (!j.is_object()) throw InputError("a row must be a JSON object");
   if (!j.contains("config")) throw InputError("missing object \"config\"");
   BenchRow row;
   row.config = config_from_json(j["config"]);
+  read_built_model_class(row.config, j);
   if (j.contains("measured") && j["measured"].is_object()) row.reported = j["measured"];
   read_reported_measurement(row);  // a malformed one is kept as written, judged an error
   if (j.contains("stack") && j["stack"].is_object()) row.stack = j["stack"];

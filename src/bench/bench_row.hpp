@@ -10,4 +10,12 @@ namespace trainfit::bench {
 // saying why, and the runner's own "error" value, if any, is kept beside as "error_reported".
 void read_reported_measurement(BenchRow& row);
 
+// Whether a row (its JSON) was run on a multimodal config's text model alone, before the
+// vision_tower setting existed: its config does not name the setting and its measured model_class
+// is a ...ForCausalLM (the runner built the ForCausalLM of text_config). Such a row is read as a row
+// of vision_tower dropped, by the bench's rows and by `validate` alike.
+bool built_text_model_alone(const nlohmann::json& row);
+// That, applied to what the row's "config" (or its "bench.key") reads as, its key made again.
+void read_built_model_class(BenchConfig& config, const nlohmann::json& row);
+
 }  // namespace trainfit::bench

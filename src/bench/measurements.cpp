@@ -1,4 +1,5 @@
 // Reading measured steps and putting the planner's prediction beside them.
+#include "bench/bench_row.hpp"
 #include "common/statistics.hpp"
 #include "common/text.hpp"
 #include "trainfit/measurements.hpp"
@@ -103,6 +104,7 @@ std::optional<MeasuredStep> parse_row(std::string_view raw, std::string_view sou
     // A row's config also holds what the runner needed (steps, device...) and what the user's
     // own code recorded: only the settings are read.
     m.setup = setup_from_json(row["config"]);
+    if (bench::built_text_model_alone(row)) m.setup.vision_tower = VisionTowerUse::dropped;
     if (m.setup.model.empty()) throw InputError("field \"model\" is missing");
     m.setup.model = beside_the_file(m.setup.model, source);
     if (row.contains("measured")) {

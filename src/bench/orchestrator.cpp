@@ -541,7 +541,8 @@ ReadRows read_rows(const fs::path& results, bool whole_lines_only = false) {
       if (stored.is_string()) {
         const json as_run = json::parse(stored.get<std::string>(), nullptr, false);
         if (as_run.is_object()) {
-          const BenchConfig run_as = config_from_json(as_run);
+          BenchConfig run_as = config_from_json(as_run);
+          read_built_model_class(run_as, j);
           // A row is judged as the config it names, and found by the one it was run as: the two
           // must be one config (the row's names the card once known). A row edited by hand so
           // that they differ (its config names an unknown model, say) is no row of that config;

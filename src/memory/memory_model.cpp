@@ -304,7 +304,7 @@ MemoryBasis memory_basis(const ModelSpec& model, const Step& step, const GpuSpec
   b.weights_loaded_bytes =
       count_of(base.weights + base.master_weights + base.quant_constants + base.adapters + base.gradient_buckets +
                base.reference_weights + base.reward_weights + base.value_weights);
-  b.trainable_parameters = count_of(p.trainable_params + o.value.parameters);
+  b.trainable_parameters = count_of(p.trainable_params + p.idle_trainable_params + o.value.parameters);
   b.total_parameters = pc.total + (full ? 0 : b.trainable_parameters);
   b.untargeted_expert_adapter_parameters = count_of(p.untargeted_expert_adapter_params);
   return b;

@@ -72,8 +72,10 @@ const std::vector<Entry>& catalogue() {
       {"gemma2-2b", "gemma2-2b", {"google/gemma-2-2b", "google/gemma-2-2b-it"}, {2.61 * kB}},
       {"gemma2-9b", "gemma2-9b", {"google/gemma-2-9b", "google/gemma-2-9b-it"}, {9.24 * kB}},
       {"gemma3-1b", "gemma3-1b", {"google/gemma-3-1b-pt", "google/gemma-3-1b-it"}, {1.0 * kB}},
-      // A multimodal config: its text model is what is planned (the vision tower is not).
-      {"gemma3-4b", "gemma3-4b", {"google/gemma-3-4b-pt", "google/gemma-3-4b-it"}, {4.3 * kB}},
+      // Multimodal configs: the vision tower and projector are counted with the text model
+      // (model/vision_towers.cpp). Published: the Hub's count of each checkpoint's safetensors
+      // weights, which these counts meet exactly.
+      {"gemma3-4b", "gemma3-4b", {"google/gemma-3-4b-pt", "google/gemma-3-4b-it"}, {4'300'079'472}},
       {"olmo2-7b", "olmo2-7b", {"allenai/OLMo-2-1124-7B", "allenai/OLMo-2-1124-7B-Instruct"}, {7.3 * kB}},
       {"olmo2-13b", "olmo2-13b", {"allenai/OLMo-2-1124-13B", "allenai/OLMo-2-1124-13B-Instruct"}, {13.7 * kB}},
       {"phi3-mini",
@@ -95,12 +97,18 @@ const std::vector<Entry>& catalogue() {
       // checkpoint's multi-token-prediction layer (num_nextn_predict_layers) is not built by
       // transformers and not counted.
       {"glm4.5-air", "glm4.5-air", {"zai-org/GLM-4.5-Air", "zai-org/GLM-4.5-Air-Base"}, {106 * kB, 12 * kB}},
-      // A multimodal config (Pixtral vision tower): its text model is what is planned; Mistral's 24B
-      // counts the tower and projector too.
       {"mistral-small3.1",
        "mistral-small3.1",
        {"mistralai/Mistral-Small-3.1-24B-Instruct-2503", "mistralai/Mistral-Small-3.1-24B-Base-2503"},
-       {24.0 * kB}},
+       {24'011'361'280}},
+      {"qwen2.5-vl-7b", "qwen2.5-vl-7b", {"Qwen/Qwen2.5-VL-7B-Instruct"}, {8'292'166'656}},
+      {"qwen3-vl-8b", "qwen3-vl-8b", {"Qwen/Qwen3-VL-8B-Instruct"}, {8'767'123'696}},
+      // Published: the Hub's safetensors count and Meta's model card ("17B active"); the config is
+      // the Instruct checkpoint's.
+      {"llama4-scout",
+       "llama4-scout",
+       {"meta-llama/Llama-4-Scout-17B-16E-Instruct", "meta-llama/Llama-4-Scout-17B-16E"},
+       {108'641'793'536, 17 * kB}},
       {"smollm3-3b", "smollm3-3b", {"HuggingFaceTB/SmolLM3-3B", "HuggingFaceTB/SmolLM3-3B-Base"}, {3.08 * kB}},
       {"granite3.3-2b",
        "granite3.3-2b",

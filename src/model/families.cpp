@@ -79,6 +79,18 @@ std::vector<ModelFamily> built_in_families() {
   // Mistral Small 3.1's multimodal config: its text model is planned (model_config.cpp), as its own
   // text_config family; Liger's patches for Mistral3ForConditionalGeneration have not been read.
   rows.push_back(built_in("mistral3"));
+  // Qwen2.5-VL and Qwen3-VL: Qwen2's and Qwen3's decoder layers behind a vision tower
+  // (model/vision_towers.cpp), under the same module names.
+  rows.push_back(built_in("qwen2_5_vl"));
+  rows.push_back(built_in("qwen3_vl"));
+  // Llama 4's text model (Llama4ForCausalLM) and its multimodal config (Llama4ForConditionalGeneration,
+  // a vision tower beside it). Its MoE layer is feed_forward: Llama4Router, an nn.Linear whose
+  // forward returns a tuple (router scores and logits), Llama4TextExperts' fused 3-D gate_up_proj
+  // [E, h, 2I] and down_proj, and shared_expert, a gated MLP every token runs.
+  ModelFamily llama4 = built_in("llama4_text", {{R::router, "feed_forward.router"}});
+  llama4.fused_experts = llama4.router_returns_tuple = true;
+  rows.push_back(llama4);
+  rows.push_back(built_in("llama4"));
   // Transformers 5 stores these experts as two 3-D parameters, gate and up fused: gate_up_proj
   // [E, 2M, h] and down_proj [E, h, M]. Mixtral's checkpoint names w1, w3 and w2 are converted on
   // loading. MixtralTopKRouter and DeepseekV3TopkRouter hold a bare weight; PhimoeTopKRouter and

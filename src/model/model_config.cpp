@@ -15,13 +15,18 @@
 
 #include <nlohmann/json.hpp>
 
+#include "model/config_reader.hpp"
+#include "model/vision_towers.hpp"
 #include "trainfit/error.hpp"
 #include "trainfit/model.hpp"
 
 namespace trainfit {
 namespace {
 
-using nlohmann::json;
+using detail::ConfigReader;
+using detail::describe;
+using detail::json;
+using namespace detail::config_bounds;
 
 // The families config.json's model_type may name (model/families.cpp), for messages.
 std::string supported_families() {
@@ -30,147 +35,10 @@ std::string supported_families() {
   return out;
 }
 
-// Upper bounds well beyond any real model; past them the config is a typo or an attack,
-// and keeping every shape small enough rules out int64 overflow in the products below.
-constexpr std::int64_t kMaxHidden = 1'000'000;
-constexpr std::int64_t kMaxLayers = 10'000;
-constexpr std::int64_t kMaxVocab = 10'000'000;
-constexpr std::int64_t kMaxHeads = 100'000;
-constexpr std::int64_t kMaxHeadDim = 100'000;
-constexpr std::int64_t kMaxIntermediate = 10'000'000;
-constexpr std::int64_t kMaxExperts = 100'000;
-constexpr std::int64_t kMaxPositions = 1'000'000'000;
-// More parameters than this (a quadrillion) is not a model anyone trains.
-constexpr std::int64_t kMaxTotalParameters = 1'000'000'000'000'000;
-
-// A short, non-recursive rendering of a value for error messages: a config can hold
-// anything, and echoing a megabyte or a deeply nested array back would not help.
-std::string describe(const json& v) {
-  switch (v.type()) {
-    case json::value_t::object: return "an object";
-    case json::value_t::array: return "an array";
-    case json::value_t::null: return "null";
-    case json::value_t::string: {
-      const auto& s = v.get_ref<const std::string&>();
-      std::string shown = s.size() > 40 ? s.substr(0, 40) + "..." : s;
-      return json(shown).dump(-1, ' ', false, json::error_handler_t::replace);
-    }
-    default: return v.dump(-1, ' ', false, json::error_handler_t::replace);
-  }
-}
-
 // The refusal of a model_type no family reads: `type` as the config gives it (a string or not).
 std::string not_supported(const json& type) {
   return "model_type " + describe(type) + " is not supported (supported: " + supported_families() + ")";
 }
-
-class ConfigReader {
- public:
-  // `prefix` names where `config` sits in the file ("text_config."), for messages.
-  ConfigReader(const json& config, std::string_view source, std::string prefix = {})
-      : config_(config), source_(source), prefix_(std::move(prefix)) {}
-
-  // A field's name as messages show it: "\"text_config.hidden_size\"".
-  std::string quoted(std::string_view field) const { return "\"" + prefix_ + std::string(field) + "\""; }
-
-  // Whether the field is present with an explicit null, which some fields distinguish from absent
-  // (transformers keeps an explicit None where an absent field takes the default).
-  bool is_explicit_null(std::string_view field) const {
-    auto it = config_.find(field);
-    return it != config_.end() && it->is_null();
-  }
-
-  const json& object() const { return config_; }
-  std::string_view source() const { return source_; }
-
-  [[noreturn]] void fail(const std::string& message) const {
-    throw InputError(std::string(source_) + ": " + message);
-  }
-
-  // nullptr when the field is absent or null: transformers treats both as "use the default".
-  const json* find(std::string_view field) const {
-    auto it = config_.find(field);
-    if (it == config_.end() || it->is_null()) return nullptr;
-    return &*it;
-  }
-
-  std::int64_t require_int(std::string_view field, std::int64_t min, std::int64_t max) const {
-    const json* v = find(field);
-    if (v == nullptr) fail("missing required field " + quoted(field));
-    return to_int(field, *v, min, max);
-  }
-
-  std::int64_t optional_int(std::string_view field, std::int64_t fallback, std::int64_t min,
-                            std::int64_t max) const {
-    const json* v = find(field);
-    return v == nullptr ? fallback : to_int(field, *v, min, max);
-  }
-
-  bool optional_bool(std::string_view field, bool fallback) const {
-    const json* v = find(field);
-    if (v == nullptr) return fallback;
-    if (!v->is_boolean()) {
-      fail("field " + quoted(field) + " must be true or false (got " + describe(*v) + ")");
-    }
-    return v->get<bool>();
-  }
-
-  std::string optional_string(std::string_view field, const std::string& fallback) const {
-    const json* v = find(field);
-    if (v == nullptr) return fallback;
-    if (!v->is_string()) {
-      fail("field " + quoted(field) + " must be a string (got " + describe(*v) + ")");
-    }
-    return v->get<std::string>();
-  }
-
-  double optional_nonnegative_number(std::string_view field, double fallback) const {
-    const json* v = find(field);
-    if (v == nullptr) return fallback;
-    if (!v->is_number() || !std::isfinite(v->get<double>()) || v->get<double>() < 0.0) {
-      fail("field " + quoted(field) + " must be a non-negative number (got " + describe(*v) + ")");
-    }
-    return v->get<double>();
-  }
-
-  // Indices of mlp_only_layers that fall inside [0, layers); transformers ignores the rest.
-  std::vector<bool> layer_set(std::string_view field, std::int64_t layers) const {
-    std::vector<bool> in_set(static_cast<std::size_t>(layers), false);
-    const json* v = find(field);
-    if (v == nullptr) return in_set;
-    if (!v->is_array()) {
-      fail("field " + quoted(field) + " must be a list of layer indices (got " + describe(*v) + ")");
-    }
-    for (const json& item : *v) {
-      if (!item.is_number_integer()) {
-        fail("field " + quoted(field) + " must be a list of layer indices (got an element " + describe(item) + ")");
-      }
-      if (item.is_number_unsigned() ? item.get<std::uint64_t>() < static_cast<std::uint64_t>(layers)
-                                    : (item.get<std::int64_t>() >= 0 && item.get<std::int64_t>() < layers)) {
-        in_set[static_cast<std::size_t>(item.get<std::int64_t>())] = true;
-      }
-    }
-    return in_set;
-  }
-
- private:
-  std::int64_t to_int(std::string_view field, const json& v, std::int64_t min, std::int64_t max) const {
-    const std::string name = "field " + quoted(field);
-    const std::string kind = min > 0 ? "a positive integer" : "a non-negative integer";
-    if (!v.is_number_integer()) fail(name + " must be " + kind + " (got " + describe(v) + ")");
-    if (v.is_number_unsigned() && v.get<std::uint64_t>() > static_cast<std::uint64_t>(max)) {
-      fail(name + " must be at most " + std::to_string(max) + " (got " + describe(v) + ")");
-    }
-    const auto value = v.get<std::int64_t>();
-    if (value < min) fail(name + " must be " + kind + " (got " + describe(v) + ")");
-    if (value > max) fail(name + " must be at most " + std::to_string(max) + " (got " + describe(v) + ")");
-    return value;
-  }
-
-  const json& config_;
-  std::string_view source_;
-  std::string prefix_;
-};
 
 bool is_deepseek(std::string_view t) {
   return t == "deepseek_v2" || t == "deepseek_v3";
@@ -232,7 +100,7 @@ void read_attention(const ConfigReader& r, ModelSpec& m) {
     // Gemma and Qwen3 configs default head_dim to a constant; everyone else divides.
     std::int64_t default_head_dim = m.hidden_size / m.num_heads;
     if (t == "gemma" || t == "gemma2" || gemma3) default_head_dim = 256;
-    if (t == "qwen3") default_head_dim = 128;
+    if (t == "qwen3" || t == "llama4_text") default_head_dim = 128;
     m.head_dim = r.optional_int("head_dim", default_head_dim, 1, kMaxHeadDim);
     if (m.head_dim == 0) {
       r.fail("field " + r.quoted("num_attention_heads") + " (" + std::to_string(m.num_heads) + ") exceeds " +
@@ -274,6 +142,13 @@ void read_experts(const ConfigReader& r, ModelSpec& m) {
   if (t == "mixtral" || t == "phimoe" || t == "gpt_oss") {
     m.num_experts = r.require_int("num_local_experts", 1, kMaxExperts);
     m.moe_intermediate_size = m.intermediate_size;  // their experts are intermediate_size wide
+  } else if (t == "llama4_text") {
+    // Llama4TextConfig: num_local_experts experts and a shared expert, all intermediate_size wide
+    // (16 and 8192 by default); the dense layers' MLP is intermediate_size_mlp wide (16384).
+    m.num_experts = r.optional_int("num_local_experts", 16, 1, kMaxExperts);
+    m.moe_intermediate_size = m.shared_expert_intermediate_size = m.intermediate_size;
+    m.intermediate_size = r.optional_int("intermediate_size_mlp", 16384, 1, kMaxIntermediate);
+    m.dense_expert_routing = true;
   } else if (deepseek_moe(t)) {
     m.num_experts = r.require_int("n_routed_experts", 1, kMaxExperts);
     m.moe_intermediate_size = r.require_int("moe_intermediate_size", 1, kMaxIntermediate);
@@ -293,15 +168,26 @@ void read_experts(const ConfigReader& r, ModelSpec& m) {
     }
   }
   // GptOssConfig defaults num_experts_per_tok to 4 (the published configs also say experts_per_token).
-  m.experts_per_token = t == "gpt_oss" ? r.optional_int("num_experts_per_tok", 4, 1, kMaxExperts)
-                                       : r.require_int("num_experts_per_tok", 1, kMaxExperts);
+  m.experts_per_token = t == "gpt_oss"       ? r.optional_int("num_experts_per_tok", 4, 1, kMaxExperts)
+                       : t == "llama4_text" ? r.optional_int("num_experts_per_tok", 1, 1, kMaxExperts)
+                                            : r.require_int("num_experts_per_tok", 1, kMaxExperts);
   if (m.experts_per_token > m.num_experts) {
     r.fail("field " + r.quoted("num_experts_per_tok") + " (" + std::to_string(m.experts_per_token) +
            ") must not exceed the number of experts (" + std::to_string(m.num_experts) + ")");
   }
   if (t == "mixtral" || t == "phimoe" || t == "gpt_oss") return;
 
-  if (deepseek_moe(t)) {
+  if (t == "llama4_text") {
+    // Llama4TextDecoderLayer i has experts when i is in moe_layers, which defaults to every
+    // interleave_moe_layer_step-th layer (1: every layer, Scout; 2: every other, Maverick).
+    if (r.find("moe_layers") != nullptr) {
+      const std::vector<bool> moe = r.layer_set("moe_layers", m.num_layers);
+      m.dense_layers = m.num_layers - std::count(moe.begin(), moe.end(), true);
+    } else {
+      const std::int64_t step = r.optional_int("interleave_moe_layer_step", 1, 1, kMaxLayers);
+      m.dense_layers = m.num_layers - m.num_layers / step;
+    }
+  } else if (deepseek_moe(t)) {
     // DeepseekV2DecoderLayer / DeepseekV3DecoderLayer / Glm4MoeDecoderLayer: layer i has experts when
     // i >= first_k_dense_replace (defaults 0, 3 and 1). transformers does not read moe_layer_freq (1 in
     // every published config), so neither does trainfit.
@@ -385,8 +271,9 @@ void read_sliding_window(const ConfigReader& r, ModelSpec& m, bool gemma3) {
 // SmolLM3's layers without a rotary embedding: the 0 entries of no_rope_layers, or, without the
 // list, every no_rope_layer_interval-th layer (SmolLM3Config builds the list so: layer i keeps its
 // rotary embedding unless (i + 1) is a multiple of the interval, 4 by default).
-std::int64_t smollm3_rope_free_layers(const ConfigReader& r, std::int64_t layers) {
-  if (const json* list = r.find("no_rope_layers")) {
+// Llama 4 reads its no_rope_layers so too (an empty list, as Scout's base config has, takes the default).
+std::int64_t rope_free_layers(const ConfigReader& r, std::int64_t layers) {
+  if (const json* list = r.find("no_rope_layers"); list != nullptr && !(list->is_array() && list->empty())) {
     if (!list->is_array() || static_cast<std::int64_t>(list->size()) != layers)
       r.fail("field " + r.quoted("no_rope_layers") + " must be a list of one 0 or 1 per layer (" +
              std::to_string(layers) + ")");
@@ -418,7 +305,8 @@ ModelSpec read_decoder(const ConfigReader& r, std::string model_type) {
   m.intermediate_size = qwen_moe || deepseek_moe(t) ? r.optional_int("intermediate_size", 0, 1, kMaxIntermediate)
                                                     : r.require_int("intermediate_size", 1, kMaxIntermediate);
   read_attention(r, m);
-  if (t == "mixtral" || t == "phimoe" || t == "gpt_oss" || qwen_moe || deepseek_moe(t)) read_experts(r, m);
+  if (t == "mixtral" || t == "phimoe" || t == "gpt_oss" || t == "llama4_text" || qwen_moe || deepseek_moe(t))
+    read_experts(r, m);
   m.attention_sinks = m.expert_bias = m.clamped_glu = t == "gpt_oss";
 
   const bool gemma = t == "gemma" || t == "gemma2" || gemma3;
@@ -449,7 +337,17 @@ ModelSpec read_decoder(const ConfigReader& r, std::string model_type) {
   m.max_position_embeddings =
       r.optional_int("max_position_embeddings", gemma3 ? kGemma3MaxPositions : 0, 0, kMaxPositions);
   read_sliding_window(r, m, gemma3);
-  if (t == "smollm3") m.rope_free_layers = smollm3_rope_free_layers(r, m.num_layers);
+  if (t == "smollm3" || t == "llama4_text") m.rope_free_layers = rope_free_layers(r, m.num_layers);
+  if (t == "llama4_text") {
+    // Llama4TextAttention: the RoPE layers normalise q and k (use_qk_norm) and attend within fixed
+    // chunks of attention_chunk_size tokens; the NoPE layers attend to everything before them.
+    // A chunk is no sliding window, but what a layer keeps is the same: nothing more while the
+    // sequence fits in one chunk (SDPA's is_causal), a mask and repeated key/value heads from there.
+    const std::int64_t roped = m.num_layers - m.rope_free_layers;
+    if (r.optional_bool("use_qk_norm", true)) m.qk_l2_norm_layers = roped;
+    m.sliding_window = r.optional_int("attention_chunk_size", 8192, 1, kMaxPositions);
+    m.sliding_layers = roped;
+  }
   // GraniteModel multiplies the embedding output by embedding_multiplier and every sublayer's
   // output by residual_multiplier, and GraniteForCausalLM divides the logits by logits_scaling,
   // whatever their values (1.0 by default).
@@ -559,6 +457,57 @@ ModelSpec read_generic_decoder(const ConfigReader& r, const std::string& model_t
   return m;
 }
 
+// The multimodal configs: a vision tower and projector beside a text model of a family read here.
+bool is_multimodal(std::string_view model_type) {
+  return model_type == "gemma3" || model_type == "mistral3" || model_type == "qwen2_5_vl" || model_type == "qwen3_vl" ||
+         model_type == "llama4";
+}
+
+// Gemma3ForConditionalGeneration (a SigLIP tower), Mistral3ForConditionalGeneration (Mistral Small
+// 3.1: a Pixtral tower), Qwen2_5_VLForConditionalGeneration and Qwen3VLForConditionalGeneration:
+// the text model is described by the decoder layers of its family, from text_config (Qwen2.5-VL's
+// published configs keep the text fields at the top level, which its config class moves into
+// text_config), and the tower and projector by vision_config (model/vision_towers.cpp).
+ModelSpec read_multimodal(const ConfigReader& r, const std::string& wrapper) {
+  const json* text = r.find("text_config");
+  const bool flat = wrapper == "qwen2_5_vl" && text == nullptr;
+  if (!flat && (text == nullptr || !text->is_object())) {
+    r.fail("field \"text_config\" must be an object (a " + wrapper +
+           " config describes its language model there; got " +
+           (text == nullptr ? std::string("nothing") : describe(*text)) + ")");
+  }
+  const ConfigReader text_reader(flat ? r.object() : *text, r.source(), flat ? "" : "text_config.");
+  std::string text_type;
+  if (wrapper == "gemma3") {
+    text_type = "gemma3_text";
+  } else if (wrapper == "qwen2_5_vl") {
+    text_type = "qwen2";  // Qwen2_5_VLTextModel: Qwen2's layers (q/k/v biased) with a 3-axis rotary table
+  } else if (wrapper == "qwen3_vl") {
+    text_type = "qwen3";  // Qwen3VLTextModel: Qwen3's layers (q/k norms)
+  } else if (wrapper == "llama4") {
+    text_type = "llama4_text";
+  } else {
+    // Mistral 3's text_config names its own family (mistral).
+    text_type = text_reader.optional_string("model_type", "mistral");
+    const ModelFamily* text_family = find_model_family(text_type);
+    if (text_family == nullptr || is_multimodal(text_family->reads_as))
+      text_reader.fail("field " + text_reader.quoted("model_type") + " names no text family trainfit reads (got \"" +
+                       text_type + "\")");
+    text_type = text_family->reads_as;
+  }
+  ModelSpec m = read_decoder(text_reader, text_type);
+  // The output layer is tied as text_config says, or as the top level says when text_config is
+  // silent (Qwen3-VL's published config). Mistral3Config's own default (tie, since transformers 5.0)
+  // is not followed: its checkpoints hold both matrices, and from_pretrained unties them.
+  if (!flat && text_reader.find("tie_word_embeddings") == nullptr && r.find("tie_word_embeddings") != nullptr &&
+      wrapper != "mistral3")
+    m.tie_word_embeddings = r.optional_bool("tie_word_embeddings", m.tie_word_embeddings);
+  m.text_of_multimodal = true;
+  m.multimodal_type = wrapper;
+  m.vision = detail::read_vision_tower(r, wrapper, m.hidden_size);
+  return m;
+}
+
 }  // namespace
 
 ModelSpec parse_model_config(std::string_view json_text, std::string_view source_name) {
@@ -585,31 +534,8 @@ ModelSpec parse_model_config(std::string_view json_text, std::string_view source
   ModelSpec m;
   if (family == nullptr) {
     m = read_generic_decoder(r, type->get_ref<const std::string&>());
-  } else if (family->reads_as == "gemma3" || family->reads_as == "mistral3") {
-    // Gemma3ForConditionalGeneration (a SigLIP vision tower) and Mistral3ForConditionalGeneration
-    // (Mistral Small 3.1: a Pixtral vision tower) hold a projector and a text model, whose config is
-    // text_config. Only the text model is described (its ForCausalLM on text_config is what
-    // fine-tuning on text trains); Mistral 3's text_config names its own family (mistral).
-    const std::string& wrapper = family->reads_as;
-    const json* text = r.find("text_config");
-    if (text == nullptr || !text->is_object()) {
-      r.fail("field \"text_config\" must be an object (a " + wrapper +
-             " config describes its language model there; got " +
-             (text == nullptr ? std::string("nothing") : describe(*text)) + ")");
-    }
-    const ConfigReader text_reader(*text, source_name, "text_config.");
-    std::string text_type = "gemma3_text";
-    if (wrapper == "mistral3") {
-      text_type = text_reader.optional_string("model_type", "mistral");
-      const ModelFamily* text_family = find_model_family(text_type);
-      if (text_family == nullptr || text_family->reads_as == "gemma3" || text_family->reads_as == "mistral3")
-        text_reader.fail("field " + text_reader.quoted("model_type") + " names no text family trainfit reads (got \"" +
-                         text_type + "\")");
-      text_type = text_family->reads_as;
-    }
-    m = read_decoder(text_reader, text_type);
-    m.text_of_multimodal = true;
-    m.multimodal_type = wrapper;
+  } else if (is_multimodal(family->reads_as)) {
+    m = read_multimodal(r, family->reads_as);
   } else {
     m = read_decoder(r, family->reads_as);
   }

@@ -95,7 +95,9 @@ void add_moe_mlp(const ModelSpec& s, std::vector<LinearModule>& out) {
   const std::int64_t h = s.hidden_size;
   const std::int64_t e = s.num_experts;
   const std::int64_t m = s.moe_intermediate_size;
-  const double routed = static_cast<double>(s.experts_per_token) / static_cast<double>(e);
+  // The share of the layer's tokens one expert runs on: k/E, or every token (Llama 4).
+  const double routed =
+      s.dense_expert_routing ? 1.0 : static_cast<double>(s.experts_per_token) / static_cast<double>(e);
   const ModelFamily& family = model_family(s);
   if (family.fused_experts) {
     // Two 3-D parameters, gate and up fused: gate_up_proj [E, 2M, h] and down_proj [E, h, M]
@@ -180,8 +182,10 @@ ParameterCounts count_parameters(const ModelSpec& model) {
   c.norms = add(mul(model.num_layers, per_layer_norms), mul(model.hidden_size, per_norm));
 
   if (model.attention_sinks) c.other = add(c.other, mul(model.num_layers, model.num_heads));  // a sink a head
-  c.total = add(add(add(c.embedding, c.lm_head), add(c.linear, c.norms)), c.other);
-  c.activated = c.total - unrouted;
+  c.vision = model.vision.parameters();
+  c.total = add(add(add(add(c.embedding, c.lm_head), add(c.linear, c.norms)), c.other), c.vision);
+  // A text token's forward never reaches the vision tower.
+  c.activated = c.total - unrouted - c.vision;
   return c;
 }
 

@@ -400,10 +400,19 @@ std::vector<std::string> plan_warnings(const ModelSpec& model, const TrainingSet
                                                   fmt::join(model.unread_fields, ", "))));
   }
   if (model.text_of_multimodal) {
-    warnings.push_back(fmt::format(
-        "a multimodal {} config: planned is its text model ({} on text_config), as text fine-tuning trains it; "
-        "the vision tower and its projector are neither counted nor trained",
-        model.multimodal_type, model.multimodal_type == "mistral3" ? "MistralForCausalLM" : "Gemma3ForCausalLM"));
+    const std::string tower = fmt::format("{:.2f}B", static_cast<double>(count_parameters(model).vision) / 1e9);
+    if (setup.vision_tower == VisionTowerUse::dropped)
+      warnings.push_back(fmt::format("a multimodal {} config: planned is its text model alone (vision_tower dropped); "
+                                     "the whole model, as the trainers load it, holds {} more parameters",
+                                     model.multimodal_type, tower));
+    else
+      warnings.push_back(fmt::format(
+          "a multimodal {} config: the step is text-only; its vision tower and projector ({} parameters) are "
+          "loaded and idle (no gradient, no optimizer state{}); images are not planned",
+          model.multimodal_type, tower,
+          setup.method != Method::full && detail::tower_adapter_width(model, setup.lora) > 0
+              ? "; the LoRA targets reach the tower's linear modules too, whose adapters are idle alike"
+              : ""));
   }
   return warnings;
 }
@@ -446,13 +455,14 @@ Plan make_plan(const ModelSpec& model, const TrainingSetup& setup, const GpuSpec
                           "(lora.ParamWrapper): the experts get {} adapter parameters more, which this plan does "
                           "not count",
                           plan.memory.untargeted_expert_adapter_parameters));
-  // PhiMoE's router is an nn.Linear subclass whose forward returns a tuple: all-linear wraps it and
-  // PEFT's LoRA forward fails on it ("'tuple' object has no attribute 'dtype'", on the GPU machine).
+  // PhiMoE's and Llama 4's routers are nn.Linear subclasses whose forward returns a tuple: all-linear
+  // wraps them and PEFT's LoRA forward fails there ("'tuple' object has no attribute 'dtype'", on
+  // the GPU machine for PhiMoE; read from Llama4Router's forward for Llama 4).
   if (setup.method != Method::full && all_linear && model_family(model).router_returns_tuple)
     plan.warnings.push_back(fmt::format(
-        "PEFT 0.21's all-linear wraps PhiMoE's router ({}, an nn.Linear whose forward returns a tuple) and "
+        "PEFT 0.21's all-linear wraps the router of {} ({}, an nn.Linear whose forward returns a tuple) and "
         "its LoRA forward fails there; name the targets, e.g. --lora-targets q,k,v,o",
-        module_name(model, ModuleRole::router)));
+        model.model_type, module_name(model, ModuleRole::router)));
   // Offloaded states live in the host's memory: past what a server typically has per GPU, the
   // run needs a larger host (or NVMe), whatever the GPU's verdict says.
   const double gpus_per_host = static_cast<double>(std::max<std::int64_t>(1, setup.gpus / std::max<std::int64_t>(1, setup.nodes)));

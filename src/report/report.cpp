@@ -534,9 +534,11 @@ std::string render_model_catalog(Format format) {
     const ModelSpec m = load_model(name);
     const ParameterCounts counts = count_parameters(m);
     const PublishedParameters published = published_parameters(name);
+    // A multimodal model under its own model_type, not its text model's.
+    const std::string& family = m.text_of_multimodal ? m.multimodal_type : m.model_type;
     if (format == Format::json) {
       json row = {{"name", name},
-                  {"model_type", m.model_type},
+                  {"model_type", family},
                   {"parameters", counts.total},
                   {"layers", m.num_layers},
                   {"hidden_size", m.hidden_size},
@@ -546,6 +548,7 @@ std::string render_model_catalog(Format format) {
                   {"experts", m.num_experts},
                   {"modules", layer_modules_json(m)}};
       if (m.is_moe()) row["active_parameters"] = counts.activated;
+      if (counts.vision > 0) row["vision_parameters"] = counts.vision;
       row["published_parameters"] = published.total > 0 ? json(published.total) : json(nullptr);
       row["published_active_parameters"] = published.active > 0 ? json(published.active) : json(nullptr);
       arr.push_back(std::move(row));
@@ -554,11 +557,11 @@ std::string render_model_catalog(Format format) {
     const std::string heads = fmt::format("{} ({})", m.num_heads, m.num_kv_heads);
     const std::string active = m.is_moe() ? count(static_cast<double>(counts.activated)) : std::string();
     if (md)
-      out += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", name, m.model_type,
+      out += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", name, family,
                          params_text(counts.total), count(published.total), active, count(published.active),
                          m.num_layers, m.hidden_size, heads, m.vocab_size);
     else
-      out += fmt::format("{:<18}{:<12}{:>11}{:>10}{:>8}{:>8}{:>7}{:>7}{:>11}{:>8}\n", name, m.model_type,
+      out += fmt::format("{:<18}{:<12}{:>11}{:>10}{:>8}{:>8}{:>7}{:>7}{:>11}{:>8}\n", name, family,
                          params_text(counts.total), count(published.total), active, count(published.active),
                          m.num_layers, m.hidden_size, heads, m.vocab_size);
   }

@@ -139,6 +139,15 @@ std::vector<Setting> builtin_table() {
     r.in_matrix = false;
     bind<std::string>(r, [](auto& s) -> auto& { return s.gpu_spec; });
   }
+  {
+    auto& r = row("vision_tower", "--vision-tower", choice,
+                  "a multimodal model (Gemma 3, Mistral 3, Qwen2.5-VL, Qwen3-VL, Llama 4): loaded builds the whole "
+                  "model, as AutoModelForCausalLM and the trainers do (its vision tower and projector held, idle in "
+                  "a text-only step); dropped builds its text model alone. Nothing changes for a text model");
+    r.choices = {"loaded", "dropped"};
+    r.label = "vision-{}";
+    bind_enum(r, [](auto& s) -> auto& { return s.vision_tower; }, parse_vision_tower, to_string);
+  }
 
   // How it is trained.
   group = "method";

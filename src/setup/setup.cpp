@@ -85,6 +85,8 @@ constexpr std::array<std::pair<std::string_view, Loss>, 5> kLosses{{{"whole", Lo
                                                                     {"chunked_nll", Loss::chunked}}};
 constexpr std::array<std::pair<std::string_view, Kernels>, 2> kKernels{
     {{"torch", Kernels::torch}, {"liger", Kernels::liger}}};
+constexpr std::array<std::pair<std::string_view, VisionTowerUse>, 2> kVisionTowerUses{
+    {{"loaded", VisionTowerUse::loaded}, {"dropped", VisionTowerUse::dropped}}};
 constexpr std::array<std::pair<std::string_view, Generation>, 2> kGenerations{
     {{"none", Generation::none}, {"generate", Generation::generate}}};
 
@@ -110,6 +112,7 @@ Kernels parse_kernels(std::string_view s) {
   return lookup("kernels", s, kKernels);
 }
 Generation parse_generation(std::string_view s) { return lookup("generation", s, kGenerations); }
+VisionTowerUse parse_vision_tower(std::string_view s) { return lookup("vision tower", s, kVisionTowerUses); }
 
 std::vector<std::string> parse_lora_targets(std::string_view s) {
   const std::string text = detail::ascii_lower(s);
@@ -170,6 +173,7 @@ std::string to_string(Kernels k) {
   return name_of(k, kKernels);
 }
 std::string to_string(Generation g) { return name_of(g, kGenerations); }
+std::string to_string(VisionTowerUse v) { return name_of(v, kVisionTowerUses); }
 
 Reference default_reference(Objective objective, Method method) {
   // GRPOConfig.beta is 0 by default, and GRPOTrainer then loads no reference; the others follow

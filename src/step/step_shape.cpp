@@ -75,6 +75,11 @@ Widths widths_for(const TrainingSetup& s) {
 // output layer.
 ParameterCounts objective_counts(const ModelSpec& m, const TrainingSetup& s) {
   ParameterCounts pc = count_parameters(m);
+  // The text model of a multimodal config built alone has no tower.
+  if (s.vision_tower == VisionTowerUse::dropped) {
+    pc.total -= pc.vision;
+    pc.vision = 0;
+  }
   if (s.objective == Objective::reward) {
     pc.total = pc.total - pc.lm_head + m.hidden_size;
     pc.lm_head = m.hidden_size;
@@ -104,6 +109,7 @@ struct StepBasis {
         r(as_d(s.lora.rank)),
         adapter_bytes(bytes_per_element(s.lora.adapter_dtype)),
         pc(objective_counts(m, s)),
+        vision_adapter_params(pc.vision > 0 && s.method != Method::full ? r * tower_adapter_width(m, s.lora) : 0.0),
         linears(layer_linears(m, s)),
         liger(s.kernels == Kernels::liger),
         liger_qk_norm(liger && model_family(m).liger_qk_norm),
@@ -121,6 +127,9 @@ struct StepBasis {
   double r;              // LoRA rank
   double adapter_bytes;  // bytes per element of a LoRA adapter (and of its branch's activations)
   ParameterCounts pc;
+  // LoRA A and B on the vision tower's and projector's linear modules the targets reach (all-linear
+  // reaches every one): created, but idle in a text-only step.
+  double vision_adapter_params;
   LayerLinears linears;
   bool liger;          // Liger's kernels patched in: the layers' norms, gated activation and RoPE
   bool liger_qk_norm;  // and the q/k norms too (Gemma 3's patch; Qwen3's leaves them)
@@ -246,7 +255,10 @@ ParameterStorage parameter_storage(const StepBasis& b, const LinearTotals& lin) 
   }
 
   if (b.full) {
-    p.trainable_params = as_d(b.pc.total);
+    // The vision tower's parameters require a gradient but get none in a text-only step: no
+    // gradient, no optimizer state (AdamW skips a parameter whose grad is None).
+    p.trainable_params = as_d(b.pc.total - b.pc.vision);
+    p.idle_trainable_params = as_d(b.pc.vision);
     p.trainable_bytes_each = weight_bytes;
     p.largest_trainable = std::max({lin.largest, embed_elems, lm_head_elems});
     p.trainable_rounding = parameter_rounding(b, weight_bytes, weight_bytes, shards);
@@ -257,8 +269,9 @@ ParameterStorage parameter_storage(const StepBasis& b, const LinearTotals& lin) 
           (lin.weight_elems + (lm_head_elems > 0 ? lm_head_elems : embed_elems)) * bytes_per_element(*setup.amp);
     }
   } else {
-    p.adapters = lin.adapter_params * b.adapter_bytes;
+    p.adapters = (lin.adapter_params + b.vision_adapter_params) * b.adapter_bytes;
     p.trainable_params = lin.adapter_params;
+    p.idle_trainable_params = b.vision_adapter_params;
     p.untargeted_expert_adapter_params = lin.untargeted_expert_adapter_params;
     p.trainable_bytes_each = b.adapter_bytes;
     p.largest_trainable = b.r * std::max(b.h, as_d(b.model.intermediate_size));
@@ -269,7 +282,10 @@ ParameterStorage parameter_storage(const StepBasis& b, const LinearTotals& lin) 
   const double root_bytes = b.quantised ? bytes_per_element(setup.quant.compute_dtype) : weight_bytes;
   p.root_weights = allocator_block(embed_elems * root_bytes) + allocator_block(lm_head_elems * root_bytes) +
                    allocator_block(b.h * root_bytes);
-  p.layer_weights = (p.weights - (embed_elems + lm_head_elems + b.h) * root_bytes + p.adapters) / b.L;
+  // The vision tower is no decoder layer's (FSDP wraps its own layers as units of their own).
+  const double vision_bytes = as_d(b.pc.vision) * (b.quantised ? unquantised_parameter_bytes(setup) : weight_bytes) +
+                              b.vision_adapter_params * b.adapter_bytes;
+  p.layer_weights = (p.weights - (embed_elems + lm_head_elems + b.h) * root_bytes + p.adapters - vision_bytes) / b.L;
   p.shards = shards;
   return p;
 }
@@ -469,6 +485,10 @@ class LayerActivations {
     } else if (b_.model.qk_norm) {
       keep(kept_, "q/k norm fp32 inputs", 4.0 * (q + kv));
       if (b_.full) keep(kept_, "q/k norm normalised inputs", (b_.model.norm_scale_in_fp32 ? kFp32Bytes : c) * (q + kv));
+    } else if (b_.model.qk_l2_norm_layers > 0) {
+      // Llama4TextL2Norm: x.float() times its reciprocal root mean square keeps the fp32 copy (no
+      // weight, so nothing else); averaged over the layers, the RoPE ones have it.
+      keep(kept_, "q/k L2 norm fp32 inputs", 4.0 * (q + kv) * as_d(b_.model.qk_l2_norm_layers) / b_.L);
     }
     keep(kept_, "query after RoPE", c * q);
     keep(kept_, "key after RoPE", c * kv);
@@ -629,9 +649,18 @@ class LayerActivations {
     for (const auto& l : mods)
       if (is_routed_expert(l.module.role) && is_mlp_input_side(l.module.role)) gu.push_back(&l);
     const LayerLinear* down = find_module(mods, ModuleRole::expert_down);
-    // Per token, k of the E experts run: rows = k/E of the tokens per expert, times E copies.
-    mlp("expert ", gu, down, as_d(model.moe_intermediate_size), k / E, E);
-    keep(kept_, "expert outputs (for routing-weight gradient)", c * h * k);
+    if (model.dense_expert_routing) {
+      // Llama4TextMoe repeats every token for each of the E experts and multiplies the copies by
+      // their router scores (0 off the top-k) before the experts: that product keeps the repeated
+      // tokens and the score column, and every expert runs on every token.
+      keep(kept_, "tokens repeated for every expert (score product input)", c * h * E);
+      keep(kept_, "router scores (score product input)", c * E);
+      mlp("expert ", gu, down, as_d(model.moe_intermediate_size), 1.0, E);
+    } else {
+      // Per token, k of the E experts run: rows = k/E of the tokens per expert, times E copies.
+      mlp("expert ", gu, down, as_d(model.moe_intermediate_size), k / E, E);
+      keep(kept_, "expert outputs (for routing-weight gradient)", c * h * k);
+    }
     if (model.shared_expert_intermediate_size > 0) {
       // Qwen's shared_expert.* or DeepSeek's shared_experts.*: one MLP every token runs.
       std::vector<const LayerLinear*> sgu;
@@ -720,7 +749,7 @@ Transients transients(const StepBasis& b, const LinearTotals& lin) {
   const double mlp_gradients = b.liger && !lora_on_mlp_input ? 1.0 : 3.0;
   t.layer_backward_per_token =
       mlp_gradients * b.w.compute *
-          as_d(model.is_moe() ? model.moe_intermediate_size * model.experts_per_token : model.intermediate_size) +
+          as_d(model.is_moe() ? model.moe_intermediate_size * model.expert_rows_per_token() : model.intermediate_size) +
       4.0 * b.w.residual * b.h;
 
   // The largest set of temporaries a layer's forward holds at once (freed, but their blocks stay
@@ -839,6 +868,17 @@ bool targets_module(const LoraSetup& lora, const LinearModule& m) {
   return false;
 }
 
+double tower_adapter_width(const ModelSpec& model, const LoraSetup& lora) {
+  double width = 0;
+  for (const TowerLinear& m : model.vision.linears) {
+    const bool target = std::any_of(lora.targets.begin(), lora.targets.end(), [&](const std::string& t) {
+      return t == "all-linear" || module_name_matches(m.name, t);
+    });
+    if (target) width += as_d(m.count) * (as_d(m.in_features) + as_d(m.out_features));
+  }
+  return width;
+}
+
 void check_lora_targets(const ModelSpec& model, const TrainingSetup& setup) {
   if (setup.method == Method::full) return;
   const auto all_linear = [](const std::string& t) { return t == "all-linear"; };
@@ -939,7 +979,7 @@ void split_for_model_parallelism(StepShape& st, const Layout& l) {
   if (l.tp <= 1) return;
   const double t = l.tp;
   ParameterStorage& p = st.params;
-  for (double* v : {&p.weights, &p.quant_constants, &p.adapters, &p.trainable_params,
+  for (double* v : {&p.weights, &p.quant_constants, &p.adapters, &p.trainable_params, &p.idle_trainable_params,
                     &p.untargeted_expert_adapter_params, &p.autocast_copies, &p.largest_trainable, &p.weights_rounding,
                     &p.trainable_rounding, &p.root_weights, &p.layer_weights})
     *v /= t;
@@ -1103,7 +1143,7 @@ StepShape describe_tensors(const ModelSpec& model, const TrainingSetup& setup, c
       o.reference_weights = st.params.weights + st.params.weights_rounding + st.params.quant_constants;
     // A layer's forward without autograd: the MLP's activation, up and product alive together,
     // with the layer's input and its residual.
-    const double inter = as_d(model.is_moe() ? model.moe_intermediate_size * model.experts_per_token
+    const double inter = as_d(model.is_moe() ? model.moe_intermediate_size * model.expert_rows_per_token()
                                              : model.intermediate_size);
     o.no_grad_layer_per_token = b.w.compute * (3.0 * inter + 2.0 * b.h);
     if (setup.objective == Objective::ppo) {

@@ -34,6 +34,10 @@ struct ParameterStorage {
   double quant_constants = 0;  // block absmax etc. of quantised weights
   double adapters = 0;         // LoRA A and B
   double trainable_params = 0;
+  // Parameters that require a gradient but get none in the step, so have no gradient and no
+  // optimizer state: a multimodal model's vision tower (full) or its adapters (LoRA), idle in a
+  // text-only step. Counted as trainable, as PEFT and transformers count them.
+  double idle_trainable_params = 0;
   // LoRA A and B that adapters on the routed experts would add (PEFT's target_parameters, r x (in + out)
   // per expert and projection) when the LoRA targets leave them out, as all-linear does with experts
   // stored as fused 3-D tensors; 0 in full fine-tuning and for dense models.
@@ -127,6 +131,10 @@ void check_lora_targets(const ModelSpec& model, const TrainingSetup& setup);
 
 // Whether PEFT wraps this decoder module in a LoRA adapter for these targets.
 bool targets_module(const LoraSetup& lora, const LinearModule& m);
+// The sum of in + out features over the vision tower's and projector's linear modules the targets
+// reach (PEFT matches a name against the end of a module's path; all-linear takes every nn.Linear
+// of the model but the output layer): a rank-r LoRA adds r times this.
+double tower_adapter_width(const ModelSpec& model, const LoraSetup& lora);
 
 // A linear module of a decoder layer, and whether a LoRA adapter wraps it.
 struct LayerLinear {

@@ -57,11 +57,19 @@ TEST(Gemma3, FourBIsTheTextModelOfTheMultimodalConfig) {
   // Per layer: q 2560x2048, k and v 2560x1024, o 2048x2560, three 2560x10240; 4 x 2560 + 2 x 256 norms.
   const std::int64_t layer = 2560 * 2048 + 2 * 2560 * 1024 + 2048 * 2560 + 3 * 2560 * 10240 + 4 * 2560 + 2 * 256;
   const ParameterCounts c = count_parameters(m);
-  EXPECT_EQ(c.total, 262'208LL * 2560 + 34 * layer + 2560);
-  EXPECT_EQ(c.total, 3'880'263'168);
-  // The Gemma 3 report gives the 4B's language model 3,209M non-embedding parameters (and a 417M vision
-  // encoder, which is not counted here).
-  EXPECT_EQ(rounded(c.total - c.embedding, 1e6, 0), 3209);
+  EXPECT_EQ(c.total - c.vision, 262'208LL * 2560 + 34 * layer + 2560);
+  EXPECT_EQ(c.total - c.vision, 3'880'263'168);
+  // The Gemma 3 report gives the 4B's language model 3,209M non-embedding parameters and a 417M
+  // vision encoder: SigLIP's 27 layers (q/k/v/out and fc1/fc2, all biased, two LayerNorms), its
+  // biased 14 x 14 patch convolution, 4096 learned positions and a final LayerNorm; the projector
+  // is a 1152 x 2560 matrix and an RMSNorm.
+  EXPECT_EQ(rounded(c.total - c.vision - c.embedding, 1e6, 0), 3209);
+  const std::int64_t siglip_layer = 4 * (1152 * 1152 + 1152) + 2 * 1152 * 4304 + 4304 + 1152 + 4 * 1152;
+  const std::int64_t tower = 3 * 14 * 14 * 1152 + 1152 + 4096 * 1152 + 27 * siglip_layer + 2 * 1152;
+  EXPECT_EQ(c.vision, tower + 1152 * 2560 + 1152);
+  EXPECT_EQ(rounded(static_cast<double>(tower), 1e6, 0), 417);
+  EXPECT_EQ(c.total, 4'300'079'472);  // the checkpoint's safetensors count
+  EXPECT_EQ(c.activated, c.total - c.vision);  // a text token never reaches the tower
 }
 
 TEST(Gemma3, MultimodalConfigErrorsNameTheTextConfigField) {

@@ -96,20 +96,15 @@ TEST(RecentFamilies, KeepWhatLlamaKeepsAndRunASlightlyDifferentStep) {
 }
 
 // `trainfit models` shows the publisher's figure beside trainfit's: every built-in with one is
-// within 1% of it, but for the multimodal configs, whose published figures count the vision tower
-// and projector that trainfit does not (their text models are what is planned): Gemma 3 4B's 4.3B
-// (3.88B planned) and Mistral Small 3.1's 24B (23.57B planned).
+// within 1% of it, the multimodal ones (their vision towers and projectors counted) exactly.
 TEST(PublishedParameters, EveryBuiltinIsWithinOnePercentOfItsPublishedCount) {
   for (const std::string& name : builtin_model_names()) {
     const PublishedParameters p = published_parameters(name);
     if (p.total <= 0) continue;
-    const double ours = static_cast<double>(count_parameters(load_model(name)).total);
-    if (name == "gemma3-4b") {
-      EXPECT_NEAR(ours / p.total, 0.90, 0.01) << name;
-      continue;
-    }
-    if (name == "mistral-small3.1") {  // its Pixtral tower and projector, 0.44B
-      EXPECT_NEAR(ours / p.total, 0.982, 0.003) << name;
+    const ParameterCounts counts = count_parameters(load_model(name));
+    const double ours = static_cast<double>(counts.total);
+    if (counts.vision > 0) {
+      EXPECT_EQ(ours, p.total) << name;
       continue;
     }
     EXPECT_NEAR(ours / p.total, 1.0, 0.01) << name;
@@ -225,7 +220,13 @@ TEST(MistralSmall31, PlansItsTextModelByItsHubId) {
   // q 5120 x 4096, k and v 5120 x 1024, o 4096 x 5120, three 5120 x 32768 MLP matrices, two norms; 40
   // layers; untied 131072-token embedding and output layer; the final norm.
   const std::int64_t layer = 2 * 5120 * 4096 + 2 * 5120 * 1024 + 3 * 5120 * 32768 + 2 * 5120;
-  EXPECT_EQ(count_parameters(m).total, 2 * 131'072LL * 5120 + 40 * layer + 5120);
+  const ParameterCounts c = count_parameters(m);
+  EXPECT_EQ(c.total - c.vision, 2 * 131'072LL * 5120 + 40 * layer + 5120);
+  // Pixtral's 24 unbiased layers (q/k/v/o, gate/up/down, two RMSNorms), its unbiased patch
+  // convolution and ln_pre; the projector's RMSNorm, 2 x 2 patch merger and two linears.
+  const std::int64_t pixtral = 24 * (4 * 1024 * 1024 + 3 * 1024 * 4096 + 2 * 1024) + 3 * 14 * 14 * 1024 + 1024;
+  EXPECT_EQ(c.vision, pixtral + 1024 + 4096 * 1024 + 1024 * 5120 + 5120 * 5120);
+  EXPECT_EQ(c.total, 24'011'361'280);
   TrainingSetup s;
   const Plan p = make_plan(m, s, find_gpu("h200"));
   ASSERT_FALSE(p.warnings.empty());

@@ -193,10 +193,16 @@ TEST(PlanWarnings, SequencePastTheTrainedPositions) {
   EXPECT_TRUE(plan_warnings(unknown, s).empty());
 }
 
-TEST(PlanWarnings, AMultimodalConfigIsPlannedAsItsTextModel) {
-  const auto w = plan_warnings(load_model("gemma3-4b"), TrainingSetup{});
+TEST(PlanWarnings, AMultimodalConfigSaysItsTowerIsIdleOrDropped) {
+  TrainingSetup s;
+  auto w = plan_warnings(load_model("gemma3-4b"), s);
   ASSERT_EQ(w.size(), 1u);
-  EXPECT_NE(w[0].find("text model"), std::string::npos) << w[0];
+  EXPECT_NE(w[0].find("text-only"), std::string::npos) << w[0];
+  EXPECT_NE(w[0].find("0.42B parameters"), std::string::npos) << w[0];
+  s.vision_tower = VisionTowerUse::dropped;
+  w = plan_warnings(load_model("gemma3-4b"), s);
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_NE(w[0].find("text model alone"), std::string::npos) << w[0];
   EXPECT_TRUE(plan_warnings(load_model("gemma3-1b"), TrainingSetup{}).empty());
 }
 
@@ -249,7 +255,7 @@ TEST(MoeStep, AllLinearOnFusedExpertsWarnsOfPeftsParamWrapper) {
   const auto phi_warned = [&](const TrainingSetup& t) {
     const Plan p = make_plan(load_model("phi3.5-moe"), t, find_gpu("h200"));
     return std::any_of(p.warnings.begin(), p.warnings.end(),
-                       [](const std::string& w) { return w.find("PhiMoE's router") != std::string::npos; });
+                       [](const std::string& w) { return w.find("the router of phimoe") != std::string::npos; });
   };
   EXPECT_TRUE(phi_warned(phi));
   phi.lora.targets = parse_lora_targets("q,k,v,o");
