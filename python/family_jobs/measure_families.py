@@ -25,7 +25,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-MODELS = ["smollm3-3b", "granite3.3-2b", "granite3.3-8b", "gpt-oss-20b", "gpt-oss-120b", "glm4.5-air"]
+MODELS = ["smollm3-3b", "granite3.3-2b", "granite3.3-8b", "gpt-oss-20b", "gpt-oss-120b", "glm4.5-air", "gemma3-4b",
+          "mistral-small3.1", "qwen2.5-vl-7b", "qwen3-vl-8b", "llama4-scout"]
 
 ATTN_ONLY = "q_proj,k_proj,v_proj,o_proj"
 # name: (model, layers or None, runner settings)
@@ -50,6 +51,12 @@ CASES = {
                                                           grad_ckpt=True)),
     "glm45air-l3-lora-attn": ("glm4.5-air", 3, dict(method="lora", lora_targets=ATTN_ONLY, seq=1024, batch=2,
                                                      grad_ckpt=False)),
+    # Multimodal configs built whole (vision_tower loaded, the default): the tower idle in a text step.
+    "gemma3-4b-lora-loaded": ("gemma3-4b", None, dict(method="lora", seq=1024, batch=2, grad_ckpt=True)),
+    "qwen25vl-lora-ckpt": ("qwen2.5-vl-7b", None, dict(method="lora", seq=1024, batch=2, grad_ckpt=True)),
+    # Llama 4's text model at two layers: every token through all 16 experts.
+    "llama4-l2-lora-attn": ("llama4-scout", 2, dict(method="lora", lora_targets=ATTN_ONLY, seq=1024, batch=1,
+                                                    grad_ckpt=False, vision_tower="dropped")),
 }
 
 
@@ -60,10 +67,11 @@ def model_config(name, layers=None):
     d = json.loads(path.read_text())
     d.pop("quantization_config", None)
     if layers is not None:
-        d["num_hidden_layers"] = layers
+        text = d["text_config"] if isinstance(d.get("text_config"), dict) else d  # a multimodal config's
+        text["num_hidden_layers"] = layers
         for key in ("layer_types", "no_rope_layers"):
-            if isinstance(d.get(key), list):
-                d[key] = d[key][:layers]
+            if isinstance(text.get(key), list):
+                text[key] = text[key][:layers]
     return d
 
 
@@ -75,10 +83,13 @@ def inspect(out):
     for name in MODELS:
         d = model_config(name)
         cfg = transformers.CONFIG_MAPPING[d["model_type"]].from_dict(d)
+        # A multimodal config builds whole, as the trainers load it (its tower counted).
+        auto = (transformers.AutoModelForImageTextToText if "vision_config" in d
+                else transformers.AutoModelForCausalLM)
         entry = {}
         try:
             with torch.device("meta"):
-                model = transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16)
+                model = auto.from_config(cfg, dtype=torch.bfloat16)
             entry["class"] = type(model).__name__
             entry["params_total"] = sum(p.numel() for p in model.parameters())
             kinds = {}
@@ -89,7 +100,7 @@ def inspect(out):
             for dropout in (0.05, 0.0):
                 try:
                     with torch.device("meta"):
-                        m = transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16)
+                        m = auto.from_config(cfg, dtype=torch.bfloat16)
                         pm = get_peft_model(m, LoraConfig(r=16, lora_alpha=32, lora_dropout=dropout,
                                                            target_modules="all-linear", task_type="CAUSAL_LM"))
                     wrapped = {}
@@ -172,7 +183,9 @@ def sources(out):
         ("qwen3_next", "modeling_qwen3_next.py"), ("qwen3_next", "configuration_qwen3_next.py"),
         ("granitemoehybrid", "modeling_granitemoehybrid.py"), ("qwen2_5_vl", "modeling_qwen2_5_vl.py"),
         ("qwen3_vl", "modeling_qwen3_vl.py"), ("mistral3", "modeling_mistral3.py"),
-        ("gemma3", "modeling_gemma3.py"), ("llama", "modeling_llama.py"), ("mixtral", "modeling_mixtral.py")]]
+        ("gemma3", "modeling_gemma3.py"), ("llama", "modeling_llama.py"), ("mixtral", "modeling_mixtral.py"),
+        ("siglip", "modeling_siglip.py"), ("pixtral", "modeling_pixtral.py"), ("qwen3_next", "modeling_qwen3_next.py"),
+        ("falcon_h1", "modeling_falcon_h1.py"), ("nemotron_h", "modeling_nemotron_h.py")]]
     files += [tf / "integrations" / f for f in ("moe.py", "sdpa_attention.py", "flex_attention.py", "mxfp4.py",
                                                    "eager_paged.py")]
     files += [tf / f for f in ("masking_utils.py", "modeling_layers.py", "modeling_rope_utils.py")]
