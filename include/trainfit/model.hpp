@@ -257,6 +257,8 @@ struct ModelFamily {
   bool fused_experts = false;
   // Its router holds a bare weight, not an nn.Linear: all-linear does not wrap it (Mixtral, DeepSeek-V3).
   bool bare_router = false;
+  // Its configs describe a mixture of experts (a decoder layer with routed experts).
+  bool mixture_of_experts = false;
   // Its router is an nn.Linear whose forward returns a tuple: all-linear wraps it and PEFT's LoRA
   // forward fails there (PhiMoE).
   bool router_returns_tuple = false;
@@ -274,6 +276,14 @@ const std::vector<const ModelFamily*>& model_families();
 const ModelFamily* find_model_family(std::string_view model_type);
 // The model's own family (its model_type's row).
 const ModelFamily& model_family(const ModelSpec& model);
+// Whether PEFT 0.21's all-linear, under transformers 5, puts lora.ParamWrapper on this model's
+// routed experts: a mixture of experts (transformers 5 stores every family's experts as 3-D
+// parameters) whose router does not fail the wrap first (PhiMoE's and Llama 4's return tuples).
+// ParamWrapper takes no LoRA dropout.
+bool all_linear_wraps_fused_experts(const ModelSpec& model);
+// The model_types whose configs describe such a mixture of experts (ModelFamily::mixture_of_experts,
+// less the routers that fail the wrap), added families included.
+std::vector<std::string> expert_wrapping_model_types();
 // Adds a family that reads as a built-in and may name its modules otherwise (docs/architecture.md,
 // "Add a model family"). It inherits its reads_as family's structure. Throws InputError when the
 // model_type is taken or reads_as is not a built-in. Call it before planning starts: planning in

@@ -52,6 +52,10 @@ struct DerivedDefault {
     SettingValue value;
   };
   std::vector<Case> cases;
+  // A default that depends on the model the setup names (the first setting): `value` when its
+  // config.json's model_type is one of these (a function: the family table may grow), the row's
+  // own default otherwise (the rules above unused).
+  std::function<std::vector<std::string>()> model_types;
 };
 
 struct Setting {

@@ -17,6 +17,8 @@ import math
 import os
 from pathlib import Path
 
+from . import model_files
+
 # How the runner runs a config (not settings of the setup), with their defaults.
 RUNNER_FIELDS = {"device": "cuda", "steps": 4, "warmup": 1, "vram_bytes": None, "overflow": "oom"}
 
@@ -67,6 +69,14 @@ def applies(key, cfg):
     return "x-applies-when" not in prop or _holds(prop["x-applies-when"], cfg)
 
 
+def _model_type(name):
+    """The model_type of the config.json a model name or path gives, or None when it does not read."""
+    if not name:
+        return None
+    d = model_files.model_json(name)
+    return d.get("model_type") if isinstance(d, dict) else None
+
+
 def complete(cfg, runner_fields=True):
     """The config with every setting given, in the schema's order: a missing one takes its default,
     or its derived default (weights nf4 under qlora; LoRA alpha twice the rank). With runner_fields,
@@ -85,7 +95,11 @@ def complete(cfg, runner_fields=True):
             continue
         value = prop.get("default")
         derived = prop.get("x-derived-default")
-        if derived and "times" in derived:
+        if derived and "model_types" in derived:
+            # A default of the model (lora_dropout 0 on a mixture of experts): its config's model_type.
+            if _model_type(out.get("model")) in derived["model_types"]:
+                value = derived["value"]
+        elif derived and "times" in derived:
             value = derived["factor"] * out[derived["times"]]
             if prop.get("type") == "integer":  # microbatches = pp, not 2.0
                 # Halves rounded away from zero, as trainfit (std::llround) rounds them: a

@@ -88,7 +88,7 @@ std::vector<ModelFamily> built_in_families() {
   // forward returns a tuple (router scores and logits), Llama4TextExperts' fused 3-D gate_up_proj
   // [E, h, 2I] and down_proj, and shared_expert, a gated MLP every token runs.
   ModelFamily llama4 = built_in("llama4_text", {{R::router, "feed_forward.router"}});
-  llama4.fused_experts = llama4.router_returns_tuple = true;
+  llama4.fused_experts = llama4.router_returns_tuple = llama4.mixture_of_experts = true;
   rows.push_back(llama4);
   rows.push_back(built_in("llama4"));
   // Transformers 5 stores these experts as two 3-D parameters, gate and up fused: gate_up_proj
@@ -96,31 +96,33 @@ std::vector<ModelFamily> built_in_families() {
   // loading. MixtralTopKRouter and DeepseekV3TopkRouter hold a bare weight; PhimoeTopKRouter and
   // DeepseekV2Moe's gate are nn.Linear.
   ModelFamily mixtral = built_in("mixtral");
-  mixtral.fused_experts = mixtral.bare_router = true;
+  mixtral.fused_experts = mixtral.bare_router = mixtral.mixture_of_experts = true;
   rows.push_back(mixtral);
-  rows.push_back(built_in("qwen2_moe"));
-  rows.push_back(built_in("qwen3_moe"));
+  for (const char* qwen_moe : {"qwen2_moe", "qwen3_moe"}) {
+    rows.push_back(built_in(qwen_moe));
+    rows.back().mixture_of_experts = true;
+  }
   // PhimoeTopKRouter is an nn.Linear under the MLP block, named router; its forward returns a tuple
   // (logits and routing weights), which PEFT's LoRA forward cannot take ("'tuple' object has no
   // attribute 'dtype'", on the GPU machine).
   ModelFamily phimoe = built_in("phimoe", {{R::router, "mlp.router"}});
-  phimoe.fused_experts = phimoe.router_returns_tuple = true;
+  phimoe.fused_experts = phimoe.router_returns_tuple = phimoe.mixture_of_experts = true;
   rows.push_back(phimoe);
   ModelFamily v2 = built_in("deepseek_v2", deepseek_shared_experts());
-  v2.fused_experts = true;
+  v2.fused_experts = v2.mixture_of_experts = true;
   rows.push_back(v2);
   ModelFamily v3 = built_in("deepseek_v3", deepseek_shared_experts());
-  v3.fused_experts = v3.bare_router = true;
+  v3.fused_experts = v3.bare_router = v3.mixture_of_experts = true;
   rows.push_back(v3);
   // GLM-4.5's MoE layers are DeepSeek-V3's (Glm4MoeTopkRouter a bare weight under mlp.gate, sigmoid
   // scores in fp32, fused experts, one shared MLP named shared_experts) behind grouped-query attention.
   ModelFamily glm = built_in("glm4_moe", deepseek_shared_experts());
-  glm.fused_experts = glm.bare_router = true;
+  glm.fused_experts = glm.bare_router = glm.mixture_of_experts = true;
   rows.push_back(glm);
   // GptOssTopKRouter is mlp.router, a weight and a bias of its own (no nn.Linear); GptOssExperts holds
   // gate_up_proj [E, h, 2M] (gate and up interleaved), down_proj [E, M, h] and their biases.
   ModelFamily oss = built_in("gpt_oss", {{R::router, "mlp.router"}});
-  oss.fused_experts = oss.bare_router = true;
+  oss.fused_experts = oss.bare_router = oss.mixture_of_experts = true;
   rows.push_back(oss);
   return rows;
 }
@@ -170,6 +172,17 @@ const ModelFamily& model_family(const ModelSpec& model) {
   // A ModelSpec built in code may leave model_type empty: it is then shaped, and named, as Llama.
   if (const ModelFamily* f = table().find(model.model_type)) return *f;
   return *table().find("llama");
+}
+
+std::vector<std::string> expert_wrapping_model_types() {
+  std::vector<std::string> types;
+  for (const ModelFamily* f : table().index)
+    if (f->mixture_of_experts && !f->router_returns_tuple) types.push_back(f->model_type);
+  return types;
+}
+
+bool all_linear_wraps_fused_experts(const ModelSpec& model) {
+  return model.is_moe() && !model_family(model).router_returns_tuple;
 }
 
 void add_model_family(const ModelFamily& family) {

@@ -455,6 +455,21 @@ Plan make_plan(const ModelSpec& model, const TrainingSetup& setup, const GpuSpec
                           "(lora.ParamWrapper): the experts get {} adapter parameters more, which this plan does "
                           "not count",
                           plan.memory.untargeted_expert_adapter_parameters));
+  // Which modules all-linear wrapped, where PEFT wraps fused experts too: the plan is of that model.
+  if (all_linear && detail::adapts_fused_experts(model, setup)) {
+    std::vector<std::string> linear, wrapper;
+    std::vector<LinearModule> modules = layer_linear_modules(model);
+    for (LinearModule& m : dense_layer_linear_modules(model)) modules.push_back(std::move(m));
+    for (const LinearModule& m : modules) {
+      auto& list = m.nn_linear ? linear : wrapper;
+      if (std::find(list.begin(), list.end(), m.name) == list.end()) list.push_back(m.name);
+    }
+    plan.warnings.push_back(fmt::format(
+        "all-linear on {}: PEFT 0.21 wraps the nn.Linear modules ({}) and, through lora.ParamWrapper, the fused "
+        "expert parameters ({}), whose adapters and merged weights are planned; ParamWrapper takes no dropout, so "
+        "lora_dropout is 0 (the default for this model)",
+        model.model_type, fmt::join(linear, ", "), fmt::join(wrapper, ", ")));
+  }
   // PhiMoE's and Llama 4's routers are nn.Linear subclasses whose forward returns a tuple: all-linear
   // wraps them and PEFT's LoRA forward fails there ("'tuple' object has no attribute 'dtype'", on
   // the GPU machine for PhiMoE; read from Llama4Router's forward for Llama 4).

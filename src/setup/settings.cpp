@@ -8,6 +8,8 @@
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
+#include <map>
 #include <mutex>
 #include <string>
 
@@ -16,9 +18,37 @@
 
 #include "trainfit/error.hpp"
 #include "trainfit/hardware.hpp"
+#include "trainfit/model.hpp"
 #include "trainfit/units.hpp"
 
 namespace trainfit {
+namespace detail {
+
+// The model_type of the config.json the setup's model names (a multimodal config's own, not its
+// text model's), or "" when it does not load (the plan reports that itself). A built-in is looked
+// up once a process (a default is asked for many times over a grid), a file read each time (it may
+// change).
+std::string config_model_type(const std::string& model) {
+  if (model.empty()) return {};
+  const auto read = [&]() -> std::string {
+    try {
+      const ModelSpec m = load_model(model);
+      return m.text_of_multimodal ? m.multimodal_type : m.model_type;
+    } catch (const InputError&) {
+      return {};
+    }
+  };
+  std::error_code ec;
+  if (std::filesystem::exists(model, ec)) return read();
+  static std::mutex mutex;
+  static std::map<std::string, std::string, std::less<>> known;
+  const std::lock_guard lock(mutex);
+  if (auto it = known.find(model); it != known.end()) return it->second;
+  return known.emplace(model, read()).first->second;
+}
+
+}  // namespace detail
+
 namespace {
 
 // ---- Building rows -------------------------------------------------------------------------------
@@ -195,20 +225,30 @@ std::vector<Setting> builtin_table() {
     bind<double>(r, [](auto& s) -> auto& { return s.lora.alpha; });
   }
   {
-    auto& r = row("lora_dropout", "--lora-dropout", number, "LoRA dropout probability");
-    r.minimum = 0;
-    r.maximum = 1;
-    r.exclusive_maximum = true;
-    r.applies_when = under_lora();
-    r.label = "dropout{}";
-    bind<double>(r, [](auto& s) -> auto& { return s.lora.dropout; });
-  }
-  {
     auto& r = row("lora_targets", "--lora-targets", list, "modules with adapters: all-linear, or q,k,v,o,gate,up,down or q_proj,v_proj...");
     r.applies_when = under_lora();
     r.label = "{}";
     bind<std::vector<std::string>>(r, [](auto& s) -> auto& { return s.lora.targets; });
     r.canonical = [](std::string_view text) { return SettingValue(parse_lora_targets(text)); };
+  }
+  {
+    auto& r = row("lora_dropout", "--lora-dropout", number, "LoRA dropout probability");
+    r.minimum = 0;
+    r.maximum = 1;
+    r.exclusive_maximum = true;
+    r.applies_when = under_lora();
+    // PEFT 0.21's all-linear (the default targets) puts lora.ParamWrapper on a transformers 5
+    // mixture of experts' fused experts, and ParamWrapper refuses any dropout: 0.05 would plan a
+    // model PEFT does not build. 0 on such a model whatever the targets, so that naming targets
+    // changes the targets alone.
+    DerivedDefault d;
+    d.model_types = expert_wrapping_model_types;
+    d.value = 0.0;
+    r.derived_default = std::move(d);
+    r.default_rule = "0.05; 0 on a mixture of experts (PEFT's lora.ParamWrapper, which all-linear puts on "
+                     "transformers 5's fused experts, takes no dropout)";
+    r.label = "dropout{}";
+    bind<double>(r, [](auto& s) -> auto& { return s.lora.dropout; });
   }
   group = "precision";
   {
@@ -674,6 +714,12 @@ bool applies(const Setting& s, const TrainingSetup& setup) { return !s.applies_w
 SettingValue default_value(const Setting& s, const TrainingSetup& so_far) {
   if (s.derived_default) {
     const DerivedDefault& d = *s.derived_default;
+    if (d.model_types) {
+      const std::vector<std::string> types = d.model_types();
+      const std::string type = detail::config_model_type(so_far.model);
+      return !type.empty() && std::find(types.begin(), types.end(), type) != types.end() ? d.value
+                                                                                         : s.get(TrainingSetup{});
+    }
     if (!d.times.empty()) {
       if (const Setting* other = find_setting(d.times)) {
         const SettingValue v = other->get(so_far);

@@ -58,7 +58,10 @@ json property_of(const Setting& s) {
   if (s.derived_default) {
     const DerivedDefault& d = *s.derived_default;
     json dd = json::object();
-    if (!d.times.empty()) {
+    if (d.model_types) {
+      dd["model_types"] = d.model_types();
+      dd["value"] = setting_value_to_json(d.value);
+    } else if (!d.times.empty()) {
       dd["times"] = d.times;
       dd["factor"] = d.factor;
     } else if (!d.cases.empty()) {
@@ -195,7 +198,8 @@ json setup_schema() {
            "The settings of one training run, as `trainfit plan` takes them (x-flag), as JSON setups and bench "
            "configs carry them (the keys) and as bench matrices vary them (x-matrix). A setting left out takes its "
            "default; x-derived-default gives a default that depends on another setting (the first of its cases "
-           "that holds, when it has cases); x-applies-when says when "
+           "that holds, when it has cases), or on the model (its value when the model's config.json model_type is one "
+           "of its model_types); x-applies-when says when "
            "a setting means anything (JSON written by trainfit leaves out what does not apply); x-order is the "
            "order in which defaults are resolved; x-shorthands are module names users may abbreviate; x-group is where the page shows a setting's control; "
            "x-module-names gives, for each model family (config.json's model_type), the name of the module "

@@ -906,9 +906,8 @@ void check_lora_targets(const ModelSpec& model, const TrainingSetup& setup) {
 
 bool adapts_fused_experts(const ModelSpec& model, const TrainingSetup& setup) {
   // A router all-linear cannot wrap (PhiMoE's) fails the run before the experts matter.
-  if (setup.method != Method::lora || !model.is_moe() || model_family(model).router_returns_tuple ||
-      setup.lora.dropout != 0)
-    return false;
+  // QLoRA alike: bitsandbytes leaves the fused experts unquantised, parameters ParamWrapper takes.
+  if (setup.method == Method::full || !all_linear_wraps_fused_experts(model) || setup.lora.dropout != 0) return false;
   return std::any_of(setup.lora.targets.begin(), setup.lora.targets.end(),
                      [](const std::string& t) { return t == "all-linear"; });
 }

@@ -233,20 +233,25 @@ TEST(MoeStep, TheHostsOperationsDoNotGrowWithTheExperts) {
   EXPECT_DOUBLE_EQ(host_seconds(16), host_seconds(64));
 }
 
-// all-linear LoRA on fused experts: PEFT 0.21 wraps them and refuses dropout; the plan says so,
-// and says nothing when the targets are named.
+// all-linear LoRA on fused experts: PEFT 0.21 wraps them and refuses dropout, so the default
+// dropout there is 0 and the plan names what all-linear wrapped; a dropout given says PEFT refuses
+// it, and named targets say nothing.
 TEST(MoeStep, AllLinearOnFusedExpertsWarnsOfPeftsParamWrapper) {
   const ModelSpec m = load_model("qwen3-30b-a3b");
-  TrainingSetup s;
-  s.method = Method::lora;
   const auto warned = [&](const TrainingSetup& t, const std::string& what) {
     const Plan p = make_plan(m, t, find_gpu("h200"));
     return std::any_of(p.warnings.begin(), p.warnings.end(),
                        [&](const std::string& w) { return w.find(what) != std::string::npos; });
   };
+  // The default setup of this model, as every front end resolves it.
+  TrainingSetup s = resolve_setup({GivenSetting(find_setting("model"), std::string("qwen3-30b-a3b"))});
+  EXPECT_EQ(s.lora.dropout, 0.0);
+  EXPECT_TRUE(warned(s, "through lora.ParamWrapper, the fused expert parameters (experts.gate_proj"));
+  EXPECT_FALSE(warned(s, "refuses to build the model"));
+  EXPECT_EQ(resolve_setup({GivenSetting(find_setting("model"), std::string("qwen2.5-7b"))}).lora.dropout, 0.05);
+  s.lora.dropout = 0.05;  // given: PEFT refuses it
   EXPECT_TRUE(warned(s, "refuses to build the model"));
-  s.lora.dropout = 0;  // PEFT builds it, and the plan counts the expert adapters (next test)
-  EXPECT_FALSE(warned(s, "ParamWrapper"));
+  s.lora.dropout = 0;
   s.lora.targets = parse_lora_targets("q,k,v,o");
   EXPECT_FALSE(warned(s, "ParamWrapper"));
   // PhiMoE's router: all-linear fails in PEFT's forward; named targets do not.
