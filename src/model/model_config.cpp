@@ -445,6 +445,21 @@ ModelSpec read_generic_decoder(const ConfigReader& r, const std::string& model_t
       r.fail(refused + "; it is a mixture of experts (" + r.quoted(field) + ": " + describe(*n) +
              "), which Llama's layers would miss by the experts' size");
   }
+  // Layers that are no attention layers (Mamba's state-space layers, linear attention: Granite 4,
+  // Falcon-H1, Nemotron-H, Qwen3-Next, Jamba...) keep what Llama's layers do not: refused.
+  for (const auto& [field, value] : r.object().items()) {
+    const bool state_space = field.starts_with("mamba_") || field.starts_with("ssm_") ||
+                             field.starts_with("linear_") || field.starts_with("attn_layer_") ||
+                             field == "hybrid_override_pattern";
+    bool other_layers = false;
+    if (field == "layer_types" && value.is_array())
+      for (const json& kind : value)
+        if (kind.is_string() && kind.get_ref<const std::string&>().find("attention") == std::string::npos)
+          other_layers = true;
+    if ((state_space && !value.is_null()) || other_layers)
+      r.fail(refused + "; its layers are not all attention layers (" + r.quoted(field) +
+             "): state-space or linear-attention layers keep what Llama's layers would not, and are not read yet");
+  }
   ModelSpec m = read_decoder(r, "llama");
   m.model_type = model_type;
   m.generic_decoder = true;

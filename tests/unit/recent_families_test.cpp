@@ -284,3 +284,31 @@ TEST(QloraOnFusedExperts, TheExpertsStayInTheComputeDtype) {
 
 }  // namespace
 }  // namespace trainfit
+
+namespace trainfit {
+namespace {
+
+// A hybrid family (Mamba-2 or linear-attention layers beside attention) is no Llama: refused,
+// naming the field that says so, whichever it is.
+TEST(OtherDecoderFamilies, HybridLayersAreRefusedByTheFieldThatNamesThem) {
+  const std::string base = R"("architectures": ["GraniteMoeHybridForCausalLM"], "model_type": "granitemoehybrid",
+      "hidden_size": 1536, "num_hidden_layers": 4, "num_attention_heads": 12, "intermediate_size": 512,
+      "vocab_size": 1000)";
+  for (const std::string& extra : {std::string(R"("mamba_n_heads": 48)"),
+                                   std::string(R"("layer_types": ["mamba", "attention", "mamba", "mamba"])"),
+                                   std::string(R"("hybrid_override_pattern": "M-M*")")}) {
+    try {
+      (void)parse_model_config("{" + base + ", " + extra + "}", "config.json");
+      ADD_FAILURE() << extra << " planned";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("not all attention layers"), std::string::npos) << e.what();
+    }
+  }
+  // Attention kinds alone (sliding and full) are attention layers.
+  EXPECT_NO_THROW((void)parse_model_config(
+      "{" + base + R"(, "layer_types": ["sliding_attention", "full_attention", "sliding_attention", "full_attention"]})",
+      "config.json"));
+}
+
+}  // namespace
+}  // namespace trainfit
