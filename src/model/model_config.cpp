@@ -169,8 +169,8 @@ void read_experts(const ConfigReader& r, ModelSpec& m) {
   }
   // GptOssConfig defaults num_experts_per_tok to 4 (the published configs also say experts_per_token).
   m.experts_per_token = t == "gpt_oss"       ? r.optional_int("num_experts_per_tok", 4, 1, kMaxExperts)
-                       : t == "llama4_text" ? r.optional_int("num_experts_per_tok", 1, 1, kMaxExperts)
-                                            : r.require_int("num_experts_per_tok", 1, kMaxExperts);
+                        : t == "llama4_text" ? r.optional_int("num_experts_per_tok", 1, 1, kMaxExperts)
+                                             : r.require_int("num_experts_per_tok", 1, kMaxExperts);
   if (m.experts_per_token > m.num_experts) {
     r.fail("field " + r.quoted("num_experts_per_tok") + " (" + std::to_string(m.experts_per_token) +
            ") must not exceed the number of experts (" + std::to_string(m.num_experts) + ")");
@@ -448,9 +448,8 @@ ModelSpec read_generic_decoder(const ConfigReader& r, const std::string& model_t
   // Layers that are no attention layers (Mamba's state-space layers, linear attention: Granite 4,
   // Falcon-H1, Nemotron-H, Qwen3-Next, Jamba...) keep what Llama's layers do not: refused.
   for (const auto& [field, value] : r.object().items()) {
-    const bool state_space = field.starts_with("mamba_") || field.starts_with("ssm_") ||
-                             field.starts_with("linear_") || field.starts_with("attn_layer_") ||
-                             field == "hybrid_override_pattern";
+    const bool state_space = field.starts_with("mamba_") || field.starts_with("ssm_") || field.starts_with("linear_") ||
+                             field.starts_with("attn_layer_") || field == "hybrid_override_pattern";
     bool other_layers = false;
     if (field == "layer_types" && value.is_array())
       for (const json& kind : value)

@@ -224,7 +224,8 @@ namespace trainfit {
 
 std::int64_t VisionTower::parameters() const {
   std::int64_t total = other_parameters;
-  for (const TowerLinear& m : linears) total += m.count * (m.in_features * m.out_features + (m.bias ? m.out_features : 0));
+  for (const TowerLinear& m : linears)
+    total += m.count * (m.in_features * m.out_features + (m.bias ? m.out_features : 0));
   return total;
 }
 

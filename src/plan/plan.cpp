@@ -402,9 +402,10 @@ std::vector<std::string> plan_warnings(const ModelSpec& model, const TrainingSet
   if (model.text_of_multimodal) {
     const std::string tower = fmt::format("{:.2f}B", static_cast<double>(count_parameters(model).vision) / 1e9);
     if (setup.vision_tower == VisionTowerUse::dropped)
-      warnings.push_back(fmt::format("a multimodal {} config: planned is its text model alone (vision_tower dropped); "
-                                     "the whole model, as the trainers load it, holds {} more parameters",
-                                     model.multimodal_type, tower));
+      warnings.push_back(
+          fmt::format("a multimodal {} config: planned is its text model alone (vision_tower dropped); "
+                      "the whole model, as the trainers load it, holds {} more parameters",
+                      model.multimodal_type, tower));
     else
       warnings.push_back(fmt::format(
           "a multimodal {} config: the step is text-only; its vision tower and projector ({} parameters) are "

@@ -1142,8 +1142,8 @@ StepShape describe_tensors(const ModelSpec& model, const TrainingSetup& setup, c
       o.reference_weights = st.params.weights + st.params.weights_rounding + st.params.quant_constants;
     // A layer's forward without autograd: the MLP's activation, up and product alive together,
     // with the layer's input and its residual.
-    const double inter = as_d(model.is_moe() ? model.moe_intermediate_size * model.expert_rows_per_token()
-                                             : model.intermediate_size);
+    const double inter =
+        as_d(model.is_moe() ? model.moe_intermediate_size * model.expert_rows_per_token() : model.intermediate_size);
     o.no_grad_layer_per_token = b.w.compute * (3.0 * inter + 2.0 * b.h);
     if (setup.objective == Objective::ppo) {
       o.hidden_states_layers_per_token = b.L * b.w.residual * b.h;

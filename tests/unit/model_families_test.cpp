@@ -68,7 +68,7 @@ TEST(Gemma3, FourBIsTheTextModelOfTheMultimodalConfig) {
   const std::int64_t tower = 3 * 14 * 14 * 1152 + 1152 + 4096 * 1152 + 27 * siglip_layer + 2 * 1152;
   EXPECT_EQ(c.vision, tower + 1152 * 2560 + 1152);
   EXPECT_EQ(rounded(static_cast<double>(tower), 1e6, 0), 417);
-  EXPECT_EQ(c.total, 4'300'079'472);  // the checkpoint's safetensors count
+  EXPECT_EQ(c.total, 4'300'079'472);           // the checkpoint's safetensors count
   EXPECT_EQ(c.activated, c.total - c.vision);  // a text token never reaches the tower
 }
 

@@ -306,7 +306,8 @@ TEST(OtherDecoderFamilies, HybridLayersAreRefusedByTheFieldThatNamesThem) {
   }
   // Attention kinds alone (sliding and full) are attention layers.
   EXPECT_NO_THROW((void)parse_model_config(
-      "{" + base + R"(, "layer_types": ["sliding_attention", "full_attention", "sliding_attention", "full_attention"]})",
+      "{" + base +
+          R"(, "layer_types": ["sliding_attention", "full_attention", "sliding_attention", "full_attention"]})",
       "config.json"));
 }
 

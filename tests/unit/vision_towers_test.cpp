@@ -25,8 +25,8 @@ TEST(VisionTowers, QwenVlCountsMeetTheCheckpoints) {
   // 32 blocks: a fused biased qkv, a biased proj, a biased gated MLP 3420 wide, two RMSNorms; an
   // unbiased 2 x 14 x 14 patch convolution; the merger's RMSNorm and two biased linears from
   // 4 x 1280 features to the text model's 3584.
-  const std::int64_t block = (1280 * 3840 + 3840) + (1280 * 1280 + 1280) + 2 * (1280 * 3420 + 3420) +
-                             (3420 * 1280 + 1280) + 2 * 1280;
+  const std::int64_t block =
+      (1280 * 3840 + 3840) + (1280 * 1280 + 1280) + 2 * (1280 * 3420 + 3420) + (3420 * 1280 + 1280) + 2 * 1280;
   EXPECT_EQ(c25.vision, 32 * block + 3 * 2 * 14 * 14 * 1280 + 1280 + (5120 * 5120 + 5120) + (5120 * 3584 + 3584));
   EXPECT_EQ(c25.total, 8'292'166'656);
 
@@ -86,8 +86,7 @@ TEST(VisionTowers, ATextOnlyStepHoldsTheTowerButTrainsNothingOfIt) {
   // Named targets reach the tower by the end of their paths, as PEFT matches them: q_proj and
   // v_proj name SigLIP's too.
   loaded.lora.targets = parse_lora_targets("q,v");
-  EXPECT_DOUBLE_EQ(detail::describe_step(m, loaded).tensors.params.idle_trainable_params,
-                   16.0 * 27 * 2 * (2 * 1152));
+  EXPECT_DOUBLE_EQ(detail::describe_step(m, loaded).tensors.params.idle_trainable_params, 16.0 * 27 * 2 * (2 * 1152));
 }
 
 TEST(Llama4, ScoutCountsAsTheCheckpointAndItsCardSay) {
@@ -109,7 +108,7 @@ TEST(Llama4, ScoutCountsAsTheCheckpointAndItsCardSay) {
   const ParameterCounts c = count_parameters(m);
   EXPECT_EQ(c.total - c.vision, 107'769'861'120);  // Llama4ForCausalLM
   EXPECT_EQ(c.vision, 871'932'416);
-  EXPECT_EQ(c.total, 108'641'793'536);   // the checkpoint's safetensors count
+  EXPECT_EQ(c.total, 108'641'793'536);     // the checkpoint's safetensors count
   EXPECT_EQ(c.activated, 17'172'894'720);  // one expert and the shared one a layer: the card's 17B
   EXPECT_EQ(model_family(m).names[static_cast<std::size_t>(ModuleRole::router)], "feed_forward.router");
 }
