@@ -102,20 +102,34 @@ VisionTower pixtral(const ConfigReader& top, const ConfigReader& v, std::int64_t
   return b.tower;
 }
 
+// The fields the Qwen VL vision configs share: the tower's width, MLP width, patch (spatial and
+// temporal), the patches merged into one text token (merge x merge), the width it hands the text
+// model, the input channels and the blocks.
+struct QwenVision {
+  std::int64_t h, inter, patch, temporal, merge, out, channels, depth;
+};
+
+// Each field as the config gives it, or the config class's default `d`.
+QwenVision read_qwen_vision(const ConfigReader& v, const QwenVision& d) {
+  return {v.optional_int("hidden_size", d.h, 1, kMaxHidden),
+          v.optional_int("intermediate_size", d.inter, 1, kMaxIntermediate),
+          v.optional_int("patch_size", d.patch, 1, kMaxHeadDim),
+          v.optional_int("temporal_patch_size", d.temporal, 1, 64),
+          v.optional_int("spatial_merge_size", d.merge, 1, 64),
+          v.optional_int("out_hidden_size", d.out, 1, kMaxHidden),
+          // Qwen2.5-VL's published configs spell it in_chans, which its config class does not read.
+          v.optional_int("in_channels", d.channels, 1, 64),
+          v.optional_int("depth", d.depth, 1, kMaxLayers)};
+}
+
 // Qwen2_5_VisionTransformerPretrainedModel: its blocks and the merger (the projector).
 VisionTower qwen2_5_vl(const ConfigReader& v) {
   // Qwen2_5_VLVisionConfig's defaults (hidden_size 3584 is not the 7B's 1280: read it from the file).
-  const std::int64_t h = v.optional_int("hidden_size", 3584, 1, kMaxHidden);
-  const std::int64_t inter = v.optional_int("intermediate_size", 3420, 1, kMaxIntermediate);
-  const std::int64_t patch = v.optional_int("patch_size", 14, 1, kMaxHeadDim);
-  const std::int64_t temporal = v.optional_int("temporal_patch_size", 2, 1, 64);
-  const std::int64_t merge = v.optional_int("spatial_merge_size", 2, 1, 64);
-  const std::int64_t out = v.optional_int("out_hidden_size", 3584, 1, kMaxHidden);
-  // The published configs spell it in_chans, which the config class does not read.
-  const std::int64_t channels = v.optional_int("in_channels", 3, 1, 64);
+  const auto [h, inter, patch, temporal, merge, out, channels, depth] =
+      read_qwen_vision(v, {3584, 3420, 14, 2, 2, 3584, 3, 32});
   TowerBuilder b;
   b.tower.type = "qwen2_5_vl";
-  b.layers = v.optional_int("depth", 32, 1, kMaxLayers);
+  b.layers = depth;
   b.per_layer("attn.qkv", h, 3 * h, true);
   b.per_layer("attn.proj", h, h, true);
   b.per_layer("mlp.gate_proj", h, inter, true);
@@ -135,20 +149,16 @@ VisionTower qwen2_5_vl(const ConfigReader& v) {
 // Qwen3VLVisionModel: its blocks, the merger and the deepstack mergers (their outputs are added to
 // the first text layers' hidden states at the image's positions).
 VisionTower qwen3_vl(const ConfigReader& v) {
-  const std::int64_t h = v.optional_int("hidden_size", 1152, 1, kMaxHidden);
-  const std::int64_t inter = v.optional_int("intermediate_size", 4304, 1, kMaxIntermediate);
-  const std::int64_t patch = v.optional_int("patch_size", 16, 1, kMaxHeadDim);
-  const std::int64_t temporal = v.optional_int("temporal_patch_size", 2, 1, 64);
-  const std::int64_t merge = v.optional_int("spatial_merge_size", 2, 1, 64);
-  const std::int64_t out = v.optional_int("out_hidden_size", 3584, 1, kMaxHidden);
-  const std::int64_t channels = v.optional_int("in_channels", 3, 1, 64);
+  // Qwen3VLVisionConfig's defaults.
+  const auto [h, inter, patch, temporal, merge, out, channels, depth] =
+      read_qwen_vision(v, {1152, 4304, 16, 2, 2, 3584, 3, 27});
   const std::int64_t positions = v.optional_int("num_position_embeddings", 2304, 1, kMaxVocab);
   std::int64_t deepstack = 3;  // Qwen3VLVisionConfig's deepstack_visual_indexes [8, 16, 24]
   if (const json* d = v.find("deepstack_visual_indexes"); d != nullptr && d->is_array())
     deepstack = static_cast<std::int64_t>(d->size());
   TowerBuilder b;
   b.tower.type = "qwen3_vl";
-  b.layers = v.optional_int("depth", 27, 1, kMaxLayers);
+  b.layers = depth;
   b.per_layer("attn.qkv", h, 3 * h, true);
   b.per_layer("attn.proj", h, h, true);
   b.per_layer("mlp.linear_fc1", h, inter, true);
