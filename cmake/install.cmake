@@ -6,7 +6,7 @@
 include(CMakePackageConfigHelpers)
 
 # bench's default runner (python3 -m trainfit_runner), found beside the binary; its built-in model
-# configs beside the package (python/trainfit_runner/models.py); the shipped experiment plans.
+# configs beside the package (python/trainfit_runner/model_files.py); the shipped experiment plans.
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/python/trainfit_runner DESTINATION ${TRAINFIT_INSTALL_DATADIR}/python
         PATTERN __pycache__ EXCLUDE PATTERN *.pyc EXCLUDE)
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/data/models/ DESTINATION ${TRAINFIT_INSTALL_DATADIR}/models

@@ -39,10 +39,10 @@ grep -qF "\"pythonpath\":\"$share/python\"" results/results.jsonl ||
 [ -f "$share/python/trainfit_runner/__init__.py" ] || fail "no runner package in $share/python"
 echo "check-install: bench ran a config; the runner's PYTHONPATH is the installed package's folder"
 
-# 3. The runner resolves built-in model names next to its own package (models.py: MODEL_DIRS).
+# 3. The runner resolves built-in model names next to its own package (model_files.py: MODEL_DIRS).
 if command -v python3 >/dev/null; then
   found=$(PYTHONPATH=$share/python python3 -c \
-    'from trainfit_runner.models import builtin_config_path; print(builtin_config_path("qwen2.5-0.5b"))') ||
+    'from trainfit_runner.model_files import builtin_config_path; print(builtin_config_path("qwen2.5-0.5b"))') ||
     fail "python3 could not import the installed runner"
   [ "$found" = "$share/models/qwen2.5-0.5b.json" ] || fail "the installed runner reads $found, not $share/models"
   echo "check-install: the installed runner reads built-in models from $share/models"
