@@ -97,6 +97,9 @@ const std::vector<Entry>& catalogue() {
       // checkpoint's multi-token-prediction layer (num_nextn_predict_layers) is not built by
       // transformers and not counted.
       {"glm4.5-air", "glm4.5-air", {"zai-org/GLM-4.5-Air", "zai-org/GLM-4.5-Air-Base"}, {106 * kB, 12 * kB}},
+      {"glm4.5", "glm4.5", {"zai-org/GLM-4.5", "zai-org/GLM-4.5-Base"}, {355 * kB, 32 * kB}},
+      // GLM-4.6: GLM-4.5's shapes with a longer context (max_position_embeddings 202752).
+      {"glm4.6", "glm4.6", {"zai-org/GLM-4.6"}, {355 * kB, 32 * kB}},
       {"mistral-small3.1",
        "mistral-small3.1",
        {"mistralai/Mistral-Small-3.1-24B-Instruct-2503", "mistralai/Mistral-Small-3.1-24B-Base-2503"},
@@ -109,6 +112,12 @@ const std::vector<Entry>& catalogue() {
        "llama4-scout",
        {"meta-llama/Llama-4-Scout-17B-16E-Instruct", "meta-llama/Llama-4-Scout-17B-16E"},
        {108'641'793'536, 17 * kB}},
+      // Maverick: Scout's layers with 128 experts on every other layer (interleave_moe_layer_step 2),
+      // the rest dense. Published: Meta's model card, 400B total and 17B active.
+      {"llama4-maverick",
+       "llama4-maverick",
+       {"meta-llama/Llama-4-Maverick-17B-128E-Instruct", "meta-llama/Llama-4-Maverick-17B-128E"},
+       {400 * kB, 17 * kB}},
       {"smollm3-3b", "smollm3-3b", {"HuggingFaceTB/SmolLM3-3B", "HuggingFaceTB/SmolLM3-3B-Base"}, {3.08 * kB}},
       {"granite3.3-2b",
        "granite3.3-2b",

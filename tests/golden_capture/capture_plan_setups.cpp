@@ -162,11 +162,19 @@ void from_docs(std::vector<Entry>& out) {
   }
 }
 
-// The generated set: each draw walks the models, the layouts, the methods and the objectives by
-// different strides, so that every family meets every layout, method and objective, and the other
-// settings vary at random. A draw that the planner refuses is kept with its error (refusals are
-// output too), but only valid setups count toward the target.
-void generated(std::vector<Entry>& out, int valid_target) {
+// FNV-1a of a model's name: each model's draws are seeded by its name alone, so that adding a
+// built-in adds its own lines to the golden set and leaves every other model's as they were.
+std::uint64_t name_seed(std::string_view name) {
+  std::uint64_t h = 0xcbf29ce484222325ULL;
+  for (const char c : name) h = (h ^ static_cast<unsigned char>(c)) * 0x100000001b3ULL;
+  return h;
+}
+
+// The generated set: each model's draws walk the layouts, the methods and the objectives by
+// strides of 1 (their lengths are coprime), so that every family meets every layout, method and
+// objective, and the other settings vary at random. A draw that the settings' own rules refuse is
+// kept once in ten with its error (refusals are output too).
+void generated(std::vector<Entry>& out, int draws_per_model) {
   const std::vector<std::string> models = builtin_model_names();
   const std::vector<std::string> cards = {"h200",     "h100-sxm",    "a100-80gb", "a100-40gb",
                                           "rtx-4090", "rtx-5070-ti", "l40s",      "mi300x"};
@@ -213,63 +221,63 @@ void generated(std::vector<Entry>& out, int valid_target) {
   const std::vector<Attention> attentions = {Attention::sdpa, Attention::sdpa, Attention::eager, Attention::flash};
   const std::vector<Optimizer> optimizers = {Optimizer::adamw, Optimizer::adamw,        Optimizer::adamw_8bit,
                                              Optimizer::sgd,   Optimizer::sgd_momentum, Optimizer::adafactor};
-  Draw d{20261204};
-  int valid = 0;
-  for (std::size_t i = 0; valid < valid_target && i < 100000; ++i) {
-    const LayoutDraw& l = layouts[(i / models.size()) % layouts.size()];
-    TrainingSetup s;
-    s.model = models[i % models.size()];
-    s.gpu = d.pick(cards);
-    s.method = methods[(i / 3) % methods.size()];
-    s.objective = objectives[(i / 5) % objectives.size()];
-    if (s.method == Method::qlora)
-      s.weights = DType::nf4;
-    else if (d.chance(15)) {
-      s.weights = DType::fp32;
-      s.amp = DType::bf16;
-    } else if (d.chance(5))
-      s.weights = DType::fp16;
-    if (s.method != Method::full) {
-      s.lora.rank = d.pick(ranks);
-      s.lora.targets = parse_lora_targets(d.pick(targets));
-      if (d.chance(20)) s.lora.dropout = 0;
-    }
-    s.optimizer = d.pick(optimizers);
-    s.seq = d.pick(seqs);
-    s.batch = d.pick(batches);
-    s.grad_accum = d.pick(accums);
-    s.grad_ckpt = d.chance(50);
-    s.attention = d.pick(attentions);
-    s.gpus = l.gpus;
-    s.tp = l.tp;
-    s.pp = l.pp;
-    s.cp = l.cp;
-    s.nodes = l.nodes;
-    s.parallel = l.parallel;
-    s.offload = l.offload;
-    if (l.pp > 1) s.microbatches = d.pick(microbatches);
-    if ((l.parallel == Parallel::fsdp || l.parallel == Parallel::hsdp) && s.weights == DType::fp32 && d.chance(50)) {
-      s.amp.reset();
-      s.fsdp_param_dtype = DType::bf16;
-      if (d.chance(50)) s.fsdp_reduce_dtype = DType::fp32;
-    }
-    s.reference = default_reference(s.objective, s.method);
-    if (has_reference_setting(s.objective) && d.chance(20)) s.reference = Reference::precomputed;
-    if (s.objective == Objective::ppo || s.objective == Objective::grpo) s.completion_len = s.seq / 2;
-    if (s.objective == Objective::grpo) {
-      s.generations = 4;
-      s.batch = 4;
-      s.grad_accum = 1;
-    }
-    if (s.objective == Objective::kto && s.batch < 2) s.batch = 2;
-    if (d.chance(10)) s.platform = Platform::on_windows;
-    try {
-      const TrainingSetup checked = settled(s);
-      out.push_back({fmt::format("generated:{}:{}", i, l.name), checked});
-      ++valid;
-    } catch (const std::exception&) {
-      // Refused before planning (the settings' own rules): kept once in a while as a refusal.
-      if (i % 10 == 0) out.push_back({fmt::format("generated:{}:{}", i, l.name), s});
+  for (const std::string& model : models) {
+    Draw d{20261204 ^ name_seed(model)};
+    for (std::size_t i = 0; i < static_cast<std::size_t>(draws_per_model); ++i) {
+      const LayoutDraw& l = layouts[i % layouts.size()];
+      TrainingSetup s;
+      s.model = model;
+      s.gpu = d.pick(cards);
+      s.method = methods[i % methods.size()];
+      s.objective = objectives[i % objectives.size()];
+      if (s.method == Method::qlora)
+        s.weights = DType::nf4;
+      else if (d.chance(15)) {
+        s.weights = DType::fp32;
+        s.amp = DType::bf16;
+      } else if (d.chance(5))
+        s.weights = DType::fp16;
+      if (s.method != Method::full) {
+        s.lora.rank = d.pick(ranks);
+        s.lora.targets = parse_lora_targets(d.pick(targets));
+        if (d.chance(20)) s.lora.dropout = 0;
+      }
+      s.optimizer = d.pick(optimizers);
+      s.seq = d.pick(seqs);
+      s.batch = d.pick(batches);
+      s.grad_accum = d.pick(accums);
+      s.grad_ckpt = d.chance(50);
+      s.attention = d.pick(attentions);
+      s.gpus = l.gpus;
+      s.tp = l.tp;
+      s.pp = l.pp;
+      s.cp = l.cp;
+      s.nodes = l.nodes;
+      s.parallel = l.parallel;
+      s.offload = l.offload;
+      if (l.pp > 1) s.microbatches = d.pick(microbatches);
+      if ((l.parallel == Parallel::fsdp || l.parallel == Parallel::hsdp) && s.weights == DType::fp32 && d.chance(50)) {
+        s.amp.reset();
+        s.fsdp_param_dtype = DType::bf16;
+        if (d.chance(50)) s.fsdp_reduce_dtype = DType::fp32;
+      }
+      s.reference = default_reference(s.objective, s.method);
+      if (has_reference_setting(s.objective) && d.chance(20)) s.reference = Reference::precomputed;
+      if (s.objective == Objective::ppo || s.objective == Objective::grpo) s.completion_len = s.seq / 2;
+      if (s.objective == Objective::grpo) {
+        s.generations = 4;
+        s.batch = 4;
+        s.grad_accum = 1;
+      }
+      if (s.objective == Objective::kto && s.batch < 2) s.batch = 2;
+      if (d.chance(10)) s.platform = Platform::on_windows;
+      const std::string source = fmt::format("generated:{}:{}:{}", model, i, l.name);
+      try {
+        out.push_back({source, settled(s)});
+      } catch (const std::exception&) {
+        // Refused before planning (the settings' own rules): kept once in a while as a refusal.
+        if (i % 10 == 0) out.push_back({source, s});
+      }
     }
   }
 }
@@ -282,9 +290,10 @@ void generated_trl(std::vector<Entry>& out) {
     std::int64_t gpus, tp, pp;
     Parallel parallel;
   };
-  const std::vector<LayoutDraw> layouts = {
-      {"one", 1, 1, 1, Parallel::ddp}, {"fsdp2", 2, 1, 1, Parallel::fsdp}, {"pp2", 2, 1, 2, Parallel::ddp},
-      {"tp2", 2, 2, 1, Parallel::ddp}};
+  const std::vector<LayoutDraw> layouts = {{"one", 1, 1, 1, Parallel::ddp},
+                                           {"fsdp2", 2, 1, 1, Parallel::fsdp},
+                                           {"pp2", 2, 1, 2, Parallel::ddp},
+                                           {"tp2", 2, 2, 1, Parallel::ddp}};
   const std::vector<Objective> objectives = {Objective::sft, Objective::sft, Objective::dpo};
   std::size_t i = 0;
   for (const std::string& model : builtin_model_names()) {
@@ -320,12 +329,12 @@ void generated_trl(std::vector<Entry>& out) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const int target = argc > 1 ? std::stoi(argv[1]) : 2400;
+  const int draws_per_model = argc > 1 ? std::stoi(argv[1]) : 200;
   std::vector<Entry> entries;
   from_bench_plans(entries);
   from_data_rows(entries);
   from_docs(entries);
-  generated(entries, target);
+  generated(entries, draws_per_model);
   generated_trl(entries);
   int planned = 0, refused = 0;
   for (const Entry& e : entries) {

@@ -113,6 +113,21 @@ TEST(Llama4, ScoutCountsAsTheCheckpointAndItsCardSay) {
   EXPECT_EQ(model_family(m).names[static_cast<std::size_t>(ModuleRole::router)], "feed_forward.router");
 }
 
+// Maverick: Scout's layers and tower, 128 experts on the odd layers (interleave_moe_layer_step 2:
+// transformers' moe_layers are 1, 3, ..., 47), the even layers dense with intermediate_size_mlp.
+TEST(Llama4, MaverickAlternatesExpertAndDenseLayers) {
+  const ModelSpec m = load_model("meta-llama/Llama-4-Maverick-17B-128E-Instruct");
+  const std::int64_t h = 5120, v = 202'048;
+  const std::int64_t attention = 2 * h * h + 2 * h * 1024 + 2 * h;  // q/k/v/o and two norms
+  const std::int64_t moe = 128 * h + 128 * 3 * h * 8192 + 3 * h * 8192;
+  const std::int64_t dense = 3 * h * 16384;
+  const ParameterCounts c = count_parameters(m);
+  EXPECT_EQ(c.vision, 871'932'416);  // Scout's tower and projector
+  EXPECT_EQ(c.total, 2 * v * h + 48 * attention + 24 * moe + 24 * dense + h + c.vision);
+  EXPECT_EQ(c.total, 401'583'781'376);
+  EXPECT_NEAR(static_cast<double>(c.activated) / published_parameters(m.name).active, 1.0, 0.02);
+}
+
 TEST(Llama4, EveryTokenRunsThroughEveryExpert) {
   // Llama4TextMoe repeats each token for every expert: the experts' intermediates are E rows a
   // token, not k, with the repeated tokens and their scores kept for the score's gradient.
