@@ -87,7 +87,8 @@ struct MemoryBasis {
   TensorSizes outside_activations;  // per token, each tensor saved outside the layers
   double checkpoint_per_token = 0;
   double logits_compute_bytes = 0;
-  bool logits_upcast = false;
+  bool loss_input_copy = false;  // see Step
+  double loss_bytes = 4.0;
   // TRL's chunked loss (docs/model.md, "The chunked loss"): its shape, and the bytes per token of
   // the gathered hidden states' gradient, which its backward accumulates chunk by chunk.
   ChunkedLossShape chunked;

@@ -771,7 +771,8 @@ Transients transients(const StepBasis& b, const LinearTotals& lin) {
 // Logits and loss: HF's loss casts the lm_head's logits to fp32 for cross_entropy.
 struct LogitsAndLoss {
   double compute_bytes = 0;  // bytes per logit as the lm_head makes them
-  bool upcast = false;       // the fp32 cast is a new tensor
+  bool input_copy = false;   // the loss's input is a new tensor (the fp32 cast)
+  double loss_bytes = 4.0;   // bytes per element of the loss's input and its log-softmax
   double softcap_bytes = 0;  // gemma2's soft-capping keeps tanh's output
 };
 
@@ -783,7 +784,15 @@ LogitsAndLoss logits_and_loss(const StepBasis& b) {
   else l.compute_bytes = bytes_per_element(setup.weights);
   // transformers' causal-LM loss casts the logits to fp32; TRL's losses take them as the output
   // layer makes them (selective_log_softmax works row by row in their own dtype).
-  l.upcast = l.compute_bytes < 4.0 && setup.objective == Objective::sft;
+  l.input_copy = l.compute_bytes < 4.0 && setup.objective == Objective::sft;
+  // Llama4ForConditionalGeneration computes its own loss (modeling_llama4.py): a contiguous copy
+  // of the shifted logits and nn.CrossEntropyLoss on it, in the logits' dtype, with no fp32 cast.
+  // Its text model alone (Llama4ForCausalLM) uses transformers' loss, as every other family.
+  if (b.model.multimodal_type == "llama4" && setup.vision_tower == VisionTowerUse::loaded &&
+      setup.objective == Objective::sft) {
+    l.input_copy = true;
+    l.loss_bytes = l.compute_bytes;
+  }
   // TRL's trainers run under accelerate's mixed precision (their configs set bf16), which wraps the
   // model's forward in convert_outputs_to_fp32: the objectives' losses receive the logits as a new
   // fp32 tensor (the allocator's history of DPOTrainer: _convert_to_fp32 made the policy's and the
@@ -1110,7 +1119,8 @@ StepShape describe_tensors(const ModelSpec& model, const TrainingSetup& setup, c
   st.logits_compute_bytes = logits.compute_bytes;
   st.final_hidden_bytes = b.w.norm_out;
   st.lora_branch_autocast = b.lora_branch_autocast;
-  st.logits_upcast = logits.upcast;
+  st.loss_input_copy = logits.input_copy;
+  st.loss_bytes = logits.loss_bytes;
   st.softcap_bytes = logits.softcap_bytes;
   st.counts = b.pc;
   if (setup.objective == Objective::sft && setup.loss == Loss::chunked) {
@@ -1120,7 +1130,7 @@ StepShape describe_tensors(const ModelSpec& model, const TrainingSetup& setup, c
     if (setup.amp) c.gemm_bytes = bytes_per_element(*setup.amp);
     else if (setup.trainer == Trainer::trl && c.weight_bytes < 4.0) c.gemm_bytes = c.weight_bytes;
     // No logits of the whole micro-batch exist.
-    st.logits_upcast = false;
+    st.loss_input_copy = false;
     st.softcap_bytes = 0;
   }
   if (setup.objective == Objective::sft && setup.loss == Loss::fused) {
@@ -1130,7 +1140,7 @@ StepShape describe_tensors(const ModelSpec& model, const TrainingSetup& setup, c
     ChunkedLossShape& f = st.fused_loss = chunked_output_layer(b);
     f.gemm_bytes = setup.amp ? bytes_per_element(*setup.amp) : f.weight_bytes;
     f.chunk_rows = 0;  // set by the micro-batch (fused_loss_chunk_rows)
-    st.logits_upcast = false;
+    st.loss_input_copy = false;
     st.softcap_bytes = 0;
   }
   st.objective = describe_objective(model, setup);

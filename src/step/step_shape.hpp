@@ -260,7 +260,11 @@ struct StepShape {
   double logits_compute_bytes = 0;    // bytes per logit element of the lm_head output
   double final_hidden_bytes = 0;      // bytes per element of the final norm's output (the output layer's input)
   bool lora_branch_autocast = false;  // TRL's autocast runs the LoRA branch from lora_A on in the compute dtype
-  bool logits_upcast = false;         // the loss casts the logits to fp32 (a new tensor)
+  // The loss's input is a new logits-sized tensor: transformers' fp32 cast, or Llama 4's shifted copy.
+  bool loss_input_copy = false;
+  // Bytes per element of the cross-entropy's input and its saved log-softmax: 4 where the loss
+  // casts the logits to fp32, the logits' own where the model computes its loss in their dtype.
+  double loss_bytes = 4.0;
   double softcap_bytes = 0;           // gemma2 final-logit soft-capping, bytes per logit element kept
   double gradients = 0;               // bytes of all trainable gradients
   double optimizer_states = 0;
