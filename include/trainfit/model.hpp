@@ -76,10 +76,30 @@ struct TowerLinear {
   bool operator==(const TowerLinear&) const = default;
 };
 
+// What an image costs in the tower's layers (docs/model.md, "Images through the vision tower").
+struct TowerLayers {
+  std::int64_t hidden = 0;        // the tower's width
+  std::int64_t intermediate = 0;  // its MLP's
+  std::int64_t layers = 0;
+  bool gated_mlp = false;  // gate, up and down (Pixtral, Qwen2.5-VL); fc1, GELU, fc2 otherwise
+  bool rms_norm = false;   // transformers' RMSNorm (Pixtral, Qwen2.5-VL); nn.LayerNorm otherwise
+  // The tower's positions (patches) per image token the text sequence holds: the merger's s^2,
+  // Gemma 3's 4 x 4 pooling, Llama 4's pixel shuffle (a 336-pixel tile: 577 positions, 144 tokens).
+  double positions_per_token = 1;
+  // Tokens an image takes when the setup does not say (image_tokens); Gemma 3's are fixed.
+  std::int64_t default_image_tokens = 256;
+  bool fixed_image_tokens = false;
+  // Layers that attend within windows of `window` positions, not the whole image (Qwen2.5-VL).
+  std::int64_t windowed_layers = 0;
+  std::int64_t window = 0;
+  bool operator==(const TowerLayers&) const = default;
+};
+
 // The vision tower and projector a multimodal config builds beside its text model
-// (docs/models.md, "Vision towers"). Planned steps are text-only: the tower is loaded and counted,
-// and PEFT's all-linear wraps its nn.Linear modules (it leaves out only the output layer), but no
-// image passes through it, so neither it nor its adapters get a gradient.
+// (docs/models.md, "Vision towers"). A text-only step leaves it idle: the tower is loaded and
+// counted, and PEFT's all-linear wraps its nn.Linear modules (it leaves out only the output layer),
+// but no image passes through it, so neither it nor its adapters get a gradient. A step with
+// images (TrainingSetup::images) runs them through it.
 struct VisionTower {
   // vision_config's model_type as transformers builds it: siglip_vision_model (Gemma 3), pixtral
   // (Mistral 3), qwen2_5_vl, qwen3_vl, llama4_vision_model; empty for a text model.
@@ -87,6 +107,7 @@ struct VisionTower {
   std::vector<TowerLinear> linears;       // tower and projector
   std::int64_t other_parameters = 0;      // the rest: patch convolution, position tables, norms, raw matrices
   std::int64_t projector_parameters = 0;  // of all of them, the projector's (or merger's)
+  TowerLayers shape;
   std::int64_t parameters() const;        // sum(p.numel()) over tower and projector
   bool operator==(const VisionTower&) const = default;
 };

@@ -190,6 +190,10 @@ struct TrainingSetup {
   Loss loss = Loss::whole;  // sft only
   Kernels kernels = Kernels::torch;
   VisionTowerUse vision_tower = VisionTowerUse::loaded;
+  // A multimodal model with its tower loaded: images in each sequence, each `image_tokens` of its
+  // `seq` tokens (unset: the tower's own default, VisionTower::shape), run through the tower.
+  std::int64_t images = 0;
+  std::optional<std::int64_t> image_tokens;
   Attention attention = Attention::sdpa;
   Objective objective = Objective::sft;
   // The reference of dpo, kto, ppo and grpo. The default follows the method and the objective

@@ -38,7 +38,7 @@ struct TowerBuilder {
 };
 
 // SiglipVisionModel (Gemma 3's tower) and Gemma3MultiModalProjector.
-VisionTower siglip(const ConfigReader& v, std::int64_t text_hidden) {
+VisionTower siglip(const ConfigReader& top, const ConfigReader& v, std::int64_t text_hidden) {
   const std::int64_t h = v.optional_int("hidden_size", 768, 1, kMaxHidden);
   const std::int64_t inter = v.optional_int("intermediate_size", 3072, 1, kMaxIntermediate);
   const std::int64_t patch = v.optional_int("patch_size", 16, 1, kMaxHeadDim);
@@ -52,6 +52,10 @@ VisionTower siglip(const ConfigReader& v, std::int64_t text_hidden) {
   b.per_layer("mlp.fc1", h, inter, true);
   b.per_layer("mlp.fc2", inter, h, true);
   const std::int64_t patches = (image / patch) * (image / patch);
+  // Every image is resized to image_size and its patches average-pooled to mm_tokens_per_image.
+  const std::int64_t tokens = top.optional_int("mm_tokens_per_image", 256, 1, patches);
+  b.tower.shape = {h, inter, b.layers, false, false, static_cast<double>(patches) / static_cast<double>(tokens),
+                   tokens, true, 0, 0};
   // A biased patch convolution, a learned position per patch (no class token), two LayerNorms a
   // layer and one after the encoder.
   std::int64_t other = channels * patch * patch * h + h + patches * h + b.layers * 2 * layer_norm(h) + layer_norm(h);
@@ -90,6 +94,8 @@ VisionTower pixtral(const ConfigReader& top, const ConfigReader& v, std::int64_t
   // The projector: an RMSNorm, the patch merger (spatial_merge_size^2 patches into one) and two
   // linears from the vision features (one per vision_feature_layer) to the text model's width.
   const std::int64_t merge = top.optional_int("spatial_merge_size", 2, 1, 64);
+  // The images of a batch are one sequence with a block mask: each attends within itself.
+  b.tower.shape = {h, inter, b.layers, true, true, static_cast<double>(merge * merge), 256, false, 0, 0};
   const bool bias = top.optional_bool("multimodal_projector_bias", false);
   std::int64_t feature_layers = 1;
   if (const json* f = top.find("vision_feature_layer"); f != nullptr && f->is_array())
@@ -130,6 +136,13 @@ VisionTower qwen2_5_vl(const ConfigReader& v) {
   TowerBuilder b;
   b.tower.type = "qwen2_5_vl";
   b.layers = depth;
+  // Blocks outside fullatt_block_indexes attend within windows of window_size pixels.
+  std::int64_t full_blocks = 4;  // Qwen2_5_VLVisionConfig's [7, 15, 23, 31]
+  if (const json* f = v.find("fullatt_block_indexes"); f != nullptr && f->is_array())
+    full_blocks = static_cast<std::int64_t>(f->size());
+  const std::int64_t window_side = v.optional_int("window_size", 112, 1, kMaxPositions) / patch;
+  b.tower.shape = {h,     inter, depth, true, true, static_cast<double>(merge * merge), 256, false,
+                   std::max<std::int64_t>(0, depth - full_blocks), window_side * window_side};
   b.per_layer("attn.qkv", h, 3 * h, true);
   b.per_layer("attn.proj", h, h, true);
   b.per_layer("mlp.gate_proj", h, inter, true);
@@ -159,6 +172,7 @@ VisionTower qwen3_vl(const ConfigReader& v) {
   TowerBuilder b;
   b.tower.type = "qwen3_vl";
   b.layers = depth;
+  b.tower.shape = {h, inter, depth, false, false, static_cast<double>(merge * merge), 256, false, 0, 0};
   b.per_layer("attn.qkv", h, 3 * h, true);
   b.per_layer("attn.proj", h, h, true);
   b.per_layer("mlp.linear_fc1", h, inter, true);
@@ -204,6 +218,15 @@ VisionTower llama4(const ConfigReader& v, std::int64_t text_hidden) {
   b.once("vision_adapter.mlp.fc1", inter, adapter_in, false);
   b.once("vision_adapter.mlp.fc2", adapter_out, adapter_out, false);
   const std::int64_t patches = (image / patch) * (image / patch);
+  // A tile of image_size pixels: its patches and a class token through the encoder, pixel-shuffled
+  // (pixel_shuffle_ratio 0.5 halves each side) into patches x ratio^2 tokens.
+  const double ratio = v.optional_nonnegative_number("pixel_shuffle_ratio", 0.5);
+  const auto tile_tokens = static_cast<std::int64_t>(static_cast<double>(patches) * ratio * ratio);
+  if (ratio > 1.0 || tile_tokens < 1)
+    v.fail("field \"pixel_shuffle_ratio\" must leave a tile at least one token and at most its patches (got " +
+           std::to_string(ratio) + ")");
+  b.tower.shape = {h,     inter, b.layers, false, false, static_cast<double>(patches + 1) / static_cast<double>(tile_tokens),
+                   tile_tokens, false, 0, 0};
   // A class embedding, a learned position per patch and for the class token, LayerNorms before and
   // after the encoder and two a layer.
   b.tower.other_parameters = h + (patches + 1) * h + 2 * layer_norm(h) + b.layers * 2 * layer_norm(h);
@@ -220,7 +243,7 @@ VisionTower read_vision_tower(const ConfigReader& top, std::string_view wrapper,
     top.fail("field \"vision_config\" must be an object (got " + describe(*config) + ")");
   // An absent vision_config builds the vision config class's defaults, as transformers does.
   const ConfigReader v(config != nullptr ? *config : kEmpty, top.source(), "vision_config.");
-  if (wrapper == "gemma3") return siglip(v, text_hidden);
+  if (wrapper == "gemma3") return siglip(top, v, text_hidden);
   if (wrapper == "mistral3") return pixtral(top, v, text_hidden);
   if (wrapper == "qwen2_5_vl") return qwen2_5_vl(v);
   if (wrapper == "qwen3_vl") return qwen3_vl(v);

@@ -318,6 +318,31 @@ std::vector<Setting> builtin_table() {
     bind<std::int64_t>(r, [](auto& s) -> auto& { return s.batch; });
   }
   {
+    auto& r = row("images", "--images", integer,
+                  "a multimodal model (vision tower loaded): images in each sequence, run through its vision tower; "
+                  "their tokens are part of seq. 0: a text-only step");
+    r.minimum = 0;
+    r.maximum = 4096;
+    r.applies_when = condition("vision_tower", {"loaded"}, {});
+    r.label = "img{}";
+    bind<std::int64_t>(r, [](auto& s) -> auto& { return s.images; });
+  }
+  {
+    auto& r = row("image_tokens", "--image-tokens", integer,
+                  "tokens each image takes in the sequence, as its resolution makes them (Qwen2.5-VL and Pixtral: "
+                  "(H/28)(W/28); Qwen3-VL: (H/32)(W/32); Llama 4: 144 a 336-pixel tile; Gemma 3: always 256)");
+    r.minimum = 1;
+    r.maximum = kMaxTokens;
+    r.applies_when = condition("images", {}, {}, 1);
+    r.default_rule = "the tower's: 256, Llama 4 144 (one tile)";
+    r.label = "it{}";
+    r.get = [](const TrainingSetup& s) { return s.image_tokens ? SettingValue(*s.image_tokens) : SettingValue(); };
+    r.set = [](TrainingSetup& s, const SettingValue& v) {
+      if (std::holds_alternative<std::int64_t>(v)) s.image_tokens = std::get<std::int64_t>(v);
+      else s.image_tokens.reset();
+    };
+  }
+  {
     auto& r = row("grad_accum", "--grad-accum", integer, "gradient accumulation steps: micro-batches per optimizer step");
     r.minimum = 1;
     r.maximum = 1000000;

@@ -110,6 +110,8 @@ struct StepBasis {
         adapter_bytes(bytes_per_element(s.lora.adapter_dtype)),
         pc(objective_counts(m, s)),
         vision_adapter_params(pc.vision > 0 && s.method != Method::full ? r * tower_adapter_width(m, s.lora) : 0.0),
+        images(pc.vision > 0 && s.images > 0),
+        tower_trained(images && (full || vision_adapter_params > 0)),
         linears(layer_linears(m, s)),
         liger(s.kernels == Kernels::liger),
         liger_qk_norm(liger && model_family(m).liger_qk_norm),
@@ -130,6 +132,9 @@ struct StepBasis {
   // LoRA A and B on the vision tower's and projector's linear modules the targets reach (all-linear
   // reaches every one): created, but idle in a text-only step.
   double vision_adapter_params;
+  // Images run through the tower; and it trains (its weights, or adapters on it): autograd keeps
+  // its layers' tensors, and its parameters get gradients and optimizer states.
+  bool images, tower_trained;
   LayerLinears linears;
   bool liger;          // Liger's kernels patched in: the layers' norms, gated activation and RoPE
   bool liger_qk_norm;  // and the q/k norms too (Gemma 3's patch; Qwen3's leaves them)
@@ -259,6 +264,10 @@ ParameterStorage parameter_storage(const StepBasis& b, const LinearTotals& lin) 
     // gradient, no optimizer state (AdamW skips a parameter whose grad is None).
     p.trainable_params = as_d(b.pc.total - b.pc.vision);
     p.idle_trainable_params = as_d(b.pc.vision);
+    if (b.tower_trained) {
+      p.trainable_params = as_d(b.pc.total);
+      p.idle_trainable_params = 0;
+    }
     p.trainable_bytes_each = weight_bytes;
     p.largest_trainable = std::max({lin.largest, embed_elems, lm_head_elems});
     p.trainable_rounding = parameter_rounding(b, weight_bytes, weight_bytes, shards);
@@ -270,8 +279,8 @@ ParameterStorage parameter_storage(const StepBasis& b, const LinearTotals& lin) 
     }
   } else {
     p.adapters = (lin.adapter_params + b.vision_adapter_params) * b.adapter_bytes;
-    p.trainable_params = lin.adapter_params;
-    p.idle_trainable_params = b.vision_adapter_params;
+    p.trainable_params = lin.adapter_params + (b.tower_trained ? b.vision_adapter_params : 0.0);
+    p.idle_trainable_params = b.tower_trained ? 0.0 : b.vision_adapter_params;
     p.untargeted_expert_adapter_params = lin.untargeted_expert_adapter_params;
     p.trainable_bytes_each = b.adapter_bytes;
     p.largest_trainable = b.r * std::max(b.h, as_d(b.model.intermediate_size));
@@ -697,9 +706,48 @@ std::vector<Sized> layer_activations(const StepBasis& b) {
   return moe_acts;
 }
 
+// The tower's positions per token of the text sequence: each image's tokens, times the positions
+// the tower runs for each (TowerLayers::positions_per_token).
+double tower_positions_per_token(const StepBasis& b) {
+  if (!b.images) return 0.0;
+  const TowerLayers& t = b.model.vision.shape;
+  const double tokens = as_d(b.setup.image_tokens.value_or(t.default_image_tokens));
+  return as_d(b.setup.images) * tokens * t.positions_per_token / b.seq;
+}
+
+// What a tower layer keeps for its backward, bytes per position, when the tower trains
+// (docs/model.md, "Images through the vision tower"): its two norms' inputs (nn.LayerNorm: the
+// input and a mean and rstd a row; transformers' RMSNorm: the fp32 copy and rstd, and the
+// normalised copy when its weight trains), the attention's input, q, k, v, output and o's input,
+// the MLP's input and intermediates (fc1's output and GELU's; gated: gate, up, the activation and
+// the product), and each adapter's fp32 input copy (its dropout output and mask) and A's output.
+double tower_layer_saved_per_position(const StepBasis& b) {
+  const TowerLayers& t = b.model.vision.shape;
+  const double c = b.w.compute, d = as_d(t.hidden), inter = as_d(t.intermediate);
+  const double norm = t.rms_norm ? 4.0 * d + 4.0 + (b.full ? c * d : 0.0) : c * d + 8.0;
+  double bytes = 2.0 * norm + c * d /*q, k, v input*/ + 3.0 * c * d /*q, k, v*/ + c * d /*attention output*/ +
+                 c * d /*o input*/ + c * d /*MLP input*/ + (t.gated_mlp ? 4.0 : 2.0) * c * inter;
+  if (!b.full) {
+    const double dropout = b.setup.lora.dropout > 0 ? 5.0 : 4.0;
+    for (const TowerLinear& m : b.model.vision.linears) {
+      // The layers' modules (the projector's run on the merged tokens, a few hundredths of these).
+      if (m.count == t.layers && targets_tower_module(b.setup.lora, m)) bytes += dropout * as_d(m.in_features) + 4.0 * b.r;
+    }
+  }
+  return bytes;
+}
+
 // What autograd keeps outside the decoder layers, bytes per token.
 std::vector<Sized> outside_activations(const StepBasis& b) {
   std::vector<Sized> out;
+  if (b.tower_trained) {
+    // The tower's layers for every image of the micro-batch, counted per text token. Under
+    // gradient checkpointing (transformers checkpoints the tower's layers too) each keeps its input.
+    const TowerLayers& t = b.model.vision.shape;
+    const double per_position = b.setup.grad_ckpt ? b.w.compute * as_d(t.hidden) : tower_layer_saved_per_position(b);
+    keep(out, b.setup.grad_ckpt ? "vision tower: layer inputs (checkpointed)" : "vision tower: layers' saved tensors",
+         as_d(t.layers) * per_position * tower_positions_per_token(b));
+  }
   keep_norm(out, b, "final norm", b.h, b.liger);
   if (b.setup.objective == Objective::sft && b.setup.loss == Loss::chunked) {
     // TRL's chunked loss keeps the label-kept positions' final hidden states, gathered into a new
@@ -877,14 +925,15 @@ bool targets_module(const LoraSetup& lora, const LinearModule& m) {
   return false;
 }
 
+bool targets_tower_module(const LoraSetup& lora, const TowerLinear& m) {
+  return std::any_of(lora.targets.begin(), lora.targets.end(),
+                     [&](const std::string& t) { return t == "all-linear" || module_name_matches(m.name, t); });
+}
+
 double tower_adapter_width(const ModelSpec& model, const LoraSetup& lora) {
   double width = 0;
-  for (const TowerLinear& m : model.vision.linears) {
-    const bool target = std::any_of(lora.targets.begin(), lora.targets.end(), [&](const std::string& t) {
-      return t == "all-linear" || module_name_matches(m.name, t);
-    });
-    if (target) width += as_d(m.count) * (as_d(m.in_features) + as_d(m.out_features));
-  }
+  for (const TowerLinear& m : model.vision.linears)
+    if (targets_tower_module(lora, m)) width += as_d(m.count) * (as_d(m.in_features) + as_d(m.out_features));
   return width;
 }
 
@@ -934,12 +983,31 @@ void check_kernels(const ModelSpec& model, const TrainingSetup& setup) {
                                               model.name, model.model_type));
 }
 
+// Images need a tower to run through, and their tokens must fit the sequence they are part of.
+void check_images(const ModelSpec& model, const TrainingSetup& setup) {
+  if (setup.images == 0) return;
+  if (model.vision.type.empty())
+    throw SettingError("images", fmt::format("{} ({}) is a text model: it has no vision tower to run images through",
+                                             model.name, model.model_type));
+  if (setup.vision_tower == VisionTowerUse::dropped)
+    throw SettingError("images", "the vision tower is dropped (vision_tower dropped): load it to run images");
+  const TowerLayers& t = model.vision.shape;
+  const std::int64_t tokens = setup.image_tokens.value_or(t.default_image_tokens);
+  if (t.fixed_image_tokens && tokens != t.default_image_tokens)
+    throw SettingError("image_tokens", fmt::format("{} ({}) pools every image to {} tokens", model.name,
+                                                   model.vision.type, t.default_image_tokens));
+  if (setup.images * tokens > setup.seq)
+    throw SettingError("images", fmt::format("{} images of {} tokens are more than a sequence of {} tokens",
+                                             setup.images, tokens, setup.seq));
+}
+
 LayerLinears layer_linears(const ModelSpec& model, const TrainingSetup& setup) {
   // A target that names no module would plan a LoRA run with no adapter at all (0 trainable
   // parameters that "fit"); PEFT itself refuses such targets. Checked here, where the model and
   // the setup meet for the memory model and the time model alike; so are Liger's kernels.
   check_lora_targets(model, setup);
   check_kernels(model, setup);
+  check_images(model, setup);
   const bool adapters = setup.method != Method::full;
   const bool experts_adapted = adapts_fused_experts(model, setup);
   auto with_targets = [&](std::vector<LinearModule> mods) {
@@ -1089,6 +1157,26 @@ StepShape describe_tensors(const ModelSpec& model, const TrainingSetup& setup, c
   st.layer_activation_per_token = total_bytes(st.layer_activations);
   st.outside_activations = outside_activations(b);
   st.outside_per_token = total_bytes(st.outside_activations);
+  if (b.images) {
+    // The tower's linear modules run on every position of every image, its projector on the
+    // merged tokens; attention spans an image's positions (a window's in Qwen2.5-VL's windowed
+    // blocks): 2 x hidden FLOPs for QK^T and as many for PV, per position attended.
+    const TowerLayers& t = model.vision.shape;
+    const double positions = tower_positions_per_token(b);
+    const double image_positions =
+        as_d(setup.image_tokens.value_or(t.default_image_tokens)) * t.positions_per_token;
+    double per_position = 0, per_image_token = 0;
+    for (const TowerLinear& m : model.vision.linears) {
+      const double flops = 2.0 * as_d(m.in_features) * as_d(m.out_features) * as_d(m.count);
+      (m.count == t.layers ? per_position : per_image_token) += flops;
+    }
+    st.tower_linear_flops_per_token = positions * per_position + positions / t.positions_per_token * per_image_token;
+    const double windowed = as_d(t.windowed_layers);
+    const double spans =
+        windowed * std::min(as_d(t.window), image_positions) + (as_d(t.layers) - windowed) * image_positions;
+    st.tower_attention_flops_per_token = positions * 4.0 * as_d(t.hidden) * spans;
+    st.tower_trained = b.tower_trained;
+  }
   // Non-reentrant checkpointing keeps each layer's input (the residual stream).
   st.checkpoint_per_token = b.w.residual * b.h;
 

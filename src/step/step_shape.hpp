@@ -123,6 +123,9 @@ inline double unquantised_parameter_bytes(const TrainingSetup& s) {
 // PEFT's rule for a target name: it matches a module whose path is that name or ends with
 // "." and that name ("v_proj" matches "self_attn.v_proj", "proj" matches neither).
 bool module_name_matches(std::string_view module_path, std::string_view name);
+// Whether the LoRA targets reach a linear module of the vision tower or projector (all-linear
+// reaches every one).
+bool targets_tower_module(const LoraSetup& lora, const TowerLinear& m);
 
 // A SettingError on `lora_targets` for a target that names no linear module of the model's layers
 // (PEFT refuses such a target; planning it would give a LoRA run without adapters), listing the
@@ -260,6 +263,12 @@ struct StepShape {
   double logits_compute_bytes = 0;    // bytes per logit element of the lm_head output
   double final_hidden_bytes = 0;      // bytes per element of the final norm's output (the output layer's input)
   bool lora_branch_autocast = false;  // TRL's autocast runs the LoRA branch from lora_A on in the compute dtype
+  // Images through the vision tower (docs/model.md, "Images through the vision tower"): its
+  // forward's linear and attention FLOPs per token of the text sequence, and whether it trains
+  // (its backward runs: input gradients, and its weights' gradients in full fine-tuning).
+  double tower_linear_flops_per_token = 0;
+  double tower_attention_flops_per_token = 0;
+  bool tower_trained = false;
   // The loss's input is a new logits-sized tensor: transformers' fp32 cast, or Llama 4's shifted copy.
   bool loss_input_copy = false;
   // Bytes per element of the cross-entropy's input and its saved log-softmax: 4 where the loss

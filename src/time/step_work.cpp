@@ -402,6 +402,9 @@ WorkBasis work_basis(const ModelSpec& model, const Step& step) {
     if (a.lora_branch) lora_saved_per_token += a.bytes;
   b.layer_saved_per_token = st.layer_activation_per_token - lora_saved_per_token;
   b.outside_per_token = st.outside_per_token;
+  b.tower_linear_flops_per_token = st.tower_linear_flops_per_token;
+  b.tower_attention_flops_per_token = st.tower_attention_flops_per_token;
+  b.tower_trained = st.tower_trained;
   b.layer_activation_per_token = st.layer_activation_per_token;
   b.layer_saved_tensors = static_cast<double>(st.layer_activations.size());
   b.weight_read_bytes = full && setup.amp ? bytes_per_element(*setup.amp) : bytes_per_element(setup.weights);
@@ -458,6 +461,19 @@ WorkBasis work_basis(const ModelSpec& model, const Step& step) {
   b.layer_ops = layer_ops;
   b.forward_ops =
       L * layer_ops + kModelForwardOps + (model.scaled_residuals ? 1.0 : 0.0) + (model.scaled_logits ? 1.0 : 0.0);
+  if (st.tower_linear_flops_per_token > 0) {
+    // The vision tower's layers dispatch as a decoder layer of their structure: nn.LayerNorm is
+    // one operation where transformers' RMSNorm is eight, SigLIP has no rotary embedding (the
+    // others' 2-D one counts as the text's), a GELU MLP has one matmul and one product fewer than
+    // a gated one, and every adapter its branch.
+    const TowerLayers& t = model.vision.shape;
+    double tower_ops = kLayerForwardOps - (t.rms_norm ? 0.0 : 2.0 * (kRmsNormOps - 1.0)) -
+                       (model.vision.type == "siglip_vision_model" ? kRotaryOps : 0.0) - (t.gated_mlp ? 0.0 : 2.0);
+    if (setup.method != Method::full)
+      for (const TowerLinear& m : model.vision.linears)
+        if (m.count == t.layers && targets_tower_module(setup.lora, m)) tower_ops += kLoraForwardOps;
+    b.forward_ops += as_d(t.layers) * tower_ops;
+  }
   // Granite's scalings move the residual stream once more per sublayer and the embedding once, and
   // the logits once more where the model makes them whole (a chunked or fused loss computes its own).
   const double stream_bytes = as_d(model.hidden_size) * b.activation_bytes;  // a sublayer's output
@@ -657,6 +673,15 @@ StepWork step_work(const WorkBasis& b, double tokens, double batch, bool grad_ck
   const double attn = attn_fwd * (1.0 + (eager ? 2.0 : 2.5) + (ckpt ? 1.0 : 0.0));
   (fp32_compute ? w.fp32_flops : w.attention_flops) += attn;
 
+  // The vision tower on the micro-batch's images: its forward; when it trains, the input gradients
+  // (and the weights' in full fine-tuning) and, under checkpointing, the recompute of its layers.
+  const double tower_fwd = b.tower_linear_flops_per_token * T;
+  const double tower_attn_fwd = b.tower_attention_flops_per_token * T;
+  const double tower_passes = b.tower_trained ? 2.0 + (full ? 1.0 : 0.0) + (ckpt ? 1.0 : 0.0) : 1.0;
+  const double tower_attn_passes = b.tower_trained ? 3.5 + (ckpt ? 1.0 : 0.0) : 1.0;
+  (fp32_compute ? w.fp32_flops : w.tensor_flops) += tower_fwd * tower_passes;
+  (fp32_compute ? w.fp32_flops : w.attention_flops) += tower_attn_fwd * tower_attn_passes;
+
   // LoRA branches. Their GEMMs are skinny (rank 16 against thousands), so they stream their fp32
   // operands and barely compute (measured on the H200: 2-16 TFLOP/s, bandwidth-bound); what costs
   // is the fp32 traffic of the branch, counted per unit of module width.
@@ -674,7 +699,9 @@ StepWork step_work(const WorkBasis& b, double tokens, double batch, bool grad_ck
                          b.targeted_out * (4.0 * (1.0 + (ckpt ? 1.0 : 0.0)) + 4.0));
 
   w.model_flops = 2.0 * fwd + (full ? fwd : 0.0) + attn_fwd * 3.5 + 6.0 * b.targeted_rank_widths * T +
-                  b.wrapped_flops_per_token * T;
+                  b.wrapped_flops_per_token * T +
+                  tower_fwd * (b.tower_trained ? (full ? 3.0 : 2.0) : 1.0) +
+                  tower_attn_fwd * (b.tower_trained ? 3.5 : 1.0);
 
   // Bytes: elementwise work over the saved activations (the LoRA branch's are in its traffic
   // above), the loss, dequantisation.

@@ -42,6 +42,9 @@ struct WorkBasis {
   double layer_saved_per_token = 0, outside_per_token = 0, layer_activation_per_token = 0;
   double layer_saved_tensors = 0;  // tensors one layer saves (checkpointing hooks each)
   double scaling_bytes_per_token = 0;  // Granite's multipliers over the residual stream and the logits
+  // Images through the vision tower: its forward FLOPs per text token, and whether its backward runs.
+  double tower_linear_flops_per_token = 0, tower_attention_flops_per_token = 0;
+  bool tower_trained = false;
   double optimizer_bytes = 0, optimizer_ops = 0;
   double layer_ops = 0, forward_ops = 0;  // host operations: one layer's forward, the whole forward
   double parallel_ops = 0;                // FSDP2's per-parameter work (every micro-batch)

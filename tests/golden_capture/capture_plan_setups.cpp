@@ -223,6 +223,7 @@ void generated(std::vector<Entry>& out, int draws_per_model) {
                                              Optimizer::sgd,   Optimizer::sgd_momentum, Optimizer::adafactor};
   for (const std::string& model : models) {
     Draw d{20261204 ^ name_seed(model)};
+   const bool multimodal = !load_model(model).vision.type.empty();
     for (std::size_t i = 0; i < static_cast<std::size_t>(draws_per_model); ++i) {
       const LayoutDraw& l = layouts[i % layouts.size()];
       TrainingSetup s;
@@ -271,6 +272,9 @@ void generated(std::vector<Entry>& out, int draws_per_model) {
       }
       if (s.objective == Objective::kto && s.batch < 2) s.batch = 2;
       if (d.chance(10)) s.platform = Platform::on_windows;
+    // A multimodal model runs images through its tower in a third of its draws (drawn for those
+    // models alone, so that the others' draws stay as they were).
+    if (multimodal && d.chance(33)) s.images = 1 + static_cast<std::int64_t>(d.next() % 2);
       const std::string source = fmt::format("generated:{}:{}:{}", model, i, l.name);
       try {
         out.push_back({source, settled(s)});

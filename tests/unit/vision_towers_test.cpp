@@ -89,6 +89,73 @@ TEST(VisionTowers, ATextOnlyStepHoldsTheTowerButTrainsNothingOfIt) {
   EXPECT_DOUBLE_EQ(detail::describe_step(m, loaded).tensors.params.idle_trainable_params, 16.0 * 27 * 2 * (2 * 1152));
 }
 
+double outside_bytes(const detail::Step& step, std::string_view what) {
+  for (const auto& a : step.tensors.outside_activations)
+    if (std::string_view(a.what) == what) return a.bytes;
+  return 0;
+}
+
+// Images run through the tower: Gemma 3's 896-pixel image is 4096 SigLIP positions pooled to 256
+// tokens. With LoRA on every linear module the tower's adapters train, so autograd keeps each of
+// its 27 layers' tensors for every position: the norms' inputs and statistics, the attention's
+// input, q, k, v, output and o's input, the MLP's input, fc1's and GELU's outputs, and each of the
+// six adapters' fp32 dropout output, mask and A output.
+TEST(VisionTowers, ImagesRunThroughTheTowerAndItsAdaptersTrain) {
+  const ModelSpec m = load_model("gemma3-4b");
+  TrainingSetup s;
+  s.model = "gemma3-4b";
+  s.seq = 2048;
+  const detail::Step text = detail::describe_step(m, s);
+  s.images = 1;
+  const detail::Step image = detail::describe_step(m, s);
+  const double d = 1152, inter = 4304, c = 2, r = 16;
+  const double per_position = 2 * (c * d + 8) + 7 * c * d + 2 * c * inter + 4 * (5 * d + 4 * r) + (5 * d + 4 * r) +
+                              (5 * inter + 4 * r);
+  const double positions_per_token = 4096.0 / 2048;
+  EXPECT_DOUBLE_EQ(outside_bytes(image, "vision tower: layers' saved tensors"), 27 * per_position * positions_per_token);
+  // The tower's adapters are trainable now: r x (in + out) over its 27 x 6 wrapped modules.
+  const double adapters = r * 27 * (4 * (d + d) + 2 * (d + inter));
+  EXPECT_DOUBLE_EQ(image.tensors.params.trainable_params - text.tensors.params.trainable_params, adapters);
+  EXPECT_DOUBLE_EQ(image.tensors.params.idle_trainable_params, 0.0);
+  // Checkpointed, each tower layer keeps its input.
+  s.grad_ckpt = true;
+  EXPECT_DOUBLE_EQ(outside_bytes(detail::describe_step(m, s), "vision tower: layer inputs (checkpointed)"),
+                   27 * c * d * positions_per_token);
+  // The tower's forward, input gradients and recompute cost time.
+  EXPECT_GT(make_plan(m, s, find_gpu("h200")).time.step_seconds,
+            make_plan(m, [&] { TrainingSetup t = s; t.images = 0; return t; }(), find_gpu("h200")).time.step_seconds);
+  // LoRA on the text model's modules alone (gate/up/down are not the tower's fc1/fc2): the tower
+  // is frozen, runs without autograd and keeps nothing.
+  s.lora.targets = parse_lora_targets("gate_proj,up_proj,down_proj");
+  const detail::Step frozen = detail::describe_step(m, s);
+  EXPECT_EQ(outside_bytes(frozen, "vision tower: layer inputs (checkpointed)"), 0.0);
+  EXPECT_GT(frozen.tensors.tower_linear_flops_per_token, 0.0);
+  EXPECT_FALSE(frozen.tensors.tower_trained);
+}
+
+TEST(VisionTowers, ImagesNeedATowerAndFitTheSequence) {
+  TrainingSetup s;
+  s.images = 1;
+  EXPECT_THROW((void)detail::describe_step(load_model("qwen2.5-7b"), s), SettingError);  // a text model
+  const ModelSpec gemma = load_model("gemma3-4b");
+  s.image_tokens = 100;  // Gemma 3 pools every image to 256 tokens
+  EXPECT_THROW((void)detail::describe_step(gemma, s), SettingError);
+  s.image_tokens.reset();
+  s.seq = 1000;
+  s.images = 4;  // 1024 image tokens
+  EXPECT_THROW((void)detail::describe_step(gemma, s), SettingError);
+  s.images = 1;
+  s.vision_tower = VisionTowerUse::dropped;
+  EXPECT_THROW((void)detail::describe_step(gemma, s), SettingError);
+  // Llama 4 by tiles: 144 tokens from a tile's 577 positions (576 patches and the class token).
+  const ModelSpec scout = load_model("llama4-scout");
+  EXPECT_EQ(scout.vision.shape.default_image_tokens, 144);
+  EXPECT_DOUBLE_EQ(scout.vision.shape.positions_per_token, 577.0 / 144);
+  const ModelSpec qwen = load_model("qwen2.5-vl-7b");
+  EXPECT_EQ(qwen.vision.shape.windowed_layers, 28);  // all but fullatt_block_indexes' four
+  EXPECT_EQ(qwen.vision.shape.window, 64);           // 112-pixel windows of 14-pixel patches
+}
+
 TEST(Llama4, ScoutCountsAsTheCheckpointAndItsCardSay) {
   const ModelSpec m = load_model("meta-llama/Llama-4-Scout-17B-16E-Instruct");
   EXPECT_EQ(m.model_type, "llama4_text");
