@@ -56,6 +56,12 @@ CASES = {
     # Multimodal configs built whole (vision_tower loaded, the default): the tower idle in a text step.
     "gemma3-4b-lora-loaded": ("gemma3-4b", None, dict(method="lora", seq=1024, batch=2, grad_ckpt=True)),
     "qwen25vl-lora-ckpt": ("qwen2.5-vl-7b", None, dict(method="lora", seq=1024, batch=2, grad_ckpt=True)),
+    # Images through the towers (all-linear reaches them: their adapters train).
+    "gemma3-4b-lora-images": ("gemma3-4b", None, dict(method="lora", seq=1024, batch=2, grad_ckpt=False, images=1)),
+    "gemma3-4b-lora-images-ckpt": ("gemma3-4b", None, dict(method="lora", seq=2048, batch=2, grad_ckpt=True,
+                                                           images=2)),
+    "qwen25vl-lora-images": ("qwen2.5-vl-7b", None, dict(method="lora", seq=1024, batch=2, grad_ckpt=False,
+                                                         images=2, image_tokens=256)),
     # Llama 4's text model at two layers: every token through all 16 experts.
     "llama4-l2-lora-attn": ("llama4-scout", 2, dict(method="lora", lora_targets=ATTN_ONLY, seq=1024, batch=1,
                                                     grad_ckpt=False, vision_tower="dropped")),

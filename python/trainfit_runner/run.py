@@ -290,12 +290,16 @@ def main(argv=None):
     if "WORLD_SIZE" not in os.environ:
         # A layout (or an objective) this runner cannot run is refused here, before torchrun and
         # the GPUs start.
-        from . import objectives
+        from . import images, objectives
         try:
             layouts.check(cfg, model_json(cfg["model"]))
             objectives.check(cfg)
+            images.check(cfg, model_json(cfg["model"]))
         except layouts.LayoutError as e:
             write_row(args.out, refused_row(cfg, str(e)))
+            return 0
+        except images.ImageError as e:
+            write_row(args.out, refused_row(cfg, str(e), "ImageError"))
             return 0
         except objectives.ObjectiveError as e:
             write_row(args.out, refused_row(cfg, str(e), "ObjectiveError"))

@@ -155,9 +155,10 @@ def run_steps(torch, model, cfg, device, vocab, nv, res, dist_info, pipe=None, e
     gen = torch.Generator(device="cpu").manual_seed(1234)
     # A pipeline step feeds `microbatches` micro-batches of `batch` sequences at once.
     ids = torch.randint(0, vocab, (B * lay.microbatches if pipe else B, S), generator=gen).to(device)
-    # Gemma3ForConditionalGeneration refuses a training forward without token_type_ids (0: text).
-    built = getattr(model, "config", None)
-    text_only_inputs = {"token_type_ids": torch.zeros_like(ids)} if getattr(built, "model_type", "") == "gemma3" else {}
+    # A multimodal model's image inputs (its placeholders written into ids), or Gemma 3's
+    # token_type_ids alone in a text-only step.
+    from . import images
+    model_inputs = images.inputs(torch, model, cfg, ids, gen) if hasattr(model, "config") else {}
     amp_ctx = autocast_context(torch, cfg, device)
     objective = None
     if cfg.get("objective", "sft") != "sft":
@@ -209,7 +210,7 @@ def run_steps(torch, model, cfg, device, vocab, nv, res, dist_info, pipe=None, e
                 with (no_sync() if no_sync and micro < accum - 1 else contextlib.nullcontext()):
                     with amp_ctx():
                         if objective is None:
-                            loss = model(input_ids=ids, labels=ids, **text_only_inputs).loss
+                            loss = model(input_ids=ids, labels=ids, **model_inputs).loss
                         else:
                             loss = objective.loss(micro)
                     if accum > 1:
