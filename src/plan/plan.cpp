@@ -417,13 +417,15 @@ std::vector<std::string> plan_warnings(const ModelSpec& model, const TrainingSet
     else {
       const TowerLayers& t = model.vision.shape;
       const std::int64_t tokens = setup.image_tokens.value_or(t.default_image_tokens);
-      const bool trains = setup.method == Method::full || detail::tower_adapter_width(model, setup.lora) > 0;
+      const bool trains = setup.method == Method::full || detail::adapts_tower_layers(model, setup.lora);
+      const bool projector = !trains && detail::tower_adapter_width(model, setup.lora) > 0;
       warnings.push_back(fmt::format(
           "a multimodal {} config: {} image(s) of {} tokens a sequence run through its vision tower ({:.0f} "
           "positions each), which {}; the tower's terms are read from transformers, not yet measured",
           model.multimodal_type, setup.images, tokens, static_cast<double>(tokens) * t.positions_per_token,
-          trains ? (setup.method == Method::full ? "trains with the model" : "trains through its adapters")
-                 : "is frozen (no adapter on it) and keeps nothing for the backward"));
+          trains      ? (setup.method == Method::full ? "trains with the model" : "trains through its adapters")
+          : projector ? "is frozen below its projector's adapters and keeps nothing for the backward"
+                      : "is frozen (no adapter on it) and keeps nothing for the backward"));
     }
   }
   return warnings;

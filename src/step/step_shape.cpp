@@ -112,6 +112,7 @@ struct StepBasis {
         vision_adapter_params(pc.vision > 0 && s.method != Method::full ? r * tower_adapter_width(m, s.lora) : 0.0),
         images(pc.vision > 0 && s.images > 0),
         tower_trained(images && (full || vision_adapter_params > 0)),
+        tower_layers_trained(images && (full || adapts_tower_layers(m, s.lora))),
         linears(layer_linears(m, s)),
         liger(s.kernels == Kernels::liger),
         liger_qk_norm(liger && model_family(m).liger_qk_norm),
@@ -132,9 +133,10 @@ struct StepBasis {
   // LoRA A and B on the vision tower's and projector's linear modules the targets reach (all-linear
   // reaches every one): created, but idle in a text-only step.
   double vision_adapter_params;
-  // Images run through the tower; and it trains (its weights, or adapters on it): autograd keeps
-  // its layers' tensors, and its parameters get gradients and optimizer states.
-  bool images, tower_trained;
+  // Images run through the tower; and it trains (its weights, or adapters on it): its parameters
+  // get gradients and optimizer states. Autograd keeps its layers' tensors when they train (full
+  // fine-tuning, or adapters on them): adapters on the projector alone need nothing below it.
+  bool images, tower_trained, tower_layers_trained;
   LayerLinears linears;
   bool liger;          // Liger's kernels patched in: the layers' norms, gated activation and RoPE
   bool liger_qk_norm;  // and the q/k norms too (Gemma 3's patch; Qwen3's leaves them)
@@ -740,7 +742,7 @@ double tower_layer_saved_per_position(const StepBasis& b) {
 // What autograd keeps outside the decoder layers, bytes per token.
 std::vector<Sized> outside_activations(const StepBasis& b) {
   std::vector<Sized> out;
-  if (b.tower_trained) {
+  if (b.tower_layers_trained) {
     // The tower's layers for every image of the micro-batch, counted per text token. Under
     // gradient checkpointing (transformers checkpoints the tower's layers too) each keeps its input.
     const TowerLayers& t = b.model.vision.shape;
@@ -930,6 +932,12 @@ bool targets_tower_module(const LoraSetup& lora, const TowerLinear& m) {
                      [&](const std::string& t) { return t == "all-linear" || module_name_matches(m.name, t); });
 }
 
+bool adapts_tower_layers(const ModelSpec& model, const LoraSetup& lora) {
+  return std::any_of(model.vision.linears.begin(), model.vision.linears.end(), [&](const TowerLinear& m) {
+    return m.count == model.vision.shape.layers && targets_tower_module(lora, m);
+  });
+}
+
 double tower_adapter_width(const ModelSpec& model, const LoraSetup& lora) {
   double width = 0;
   for (const TowerLinear& m : model.vision.linears)
@@ -950,7 +958,11 @@ void check_lora_targets(const ModelSpec& model, const TrainingSetup& setup) {
     if (t == "all-linear") continue;
     const bool found = std::any_of(modules.begin(), modules.end(),
                                    [&](const LinearModule& m) { return module_name_matches(m.name, t); });
-    if (found) continue;
+    // A loaded vision tower's modules are PEFT's to match too (a projector's linear_1, say).
+    const bool in_tower = setup.vision_tower == VisionTowerUse::loaded &&
+                          std::any_of(model.vision.linears.begin(), model.vision.linears.end(),
+                                      [&](const TowerLinear& m) { return module_name_matches(m.name, t); });
+    if (found || in_tower) continue;
     // The names a target can take for this model, each once, in the layer's order.
     std::vector<std::string> names;
     for (const auto& m : modules)
@@ -1175,7 +1187,7 @@ StepShape describe_tensors(const ModelSpec& model, const TrainingSetup& setup, c
     const double spans =
         windowed * std::min(as_d(t.window), image_positions) + (as_d(t.layers) - windowed) * image_positions;
     st.tower_attention_flops_per_token = positions * 4.0 * as_d(t.hidden) * spans;
-    st.tower_trained = b.tower_trained;
+    st.tower_trained = b.tower_layers_trained;
   }
   // Non-reentrant checkpointing keeps each layer's input (the residual stream).
   st.checkpoint_per_token = b.w.residual * b.h;

@@ -126,6 +126,8 @@ bool module_name_matches(std::string_view module_path, std::string_view name);
 // Whether the LoRA targets reach a linear module of the vision tower or projector (all-linear
 // reaches every one).
 bool targets_tower_module(const LoraSetup& lora, const TowerLinear& m);
+// Whether they reach a module of the tower's layers (not only the projector's).
+bool adapts_tower_layers(const ModelSpec& model, const LoraSetup& lora);
 
 // A SettingError on `lora_targets` for a target that names no linear module of the model's layers
 // (PEFT refuses such a target; planning it would give a LoRA run without adapters), listing the
@@ -265,7 +267,7 @@ struct StepShape {
   bool lora_branch_autocast = false;  // TRL's autocast runs the LoRA branch from lora_A on in the compute dtype
   // Images through the vision tower (docs/model.md, "Images through the vision tower"): its
   // forward's linear and attention FLOPs per token of the text sequence, and whether it trains
-  // (its backward runs: input gradients, and its weights' gradients in full fine-tuning).
+  // (its layers' backward runs: input gradients, and its weights' gradients in full fine-tuning).
   double tower_linear_flops_per_token = 0;
   double tower_attention_flops_per_token = 0;
   bool tower_trained = false;

@@ -131,6 +131,18 @@ TEST(VisionTowers, ImagesRunThroughTheTowerAndItsAdaptersTrain) {
   EXPECT_EQ(outside_bytes(frozen, "vision tower: layer inputs (checkpointed)"), 0.0);
   EXPECT_GT(frozen.tensors.tower_linear_flops_per_token, 0.0);
   EXPECT_FALSE(frozen.tensors.tower_trained);
+  // Adapters on a projector alone (a target PEFT matches in the tower only) train, but nothing
+  // below the projector needs a gradient: the tower's layers keep nothing.
+  const ModelSpec mistral = load_model("mistral-small3.1");
+  TrainingSetup p;
+  p.model = "mistral-small3.1";
+  p.seq = 1024;
+  p.images = 1;
+  p.lora.targets = parse_lora_targets("linear_1");
+  const detail::Step projector = detail::describe_step(mistral, p);
+  EXPECT_DOUBLE_EQ(projector.tensors.params.trainable_params, 16.0 * (1024 + 5120));
+  EXPECT_EQ(outside_bytes(projector, "vision tower: layers' saved tensors"), 0.0);
+  EXPECT_FALSE(projector.tensors.tower_trained);
 }
 
 TEST(VisionTowers, ImagesNeedATowerAndFitTheSequence) {
