@@ -25,6 +25,7 @@ class Check(unittest.TestCase):
             (self.cfg(), {"model_type": "qwen2"}, "qwen2"),
             (self.cfg(), {"model_type": "llama4"}, "llama4"),
             (self.cfg(vision_tower="dropped"), {"model_type": "gemma3"}, "dropped"),
+            (self.cfg(objective="dpo"), {"model_type": "gemma3"}, "sft steps only"),
             (self.cfg(image_tokens=100), {"model_type": "gemma3"}, "256 tokens"),
             (self.cfg(image_tokens=200), {"model_type": "qwen2_5_vl"}, "no square"),
             (self.cfg(images=4, seq=1024), {"model_type": "gemma3"}, "do not fit"),

@@ -27,13 +27,16 @@ def image_tokens(cfg, model_type):
 
 def check(cfg, config_json):
     """Refuses images the runner cannot feed: a text model, a dropped tower, a family not in FED,
-    a Qwen2.5-VL image that is no square grid, or more image tokens than the sequence holds."""
+    an objective other than sft, a Qwen2.5-VL image that is no square grid, or more image tokens
+    than the sequence holds."""
     images = int(cfg.get("images") or 0)
     if images == 0:
         return
     model_type = (config_json or {}).get("model_type")
     if cfg.get("vision_tower", "loaded") != "loaded":
         raise ImageError("images: the vision tower is dropped (vision_tower dropped)")
+    if cfg.get("objective", "sft") != "sft":
+        raise ImageError("images: the runner feeds images to sft steps only, not %s" % cfg["objective"])
     if model_type not in FED:
         raise ImageError("images: the runner feeds images to %s models only, not %s" % (", ".join(FED), model_type))
     tokens = image_tokens(cfg, model_type)
