@@ -61,6 +61,19 @@ void bind(Setting& row, Member member) {
   row.set = [member](TrainingSetup& s, const SettingValue& v) { member(s) = std::get<T>(v); };
 }
 
+// An optional integer: unset reads as no value (JSON null), and no value unsets it.
+template <typename Member>
+void bind_optional_integer(Setting& row, Member member) {
+  row.get = [member](const TrainingSetup& s) {
+    const std::optional<std::int64_t>& v = member(s);
+    return v ? SettingValue(*v) : SettingValue();
+  };
+  row.set = [member](TrainingSetup& s, const SettingValue& v) {
+    if (std::holds_alternative<std::int64_t>(v)) member(s) = std::get<std::int64_t>(v);
+    else member(s).reset();
+  };
+}
+
 // A choice between the names of an enumeration: `parse` accepts aliases, `name` gives the canonical one.
 template <typename E, typename Member>
 void bind_enum(Setting& row, Member member, E (*parse)(std::string_view), std::string (*name)(E)) {
@@ -158,11 +171,7 @@ std::vector<Setting> builtin_table() {
     // What a card's memory may be however it is given (include/trainfit/hardware.hpp says why).
     r.minimum = static_cast<double>(kMinCardMemoryBytes);
     r.maximum = static_cast<double>(kMaxCardMemoryBytes);
-    r.get = [](const TrainingSetup& s) { return s.vram_bytes ? SettingValue(*s.vram_bytes) : SettingValue(); };
-    r.set = [](TrainingSetup& s, const SettingValue& v) {
-      if (std::holds_alternative<std::int64_t>(v)) s.vram_bytes = std::get<std::int64_t>(v);
-      else s.vram_bytes.reset();
-    };
+    bind_optional_integer(r, [](auto& s) -> auto& { return s.vram_bytes; });
   }
   {
     auto& r = row("gpu_spec", "--gpu-spec", text, "TOML file describing a GPU (docs/gpus.md)");
@@ -336,11 +345,7 @@ std::vector<Setting> builtin_table() {
     r.applies_when = condition("images", {}, {}, 1);
     r.default_rule = "the tower's: 256, Llama 4 144 (one tile)";
     r.label = "it{}";
-    r.get = [](const TrainingSetup& s) { return s.image_tokens ? SettingValue(*s.image_tokens) : SettingValue(); };
-    r.set = [](TrainingSetup& s, const SettingValue& v) {
-      if (std::holds_alternative<std::int64_t>(v)) s.image_tokens = std::get<std::int64_t>(v);
-      else s.image_tokens.reset();
-    };
+    bind_optional_integer(r, [](auto& s) -> auto& { return s.image_tokens; });
   }
   {
     auto& r = row("grad_accum", "--grad-accum", integer, "gradient accumulation steps: micro-batches per optimizer step");
