@@ -126,7 +126,10 @@ enum class Kernels { torch, liger };
 //            model (what AutoModelForCausalLM and the trainers load); a text-only step leaves them idle;
 //   dropped: the text model alone (its ...ForCausalLM on text_config).
 // Nothing changes for a text model.
-enum class VisionTowerUse { loaded, dropped };
+// A multimodal model's vision tower and projector: built and trainable (loaded), built and frozen
+// (LLaMA-Factory's freeze_vision_tower and freeze_multi_modal_projector: no gradient, no adapter),
+// or not built (the text model alone).
+enum class VisionTowerUse { loaded, frozen, dropped };
 // Where an objective's reference log-probabilities come from:
 //   copy:        a frozen copy of the model, as its base is stored (TRL's default under full fine-tuning);
 //   adapter_off: the policy itself with its LoRA adapters disabled: no weights of its own (TRL's

@@ -406,19 +406,24 @@ std::vector<std::string> plan_warnings(const ModelSpec& model, const TrainingSet
           fmt::format("a multimodal {} config: planned is its text model alone (vision_tower dropped); "
                       "the whole model, as the trainers load it, holds {} more parameters",
                       model.multimodal_type, tower));
+    else if (setup.images == 0 && setup.vision_tower == VisionTowerUse::frozen)
+      warnings.push_back(fmt::format("a multimodal {} config: the step is text-only (images 0); its vision tower and "
+                                     "projector ({} parameters) are loaded and frozen (no gradient, no adapter)",
+                                     model.multimodal_type, tower));
     else if (setup.images == 0)
       warnings.push_back(fmt::format(
           "a multimodal {} config: the step is text-only (images 0); its vision tower and projector ({} "
           "parameters) are loaded and idle (no gradient, no optimizer state{})",
           model.multimodal_type, tower,
-          setup.method != Method::full && detail::tower_adapter_width(model, setup.lora) > 0
+          setup.method != Method::full && detail::tower_adapter_width(model, setup) > 0
               ? "; the LoRA targets reach the tower's linear modules too, whose adapters are idle alike"
               : ""));
     else {
       const TowerLayers& t = model.vision.shape;
       const std::int64_t tokens = setup.image_tokens.value_or(t.default_image_tokens);
-      const bool trains = setup.method == Method::full || detail::adapts_tower_layers(model, setup.lora);
-      const bool projector = !trains && detail::tower_adapter_width(model, setup.lora) > 0;
+      const bool frozen = setup.vision_tower == VisionTowerUse::frozen;
+      const bool trains = (setup.method == Method::full && !frozen) || detail::adapts_tower_layers(model, setup);
+      const bool projector = !trains && detail::tower_adapter_width(model, setup) > 0;
       warnings.push_back(fmt::format(
           "a multimodal {} config: {} image(s) of {} tokens a sequence run through its vision tower ({:.0f} "
           "positions each), which {}; the tower's terms are read from transformers, not yet measured",

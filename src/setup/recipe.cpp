@@ -555,6 +555,15 @@ const std::vector<KeyRule>& llama_factory_rules() {
        [](auto key, const auto& n, Draft& d) { d.fp16 = bool_of(key, n); }},
       {"pure_bf16", "setting", "trainable parameters kept in bf16 (no fp32 copy)",
        [](auto key, const auto& n, Draft& d) { d.pure_bf16 = bool_of(key, n); }},
+      {"freeze_vision_tower", "setting",
+       "vision_tower frozen (the default, with freeze_multi_modal_projector); false: loaded (trained)",
+       [](auto key, const auto& n, Draft& d) {
+         if (!bool_of(key, n)) d.set("vision_tower", std::string("loaded"), key);
+       }},
+      {"freeze_multi_modal_projector", "setting", "read with freeze_vision_tower (the tower and projector as one)",
+       [](auto key, const auto& n, Draft& d) {
+         if (!bool_of(key, n)) d.set("vision_tower", std::string("loaded"), key);
+       }},
       {"enable_liger_kernel", "setting", "kernels liger (SFT's loss then Liger's fused one)",
        [](auto key, const auto& n, Draft& d) {
          if (bool_of(key, n)) d.set("kernels", std::string("liger"), key);
@@ -598,7 +607,7 @@ constexpr std::string_view kLlamaFactoryIgnoredKeys[] = {
     "weight_decay", "max_grad_norm", "seed", "ddp_timeout", "resume_from_checkpoint", "per_device_eval_batch_size",
     "eval_strategy", "eval_steps", "pref_beta", "pref_loss", "pref_ftx", "simpo_gamma", "dpo_label_smoothing",
     "kto_chosen_weight", "kto_rejected_weight", "adapter_name_or_path", "default_system", "enable_thinking",
-    "image_max_pixels", "video_max_pixels", "media_dir", "freeze_vision_tower", "freeze_multi_modal_projector",
+    "image_max_pixels", "video_max_pixels", "media_dir",
     "rope_scaling", "hub_model_id", "push_to_hub", "logging_dir", "train_on_prompt", "mask_history",
     "additional_target", "export_dir", "export_size", "export_device", "export_legacy_format", "cache_dir",
 };
@@ -647,6 +656,9 @@ void read_llama_factory(const YAML::Node& root, Draft& d, Recipe& out) {
   if (!d.has("seq")) d.set("seq", std::int64_t{2048}, "cutoff_len");
   if (!d.has("batch")) d.set("batch", std::int64_t{8}, "per_device_train_batch_size");
   if (!d.has("optimizer")) d.set("optimizer", std::string("adamw"), "optim");
+  // A multimodal model's tower and projector are frozen and out of the LoRA targets by default
+  // (freeze_vision_tower, freeze_multi_modal_projector); nothing changes for a text model.
+  if (!d.has("vision_tower")) d.set("vision_tower", std::string("frozen"), "freeze_vision_tower");
   if (d.has("grad_ckpt") && std::get<bool>(d.values.at("grad_ckpt").first) && d.reentrant_checkpointing)
     d.notes.push_back(
         "use_reentrant_gc (on by default) is planned as non-reentrant checkpointing: the same tensors "

@@ -182,8 +182,10 @@ std::vector<Setting> builtin_table() {
     auto& r = row("vision_tower", "--vision-tower", choice,
                   "a multimodal model (Gemma 3, Mistral 3, Qwen2.5-VL, Qwen3-VL, Llama 4): loaded builds the whole "
                   "model, as AutoModelForCausalLM and the trainers do (its vision tower and projector held, idle in "
-                  "a text-only step); dropped builds its text model alone. Nothing changes for a text model");
-    r.choices = {"loaded", "dropped"};
+                  "a text-only step); frozen builds it with the tower and projector frozen and no LoRA adapter on "
+                  "them (LLaMA-Factory's freeze_vision_tower and freeze_multi_modal_projector); dropped builds its "
+                  "text model alone. Nothing changes for a text model");
+    r.choices = {"loaded", "frozen", "dropped"};
     r.label = "vision-{}";
     bind_enum(r, [](auto& s) -> auto& { return s.vision_tower; }, parse_vision_tower, to_string);
   }
@@ -332,7 +334,7 @@ std::vector<Setting> builtin_table() {
                   "their tokens are part of seq. 0: a text-only step");
     r.minimum = 0;
     r.maximum = 4096;
-    r.applies_when = condition("vision_tower", {"loaded"}, {});
+    r.applies_when = condition("vision_tower", {"loaded", "frozen"}, {});
     r.label = "img{}";
     bind<std::int64_t>(r, [](auto& s) -> auto& { return s.images; });
   }

@@ -85,8 +85,8 @@ constexpr std::array<std::pair<std::string_view, Loss>, 5> kLosses{{{"whole", Lo
                                                                     {"chunked_nll", Loss::chunked}}};
 constexpr std::array<std::pair<std::string_view, Kernels>, 2> kKernels{
     {{"torch", Kernels::torch}, {"liger", Kernels::liger}}};
-constexpr std::array<std::pair<std::string_view, VisionTowerUse>, 2> kVisionTowerUses{
-    {{"loaded", VisionTowerUse::loaded}, {"dropped", VisionTowerUse::dropped}}};
+constexpr std::array<std::pair<std::string_view, VisionTowerUse>, 3> kVisionTowerUses{
+    {{"loaded", VisionTowerUse::loaded}, {"frozen", VisionTowerUse::frozen}, {"dropped", VisionTowerUse::dropped}}};
 constexpr std::array<std::pair<std::string_view, Generation>, 2> kGenerations{
     {{"none", Generation::none}, {"generate", Generation::generate}}};
 

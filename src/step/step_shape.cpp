@@ -109,10 +109,11 @@ struct StepBasis {
         r(as_d(s.lora.rank)),
         adapter_bytes(bytes_per_element(s.lora.adapter_dtype)),
         pc(objective_counts(m, s)),
-        vision_adapter_params(pc.vision > 0 && s.method != Method::full ? r * tower_adapter_width(m, s.lora) : 0.0),
+        vision_adapter_params(pc.vision > 0 && s.method != Method::full ? r * tower_adapter_width(m, s) : 0.0),
         images(pc.vision > 0 && s.images > 0),
-        tower_trained(images && (full || vision_adapter_params > 0)),
-        tower_layers_trained(images && (full || adapts_tower_layers(m, s.lora))),
+        tower_frozen(s.vision_tower == VisionTowerUse::frozen),
+        tower_trained(images && ((full && !tower_frozen) || vision_adapter_params > 0)),
+        tower_layers_trained(images && ((full && !tower_frozen) || adapts_tower_layers(m, s))),
         linears(layer_linears(m, s)),
         liger(s.kernels == Kernels::liger),
         liger_qk_norm(liger && model_family(m).liger_qk_norm),
@@ -136,7 +137,7 @@ struct StepBasis {
   // Images run through the tower; and it trains (its weights, or adapters on it): its parameters
   // get gradients and optimizer states. Autograd keeps its layers' tensors when they train (full
   // fine-tuning, or adapters on them): adapters on the projector alone need nothing below it.
-  bool images, tower_trained, tower_layers_trained;
+  bool images, tower_frozen, tower_trained, tower_layers_trained;
   LayerLinears linears;
   bool liger;          // Liger's kernels patched in: the layers' norms, gated activation and RoPE
   bool liger_qk_norm;  // and the q/k norms too (Gemma 3's patch; Qwen3's leaves them)
@@ -265,7 +266,8 @@ ParameterStorage parameter_storage(const StepBasis& b, const LinearTotals& lin) 
     // The vision tower's parameters require a gradient but get none in a text-only step: no
     // gradient, no optimizer state (AdamW skips a parameter whose grad is None).
     p.trainable_params = as_d(b.pc.total - b.pc.vision);
-    p.idle_trainable_params = as_d(b.pc.vision);
+    // A frozen tower's parameters require no gradient: not trainable at all.
+    p.idle_trainable_params = b.tower_frozen ? 0.0 : as_d(b.pc.vision);
     if (b.tower_trained) {
       p.trainable_params = as_d(b.pc.total);
       p.idle_trainable_params = 0;
@@ -733,7 +735,7 @@ double tower_layer_saved_per_position(const StepBasis& b) {
     const double dropout = b.setup.lora.dropout > 0 ? 5.0 : 4.0;
     for (const TowerLinear& m : b.model.vision.linears) {
       // The layers' modules (the projector's run on the merged tokens, a few hundredths of these).
-      if (m.count == t.layers && targets_tower_module(b.setup.lora, m)) bytes += dropout * as_d(m.in_features) + 4.0 * b.r;
+      if (m.count == t.layers && targets_tower_module(b.setup, m)) bytes += dropout * as_d(m.in_features) + 4.0 * b.r;
     }
   }
   return bytes;
@@ -838,7 +840,7 @@ LogitsAndLoss logits_and_loss(const StepBasis& b) {
   // Llama4ForConditionalGeneration computes its own loss (modeling_llama4.py): a contiguous copy
   // of the shifted logits and nn.CrossEntropyLoss on it, in the logits' dtype, with no fp32 cast.
   // Its text model alone (Llama4ForCausalLM) uses transformers' loss, as every other family.
-  if (b.model.multimodal_type == "llama4" && setup.vision_tower == VisionTowerUse::loaded &&
+  if (b.model.multimodal_type == "llama4" && setup.vision_tower != VisionTowerUse::dropped &&
       setup.objective == Objective::sft) {
     l.input_copy = true;
     l.loss_bytes = l.compute_bytes;
@@ -927,21 +929,22 @@ bool targets_module(const LoraSetup& lora, const LinearModule& m) {
   return false;
 }
 
-bool targets_tower_module(const LoraSetup& lora, const TowerLinear& m) {
-  return std::any_of(lora.targets.begin(), lora.targets.end(),
+bool targets_tower_module(const TrainingSetup& setup, const TowerLinear& m) {
+  if (setup.vision_tower != VisionTowerUse::loaded) return false;  // frozen: LLaMA-Factory narrows the targets
+  return std::any_of(setup.lora.targets.begin(), setup.lora.targets.end(),
                      [&](const std::string& t) { return t == "all-linear" || module_name_matches(m.name, t); });
 }
 
-bool adapts_tower_layers(const ModelSpec& model, const LoraSetup& lora) {
+bool adapts_tower_layers(const ModelSpec& model, const TrainingSetup& setup) {
   return std::any_of(model.vision.linears.begin(), model.vision.linears.end(), [&](const TowerLinear& m) {
-    return m.count == model.vision.shape.layers && targets_tower_module(lora, m);
+    return m.count == model.vision.shape.layers && targets_tower_module(setup, m);
   });
 }
 
-double tower_adapter_width(const ModelSpec& model, const LoraSetup& lora) {
+double tower_adapter_width(const ModelSpec& model, const TrainingSetup& setup) {
   double width = 0;
   for (const TowerLinear& m : model.vision.linears)
-    if (targets_tower_module(lora, m)) width += as_d(m.count) * (as_d(m.in_features) + as_d(m.out_features));
+    if (targets_tower_module(setup, m)) width += as_d(m.count) * (as_d(m.in_features) + as_d(m.out_features));
   return width;
 }
 

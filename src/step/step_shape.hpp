@@ -125,9 +125,10 @@ inline double unquantised_parameter_bytes(const TrainingSetup& s) {
 bool module_name_matches(std::string_view module_path, std::string_view name);
 // Whether the LoRA targets reach a linear module of the vision tower or projector (all-linear
 // reaches every one).
-bool targets_tower_module(const LoraSetup& lora, const TowerLinear& m);
+// (none where the tower is frozen, vision_tower frozen).
+bool targets_tower_module(const TrainingSetup& setup, const TowerLinear& m);
 // Whether they reach a module of the tower's layers (not only the projector's).
-bool adapts_tower_layers(const ModelSpec& model, const LoraSetup& lora);
+bool adapts_tower_layers(const ModelSpec& model, const TrainingSetup& setup);
 
 // A SettingError on `lora_targets` for a target that names no linear module of the model's layers
 // (PEFT refuses such a target; planning it would give a LoRA run without adapters), listing the
@@ -138,8 +139,8 @@ void check_lora_targets(const ModelSpec& model, const TrainingSetup& setup);
 bool targets_module(const LoraSetup& lora, const LinearModule& m);
 // The sum of in + out features over the vision tower's and projector's linear modules the targets
 // reach (PEFT matches a name against the end of a module's path; all-linear takes every nn.Linear
-// of the model but the output layer): a rank-r LoRA adds r times this.
-double tower_adapter_width(const ModelSpec& model, const LoraSetup& lora);
+// of the model but the output layer; none of a frozen tower): a rank-r LoRA adds r times this.
+double tower_adapter_width(const ModelSpec& model, const TrainingSetup& setup);
 
 // A linear module of a decoder layer, and whether a LoRA adapter wraps it.
 struct LayerLinear {

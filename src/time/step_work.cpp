@@ -471,7 +471,7 @@ WorkBasis work_basis(const ModelSpec& model, const Step& step) {
                        (model.vision.type == "siglip_vision_model" ? kRotaryOps : 0.0) - (t.gated_mlp ? 0.0 : 2.0);
     if (setup.method != Method::full)
       for (const TowerLinear& m : model.vision.linears)
-        if (m.count == t.layers && targets_tower_module(setup.lora, m)) tower_ops += kLoraForwardOps;
+        if (m.count == t.layers && targets_tower_module(setup, m)) tower_ops += kLoraForwardOps;
     b.forward_ops += as_d(t.layers) * tower_ops;
   }
   // Granite's scalings move the residual stream once more per sublayer and the embedding once, and

@@ -208,6 +208,23 @@ resume_from_checkpoint: null
   EXPECT_NE(error_of("model_name_or_path: x\nstage: pt\n").find("stage 'pt' is not planned"), std::string::npos);
 }
 
+// LLaMA-Factory freezes a multimodal model's vision tower and projector and keeps them out of the
+// LoRA targets unless freeze_vision_tower (or freeze_multi_modal_projector) is false.
+TEST(Recipe, LlamaFactoryFreezesTheVisionTowerByDefault) {
+  const std::string base = "model_name_or_path: google/gemma-3-4b-it\nstage: sft\nfinetuning_type: lora\n";
+  EXPECT_EQ(settings_of(parse_recipe(base, "lf.yaml")).at("vision_tower"), "frozen");
+  EXPECT_EQ(settings_of(parse_recipe(base + "freeze_vision_tower: false\n", "lf.yaml")).at("vision_tower"), "loaded");
+  // Planned: the tower's modules get no adapter (a LoRA on the text model alone).
+  const ModelSpec m = load_model("gemma3-4b");
+  TrainingSetup loaded;
+  loaded.model = "gemma3-4b";
+  TrainingSetup frozen = loaded;
+  frozen.vision_tower = VisionTowerUse::frozen;
+  const Plan with_adapters = make_plan(m, loaded, find_gpu("h200"));
+  const Plan without = make_plan(m, frozen, find_gpu("h200"));
+  EXPECT_LT(without.memory.peak_allocated_bytes, with_adapters.memory.peak_allocated_bytes);
+}
+
 TEST(Recipe, AnAxolotlRecipeAsItsExamplesWriteIt) {
   const Recipe r = parse_recipe(R"(base_model: mistralai/Mistral-7B-v0.1
 load_in_8bit: false
