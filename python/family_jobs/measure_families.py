@@ -60,6 +60,9 @@ CASES = {
     "gemma3-4b-lora-images": ("gemma3-4b", None, dict(method="lora", seq=1024, batch=2, grad_ckpt=False, images=1)),
     "gemma3-4b-lora-images-ckpt": ("gemma3-4b", None, dict(method="lora", seq=2048, batch=2, grad_ckpt=True,
                                                            images=2)),
+    # LLaMA-Factory's default: the tower frozen and out of the targets, images through it.
+    "gemma3-4b-lora-images-frozen": ("gemma3-4b", None, dict(method="lora", seq=1024, batch=2, grad_ckpt=False,
+                                                             images=1, vision_tower="frozen")),
     "qwen25vl-lora-images": ("qwen2.5-vl-7b", None, dict(method="lora", seq=1024, batch=2, grad_ckpt=False,
                                                          images=2, image_tokens=256)),
     # Llama 4's text model at two layers: every token through all 16 experts.

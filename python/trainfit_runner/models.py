@@ -10,12 +10,16 @@ that reading a config (layouts.py, the tests) needs no torch.
 """
 import gc
 import json
+import re
 
 from . import setup_schema
 from .model_files import MODEL_DIRS, config_json_path, model_json  # noqa: F401 (the package's names for them)
 
 # The multimodal configs: a vision tower and projector beside a text model.
 MULTIMODAL = ("gemma3", "mistral3", "qwen2_5_vl", "qwen3_vl", "llama4")
+# The vision towers' and projectors' module paths in transformers 5's multimodal models (Gemma 3's
+# and Mistral 3's vision_tower, the Qwen VL models' visual, Llama 4's vision_model; the projectors).
+TOWER_PATHS = re.compile(r".*(vision_tower|visual|vision_model|multi_modal_projector).*")
 
 
 def language_model_config(d):
@@ -148,6 +152,13 @@ def build_model(torch, cfg, device, res, kind=None):
             model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)
     if base_only:
         return model, vocab
+    # vision_tower frozen (LLaMA-Factory's freeze_vision_tower and freeze_multi_modal_projector):
+    # the tower's and projector's parameters require no gradient and get no adapter.
+    frozen_tower = cfg.get("vision_tower") == "frozen" and hasattr(model, "get_image_features")
+    if frozen_tower:
+        for name, p in model.named_parameters():
+            if TOWER_PATHS.search(name):
+                p.requires_grad_(False)
     inner = model
     if method in ("lora", "qlora"):
         from peft import LoraConfig, get_peft_model
@@ -155,6 +166,7 @@ def build_model(torch, cfg, device, res, kind=None):
         # adds it to modules_to_save, as TRL's RewardTrainer recommends).
         lc = LoraConfig(r=cfg["rank"], lora_alpha=cfg["lora_alpha"], lora_dropout=cfg["lora_dropout"],
                         target_modules=setup_schema.lora_targets(cfg),
+                        exclude_modules=TOWER_PATHS.pattern if frozen_tower else None,
                         task_type="SEQ_CLS" if kind == "classifier" else "CAUSAL_LM")
         with torch.device(device):
             model = get_peft_model(model, lc)
