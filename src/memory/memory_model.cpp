@@ -122,6 +122,9 @@ MemoryBasis stage_basis(const MemoryBasis& whole, const Step& step, const Pipeli
                                     ? whole.root_grads - whole.head_grad : 0.0);
   b.layers = stage.layers;
   b.vocab = stage.head ? whole.vocab : 0.0;  // no logits before the last stage
+  if (!stage.embedding)  // the vision tower runs where the embedding does, on the first stage
+    b.tower_saved_per_token = b.tower_checkpoint_per_token = b.tower_largest_per_token =
+        b.tower_layer_input_per_token = 0.0;
   if (!stage.head) b.chunked = b.fused = {};  // nor a loss
   b.embedding_backward_transient = stage.embedding ? whole.embedding_backward_transient : 0.0;
   b.optimizer_transient *= f;
@@ -235,6 +238,10 @@ MemoryBasis memory_basis(const ModelSpec& model, const Step& step, const GpuSpec
   };
   b.layer_activations = sizes(st.layer_activations);
   b.outside_activations = sizes(st.outside_activations);
+  b.tower_saved_per_token = st.tower_saved_per_token;
+  b.tower_checkpoint_per_token = st.tower_checkpoint_per_token;
+  b.tower_largest_per_token = st.tower_largest_per_token;
+  b.tower_layer_input_per_token = st.tower_checkpoint_per_token / std::max(1.0, static_cast<double>(model.vision.shape.layers));
   b.checkpoint_per_token = st.checkpoint_per_token;
   b.logits_compute_bytes = st.logits_compute_bytes;
   b.loss_input_copy = st.loss_input_copy;
@@ -490,7 +497,9 @@ StepMemory step_memory(const MemoryBasis& b, double tokens, std::int64_t grad_ac
   // Each saved tensor is its own allocation, rounded by the caching allocator.
   const double layer_acts = allocated_for(b.layer_activations, T) + b.layer_fixed_activations;
   const double kept_per_layer = grad_ckpt ? allocator_block(b.checkpoint_per_token * T) : layer_acts;
-  const double outside = allocated_for(b.outside_activations, T);
+  // A training vision tower's layers: their tensors, or under checkpointing their inputs.
+  const double outside = allocated_for(b.outside_activations, T) +
+                         allocator_block((grad_ckpt ? b.tower_checkpoint_per_token : b.tower_saved_per_token) * T);
   // Under checkpointing autograd keeps no layer's autocast copies: they die when the forward
   // leaves autocast and each layer's recompute makes its own again.
   const double copies_kept_per_layer = grad_ckpt ? 0.0 : b.copies_layer;
@@ -714,7 +723,9 @@ StepMemory step_memory(const MemoryBasis& b, double tokens, std::int64_t grad_ac
   // serve the next step's fp32 logits: they need a segment of their own beside it.
   if (b.objective == Objective::sft && !b.chunked.on && !b.fused.on &&
       b.largest_state_tensor > caching_allocator::kSmallSize && b.largest_state_tensor <= logits_f) {
-    double largest_activation = allocator_block(b.checkpoint_per_token * T);
+    // (Under checkpointing a tower layer's input is c x d a position: its largest is one layer's.)
+    const double tower_largest = grad_ckpt ? b.tower_layer_input_per_token : b.tower_largest_per_token;
+    double largest_activation = allocator_block(std::max(b.checkpoint_per_token, tower_largest) * T);
     for (const TensorSizes* sizes : {&b.layer_activations, &b.outside_activations})
       for (const TensorSizes::SameSize& d : sizes->distinct)
         largest_activation = std::max(largest_activation, allocator_block(d.bytes_per_token * T));

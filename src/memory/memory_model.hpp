@@ -85,6 +85,8 @@ struct MemoryBasis {
   double autocast_copies = 0, copies_head = 0, copies_layer = 0;
   TensorSizes layer_activations;    // per token, each tensor one decoder layer saves
   TensorSizes outside_activations;  // per token, each tensor saved outside the layers
+  double tower_saved_per_token = 0, tower_checkpoint_per_token = 0;  // a training vision tower's (Step)
+  double tower_largest_per_token = 0, tower_layer_input_per_token = 0;
   double checkpoint_per_token = 0;
   double logits_compute_bytes = 0;
   bool loss_input_copy = false;  // see Step

@@ -744,14 +744,6 @@ double tower_layer_saved_per_position(const StepBasis& b) {
 // What autograd keeps outside the decoder layers, bytes per token.
 std::vector<Sized> outside_activations(const StepBasis& b) {
   std::vector<Sized> out;
-  if (b.tower_layers_trained) {
-    // The tower's layers for every image of the micro-batch, counted per text token. Under
-    // gradient checkpointing (transformers checkpoints the tower's layers too) each keeps its input.
-    const TowerLayers& t = b.model.vision.shape;
-    const double per_position = b.setup.grad_ckpt ? b.w.compute * as_d(t.hidden) : tower_layer_saved_per_position(b);
-    keep(out, b.setup.grad_ckpt ? "vision tower: layer inputs (checkpointed)" : "vision tower: layers' saved tensors",
-         as_d(t.layers) * per_position * tower_positions_per_token(b));
-  }
   keep_norm(out, b, "final norm", b.h, b.liger);
   if (b.setup.objective == Objective::sft && b.setup.loss == Loss::chunked) {
     // TRL's chunked loss keeps the label-kept positions' final hidden states, gathered into a new
@@ -1172,6 +1164,21 @@ StepShape describe_tensors(const ModelSpec& model, const TrainingSetup& setup, c
   st.layer_activation_per_token = total_bytes(st.layer_activations);
   st.outside_activations = outside_activations(b);
   st.outside_per_token = total_bytes(st.outside_activations);
+  if (b.tower_layers_trained) {
+    // The tower's layers for every image of the micro-batch, counted per text token; under
+    // gradient checkpointing (transformers checkpoints the tower's layers too) each keeps its input.
+    const double layers_positions = as_d(model.vision.shape.layers) * tower_positions_per_token(b);
+    st.tower_saved_per_token = layers_positions * tower_layer_saved_per_position(b);
+    st.tower_checkpoint_per_token = layers_positions * b.w.compute * as_d(model.vision.shape.hidden);
+    // Its largest tensor, a block the optimizer's states may take once it is freed: the MLP's
+    // intermediate (an adapter's fp32 copy of it when LoRA wraps the down projection).
+    const double positions = tower_positions_per_token(b);
+    double widest = b.w.compute * as_d(model.vision.shape.intermediate);
+    for (const TowerLinear& m : model.vision.linears)
+      if (m.count == model.vision.shape.layers && !b.full && targets_tower_module(setup, m))
+        widest = std::max(widest, 4.0 * as_d(m.in_features));
+    st.tower_largest_per_token = positions * widest;
+  }
   if (b.images) {
     // The tower's linear modules run on every position of every image, its projector on the
     // merged tokens; attention spans an image's positions (a window's in Qwen2.5-VL's windowed

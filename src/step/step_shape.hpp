@@ -272,6 +272,10 @@ struct StepShape {
   double tower_linear_flops_per_token = 0;
   double tower_attention_flops_per_token = 0;
   bool tower_trained = false;
+  // And what a training tower's layers keep, bytes per text token: their saved tensors, or under
+  // gradient checkpointing their inputs (outside the decoder layers, but checkpointed as they are).
+  double tower_saved_per_token = 0, tower_checkpoint_per_token = 0;
+  double tower_largest_per_token = 0;  // the largest of its saved tensors
   // The loss's input is a new logits-sized tensor: transformers' fp32 cast, or Llama 4's shifted copy.
   bool loss_input_copy = false;
   // Bytes per element of the cross-entropy's input and its saved log-softmax: 4 where the loss

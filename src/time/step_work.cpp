@@ -405,6 +405,7 @@ WorkBasis work_basis(const ModelSpec& model, const Step& step) {
   b.tower_linear_flops_per_token = st.tower_linear_flops_per_token;
   b.tower_attention_flops_per_token = st.tower_attention_flops_per_token;
   b.tower_trained = st.tower_trained;
+  b.tower_saved_per_token = st.tower_saved_per_token;
   b.layer_activation_per_token = st.layer_activation_per_token;
   b.layer_saved_tensors = static_cast<double>(st.layer_activations.size());
   b.weight_read_bytes = full && setup.amp ? bytes_per_element(*setup.amp) : bytes_per_element(setup.weights);
@@ -706,7 +707,7 @@ StepWork step_work(const WorkBasis& b, double tokens, double batch, bool grad_ck
   // Bytes: elementwise work over the saved activations (the LoRA branch's are in its traffic
   // above), the loss, dequantisation.
   const double layer_saved = b.layer_saved_per_token * T * L;
-  const double saved = layer_saved + b.outside_per_token * T;
+  const double saved = layer_saved + (b.outside_per_token + b.tower_saved_per_token) * T;
   double loss_bytes = b.loss_bytes_per_logit > 0 ? b.loss_bytes_per_logit * T * b.logit_fraction * V
                                                : kLossBytesPerLogit * T * V;
   if (cl.on) {

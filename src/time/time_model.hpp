@@ -44,6 +44,7 @@ struct WorkBasis {
   double scaling_bytes_per_token = 0;  // Granite's multipliers over the residual stream and the logits
   // Images through the vision tower: its forward FLOPs per text token, and whether its backward runs.
   double tower_linear_flops_per_token = 0, tower_attention_flops_per_token = 0;
+  double tower_saved_per_token = 0;  // its layers' saved tensors (written and read as the layers' are)
   bool tower_trained = false;
   double optimizer_bytes = 0, optimizer_ops = 0;
   double layer_ops = 0, forward_ops = 0;  // host operations: one layer's forward, the whole forward
