@@ -92,6 +92,9 @@ struct TowerLayers {
   // Layers that attend within windows of `window` positions, not the whole image (Qwen2.5-VL).
   std::int64_t windowed_layers = 0;
   std::int64_t window = 0;
+  // q, k and v from one fused projection, q and k then rotated (the Qwen VL towers): v is a view
+  // that keeps the whole projection's output alive beside the rotated copies.
+  bool fused_qkv_rotary = false;
   bool operator==(const TowerLayers&) const = default;
 };
 

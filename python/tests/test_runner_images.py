@@ -19,6 +19,7 @@ class Check(unittest.TestCase):
     def test_gemma3_and_qwen25vl_are_fed(self):
         images.check(self.cfg(), {"model_type": "gemma3", "mm_tokens_per_image": 256})
         images.check(self.cfg(images=2, image_tokens=256), {"model_type": "qwen2_5_vl"})
+        images.check(self.cfg(vision_tower="frozen"), {"model_type": "gemma3"})
 
     def test_what_it_cannot_feed_is_refused_by_name(self):
         cases = [

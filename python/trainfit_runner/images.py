@@ -33,7 +33,7 @@ def check(cfg, config_json):
     if images == 0:
         return
     model_type = (config_json or {}).get("model_type")
-    if cfg.get("vision_tower", "loaded") != "loaded":
+    if cfg.get("vision_tower", "loaded") == "dropped":
         raise ImageError("images: the vision tower is dropped (vision_tower dropped)")
     if cfg.get("objective", "sft") != "sft":
         raise ImageError("images: the runner feeds images to sft steps only, not %s" % cfg["objective"])

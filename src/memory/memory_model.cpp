@@ -245,7 +245,6 @@ MemoryBasis memory_basis(const ModelSpec& model, const Step& step, const GpuSpec
   b.checkpoint_per_token = st.checkpoint_per_token;
   b.logits_compute_bytes = st.logits_compute_bytes;
   b.loss_input_copy = st.loss_input_copy;
-  b.loss_bytes = st.loss_bytes;
   b.chunked = st.chunked_loss;
   b.fused = st.fused_loss;
   // Liger's loss returns no logits, so SFTTrainer computes no metrics over them.
@@ -509,8 +508,7 @@ StepMemory step_memory(const MemoryBasis& b, double tokens, std::int64_t grad_ac
   const double kept_gathered = L * b.kept_gathered_layer;
   const double lc = b.logits_compute_bytes;
   const double logits_c = allocator_block(TV * lc);   // one logits-sized tensor in the lm_head dtype
-  // One logits-sized tensor in the loss's dtype (fp32 unless the model computes its own loss).
-  const double logits_f = allocator_block(TV * b.loss_bytes);
+  const double logits_f = allocator_block(TV * 4.0);  // one fp32 logits-sized tensor
   const double softcap = b.softcap_bytes > 0 ? allocator_block(TV * b.softcap_bytes) : 0.0;
   // A pipeline's last stage: the outputs its PipelineStage keeps. In the backward of the step's
   // last micro-batch every one is alive (its own included); in that micro-batch's forward the
@@ -569,8 +567,7 @@ StepMemory step_memory(const MemoryBasis& b, double tokens, std::int64_t grad_ac
     }
   } else if (b.objective == Objective::sft) {
     // Forward, at the loss: every layer's saved tensors, the logits as the lm_head made them,
-    // the loss's copy of them (fp32, or Llama 4's shifted copy) and log_softmax's output (kept
-    // for backward), both in the loss's dtype.
+    // their fp32 copy and log_softmax's fp32 output (kept for backward).
     {
       MemoryMoment& m = moment(Phase::forward, "cross-entropy forward");
       m.gradients = grads_prev;
@@ -591,12 +588,11 @@ StepMemory step_memory(const MemoryBasis& b, double tokens, std::int64_t grad_ac
       m.gathered_weights = b.gathered_fwd + kept_gathered;
       m.activations = L * kept_per_layer + outside + other_in_flight;
       m.weights += b.autocast_copies;
-      m.logits_and_loss = 2.0 * allocator_block(TV * 4.0) + logits_f +
-                          3.0 * allocator_block(kEntropyChunkRows * b.vocab * 4.0) +
+      m.logits_and_loss = 3.0 * logits_f + 3.0 * allocator_block(kEntropyChunkRows * b.vocab * 4.0) +
                           allocator_block(T * 8.0) + softcap + outputs_fwd;
     }
     // Backward, in log_softmax's backward: its saved output, the incoming gradient and the
-    // gradient it produces, all over the vocabulary in the loss's dtype.
+    // gradient it produces, all fp32 over the vocabulary.
     {
       MemoryMoment& m = moment(Phase::backward, "cross-entropy backward");
       m.gradients = grads_prev;
@@ -739,8 +735,8 @@ StepMemory step_memory(const MemoryBasis& b, double tokens, std::int64_t grad_ac
   // Blocks freed before the peak that the allocator cannot reuse for it stay reserved: the
   // lm_head-dtype logits (too small for the loss backward's fp32 blocks) and the blocks of a
   // layer's forward temporaries; under FSDP, its gather pool (memory_basis).
-  const double fragmentation = (b.loss_input_copy && b.loss_bytes > b.logits_compute_bytes ? logits_c : 0.0) +
-                               allocator_block(b.layer_forward_transient_per_token * T);
+  const double fragmentation =
+      (b.loss_input_copy ? logits_c : 0.0) + allocator_block(b.layer_forward_transient_per_token * T);
   out.peak_reserved_bytes = count_of(peak_total + fragmentation + b.gather_pool);
   out.device_used_bytes = add_bytes(out.peak_reserved_bytes, b.cuda_context_bytes);
   // The busiest GPU's extra blocks are allocated beside the step's and so reserved too.

@@ -90,7 +90,6 @@ struct MemoryBasis {
   double checkpoint_per_token = 0;
   double logits_compute_bytes = 0;
   bool loss_input_copy = false;  // see Step
-  double loss_bytes = 4.0;
   // TRL's chunked loss (docs/model.md, "The chunked loss"): its shape, and the bytes per token of
   // the gathered hidden states' gradient, which its backward accumulates chunk by chunk.
   ChunkedLossShape chunked;

@@ -142,7 +142,7 @@ VisionTower qwen2_5_vl(const ConfigReader& v) {
     full_blocks = static_cast<std::int64_t>(f->size());
   const std::int64_t window_side = v.optional_int("window_size", 112, 1, kMaxPositions) / patch;
   b.tower.shape = {h,     inter, depth, true, true, static_cast<double>(merge * merge), 256, false,
-                   std::max<std::int64_t>(0, depth - full_blocks), window_side * window_side};
+                   std::max<std::int64_t>(0, depth - full_blocks), window_side * window_side, true};
   b.per_layer("attn.qkv", h, 3 * h, true);
   b.per_layer("attn.proj", h, h, true);
   b.per_layer("mlp.gate_proj", h, inter, true);
@@ -172,7 +172,7 @@ VisionTower qwen3_vl(const ConfigReader& v) {
   TowerBuilder b;
   b.tower.type = "qwen3_vl";
   b.layers = depth;
-  b.tower.shape = {h, inter, depth, false, false, static_cast<double>(merge * merge), 256, false, 0, 0};
+  b.tower.shape = {h, inter, depth, false, false, static_cast<double>(merge * merge), 256, false, 0, 0, true};
   b.per_layer("attn.qkv", h, 3 * h, true);
   b.per_layer("attn.proj", h, h, true);
   b.per_layer("mlp.linear_fc1", h, inter, true);

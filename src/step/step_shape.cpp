@@ -722,15 +722,19 @@ double tower_positions_per_token(const StepBasis& b) {
 // What a tower layer keeps for its backward, bytes per position, when the tower trains
 // (docs/model.md, "Images through the vision tower"): its two norms' inputs (nn.LayerNorm: the
 // input and a mean and rstd a row; transformers' RMSNorm: the fp32 copy and rstd, and the
-// normalised copy when its weight trains), the attention's input, q, k, v, output and o's input,
-// the MLP's input and intermediates (fc1's output and GELU's; gated: gate, up, the activation and
-// the product), and each adapter's fp32 input copy (its dropout output and mask) and A's output.
+// normalised copy when its weight trains), SDPA's q, k, v and output (and a fused projection's
+// whole output, which v's view keeps), GELU's input or the gated MLP's gate, up and activation,
+// and each adapter's fp32 input copy (its dropout output and mask) and A's output. A linear
+// module keeps its input only when its weight trains (full fine-tuning): autograd saves an input
+// for the weight's gradient alone. Measured on an H100 (data/bench/h100-families-2026-12-07/).
 double tower_layer_saved_per_position(const StepBasis& b) {
   const TowerLayers& t = b.model.vision.shape;
   const double c = b.w.compute, d = as_d(t.hidden), inter = as_d(t.intermediate);
   const double norm = t.rms_norm ? 4.0 * d + 4.0 + (b.full ? c * d : 0.0) : c * d + 8.0;
-  double bytes = 2.0 * norm + c * d /*q, k, v input*/ + 3.0 * c * d /*q, k, v*/ + c * d /*attention output*/ +
-                 c * d /*o input*/ + c * d /*MLP input*/ + (t.gated_mlp ? 4.0 : 2.0) * c * inter;
+  const double weights_train = b.full ? 1.0 : 0.0;
+  double bytes = 2.0 * norm + 3.0 * c * d /*q, k, v*/ + (t.fused_qkv_rotary ? 2.0 * c * d : 0.0) +
+                 c * d /*attention output*/ + weights_train * 3.0 * c * d /*q/k/v, o and MLP inputs*/ +
+                 (t.gated_mlp ? 3.0 : 1.0) * c * inter + weights_train * c * inter /*down's or fc2's input*/;
   if (!b.full) {
     const double dropout = b.setup.lora.dropout > 0 ? 5.0 : 4.0;
     for (const TowerLinear& m : b.model.vision.linears) {
@@ -816,7 +820,6 @@ Transients transients(const StepBasis& b, const LinearTotals& lin) {
 struct LogitsAndLoss {
   double compute_bytes = 0;  // bytes per logit as the lm_head makes them
   bool input_copy = false;   // the loss's input is a new tensor (the fp32 cast)
-  double loss_bytes = 4.0;   // bytes per element of the loss's input and its log-softmax
   double softcap_bytes = 0;  // gemma2's soft-capping keeps tanh's output
 };
 
@@ -828,15 +831,9 @@ LogitsAndLoss logits_and_loss(const StepBasis& b) {
   else l.compute_bytes = bytes_per_element(setup.weights);
   // transformers' causal-LM loss casts the logits to fp32; TRL's losses take them as the output
   // layer makes them (selective_log_softmax works row by row in their own dtype).
+  // (Llama4ForConditionalGeneration too: transformers 5.17 computes its loss with the same
+  // self.loss_function; an older modeling_llama4.py computed it in bf16 itself.)
   l.input_copy = l.compute_bytes < 4.0 && setup.objective == Objective::sft;
-  // Llama4ForConditionalGeneration computes its own loss (modeling_llama4.py): a contiguous copy
-  // of the shifted logits and nn.CrossEntropyLoss on it, in the logits' dtype, with no fp32 cast.
-  // Its text model alone (Llama4ForCausalLM) uses transformers' loss, as every other family.
-  if (b.model.multimodal_type == "llama4" && setup.vision_tower != VisionTowerUse::dropped &&
-      setup.objective == Objective::sft) {
-    l.input_copy = true;
-    l.loss_bytes = l.compute_bytes;
-  }
   // TRL's trainers run under accelerate's mixed precision (their configs set bf16), which wraps the
   // model's forward in convert_outputs_to_fp32: the objectives' losses receive the logits as a new
   // fp32 tensor (the allocator's history of DPOTrainer: _convert_to_fp32 made the policy's and the
@@ -1230,7 +1227,6 @@ StepShape describe_tensors(const ModelSpec& model, const TrainingSetup& setup, c
   st.final_hidden_bytes = b.w.norm_out;
   st.lora_branch_autocast = b.lora_branch_autocast;
   st.loss_input_copy = logits.input_copy;
-  st.loss_bytes = logits.loss_bytes;
   st.softcap_bytes = logits.softcap_bytes;
   st.counts = b.pc;
   if (setup.objective == Objective::sft && setup.loss == Loss::chunked) {

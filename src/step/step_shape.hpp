@@ -276,11 +276,7 @@ struct StepShape {
   // gradient checkpointing their inputs (outside the decoder layers, but checkpointed as they are).
   double tower_saved_per_token = 0, tower_checkpoint_per_token = 0;
   double tower_largest_per_token = 0;  // the largest of its saved tensors
-  // The loss's input is a new logits-sized tensor: transformers' fp32 cast, or Llama 4's shifted copy.
-  bool loss_input_copy = false;
-  // Bytes per element of the cross-entropy's input and its saved log-softmax: 4 where the loss
-  // casts the logits to fp32, the logits' own where the model computes its loss in their dtype.
-  double loss_bytes = 4.0;
+  bool loss_input_copy = false;  // the loss casts the logits to fp32: a new logits-sized tensor
   double softcap_bytes = 0;           // gemma2 final-logit soft-capping, bytes per logit element kept
   double gradients = 0;               // bytes of all trainable gradients
   double optimizer_states = 0;

@@ -103,7 +103,8 @@ TEST(VisionTowers, ImagesRunThroughTheTowerAndItsAdaptersTrain) {
   s.images = 1;
   const detail::Step image = detail::describe_step(m, s);
   const double d = 1152, inter = 4304, c = 2, r = 16;
-  const double per_position = 2 * (c * d + 8) + 7 * c * d + 2 * c * inter + 4 * (5 * d + 4 * r) + (5 * d + 4 * r) +
+  // (The frozen base linears keep no input: autograd saves one for the weight's gradient alone.)
+  const double per_position = 2 * (c * d + 8) + 4 * c * d + c * inter + 4 * (5 * d + 4 * r) + (5 * d + 4 * r) +
                               (5 * inter + 4 * r);
   const double positions_per_token = 4096.0 / 2048;
   EXPECT_DOUBLE_EQ(image.tensors.tower_saved_per_token, 27 * per_position * positions_per_token);
@@ -200,42 +201,6 @@ TEST(Llama4, MaverickAlternatesExpertAndDenseLayers) {
   EXPECT_EQ(c.total, 2 * v * h + 48 * attention + 24 * moe + 24 * dense + h + c.vision);
   EXPECT_EQ(c.total, 401'583'781'376);
   EXPECT_NEAR(static_cast<double>(c.activated) / published_parameters(m.name).active, 1.0, 0.02);
-}
-
-// Llama4ForConditionalGeneration (the tower loaded) computes its own loss: a contiguous copy of
-// the shifted logits and cross-entropy on it in bf16. Its text model alone uses transformers'
-// loss, which casts the logits to fp32: the forward's loss holds two fp32 logits-sized tensors
-// (the cast and log-softmax's output) where Llama 4's own loss holds two bf16 ones.
-TEST(Llama4, TheWholeModelComputesItsLossInBf16) {
-  const ModelSpec m = load_model("llama4-scout");
-  TrainingSetup s;
-  s.model = "llama4-scout";
-  s.lora.targets = parse_lora_targets("q,k,v,o");
-  s.seq = 8192;
-  s.grad_ckpt = true;
-  s.gpus = 8;
-  s.parallel = Parallel::fsdp;
-  const detail::Step loaded = detail::describe_step(m, s);
-  EXPECT_EQ(loaded.tensors.loss_bytes, 2.0);
-  EXPECT_TRUE(loaded.tensors.loss_input_copy);
-  const Plan with_tower = make_plan(m, s, find_gpu("h200"));
-  s.vision_tower = VisionTowerUse::dropped;
-  const detail::Step text_only = detail::describe_step(m, s);
-  EXPECT_EQ(text_only.tensors.loss_bytes, 4.0);
-  const Plan without = make_plan(m, s, find_gpu("h200"));
-  auto forward = [](const Plan& p) {
-    for (const PhasePeak& ph : p.memory.phases)
-      if (ph.phase == Phase::forward) return ph;
-    return PhasePeak{};
-  };
-  ASSERT_EQ(forward(with_tower).moment, "cross-entropy forward");
-  ASSERT_EQ(forward(without).moment, "cross-entropy forward");
-  // 2 x (4 - 2) bytes a logit less, less the tower's bf16 shard (871,932,416 parameters / 8); the
-  // tolerance (0.5% of a byte a logit) holds the tower's idle q/k/v/o adapters and block rounding.
-  const double logits = 8192.0 * 202'048;
-  const double tower = 871'932'416.0 * 2 / 8;
-  EXPECT_NEAR(static_cast<double>(forward(without).allocated_bytes - forward(with_tower).allocated_bytes),
-              4 * logits - tower, 0.005 * logits);
 }
 
 TEST(Llama4, EveryTokenRunsThroughEveryExpert) {
