@@ -68,7 +68,7 @@ CASES = {
     # Llama 4's text model at two layers: every token through all 16 experts.
     "llama4-l2-lora-attn": ("llama4-scout", 2, dict(method="lora", lora_targets=ATTN_ONLY, seq=1024, batch=1,
                                                     grad_ckpt=False, vision_tower="dropped")),
-    # The whole model (tower loaded): Llama4ForConditionalGeneration's own loss, in bf16.
+    # The whole model (tower loaded): Llama4ForConditionalGeneration, its loss as transformers 5.17 computes it.
     "llama4-l2-lora-attn-loaded": ("llama4-scout", 2, dict(method="lora", lora_targets=ATTN_ONLY, seq=1024,
                                                            batch=1, grad_ckpt=False)),
 }
