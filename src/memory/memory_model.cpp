@@ -244,7 +244,7 @@ MemoryBasis memory_basis(const ModelSpec& model, const Step& step, const GpuSpec
   b.tower_layer_input_per_token = st.tower_checkpoint_per_token / std::max(1.0, static_cast<double>(model.vision.shape.layers));
   b.checkpoint_per_token = st.checkpoint_per_token;
   b.logits_compute_bytes = st.logits_compute_bytes;
-  b.loss_input_copy = st.loss_input_copy;
+  b.logits_upcast = st.logits_upcast;
   b.chunked = st.chunked_loss;
   b.fused = st.fused_loss;
   // Liger's loss returns no logits, so SFTTrainer computes no metrics over them.
@@ -574,7 +574,7 @@ StepMemory step_memory(const MemoryBasis& b, double tokens, std::int64_t grad_ac
       m.gathered_weights = b.gathered_fwd + kept_gathered;
       m.activations = L * kept_per_layer + outside + other_in_flight;
       m.weights += b.autocast_copies;
-      m.logits_and_loss = logits_c + (b.loss_input_copy ? logits_f : 0.0) + logits_f + softcap + outputs_fwd;
+      m.logits_and_loss = logits_c + (b.logits_upcast ? logits_f : 0.0) + logits_f + softcap + outputs_fwd;
     }
     // SFTTrainer's metrics (compute_loss at TRL f2cd577, loss_type nll), under no_grad once the
     // forward has returned: accelerate's fp32 copy of the logits (convert_outputs_to_fp32), the
@@ -736,7 +736,7 @@ StepMemory step_memory(const MemoryBasis& b, double tokens, std::int64_t grad_ac
   // lm_head-dtype logits (too small for the loss backward's fp32 blocks) and the blocks of a
   // layer's forward temporaries; under FSDP, its gather pool (memory_basis).
   const double fragmentation =
-      (b.loss_input_copy ? logits_c : 0.0) + allocator_block(b.layer_forward_transient_per_token * T);
+      (b.logits_upcast ? logits_c : 0.0) + allocator_block(b.layer_forward_transient_per_token * T);
   out.peak_reserved_bytes = count_of(peak_total + fragmentation + b.gather_pool);
   out.device_used_bytes = add_bytes(out.peak_reserved_bytes, b.cuda_context_bytes);
   // The busiest GPU's extra blocks are allocated beside the step's and so reserved too.

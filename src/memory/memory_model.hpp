@@ -89,7 +89,7 @@ struct MemoryBasis {
   double tower_largest_per_token = 0, tower_layer_input_per_token = 0;
   double checkpoint_per_token = 0;
   double logits_compute_bytes = 0;
-  bool loss_input_copy = false;  // see Step
+  bool logits_upcast = false;
   // TRL's chunked loss (docs/model.md, "The chunked loss"): its shape, and the bytes per token of
   // the gathered hidden states' gradient, which its backward accumulates chunk by chunk.
   ChunkedLossShape chunked;

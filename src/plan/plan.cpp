@@ -421,8 +421,7 @@ std::vector<std::string> plan_warnings(const ModelSpec& model, const TrainingSet
     else {
       const TowerLayers& t = model.vision.shape;
       const std::int64_t tokens = setup.image_tokens.value_or(t.default_image_tokens);
-      const bool frozen = setup.vision_tower == VisionTowerUse::frozen;
-      const bool trains = (setup.method == Method::full && !frozen) || detail::adapts_tower_layers(model, setup);
+      const bool trains = detail::trains_tower_layers(model, setup);
       const bool projector = !trains && detail::tower_adapter_width(model, setup) > 0;
       warnings.push_back(fmt::format(
           "a multimodal {} config: {} image(s) of {} tokens a sequence run through its vision tower ({:.0f} "

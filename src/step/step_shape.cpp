@@ -113,7 +113,7 @@ struct StepBasis {
         images(pc.vision > 0 && s.images > 0),
         tower_frozen(s.vision_tower == VisionTowerUse::frozen),
         tower_trained(images && ((full && !tower_frozen) || vision_adapter_params > 0)),
-        tower_layers_trained(images && ((full && !tower_frozen) || adapts_tower_layers(m, s))),
+        tower_layers_trained(images && trains_tower_layers(m, s)),
         linears(layer_linears(m, s)),
         liger(s.kernels == Kernels::liger),
         liger_qk_norm(liger && model_family(m).liger_qk_norm),
@@ -819,7 +819,7 @@ Transients transients(const StepBasis& b, const LinearTotals& lin) {
 // Logits and loss: HF's loss casts the lm_head's logits to fp32 for cross_entropy.
 struct LogitsAndLoss {
   double compute_bytes = 0;  // bytes per logit as the lm_head makes them
-  bool input_copy = false;   // the loss's input is a new tensor (the fp32 cast)
+  bool upcast = false;       // the fp32 cast is a new tensor
   double softcap_bytes = 0;  // gemma2's soft-capping keeps tanh's output
 };
 
@@ -833,7 +833,7 @@ LogitsAndLoss logits_and_loss(const StepBasis& b) {
   // layer makes them (selective_log_softmax works row by row in their own dtype).
   // (Llama4ForConditionalGeneration too: transformers 5.17 computes its loss with the same
   // self.loss_function; an older modeling_llama4.py computed it in bf16 itself.)
-  l.input_copy = l.compute_bytes < 4.0 && setup.objective == Objective::sft;
+  l.upcast = l.compute_bytes < 4.0 && setup.objective == Objective::sft;
   // TRL's trainers run under accelerate's mixed precision (their configs set bf16), which wraps the
   // model's forward in convert_outputs_to_fp32: the objectives' losses receive the logits as a new
   // fp32 tensor (the allocator's history of DPOTrainer: _convert_to_fp32 made the policy's and the
@@ -928,6 +928,11 @@ bool adapts_tower_layers(const ModelSpec& model, const TrainingSetup& setup) {
   return std::any_of(model.vision.linears.begin(), model.vision.linears.end(), [&](const TowerLinear& m) {
     return m.count == model.vision.shape.layers && targets_tower_module(setup, m);
   });
+}
+
+bool trains_tower_layers(const ModelSpec& model, const TrainingSetup& setup) {
+  return (setup.method == Method::full && setup.vision_tower == VisionTowerUse::loaded) ||
+         adapts_tower_layers(model, setup);
 }
 
 double tower_adapter_width(const ModelSpec& model, const TrainingSetup& setup) {
@@ -1226,7 +1231,7 @@ StepShape describe_tensors(const ModelSpec& model, const TrainingSetup& setup, c
   st.logits_compute_bytes = logits.compute_bytes;
   st.final_hidden_bytes = b.w.norm_out;
   st.lora_branch_autocast = b.lora_branch_autocast;
-  st.loss_input_copy = logits.input_copy;
+  st.logits_upcast = logits.upcast;
   st.softcap_bytes = logits.softcap_bytes;
   st.counts = b.pc;
   if (setup.objective == Objective::sft && setup.loss == Loss::chunked) {
@@ -1236,7 +1241,7 @@ StepShape describe_tensors(const ModelSpec& model, const TrainingSetup& setup, c
     if (setup.amp) c.gemm_bytes = bytes_per_element(*setup.amp);
     else if (setup.trainer == Trainer::trl && c.weight_bytes < 4.0) c.gemm_bytes = c.weight_bytes;
     // No logits of the whole micro-batch exist.
-    st.loss_input_copy = false;
+    st.logits_upcast = false;
     st.softcap_bytes = 0;
   }
   if (setup.objective == Objective::sft && setup.loss == Loss::fused) {
@@ -1246,7 +1251,7 @@ StepShape describe_tensors(const ModelSpec& model, const TrainingSetup& setup, c
     ChunkedLossShape& f = st.fused_loss = chunked_output_layer(b);
     f.gemm_bytes = setup.amp ? bytes_per_element(*setup.amp) : f.weight_bytes;
     f.chunk_rows = 0;  // set by the micro-batch (fused_loss_chunk_rows)
-    st.loss_input_copy = false;
+    st.logits_upcast = false;
     st.softcap_bytes = 0;
   }
   st.objective = describe_objective(model, setup);

@@ -129,6 +129,9 @@ bool module_name_matches(std::string_view module_path, std::string_view name);
 bool targets_tower_module(const TrainingSetup& setup, const TowerLinear& m);
 // Whether they reach a module of the tower's layers (not only the projector's).
 bool adapts_tower_layers(const ModelSpec& model, const TrainingSetup& setup);
+// Whether images through the tower train its layers: full fine-tuning of a tower not frozen, or
+// adapters on its layers' modules.
+bool trains_tower_layers(const ModelSpec& model, const TrainingSetup& setup);
 
 // A SettingError on `lora_targets` for a target that names no linear module of the model's layers
 // (PEFT refuses such a target; planning it would give a LoRA run without adapters), listing the
@@ -276,7 +279,7 @@ struct StepShape {
   // gradient checkpointing their inputs (outside the decoder layers, but checkpointed as they are).
   double tower_saved_per_token = 0, tower_checkpoint_per_token = 0;
   double tower_largest_per_token = 0;  // the largest of its saved tensors
-  bool loss_input_copy = false;  // the loss casts the logits to fp32: a new logits-sized tensor
+  bool logits_upcast = false;         // the loss casts the logits to fp32 (a new tensor)
   double softcap_bytes = 0;           // gemma2 final-logit soft-capping, bytes per logit element kept
   double gradients = 0;               // bytes of all trainable gradients
   double optimizer_states = 0;
