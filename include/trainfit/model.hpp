@@ -38,11 +38,16 @@ enum class ModuleRole {
   shared_expert_up,
   shared_expert_down,
   shared_expert_scale,  // the shared expert's sigmoid gate (qwen2_moe)
+  // A Gated DeltaNet layer's token mixer (Qwen3-Next's linear_attn): one projection to q, k, v and
+  // the output gate z, one to the write strength b and the decay a, and the output projection.
+  linear_attention_qkvz,
+  linear_attention_ba,
+  linear_attention_output,
 };
-inline constexpr std::size_t kModuleRoles = static_cast<std::size_t>(ModuleRole::shared_expert_scale) + 1;
+inline constexpr std::size_t kModuleRoles = static_cast<std::size_t>(ModuleRole::linear_attention_output) + 1;
 std::string to_string(ModuleRole role);  // "attention_query", ...
 // Which part of the layer a role belongs to, and which side of an MLP it is.
-bool is_attention(ModuleRole role);
+bool is_attention(ModuleRole role);        // attention's or a linear-attention layer's token mixer
 bool is_mlp_input_side(ModuleRole role);   // gate, up, or the two fused: reads the MLP's input
 bool is_mlp_output_side(ModuleRole role);  // down: reads the activation x up product
 bool is_routed_expert(ModuleRole role);
@@ -115,6 +120,22 @@ struct VisionTower {
   bool operator==(const VisionTower&) const = default;
 };
 
+// Linear attention by the gated delta rule (Qwen3-Next's Gated DeltaNet layers, docs/models.md): a
+// recurrent state of key_head_dim x value_head_dim a value head in place of attention's scores.
+// The keys' heads are repeated to the values' before the kernel.
+struct LinearAttention {
+  std::int64_t layers = 0;  // how many decoder layers mix tokens so; 0: none
+  std::int64_t key_heads = 0;
+  std::int64_t value_heads = 0;
+  std::int64_t key_head_dim = 0;
+  std::int64_t value_head_dim = 0;
+  std::int64_t conv_kernel = 0;  // the depthwise causal convolution over q, k and v
+  std::int64_t key_width() const { return key_heads * key_head_dim; }
+  std::int64_t value_width() const { return value_heads * value_head_dim; }
+  std::int64_t conv_width() const { return 2 * key_width() + value_width(); }
+  bool operator==(const LinearAttention&) const = default;
+};
+
 struct ModelSpec {
   std::string name;         // built-in name or the path it was read from
   // config.json "model_type": llama, qwen2, qwen3, mistral, gemma, gemma2, gemma3_text, olmo2, phi3, smollm3,
@@ -180,6 +201,11 @@ struct ModelSpec {
   // Llama 4: its RoPE layers normalise q and k by their root mean square in fp32, without a weight
   // (Llama4TextL2Norm, use_qk_norm); how many layers do.
   std::int64_t qk_l2_norm_layers = 0;
+  // Qwen3-Next's attention layers: q_proj makes the query and a gate as wide, and the attention's
+  // output is multiplied by the gate's sigmoid before o_proj.
+  bool attention_output_gate = false;
+  // Qwen3-Next's Gated DeltaNet layers (layers of the model that are not attention layers).
+  LinearAttention linear_attention;
   // Mixture of experts (0 when dense).
   std::int64_t num_experts = 0;
   std::int64_t experts_per_token = 0;
@@ -187,6 +213,9 @@ struct ModelSpec {
   // The shared expert MLP every token runs beside the routed ones: qwen2_moe's (with a sigmoid gate), or
   // DeepSeek's n_shared_experts x moe_intermediate_size wide one.
   std::int64_t shared_expert_intermediate_size = 0;
+  // The shared expert's output is scaled by sigmoid(shared_expert_gate(x)), an h -> 1 nn.Linear
+  // (qwen2_moe, qwen3_next); DeepSeek's and Llama 4's are added as they are.
+  bool shared_expert_scaled = false;
   std::int64_t dense_layers = 0;  // layers with a dense MLP instead of experts
   // Llama4TextMoe: every token is repeated for every expert and scaled by its router score (0 off
   // its top-k) before the experts run, so all experts run on all tokens (no gather, no dispatch).
@@ -215,6 +244,8 @@ struct ModelSpec {
   // The expert rows one token's forward runs: its top-k, or every expert under dense routing.
   std::int64_t expert_rows_per_token() const { return dense_expert_routing ? num_experts : experts_per_token; }
   bool is_mla() const { return kv_lora_rank > 0; }
+  // Layers that attend (the rest mix tokens by linear attention).
+  std::int64_t attention_layers() const { return num_layers - linear_attention.layers; }
   // A value head's width, and the width of the rotary part of a query or key head.
   std::int64_t value_head_dim() const { return is_mla() ? v_head_dim : head_dim; }
   std::int64_t rotary_dim() const { return is_mla() ? qk_rope_head_dim : head_dim; }
@@ -261,6 +292,13 @@ ParameterCounts count_parameters(const ModelSpec& model);
 std::vector<LinearModule> layer_linear_modules(const ModelSpec& model);
 // The linear modules of a dense layer of an MoE model (empty for dense models).
 std::vector<LinearModule> dense_layer_linear_modules(const ModelSpec& model);
+// The linear modules of a linear-attention layer (its token mixer and its MLP, of the MoE kind in
+// an MoE model); empty for a model without such layers. layer_linear_modules is then an attention
+// layer's, of which the model has attention_layers() less its dense layers.
+std::vector<LinearModule> linear_attention_layer_linear_modules(const ModelSpec& model);
+// The linear modules of every kind of layer the model has (an MoE model's dense-MLP layers only when
+// it has some), each kind's in turn: what a LoRA target may name and what all-linear wraps.
+std::vector<LinearModule> model_linear_modules(const ModelSpec& model);
 // The name transformers gives a module of this role in this model's family (its path under the
 // decoder layer, as PEFT matches it): the family's row of model/families.cpp, the one place these live.
 std::string module_name(const ModelSpec& model, ModuleRole role);

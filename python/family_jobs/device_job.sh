@@ -2,9 +2,14 @@
 # background) and the runner cases given as arguments, one after another; all in $OUT/fam.tar.gz.
 set -x
 R=/tmp/fam; mkdir -p $R
+# flash-linear-attention and einops, pure Python (Triton kernels), when the call carries them
+# (.devcarry/pysrc, its COMMITS file names the commits): Qwen3-Next's Gated DeltaNet then runs its kernels.
+if [ -d .devcarry/pysrc ]; then export PYTHONPATH=$PWD/.devcarry/pysrc${PYTHONPATH:+:$PYTHONPATH}; fi
+{ cat .devcarry/pysrc/COMMITS 2>/dev/null; python3 -c "import fla, einops; print('fla', fla.__version__, 'einops', einops.__version__)" 2>&1 | tail -1;
+  python3 -c "import transformers.models.qwen3_next.modeling_qwen3_next as q; f = q.torch_chunk_gated_delta_rule; print('gated delta rule:', getattr(f, '__module__', None), getattr(f, '__qualname__', repr(f))); c = q.causal_conv1d_fn; print('conv:', getattr(c, '__module__', None), getattr(c, '__qualname__', repr(c)))" 2>&1 | tail -2; } > $R/kernels.txt 2>&1
 { nvidia-smi; python3 -c "import torch,transformers,peft,sys;print(sys.version);print(torch.__version__,torch.version.cuda,transformers.__version__,peft.__version__)"; date -u; } > $R/env.txt 2>&1
 python3 python/family_jobs/measure_families.py $R sources > $R/sources.log 2>&1
 (timeout ${INSPECT_TIMEOUT:-240} python3 python/family_jobs/measure_families.py $R inspect > $R/inspect.log 2>&1) & ip=$!
-CASE_TIMEOUT=120 timeout ${JOB_TIMEOUT:-470} python3 python/family_jobs/measure_families.py $R run "$@" 2>&1 | tee $R/run.log
+CASE_TIMEOUT=${CASE_TIMEOUT:-120} timeout ${JOB_TIMEOUT:-470} python3 python/family_jobs/measure_families.py $R run "$@" 2>&1 | tee $R/run.log
 wait $ip
 cd $R && tar czf $OUT/fam.tar.gz . ; ls -la $OUT

@@ -26,9 +26,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 MODELS = ["smollm3-3b", "granite3.3-2b", "granite3.3-8b", "gpt-oss-20b", "gpt-oss-120b", "glm4.5-air", "gemma3-4b",
-          "mistral-small3.1", "qwen2.5-vl-7b", "qwen3-vl-8b", "llama4-scout"]
+          "mistral-small3.1", "qwen2.5-vl-7b", "qwen3-vl-8b", "llama4-scout", "qwen3-next-80b-a3b"]
 
 ATTN_ONLY = "q_proj,k_proj,v_proj,o_proj"
+# Qwen3-Next's token mixers: the attention layers' projections and the Gated DeltaNet layers'.
+MIXERS = ATTN_ONLY + ",in_proj_qkvz,in_proj_ba,out_proj"
 # The MoE cases' predictions were written when lora_dropout defaulted to 0.05 everywhere: pinned so.
 D05 = dict(lora_dropout=0.05)
 # name: (model, layers or None, runner settings)
@@ -69,6 +71,14 @@ CASES = {
     "llama4-l2-lora-attn": ("llama4-scout", 2, dict(method="lora", lora_targets=ATTN_ONLY, seq=1024, batch=1,
                                                     grad_ckpt=False, vision_tower="dropped")),
     # The whole model (tower loaded): Llama4ForConditionalGeneration, its loss as transformers 5.17 computes it.
+    # Qwen3-Next at four layers (three Gated DeltaNet, one gated attention; 512 experts each), with
+    # flash-linear-attention on the path (device_job.sh) and PyTorch's convolution.
+    "qwen3next-l4-lora-mixers": ("qwen3-next-80b-a3b", 4, dict(method="lora", lora_targets=MIXERS, lora_dropout=0.0,
+                                                               seq=2048, batch=2, grad_ckpt=False)),
+    "qwen3next-l4-lora-mixers-ckpt": ("qwen3-next-80b-a3b", 4, dict(method="lora", lora_targets=MIXERS,
+                                                                    lora_dropout=0.05, seq=4096, batch=2,
+                                                                    grad_ckpt=True)),
+    "qwen3next-l4-full-ckpt": ("qwen3-next-80b-a3b", 4, dict(method="full", seq=1024, batch=1, grad_ckpt=True)),
     "llama4-l2-lora-attn-loaded": ("llama4-scout", 2, dict(method="lora", lora_targets=ATTN_ONLY, seq=1024,
                                                            batch=1, grad_ckpt=False)),
 }

@@ -50,6 +50,12 @@ const std::vector<Entry>& catalogue() {
       {"qwen2.5-72b", "qwen2.5-72b", {"Qwen/Qwen2.5-72B", "Qwen/Qwen2.5-72B-Instruct"}, {72.7 * kB}},
       {"qwen3-8b", "qwen3-8b", {"Qwen/Qwen3-8B", "Qwen/Qwen3-8B-Base"}, {8.2 * kB}},
       {"qwen3-30b-a3b", "qwen3-30b-a3b", {"Qwen/Qwen3-30B-A3B", "Qwen/Qwen3-30B-A3B-Base"}, {30.5 * kB, 3.3 * kB}},
+      // Published: Qwen's model card, 80B total and 3B active (the checkpoint's 81.3B hold a
+      // multi-token-prediction layer transformers does not build; docs/models.md).
+      {"qwen3-next-80b-a3b",
+       "qwen3-next-80b-a3b",
+       {"Qwen/Qwen3-Next-80B-A3B-Instruct", "Qwen/Qwen3-Next-80B-A3B-Thinking"},
+       {80 * kB, 3 * kB}},
       {"llama3.2-1b", "llama3.2-1b", {"meta-llama/Llama-3.2-1B", "meta-llama/Llama-3.2-1B-Instruct"}, {1.23 * kB}},
       {"llama3.2-3b", "llama3.2-3b", {"meta-llama/Llama-3.2-3B", "meta-llama/Llama-3.2-3B-Instruct"}, {3.21 * kB}},
       {"llama3.1-8b",

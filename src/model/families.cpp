@@ -43,7 +43,10 @@ const std::vector<std::pair<ModuleRole, std::string>>& llama_names() {
       {R::shared_expert_gate, "shared_expert.gate_proj"},
       {R::shared_expert_up, "shared_expert.up_proj"},
       {R::shared_expert_down, "shared_expert.down_proj"},
-      {R::shared_expert_scale, "mlp.shared_expert_gate"}};
+      {R::shared_expert_scale, "mlp.shared_expert_gate"},
+      {R::linear_attention_qkvz, "linear_attn.in_proj_qkvz"},
+      {R::linear_attention_ba, "linear_attn.in_proj_ba"},
+      {R::linear_attention_output, "linear_attn.out_proj"}};
   return names;
 }
 
@@ -102,6 +105,12 @@ std::vector<ModelFamily> built_in_families() {
     rows.push_back(built_in(qwen_moe));
     rows.back().mixture_of_experts = true;
   }
+  // Qwen3-Next: three of four layers Gated DeltaNet (linear_attn), the fourth gated attention;
+  // Qwen3NextTopKRouter holds a bare weight under mlp.gate, Qwen3NextExperts fused 3-D experts,
+  // beside Qwen2-MoE's shared expert and its sigmoid gate.
+  ModelFamily next = built_in("qwen3_next");
+  next.fused_experts = next.bare_router = next.mixture_of_experts = true;
+  rows.push_back(next);
   // PhimoeTopKRouter is an nn.Linear under the MLP block, named router; its forward returns a tuple
   // (logits and routing weights), which PEFT's LoRA forward cannot take ("'tuple' object has no
   // attribute 'dtype'", on the GPU machine).

@@ -101,6 +101,7 @@ void read_attention(const ConfigReader& r, ModelSpec& m) {
     std::int64_t default_head_dim = m.hidden_size / m.num_heads;
     if (t == "gemma" || t == "gemma2" || gemma3) default_head_dim = 256;
     if (t == "qwen3" || t == "llama4_text") default_head_dim = 128;
+    if (t == "qwen3_next") default_head_dim = 256;
     m.head_dim = r.optional_int("head_dim", default_head_dim, 1, kMaxHeadDim);
     if (m.head_dim == 0) {
       r.fail("field " + r.quoted("num_attention_heads") + " (" + std::to_string(m.num_heads) + ") exceeds " +
@@ -121,6 +122,7 @@ void read_attention(const ConfigReader& r, ModelSpec& m) {
   } else if (t == "qwen2_moe") {
     m.attention_bias = r.optional_bool("qkv_bias", true);
   } else if (t == "llama" || t == "smollm3" || t == "granite" || t == "gpt_oss" || t == "qwen3" || t == "qwen3_moe" ||
+             t == "qwen3_next" ||
              t == "gemma" || t == "gemma2" || gemma3 || t == "olmo2" || t == "phimoe" || is_deepseek(t)) {
     // Llama's attention_bias covers q, k, v and o (OLMo 2 and PhiMoE build LlamaAttention's
     // projections); DeepSeek's covers q_a_proj, kv_a_proj_with_mqa and o_proj.
@@ -131,10 +133,11 @@ void read_attention(const ConfigReader& r, ModelSpec& m) {
   // DeepseekV2MLP is LlamaMLP, which reads mlp_bias; DeepseekV3MLP has no bias.
   m.mlp_bias =
       (t == "llama" || t == "smollm3" || t == "granite" || t == "deepseek_v2") && r.optional_bool("mlp_bias", false);
-  m.qk_norm = t == "qwen3" || t == "qwen3_moe" || gemma3 || t == "olmo2" ||
+  m.qk_norm = t == "qwen3" || t == "qwen3_moe" || t == "qwen3_next" || gemma3 || t == "olmo2" ||
               (t == "glm4_moe" && r.optional_bool("use_qk_norm", false));
   m.qk_norm_whole_projection = t == "olmo2";  // Olmo2Attention's q_norm is heads x head_dim wide
   m.fused_qkv = t == "phi3";
+  m.attention_output_gate = t == "qwen3_next";  // Qwen3NextAttention: q_proj makes query and gate
 }
 
 void read_experts(const ConfigReader& r, ModelSpec& m) {
@@ -165,7 +168,10 @@ void read_experts(const ConfigReader& r, ModelSpec& m) {
     m.moe_intermediate_size = r.require_int("moe_intermediate_size", 1, kMaxIntermediate);
     if (t == "qwen2_moe") {
       m.shared_expert_intermediate_size = r.require_int("shared_expert_intermediate_size", 1, kMaxIntermediate);
+    } else if (t == "qwen3_next") {
+      m.shared_expert_intermediate_size = r.optional_int("shared_expert_intermediate_size", 512, 1, kMaxIntermediate);
     }
+    m.shared_expert_scaled = t == "qwen2_moe" || t == "qwen3_next";
   }
   // GptOssConfig defaults num_experts_per_tok to 4 (the published configs also say experts_per_token).
   m.experts_per_token = t == "gpt_oss"       ? r.optional_int("num_experts_per_tok", 4, 1, kMaxExperts)
@@ -268,6 +274,39 @@ void read_sliding_window(const ConfigReader& r, ModelSpec& m, bool gemma3) {
   }
 }
 
+// Qwen3-Next's Gated DeltaNet layers: layer_types' "linear_attention" entries, or, without the
+// list, all but every full_attention_interval-th layer (Qwen3NextConfig's default, interval 4).
+void read_linear_attention(const ConfigReader& r, ModelSpec& m) {
+  LinearAttention& la = m.linear_attention;
+  if (const json* types = r.find("layer_types"); types != nullptr && !types->is_null()) {
+    if (!types->is_array() || static_cast<std::int64_t>(types->size()) != m.num_layers)
+      r.fail("field " + r.quoted("layer_types") + " must be a list of one kind per layer (" +
+             std::to_string(m.num_layers) + ")");
+    for (const json& kind : *types) {
+      const bool linear = kind == "linear_attention";
+      if (!linear && kind != "full_attention")
+        r.fail("field " + r.quoted("layer_types") + " must hold \"linear_attention\" or \"full_attention\" (got " +
+               describe(kind) + ")");
+      if (linear) ++la.layers;
+    }
+  } else {
+    const std::int64_t interval = r.optional_int("full_attention_interval", 4, 1, kMaxLayers);
+    la.layers = m.num_layers - m.num_layers / interval;
+  }
+  la.key_heads = r.optional_int("linear_num_key_heads", 16, 1, kMaxHeads);
+  la.value_heads = r.optional_int("linear_num_value_heads", 32, 1, kMaxHeads);
+  la.key_head_dim = r.optional_int("linear_key_head_dim", 128, 1, kMaxHeadDim);
+  la.value_head_dim = r.optional_int("linear_value_head_dim", 128, 1, kMaxHeadDim);
+  la.conv_kernel = r.optional_int("linear_conv_kernel_dim", 4, 1, kMaxHeadDim);
+  if (la.value_heads % la.key_heads != 0)
+    r.fail("field " + r.quoted("linear_num_value_heads") + " (" + std::to_string(la.value_heads) +
+           ") must be a multiple of " + r.quoted("linear_num_key_heads") + " (" + std::to_string(la.key_heads) + ")");
+  if (la.layers > 0 && m.dense_layers > 0)
+    r.fail("layers with a dense MLP (" + r.quoted("mlp_only_layers") + ", " + r.quoted("decoder_sparse_step") +
+           ") beside Gated DeltaNet layers are not planned yet: every layer of the published Qwen3-Next models "
+           "has experts");
+}
+
 // SmolLM3's layers without a rotary embedding: the 0 entries of no_rope_layers, or, without the
 // list, every no_rope_layer_interval-th layer (SmolLM3Config builds the list so: layer i keeps its
 // rotary embedding unless (i + 1) is a multiple of the interval, 4 by default).
@@ -294,7 +333,7 @@ ModelSpec read_decoder(const ConfigReader& r, std::string model_type) {
   ModelSpec m;
   m.model_type = std::move(model_type);
   const std::string& t = m.model_type;
-  const bool qwen_moe = t == "qwen2_moe" || t == "qwen3_moe";
+  const bool qwen_moe = t == "qwen2_moe" || t == "qwen3_moe" || t == "qwen3_next";
   const bool gemma3 = t == "gemma3_text";
 
   m.hidden_size = r.require_int("hidden_size", 1, kMaxHidden);
@@ -317,7 +356,9 @@ ModelSpec read_decoder(const ConfigReader& r, std::string model_type) {
   // PhimoeDecoderLayer and PhimoeModel build nn.LayerNorm (weight and bias); its output layer may have a bias.
   m.layer_norm = t == "phimoe";
   m.lm_head_bias = t == "phimoe" && r.optional_bool("lm_head_bias", false);
-  m.norm_scale_in_fp32 = gemma;
+  // Qwen3NextRMSNorm scales by (1 + weight) in fp32 too, and casts after.
+  m.norm_scale_in_fp32 = gemma || t == "qwen3_next";
+  if (t == "qwen3_next") read_linear_attention(r, m);
   // PhimoeSparseMoeBlock and PhimoeTopKRouter each apply input_jitter_noise (PhimoeConfig's default: 0).
   if (t == "phimoe" && r.optional_nonnegative_number("input_jitter_noise", 0.0) > 0) m.jitter_noise_tensors = 2;
   // Gemma names its activation hidden_activation (hidden_act is a legacy duplicate).

@@ -19,7 +19,8 @@ constexpr std::array<const char*, kModuleRoles> kRoleWords = {
     "mlp_down",           "router",           "expert_gate",
     "expert_up",          "expert_gate_up",   "expert_down",
     "shared_expert_gate", "shared_expert_up", "shared_expert_down",
-    "shared_expert_scale"};
+    "shared_expert_scale", "linear_attention_qkvz", "linear_attention_ba",
+    "linear_attention_output"};
 
 std::size_t index_of(ModuleRole role) {
   return static_cast<std::size_t>(role);
@@ -32,7 +33,8 @@ std::string to_string(ModuleRole role) {
 }
 
 bool is_attention(ModuleRole role) {
-  return index_of(role) <= index_of(ModuleRole::latent_kv_up);
+  return index_of(role) <= index_of(ModuleRole::latent_kv_up) || role == ModuleRole::linear_attention_qkvz ||
+         role == ModuleRole::linear_attention_ba || role == ModuleRole::linear_attention_output;
 }
 bool is_mlp_input_side(ModuleRole role) {
   switch (role) {

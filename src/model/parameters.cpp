@@ -65,10 +65,12 @@ void add_attention(const ModelSpec& s, std::vector<LinearModule>& out) {
   }
   const std::int64_t q = mul(s.num_heads, s.head_dim);
   const std::int64_t kv = mul(s.num_kv_heads, s.head_dim);
+  // Qwen3-Next's q_proj makes the query and its output gate, each heads x head_dim wide.
+  const std::int64_t q_out = s.attention_output_gate ? mul(2, q) : q;
   if (s.fused_qkv) {
     out.push_back(module(n, R::attention_qkv, s.hidden_size, add(q, mul(2, kv)), 1, s.attention_bias));
   } else {
-    out.push_back(module(n, R::attention_query, s.hidden_size, q, 1, s.attention_bias));
+    out.push_back(module(n, R::attention_query, s.hidden_size, q_out, 1, s.attention_bias));
     out.push_back(module(n, R::attention_key, s.hidden_size, kv, 1, s.attention_bias));
     out.push_back(module(n, R::attention_value, s.hidden_size, kv, 1, s.attention_bias));
   }
@@ -110,6 +112,7 @@ void add_moe_mlp(const ModelSpec& s, std::vector<LinearModule>& out) {
       out.push_back(module(n, R::shared_expert_gate, h, sh, 1, s.mlp_bias));
       out.push_back(module(n, R::shared_expert_up, h, sh, 1, s.mlp_bias));
       out.push_back(module(n, R::shared_expert_down, sh, h, 1, s.mlp_bias));
+      if (s.shared_expert_scaled) out.push_back(module(n, R::shared_expert_scale, h, 1));
     }
     return;
   }
@@ -122,8 +125,20 @@ void add_moe_mlp(const ModelSpec& s, std::vector<LinearModule>& out) {
     out.push_back(module(n, R::shared_expert_gate, h, sh));
     out.push_back(module(n, R::shared_expert_up, h, sh));
     out.push_back(module(n, R::shared_expert_down, sh, h));
-    out.push_back(module(n, R::shared_expert_scale, h, 1));
+    if (s.shared_expert_scaled) out.push_back(module(n, R::shared_expert_scale, h, 1));
   }
+}
+
+// Qwen3NextGatedDeltaNet's nn.Linear modules: in_proj_qkvz (q and k key_width wide, v and the
+// output gate z value_width wide), in_proj_ba (b and a, a value head each), out_proj. None has a bias.
+void add_linear_attention(const ModelSpec& s, std::vector<LinearModule>& out) {
+  using R = ModuleRole;
+  const ModuleNames& n = module_names(s);
+  const LinearAttention& la = s.linear_attention;
+  const std::int64_t h = s.hidden_size;
+  out.push_back(module(n, R::linear_attention_qkvz, h, mul(2, add(la.key_width(), la.value_width()))));
+  out.push_back(module(n, R::linear_attention_ba, h, mul(2, la.value_heads)));
+  out.push_back(module(n, R::linear_attention_output, la.value_width(), h));
 }
 
 }  // namespace
@@ -147,22 +162,51 @@ std::vector<LinearModule> dense_layer_linear_modules(const ModelSpec& model) {
   return out;
 }
 
+std::vector<LinearModule> linear_attention_layer_linear_modules(const ModelSpec& model) {
+  std::vector<LinearModule> out;
+  if (model.linear_attention.layers == 0) return out;
+  add_linear_attention(model, out);
+  if (model.is_moe()) {
+    add_moe_mlp(model, out);
+  } else {
+    add_dense_mlp(model, out);
+  }
+  return out;
+}
+
+std::vector<LinearModule> model_linear_modules(const ModelSpec& model) {
+  std::vector<LinearModule> out;
+  if (model.attention_layers() > model.dense_layers) out = layer_linear_modules(model);
+  if (model.dense_layers > 0)
+    for (LinearModule& m : dense_layer_linear_modules(model)) out.push_back(std::move(m));
+  for (LinearModule& m : linear_attention_layer_linear_modules(model)) out.push_back(std::move(m));
+  return out;
+}
+
 ParameterCounts count_parameters(const ModelSpec& model) {
   ParameterCounts c;
   c.embedding = mul(model.vocab_size, model.hidden_size);
   c.lm_head = add(model.tie_word_embeddings ? 0 : c.embedding, model.lm_head_bias ? model.vocab_size : 0);
 
-  const std::int64_t main_layers = model.num_layers - model.dense_layers;
+  const LinearAttention& la = model.linear_attention;
+  const std::int64_t main_layers = model.num_layers - model.dense_layers - la.layers;
   std::int64_t unrouted = 0;  // the routed experts' parameters one token's forward does not use
-  for (const LinearModule& m : layer_linear_modules(model)) {
-    std::int64_t& bucket = is_router_like(m.role) ? c.other : c.linear;
-    bucket = add(bucket, mul(main_layers, numel(m)));
-    if (m.count > 1) {
-      LinearModule one = m;
-      one.count = 1;
-      unrouted = add(unrouted, mul(mul(main_layers, m.count - model.experts_per_token), numel(one)));
+  auto add_layers = [&](const std::vector<LinearModule>& modules, std::int64_t layers) {
+    for (const LinearModule& m : modules) {
+      std::int64_t& bucket = is_router_like(m.role) ? c.other : c.linear;
+      bucket = add(bucket, mul(layers, numel(m)));
+      if (m.count > 1) {
+        LinearModule one = m;
+        one.count = 1;
+        unrouted = add(unrouted, mul(mul(layers, m.count - model.experts_per_token), numel(one)));
+      }
     }
-  }
+  };
+  add_layers(layer_linear_modules(model), main_layers);
+  add_layers(linear_attention_layer_linear_modules(model), la.layers);
+  // A Gated DeltaNet layer's other parameters: the depthwise convolution over q, k and v (no
+  // bias), dt_bias and A_log (a value head each); its gated RMSNorm over a value head is a norm.
+  c.other = add(c.other, mul(la.layers, add(mul(la.conv_width(), la.conv_kernel), mul(2, la.value_heads))));
   for (const LinearModule& m : dense_layer_linear_modules(model)) {
     c.linear = add(c.linear, mul(model.dense_layers, numel(m)));
   }
@@ -172,14 +216,14 @@ ParameterCounts count_parameters(const ModelSpec& model) {
   // one head, or over the whole projection), the latent attention's q_a and kv_a norms, one final norm.
   const std::int64_t per_norm = model.layer_norm ? 2 : 1;
   std::int64_t per_layer_norms = mul(mul(model.norms_per_layer, model.hidden_size), per_norm);
+  std::int64_t attention_norms = 0;  // only the attention layers have them
   if (model.qk_norm) {
-    const std::int64_t qk_width = model.qk_norm_whole_projection
-                                      ? mul(add(model.num_heads, model.num_kv_heads), model.head_dim)
-                                      : mul(2, model.head_dim);
-    per_layer_norms = add(per_layer_norms, qk_width);
+    attention_norms = model.qk_norm_whole_projection ? mul(add(model.num_heads, model.num_kv_heads), model.head_dim)
+                                                     : mul(2, model.head_dim);
   }
   if (model.is_mla()) per_layer_norms = add(per_layer_norms, add(model.q_lora_rank, model.kv_lora_rank));
-  c.norms = add(mul(model.num_layers, per_layer_norms), mul(model.hidden_size, per_norm));
+  c.norms = add(add(mul(model.num_layers, per_layer_norms), mul(model.attention_layers(), attention_norms)),
+                add(mul(model.hidden_size, per_norm), mul(la.layers, la.value_head_dim)));
 
   if (model.attention_sinks) c.other = add(c.other, mul(model.num_layers, model.num_heads));  // a sink a head
   c.vision = model.vision.parameters();

@@ -390,6 +390,14 @@ std::vector<std::string> plan_warnings(const ModelSpec& model, const TrainingSet
         "from_pretrained picks for it (--attn flash plans a flash kernel with sinks, such as the hub's "
         "vllm-flash-attn3)");
   }
+  if (model.linear_attention.layers > 0) {
+    warnings.push_back(fmt::format(
+        "{} of {}'s {} layers are Gated DeltaNet (linear attention), planned as they run with "
+        "flash-linear-attention installed and causal-conv1d not (PyTorch's convolution); without "
+        "flash-linear-attention transformers runs its PyTorch fallback, which keeps several times more a token "
+        "and is not planned",
+        model.linear_attention.layers, model.model_type, model.num_layers));
+  }
   if (model.generic_decoder) {
     warnings.push_back(fmt::format(
         "model_type {} is not a family trainfit reads: planned as Llama's decoder layers (q/k/v/o attention with "
@@ -476,9 +484,7 @@ Plan make_plan(const ModelSpec& model, const TrainingSetup& setup, const GpuSpec
   // Which modules all-linear wrapped, where PEFT wraps fused experts too: the plan is of that model.
   if (all_linear && detail::adapts_fused_experts(model, setup)) {
     std::vector<std::string> linear, wrapper;
-    std::vector<LinearModule> modules = layer_linear_modules(model);
-    for (LinearModule& m : dense_layer_linear_modules(model)) modules.push_back(std::move(m));
-    for (const LinearModule& m : modules) {
+    for (const LinearModule& m : model_linear_modules(model)) {
       auto& list = m.nn_linear ? linear : wrapper;
       if (std::find(list.begin(), list.end(), m.name) == list.end()) list.push_back(m.name);
     }

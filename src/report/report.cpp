@@ -509,12 +509,11 @@ std::string render_gpu_catalog(const std::vector<GpuSpec>& gpus, Format format) 
 }
 
 namespace {
-// A decoder layer's linear modules by role, named as the model's family names them (a dense layer's
-// first, then an MoE layer's): what a LoRA target may name.
+// The decoder layers' linear modules by role, named as the model's family names them: what a LoRA
+// target may name.
 json layer_modules_json(const ModelSpec& m) {
   json modules = json::object();
-  for (const auto& list : {dense_layer_linear_modules(m), layer_linear_modules(m)})
-    for (const LinearModule& mod : list) modules[to_string(mod.role)] = mod.name;
+  for (const LinearModule& mod : model_linear_modules(m)) modules[to_string(mod.role)] = mod.name;
   return modules;
 }
 }  // namespace
@@ -528,7 +527,7 @@ std::string render_model_catalog(Format format) {
   std::string out =
       md ? "| name | family | parameters | published | active | published active | layers | hidden | heads (kv) | "
            "vocab |\n|---|---|---:|---:|---:|---:|---:|---:|---|---:|\n"
-         : fmt::format("{:<18}{:<12}{:>11}{:>10}{:>8}{:>8}{:>7}{:>7}{:>11}{:>8}\n", "name", "family", "parameters",
+         : fmt::format("{:<19}{:<12}{:>11}{:>10}{:>8}{:>8}{:>7}{:>7}{:>11}{:>7}\n", "name", "family", "parameters",
                        "published", "active", "(pub.)", "layers", "hidden", "heads (kv)", "vocab");
   for (const auto& name : builtin_model_names()) {
     const ModelSpec m = load_model(name);
@@ -561,7 +560,7 @@ std::string render_model_catalog(Format format) {
                          params_text(counts.total), count(published.total), active, count(published.active),
                          m.num_layers, m.hidden_size, heads, m.vocab_size);
     else
-      out += fmt::format("{:<18}{:<12}{:>11}{:>10}{:>8}{:>8}{:>7}{:>7}{:>11}{:>8}\n", name, family,
+      out += fmt::format("{:<19}{:<12}{:>11}{:>10}{:>8}{:>8}{:>7}{:>7}{:>11}{:>7}\n", name, family,
                          params_text(counts.total), count(published.total), active, count(published.active),
                          m.num_layers, m.hidden_size, heads, m.vocab_size);
   }

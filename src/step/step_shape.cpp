@@ -27,6 +27,10 @@ constexpr double kAbsmaxPerDoubleQuantConstant = 256;
 // bitsandbytes' 8-bit optimizers keep one fp32 absmax per 2048-element block of each state.
 constexpr double kEightBitStateBlock = 2048;
 constexpr double kFp32Bytes = 4;
+// flash-linear-attention's chunk_gated_delta_rule runs in chunks of 64 positions (its chunk_size
+// default, which transformers' Qwen3-Next does not change): its WY matrix A is a chunk wide, and
+// its states are kept once a chunk.
+constexpr double kGatedDeltaChunk = 64;
 
 // Bytes of a 4-bit weight's constants (bitsandbytes): one absmax per block; with double
 // quantisation the absmax are themselves 8-bit with one fp32 constant per 256 of them.
@@ -199,8 +203,7 @@ LinearTotals sum_linears(const StepBasis& b) {
       }
     }
   };
-  add_layer(b.linears.dense, b.linears.dense_layers);
-  if (b.linears.moe_layers > 0) add_layer(b.linears.moe, b.linears.moe_layers);
+  b.linears.for_each_kind(add_layer);
   return t;
 }
 
@@ -223,8 +226,15 @@ double parameter_rounding(const StepBasis& b, double matrix_bytes, double other_
       if (m.bias) add_tensor(as_d(m.out_features) * as_d(m.count), other_bytes, layers);
     }
   };
-  add_mods(b.linears.dense, b.linears.dense_layers);
-  if (b.linears.moe_layers > 0) add_mods(b.linears.moe, b.linears.moe_layers);
+  b.linears.for_each_kind(add_mods);
+  // A Gated DeltaNet layer's convolution weight, dt_bias, A_log and gated norm weight.
+  const LinearAttention& la = b.model.linear_attention;
+  if (la.layers > 0) {
+    const double n = as_d(la.layers);
+    add_tensor(as_d(la.conv_width() * la.conv_kernel), other_bytes, n);
+    add_tensor(as_d(la.value_heads), other_bytes, 2.0 * n);
+    add_tensor(as_d(la.value_head_dim), other_bytes, n);
+  }
   add_tensor(as_d(b.pc.embedding), other_bytes, 1.0);
   add_tensor(as_d(b.pc.lm_head), other_bytes, 1.0);
   // A LayerNorm stores a bias beside its weight.
@@ -412,6 +422,8 @@ class LayerActivations {
     if (!model.post_norms) keep_norm(kept_, b_, "input norm", b_.h, b_.liger);
     if (model.is_mla()) {
       latent_attention(mods);
+    } else if (find_module(mods, ModuleRole::linear_attention_qkvz) != nullptr) {
+      gated_delta_net(mods);
     } else {
       attention(mods);
     }
@@ -553,7 +565,7 @@ class LayerActivations {
       keep(kept_, "key repeated to query heads", c * b_.q);
       keep(kept_, "value repeated to query heads", c * b_.attn_out);
       keep(kept_, "attention probabilities (fp32 softmax output)", 4.0 * nq * seq);
-      if (o_proj) linear(*o_proj, {"", "attention output (contiguous copy)"}, c, 1.0);
+      output_projection(o_proj, {"", "attention output (contiguous copy)"});
     } else if (b_.setup.attention == Attention::eager) {
       // Eager attention repeats the key/value heads to the query heads before its matmuls,
       // keeps softmax's fp32 output and the cast copy the value matmul saves: seq x seq per head.
@@ -574,7 +586,7 @@ class LayerActivations {
         keep(kept_, "attention probabilities (cast copy)", c * nq * seq);
       }
       // Its output is transposed into a new contiguous tensor, o_proj's input.
-      if (o_proj) linear(*o_proj, {"", "attention output (contiguous copy)"}, c, 1.0);
+      output_projection(o_proj, {"", "attention output (contiguous copy)"});
     } else {
       // The fused kernels (cuDNN/flash on Hopper) write their output already in the layout
       // o_proj reads, so the output they keep is also o_proj's input.
@@ -599,8 +611,61 @@ class LayerActivations {
                c * ((b_.q - b_.kv) + (b_.attn_out - b_.v)) * sliding_share);
       }
       shared_inputs_kept_.push_back({"", "attention output"});
-      if (o_proj) linear(*o_proj, {"", "attention output"}, c, 1.0);
+      output_projection(o_proj, {"", "attention output"});
     }
+  }
+
+  // o_proj reads the attention output; under Qwen3-Next's output gate it reads the product of that
+  // output and sigmoid(gate) instead, and the product keeps both factors for its backward.
+  void output_projection(const LayerLinear* o_proj, SharedInput attention_output) {
+    const double c = b_.w.compute;
+    if (b_.model.attention_output_gate) {
+      keep_shared_input(attention_output, c * b_.attn_out);
+      keep(kept_, "output gate (sigmoid output)", c * b_.attn_out);
+      attention_output = {"", "gated attention output"};
+    }
+    if (o_proj) linear(*o_proj, attention_output, c, 1.0);
+  }
+
+  // A Gated DeltaNet layer's token mixer (Qwen3NextGatedDeltaNet in transformers 5.17) with
+  // flash-linear-attention's chunk_gated_delta_rule and PyTorch's depthwise convolution, as it runs
+  // when flash-linear-attention is installed and causal-conv1d is not (docs/model.md, "Linear
+  // attention"). In order: in_proj_qkvz and in_proj_ba read the normalised input; q, k and v are
+  // joined (torch.cat) for the convolution, which keeps its input, and SiLU keeps the convolution's
+  // output (padded by kernel - 1 positions, the slice a view of it); the decay g is computed in fp32
+  // (softplus keeps its input, and its output for A_log's gradient when A_log trains), the write
+  // strength is a sigmoid (which keeps its output). The kernel (one autograd Function) keeps the
+  // l2-normalised q and k, repeated to the value heads, with an fp32 reciprocal norm a row, its
+  // contiguous copy of v, the decay's fp32 chunk-local sums, beta and A, the chunk x chunk WY matrix
+  // of every value head; its backward recomputes the states. The gated RMSNorm over each value head
+  // runs eagerly in fp32: its fp32 input and reciprocal deviation, the weighted output (and the
+  // normalised input when the weight trains), the gate z's fp32 copy and its SiLU, whose product,
+  // cast back, is out_proj's input.
+  void gated_delta_net(const std::vector<LayerLinear>& mods) {
+    const double c = b_.w.compute;
+    const LinearAttention& la = b_.model.linear_attention;
+    const double conv = as_d(la.conv_width()), vd = as_d(la.value_width()), hv = as_d(la.value_heads);
+    const double repeated_qk = hv * as_d(la.key_head_dim);  // q or k after repeat_interleave
+    for (const ModuleRole role : {ModuleRole::linear_attention_qkvz, ModuleRole::linear_attention_ba})
+      if (const auto* m = find_module(mods, role)) linear(*m, {"", "attention input"}, sublayer_input_bytes_, 1.0);
+    keep(kept_, "q, k and v joined (convolution input)", c * conv);
+    keep(kept_, "convolution output (SiLU input)", c * conv * (b_.seq + as_d(la.conv_kernel) - 1.0) / b_.seq);
+    keep(kept_, "decay softplus input (fp32)", kFp32Bytes * hv);
+    if (b_.full) keep(kept_, "decay softplus output (fp32, for A_log)", kFp32Bytes * hv);
+    keep(kept_, "write strength (sigmoid output)", c * hv);
+    keep(kept_, "q and k l2-normalised, repeated to the value heads", 2.0 * c * repeated_qk);
+    keep(kept_, "q and k reciprocal norms (fp32)", 2.0 * kFp32Bytes * hv);
+    keep(kept_, "v (contiguous copy)", c * vd);
+    keep(kept_, "decay chunk sums (fp32)", kFp32Bytes * hv);
+    keep(kept_, "WY matrix A (a chunk's width a value head)", c * hv * kGatedDeltaChunk);
+    keep(kept_, "gated norm fp32 input", kFp32Bytes * vd);
+    keep(kept_, "gated norm reciprocal deviation (fp32)", kFp32Bytes * hv);
+    if (b_.full) keep(kept_, "gated norm normalised input", c * vd);
+    keep(kept_, "gated norm weighted output", c * vd);
+    keep(kept_, "output gate z (fp32 copy, SiLU input)", kFp32Bytes * vd);
+    keep(kept_, "output gate SiLU output (fp32)", kFp32Bytes * vd);
+    if (const auto* out = find_module(mods, ModuleRole::linear_attention_output))
+      linear(*out, {"", "gated norm output"}, c, 1.0);
   }
 
   // A gated MLP: gate and up read the normalised input, the activation keeps its input, the
@@ -696,18 +761,33 @@ class LayerActivations {
 // over the model's layers (MoE models may mix kinds).
 std::vector<Sized> layer_activations(const StepBasis& b) {
   const LayerLinears& ls = b.linears;
-  if (!b.model.is_moe()) return LayerActivations(b).of_layer(ls.dense, false);
-  std::vector<Sized> moe_acts = LayerActivations(b).of_layer(ls.moe, true);
-  if (ls.dense_layers > 0) {
-    std::vector<Sized> dense_acts = LayerActivations(b).of_layer(ls.dense, false);
-    for (auto& s : moe_acts) s.bytes *= ls.moe_layers / b.L;
-    for (auto& s : dense_acts) {
+  const bool moe = b.model.is_moe();
+  const double main_layers = moe ? ls.moe_layers : ls.dense_layers;
+  if (main_layers == b.L) return LayerActivations(b).of_layer(moe ? ls.moe : ls.dense, moe);
+  std::vector<Sized> acts;
+  if (main_layers > 0) acts = LayerActivations(b).of_layer(moe ? ls.moe : ls.dense, moe);
+  for (auto& s : acts) s.bytes *= main_layers / b.L;
+  if (moe && ls.dense_layers > 0) {
+    for (auto& s : LayerActivations(b).of_layer(ls.dense, false)) {
       s.bytes *= ls.dense_layers / b.L;
       s.prefix = "dense layers: ";  // a dense layer's MLP has no prefix of its own
-      moe_acts.push_back(std::move(s));
+      acts.push_back(std::move(s));
     }
   }
-  return moe_acts;
+  // Linear-attention layers share the attention layers' norms and MLP: a tensor of the same name
+  // is the same tensor in every layer, and its average over the layers is its size.
+  if (ls.linear_attention_layers > 0) {
+    for (auto& s : LayerActivations(b).of_layer(ls.linear_attention, moe)) {
+      s.bytes *= ls.linear_attention_layers / b.L;
+      const auto same = std::find_if(acts.begin(), acts.end(), [&](const Sized& a) { return a.name() == s.name(); });
+      if (same != acts.end()) {
+        same->bytes += s.bytes;
+      } else {
+        acts.push_back(std::move(s));
+      }
+    }
+  }
+  return acts;
 }
 
 // The tower's positions per token of the text sequence: each image's tokens, times the positions
@@ -799,6 +879,16 @@ Transients transients(const StepBasis& b, const LinearTotals& lin) {
       mlp_gradients * b.w.compute *
           as_d(model.is_moe() ? model.moe_intermediate_size * model.expert_rows_per_token() : model.intermediate_size) +
       4.0 * b.w.residual * b.h;
+  // A Gated DeltaNet layer's kernel backward recomputes the chunk states h and makes their gradient
+  // dh (a key x value matrix a value head, once a chunk, in the compute dtype), recomputes w and u
+  // and v_new, and makes dv, dq, dk and dw.
+  if (const LinearAttention& la = model.linear_attention; la.layers > 0) {
+    const double hv = as_d(la.value_heads), vd = as_d(la.value_width()), rep_qk = hv * as_d(la.key_head_dim);
+    const double states = hv * as_d(la.key_head_dim) * as_d(la.value_head_dim) / kGatedDeltaChunk;
+    t.layer_backward_per_token =
+        std::max(t.layer_backward_per_token,
+                 b.w.compute * (2.0 * states + 4.0 * rep_qk + 3.0 * vd) + 4.0 * b.w.residual * b.h);
+  }
 
   // The largest set of temporaries a layer's forward holds at once (freed, but their blocks stay
   // reserved): a LoRA branch's fp32 input copy, B's fp32 output and its scaled copy (4 in + 8 out
@@ -946,11 +1036,8 @@ void check_lora_targets(const ModelSpec& model, const TrainingSetup& setup) {
   if (setup.method == Method::full) return;
   const auto all_linear = [](const std::string& t) { return t == "all-linear"; };
   if (std::all_of(setup.lora.targets.begin(), setup.lora.targets.end(), all_linear)) return;  // nothing to look up
-  // The modules of every kind of layer the model has: an MoE model's dense-MLP layers only when
-  // it has some (mixtral has none, so its layers have no gate_proj).
-  std::vector<LinearModule> modules = layer_linear_modules(model);
-  if (model.dense_layers > 0)
-    for (auto& m : dense_layer_linear_modules(model)) modules.push_back(std::move(m));
+  // The modules of every kind of layer the model has (mixtral has no dense layer, so no gate_proj).
+  const std::vector<LinearModule> modules = model_linear_modules(model);
   for (const auto& t : setup.lora.targets) {
     if (t == "all-linear") continue;
     const bool found = std::any_of(modules.begin(), modules.end(),
@@ -1041,16 +1128,18 @@ LayerLinears layer_linears(const ModelSpec& model, const TrainingSetup& setup) {
     return out;
   };
   LayerLinears ls;
-  const double L = as_d(model.num_layers);
+  const double attention_layers = as_d(model.attention_layers());
   if (model.is_moe()) {
     ls.moe = with_targets(layer_linear_modules(model));
     ls.dense = with_targets(dense_layer_linear_modules(model));
     ls.dense_layers = as_d(model.dense_layers);
   } else {
     ls.dense = with_targets(layer_linear_modules(model));
-    ls.dense_layers = L;
+    ls.dense_layers = attention_layers;
   }
-  ls.moe_layers = L - ls.dense_layers;
+  ls.moe_layers = attention_layers - ls.dense_layers;
+  ls.linear_attention = with_targets(linear_attention_layer_linear_modules(model));
+  ls.linear_attention_layers = as_d(model.linear_attention.layers);
   return ls;
 }
 

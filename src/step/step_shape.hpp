@@ -164,10 +164,20 @@ bool adapts_fused_experts(const ModelSpec& model, const TrainingSetup& setup);
 // The linear modules of each kind of decoder layer. A dense model has one kind; an MoE model has
 // its expert layers and may have some layers with a dense MLP instead.
 struct LayerLinears {
-  std::vector<LayerLinear> dense;  // every layer of a dense model; an MoE model's dense-MLP layer
-  std::vector<LayerLinear> moe;    // an MoE model's expert layer; empty for a dense model
+  std::vector<LayerLinear> dense;  // every attention layer of a dense model; an MoE model's dense-MLP layer
+  std::vector<LayerLinear> moe;    // an MoE model's attention layer with experts; empty for a dense model
+  // A linear-attention layer (Qwen3-Next's Gated DeltaNet) with the model's MLP kind; empty without.
+  std::vector<LayerLinear> linear_attention;
   double dense_layers = 0;         // how many layers are of each kind
   double moe_layers = 0;
+  double linear_attention_layers = 0;
+  // Calls f(modules, layers) for each kind the model has.
+  template <class F>
+  void for_each_kind(F&& f) const {
+    if (dense_layers > 0) f(dense, dense_layers);
+    if (moe_layers > 0) f(moe, moe_layers);
+    if (linear_attention_layers > 0) f(linear_attention, linear_attention_layers);
+  }
   bool operator==(const LayerLinears&) const = default;
 };
 LayerLinears layer_linears(const ModelSpec& model, const TrainingSetup& setup);

@@ -43,6 +43,21 @@ constexpr double kEagerExtraOps = 12;
 // RMSNorm (9) more.
 constexpr double kLatentAttentionExtraOps = 17;
 constexpr double kLowRankQueryExtraOps = 9;
+// A Gated DeltaNet layer's token mixer in place of attention's (the projections with their views,
+// the rotary embedding, the attention call, the output reshape and o_proj: 29 of the layer's 50):
+// in_proj_qkvz and in_proj_ba with their views, splits and reshapes (12), joining q, k and v, the
+// convolution with its transposes, slice, SiLU and split (11), the write strength's sigmoid (1),
+// the decay in fp32 (7), repeating q and k to the value heads (2), flash-linear-attention's
+// Function (its contiguous copies, two l2 norms, the cumulative decay, the WY representation, the
+// states and the output: 10), the gated RMSNorm in eager PyTorch (12) with its reshapes (4) and
+// out_proj (1): 60.
+constexpr double kAttentionBlockOps = 29;
+constexpr double kGatedDeltaNetOps = 60;
+// Qwen3-Next's attention output gate: q_proj's output split into query and gate, the gate's
+// reshape, sigmoid and the product.
+constexpr double kOutputGateOps = 5;
+// flash-linear-attention's chunk size (step_shape.cpp says so too).
+constexpr double kGatedDeltaChunk = 64;
 // An nn.LayerNorm is one operation where the layer's count has an RMSNorm's 8.
 constexpr double kRmsNormOps = 8;
 // A PEFT LoRA branch: cast to the adapter dtype, dropout, A, B, scale, add, cast back.
@@ -330,9 +345,11 @@ void generation_work(WorkBasis& b, const ModelSpec& model, const TrainingSetup& 
   // generate() asks for the last position's logits only (logits_to_keep 1).
   g.head_flops_per_row = 2.0 * V * h;
   // QK^T and PV: 2 x head_dim FLOPs each per head, token and position attended.
-  g.attention_flops_per_token_position = 4.0 * L * b.heads * b.head_dim;
+  // Only the attention layers attend and cache keys and values; a linear-attention layer's state
+  // is one fixed-size matrix a head, whatever the length (not counted).
+  g.attention_flops_per_token_position = 4.0 * b.attention_layers * b.heads * b.head_dim;
   g.weight_bytes = st.params.weights + st.params.adapters;
-  g.cache_bytes_per_position = 2.0 * L * kv_cache_bytes_per_position(model, setup);  // keys and values
+  g.cache_bytes_per_position = 2.0 * b.attention_layers * kv_cache_bytes_per_position(model, setup);
   g.logits_bytes_per_row = kDecodeLogitBytes * V;
   g.adapters = targets;
   g.layer_ops = L * b.layer_ops - kLoraForwardOps * targets;
@@ -352,6 +369,15 @@ WorkBasis work_basis(const ModelSpec& model, const Step& step) {
   WorkBasis b;
   b.seq = as_d(setup.seq);
   const double L = b.layers = as_d(model.num_layers);
+  b.attention_layers = as_d(model.attention_layers());
+  if (const LinearAttention& la = model.linear_attention; la.layers > 0) {
+    // Per token and value head, in multiply-adds: the chunk's k k^T (C dk), w and u (C dk + C dv),
+    // v_new = u - w h and the state update k^T v_new (2 dk dv), the output's q h (dk dv) and its
+    // within-chunk (q k^T) v_new (C dk + C dv), and the triangular solve (C^2 / 3); two FLOPs each.
+    const double C = kGatedDeltaChunk, dk = as_d(la.key_head_dim), dv = as_d(la.value_head_dim);
+    b.linear_attention_flops_per_token = as_d(la.layers) * as_d(la.value_heads) * 2.0 *
+                                         (2.0 * C * dk + 2.0 * C * dv + 3.0 * dk * dv + C * C / 3.0);
+  }
   b.hidden = as_d(model.hidden_size);
   b.vocab = as_d(model.vocab_size);
   b.heads = as_d(model.num_heads);
@@ -388,8 +414,7 @@ WorkBasis work_basis(const ModelSpec& model, const Step& step) {
       }
     }
   };
-  add(linears.dense, linears.dense_layers);
-  if (model.is_moe()) add(linears.moe, linears.moe_layers);
+  linears.for_each_kind(add);
 
   // The LoRA branch casts the base's activations (2 bytes, or 4 in pure fp32) to its fp32 and back.
   b.activation_bytes = b.fp32_compute ? 4.0 : 2.0;
@@ -431,8 +456,12 @@ WorkBasis work_basis(const ModelSpec& model, const Step& step) {
   }
 
   // Host operations.
-  double layer_ops = kLayerForwardOps + (b.eager ? kEagerExtraOps : 0.0) + (model.qk_norm ? 16.0 : 0.0) +
-                     8.0 * as_d(model.norms_per_layer - 2);
+  // Of the layers, the attention layers attend (eagerly, with q/k norms, gated); the others are
+  // Gated DeltaNet layers.
+  const double attending = b.attention_layers / L;
+  double layer_ops = kLayerForwardOps + attending * ((b.eager ? kEagerExtraOps : 0.0) + (model.qk_norm ? 16.0 : 0.0) +
+                                                     (model.attention_output_gate ? kOutputGateOps : 0.0)) +
+                     (1.0 - attending) * (kGatedDeltaNetOps - kAttentionBlockOps) + 8.0 * as_d(model.norms_per_layer - 2);
   if (model.is_mla()) layer_ops += kLatentAttentionExtraOps + (model.q_lora_rank > 0 ? kLowRankQueryExtraOps : 0.0);
   if (model.layer_norm) layer_ops -= as_d(model.norms_per_layer) * (kRmsNormOps - 1.0);
   layer_ops += kLoraForwardOps * targets / L;
@@ -670,9 +699,15 @@ StepWork step_work(const WorkBasis& b, double tokens, double batch, bool grad_ck
   const bool eager = b.eager;
   // A sliding-window layer's mask keeps SDPA off the causal kernels: the memory-efficient kernel
   // computes the whole seq x seq, masked part included (the window saves no work).
-  const double attn_fwd = (eager ? 4.0 * L : 2.0 * (L + b.masked_layers)) * B * S * S * nq * d;
+  const double La = b.attention_layers;
+  const double attn_fwd = (eager ? 4.0 * La : 2.0 * (La + b.masked_layers)) * B * S * S * nq * d;
   const double attn = attn_fwd * (1.0 + (eager ? 2.0 : 2.5) + (ckpt ? 1.0 : 0.0));
   (fp32_compute ? w.fp32_flops : w.attention_flops) += attn;
+  // The gated delta rule's kernels, priced as the attention kernels are (Triton kernels, not one
+  // GEMM): the forward, a backward that recomputes the states (2.5 forwards, as the fused
+  // attention's), the recompute under checkpointing.
+  (fp32_compute ? w.fp32_flops : w.attention_flops) +=
+      b.linear_attention_flops_per_token * T * (1.0 + 2.5 + (ckpt ? 1.0 : 0.0));
 
   // The vision tower on the micro-batch's images: its forward; when it trains, the input gradients
   // (and the weights' in full fine-tuning) and, under checkpointing, the recompute of its layers.

@@ -18,6 +18,9 @@ namespace trainfit::detail {
 // What the work of a step is computed from, whatever the micro-batch and checkpointing.
 struct WorkBasis {
   double seq = 0, layers = 0, hidden = 0, vocab = 0, heads = 0, head_dim = 0;
+  double attention_layers = 0;  // layers that attend (the others mix tokens by linear attention)
+  // The gated delta rule's forward FLOPs a token over every linear-attention layer (Qwen3-Next).
+  double linear_attention_flops_per_token = 0;
   bool full = false;          // full fine-tuning: the base's weight gradients are computed
   bool fp32_compute = false;  // matmuls on CUDA cores (pure fp32 training)
   bool eager = false;         // eager attention
