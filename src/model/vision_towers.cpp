@@ -54,8 +54,12 @@ VisionTower siglip(const ConfigReader& top, const ConfigReader& v, std::int64_t 
   const std::int64_t patches = (image / patch) * (image / patch);
   // Every image is resized to image_size and its patches average-pooled to mm_tokens_per_image.
   const std::int64_t tokens = top.optional_int("mm_tokens_per_image", 256, 1, patches);
-  b.tower.shape = {h, inter, b.layers, false, false, static_cast<double>(patches) / static_cast<double>(tokens),
-                   tokens, true, 0, 0};
+  b.tower.shape = {.hidden = h,
+                   .intermediate = inter,
+                   .layers = b.layers,
+                   .positions_per_token = static_cast<double>(patches) / static_cast<double>(tokens),
+                   .default_image_tokens = tokens,
+                   .fixed_image_tokens = true};
   // A biased patch convolution, a learned position per patch (no class token), two LayerNorms a
   // layer and one after the encoder.
   std::int64_t other = channels * patch * patch * h + h + patches * h + b.layers * 2 * layer_norm(h) + layer_norm(h);
@@ -95,7 +99,12 @@ VisionTower pixtral(const ConfigReader& top, const ConfigReader& v, std::int64_t
   // linears from the vision features (one per vision_feature_layer) to the text model's width.
   const std::int64_t merge = top.optional_int("spatial_merge_size", 2, 1, 64);
   // The images of a batch are one sequence with a block mask: each attends within itself.
-  b.tower.shape = {h, inter, b.layers, true, true, static_cast<double>(merge * merge), 256, false, 0, 0};
+  b.tower.shape = {.hidden = h,
+                   .intermediate = inter,
+                   .layers = b.layers,
+                   .gated_mlp = true,
+                   .rms_norm = true,
+                   .positions_per_token = static_cast<double>(merge * merge)};
   const bool bias = top.optional_bool("multimodal_projector_bias", false);
   std::int64_t feature_layers = 1;
   if (const json* f = top.find("vision_feature_layer"); f != nullptr && f->is_array())
@@ -141,8 +150,15 @@ VisionTower qwen2_5_vl(const ConfigReader& v) {
   if (const json* f = v.find("fullatt_block_indexes"); f != nullptr && f->is_array())
     full_blocks = static_cast<std::int64_t>(f->size());
   const std::int64_t window_side = v.optional_int("window_size", 112, 1, kMaxPositions) / patch;
-  b.tower.shape = {h,     inter, depth, true, true, static_cast<double>(merge * merge), 256, false,
-                   std::max<std::int64_t>(0, depth - full_blocks), window_side * window_side, true};
+  b.tower.shape = {.hidden = h,
+                   .intermediate = inter,
+                   .layers = depth,
+                   .gated_mlp = true,
+                   .rms_norm = true,
+                   .positions_per_token = static_cast<double>(merge * merge),
+                   .windowed_layers = std::max<std::int64_t>(0, depth - full_blocks),
+                   .window = window_side * window_side,
+                   .fused_qkv_rotary = true};
   b.per_layer("attn.qkv", h, 3 * h, true);
   b.per_layer("attn.proj", h, h, true);
   b.per_layer("mlp.gate_proj", h, inter, true);
@@ -172,7 +188,11 @@ VisionTower qwen3_vl(const ConfigReader& v) {
   TowerBuilder b;
   b.tower.type = "qwen3_vl";
   b.layers = depth;
-  b.tower.shape = {h, inter, depth, false, false, static_cast<double>(merge * merge), 256, false, 0, 0, true};
+  b.tower.shape = {.hidden = h,
+                   .intermediate = inter,
+                   .layers = depth,
+                   .positions_per_token = static_cast<double>(merge * merge),
+                   .fused_qkv_rotary = true};
   b.per_layer("attn.qkv", h, 3 * h, true);
   b.per_layer("attn.proj", h, h, true);
   b.per_layer("mlp.linear_fc1", h, inter, true);
@@ -225,8 +245,11 @@ VisionTower llama4(const ConfigReader& v, std::int64_t text_hidden) {
   if (ratio > 1.0 || tile_tokens < 1)
     v.fail("field \"pixel_shuffle_ratio\" must leave a tile at least one token and at most its patches (got " +
            std::to_string(ratio) + ")");
-  b.tower.shape = {h,     inter, b.layers, false, false, static_cast<double>(patches + 1) / static_cast<double>(tile_tokens),
-                   tile_tokens, false, 0, 0};
+  b.tower.shape = {.hidden = h,
+                   .intermediate = inter,
+                   .layers = b.layers,
+                   .positions_per_token = static_cast<double>(patches + 1) / static_cast<double>(tile_tokens),
+                   .default_image_tokens = tile_tokens};
   // A class embedding, a learned position per patch and for the class token, LayerNorms before and
   // after the encoder and two a layer.
   b.tower.other_parameters = h + (patches + 1) * h + 2 * layer_norm(h) + b.layers * 2 * layer_norm(h);
