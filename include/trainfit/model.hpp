@@ -100,6 +100,9 @@ struct TowerLayers {
   // q, k and v from one fused projection, q and k then rotated (the Qwen VL towers): v is a view
   // that keeps the whole projection's output alive beside the rotated copies.
   bool fused_qkv_rotary = false;
+  // Attention runs one call a window and an image (the Qwen VL towers without flash attention split
+  // q, k and v at cu_seqlens and loop), not one call a layer for the micro-batch's images together.
+  bool attention_call_per_image = false;
   bool operator==(const TowerLayers&) const = default;
 };
 

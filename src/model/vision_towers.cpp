@@ -158,7 +158,8 @@ VisionTower qwen2_5_vl(const ConfigReader& v) {
                    .positions_per_token = static_cast<double>(merge * merge),
                    .windowed_layers = std::max<std::int64_t>(0, depth - full_blocks),
                    .window = window_side * window_side,
-                   .fused_qkv_rotary = true};
+                   .fused_qkv_rotary = true,
+                   .attention_call_per_image = true};
   b.per_layer("attn.qkv", h, 3 * h, true);
   b.per_layer("attn.proj", h, h, true);
   b.per_layer("mlp.gate_proj", h, inter, true);
@@ -192,7 +193,8 @@ VisionTower qwen3_vl(const ConfigReader& v) {
                    .intermediate = inter,
                    .layers = depth,
                    .positions_per_token = static_cast<double>(merge * merge),
-                   .fused_qkv_rotary = true};
+                   .fused_qkv_rotary = true,
+                   .attention_call_per_image = true};
   b.per_layer("attn.qkv", h, 3 * h, true);
   b.per_layer("attn.proj", h, h, true);
   b.per_layer("mlp.linear_fc1", h, inter, true);

@@ -66,6 +66,9 @@ constexpr double kLoraForwardOps = 7;
 constexpr double kModelForwardOps = 32;
 // Autograd dispatches about one backward node per differentiable forward operation.
 constexpr double kBackwardOpsPerForwardOp = 1.0;
+// One attention call of sdpa_attention_forward: the kernel, the output's transpose and its
+// contiguous copy.
+constexpr double kAttentionCallOps = 3;
 // Views and metadata operations dispatch but launch no kernel.
 constexpr double kKernelsPerOp = 0.75;
 // A decoding step's logits, per row and vocabulary entry: the output layer writes the last
@@ -503,6 +506,17 @@ WorkBasis work_basis(const ModelSpec& model, const Step& step) {
       for (const TowerLinear& m : model.vision.linears)
         if (m.count == t.layers && targets_tower_module(setup, m)) tower_ops += kLoraForwardOps;
     b.forward_ops += as_d(t.layers) * tower_ops;
+    if (t.attention_call_per_image && setup.attention != Attention::flash) {
+      // Qwen2_5_VLVisionAttention and Qwen3VLVisionAttention without flash attention: q, k and v
+      // split at cu_seqlens (each window in the windowed layers, each image in the others) and one
+      // attention call each, then one torch.cat.
+      const double positions = as_d(setup.image_tokens.value_or(t.default_image_tokens)) * t.positions_per_token;
+      const double windowed = as_d(t.windowed_layers);
+      const double windows = t.window > 0 ? std::ceil(positions / as_d(t.window)) : 1.0;
+      b.tower_attention_calls_per_sequence =
+          as_d(setup.images) * (windowed * windows + (as_d(t.layers) - windowed));
+      b.tower_layers = as_d(t.layers);
+    }
   }
   // Granite's scalings move the residual stream once more per sublayer and the embedding once, and
   // the logits once more where the model makes them whole (a chunked or fused loss computes its own).
@@ -796,6 +810,10 @@ StepWork step_work(const WorkBasis& b, double tokens, double batch, bool grad_ck
                             fused_chunks * (kFusedChunkOps + (b.fused.head_trained ? kFusedChunkHeadGradientOps : 0.0))
                       : 0.0) +
           (b.sft_metrics ? std::ceil(T / kEntropyChunkRows) * kEntropyChunkOps : 0.0);
+  // A tower that attends a window and an image at a time: its calls beyond one a layer, each pass.
+  const double tower_calls = std::max(0.0, B * b.tower_attention_calls_per_sequence - b.tower_layers);
+  w.ops += kAttentionCallOps * tower_calls *
+           (b.tower_trained ? 1.0 + kBackwardOpsPerForwardOp + (ckpt ? 1.0 : 0.0) : 1.0);
   w.kernels = kKernelsPerOp * w.ops;
   w.optimizer_ops = b.optimizer_ops;
   w.layout = b.layout;

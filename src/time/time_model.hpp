@@ -49,6 +49,10 @@ struct WorkBasis {
   double tower_linear_flops_per_token = 0, tower_attention_flops_per_token = 0;
   double tower_saved_per_token = 0;  // its layers' saved tensors (written and read as the layers' are)
   bool tower_trained = false;
+  // A tower whose attention runs a call a window and image: its layers' calls a sequence's images
+  // (windows and images, summed over the layers) less the one call a layer its operations count.
+  double tower_attention_calls_per_sequence = 0;
+  double tower_layers = 0;
   double optimizer_bytes = 0, optimizer_ops = 0;
   double layer_ops = 0, forward_ops = 0;  // host operations: one layer's forward, the whole forward
   double parallel_ops = 0;                // FSDP2's per-parameter work (every micro-batch)

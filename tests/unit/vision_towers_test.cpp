@@ -141,6 +141,29 @@ TEST(VisionTowers, ImagesRunThroughTheTowerAndItsAdaptersTrain) {
   EXPECT_FALSE(projector.tensors.tower_trained);
 }
 
+// Qwen2.5-VL's tower attends a window and an image at a time without flash attention (one
+// attention call each after splitting q, k and v at cu_seqlens): the host dispatches those calls,
+// three operations each (the kernel, the output's transpose and its copy), forward and, when the
+// tower trains, backward. Counted from its windows (64 positions), not one call a layer.
+TEST(VisionTowers, QwenVlTowersDispatchAnAttentionCallAWindowAndImage) {
+  const ModelSpec m = load_model("qwen2.5-vl-7b");
+  ASSERT_TRUE(m.vision.shape.attention_call_per_image);
+  TrainingSetup s;
+  s.model = "qwen2.5-vl-7b";
+  s.seq = 1024;
+  s.images = 1;  // 256 tokens, 1,024 positions: 16 windows
+  ModelSpec one_call = m;
+  one_call.vision.shape.attention_call_per_image = false;
+  const double extra_ops = step_work(m, s).ops - step_work(one_call, s).ops;
+  // 28 windowed layers x 16 windows + 4 full layers x 1 image, less the 32 calls a layer counts;
+  // the adapters on the tower train it (all-linear): forward and backward.
+  EXPECT_DOUBLE_EQ(extra_ops, 3.0 * (28 * 16 + 4 - 32) * 2.0);
+  // Two sequences a micro-batch, two images each: four images' windows.
+  s.batch = 2;
+  s.images = 2;
+  EXPECT_DOUBLE_EQ(step_work(m, s).ops - step_work(one_call, s).ops, 3.0 * (4 * (28 * 16 + 4) - 32) * 2.0);
+}
+
 TEST(VisionTowers, ImagesNeedATowerAndFitTheSequence) {
   TrainingSetup s;
   s.images = 1;
