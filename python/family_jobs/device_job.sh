@@ -3,7 +3,7 @@
 set -x
 R=/tmp/fam; mkdir -p $R
 # flash-linear-attention and einops, pure Python (Triton kernels), when the call carries them
-# (.devcarry/pysrc, its COMMITS file names the commits): Qwen3-Next's Gated DeltaNet then runs its kernels.
+# (.devcarry/pysrc, built by carry_fla.sh; its COMMITS file names the commits): Qwen3-Next runs them.
 if [ -d .devcarry/pysrc ]; then export PYTHONPATH=$PWD/.devcarry/pysrc${PYTHONPATH:+:$PYTHONPATH}; fi
 { cat .devcarry/pysrc/COMMITS 2>/dev/null; python3 -c "import fla, einops; print('fla', fla.__version__, 'einops', einops.__version__)" 2>&1 | tail -1;
   python3 -c "import transformers.models.qwen3_next.modeling_qwen3_next as q; f = q.torch_chunk_gated_delta_rule; print('gated delta rule:', getattr(f, '__module__', None), getattr(f, '__qualname__', repr(f))); c = q.causal_conv1d_fn; print('conv:', getattr(c, '__module__', None), getattr(c, '__qualname__', repr(c)))" 2>&1 | tail -2; } > $R/kernels.txt 2>&1
