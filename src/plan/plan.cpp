@@ -483,11 +483,18 @@ Plan make_plan(const ModelSpec& model, const TrainingSetup& setup, const GpuSpec
                           plan.memory.untargeted_expert_adapter_parameters));
   // Which modules all-linear wrapped, where PEFT wraps fused experts too: the plan is of that model.
   if (all_linear && detail::adapts_fused_experts(model, setup)) {
+    // What the step wraps: the nn.Linear targets and ParamWrapper's parameters. The nn.Linear
+    // modules that bear an MLP name the experts' parameters take (a dense layer's MLP, a shared
+    // expert) are left unwrapped, as PEFT leaves them (the inspect rows of
+    // data/bench/h100-families-2026-12-07/inspect.json).
     std::vector<std::string> linear, wrapper;
-    for (const LinearModule& m : model_linear_modules(model)) {
-      auto& list = m.nn_linear ? linear : wrapper;
-      if (std::find(list.begin(), list.end(), m.name) == list.end()) list.push_back(m.name);
-    }
+    detail::layer_linears(model, setup).for_each_kind([&](const std::vector<detail::LayerLinear>& mods, double) {
+      for (const auto& [m, target, wrapped] : mods) {
+        if (!target) continue;
+        auto& list = wrapped ? wrapper : linear;
+        if (std::find(list.begin(), list.end(), m.name) == list.end()) list.push_back(m.name);
+      }
+    });
     plan.warnings.push_back(fmt::format(
         "all-linear on {}: PEFT 0.21 wraps the nn.Linear modules ({}) and, through lora.ParamWrapper, the fused "
         "expert parameters ({}), whose adapters and merged weights are planned; ParamWrapper takes no dropout, so "

@@ -57,6 +57,26 @@ TEST(Qwen3Next, CountsAgainstTheModelCard) {
   EXPECT_NEAR(static_cast<double>(c.total) / published_parameters(m.name).total, 1.0, 0.01);
 }
 
+// PEFT 0.21's all-linear on the model transformers 5.17 builds (the family job's inspect on the
+// GPU machine, data/bench/h100-families-2026-12-07/inspect.json): the token mixers' nn.Linear
+// modules and the shared expert's gate, ParamWrapper on the router and the fused experts; the shared
+// expert's MLP, whose names the experts' take, unwrapped. 3,443,233,536 trainable parameters.
+TEST(Qwen3Next, AllLinearWrapsWhatPeftWraps) {
+  const ModelSpec m = load_model("qwen3-next-80b-a3b");
+  TrainingSetup s;
+  s.lora.dropout = 0;  // ParamWrapper's condition (the default a mixture of experts resolves to)
+  const Plan p = make_plan(m, s, find_gpu("h200"));
+  EXPECT_EQ(p.memory.trainable_parameters, 3'443'233'536);
+  std::string wraps;
+  for (const std::string& w : p.warnings)
+    if (w.starts_with("all-linear on qwen3_next")) wraps = w;
+  EXPECT_NE(wraps.find("(q_proj, k_proj, v_proj, o_proj, mlp.shared_expert_gate, linear_attn.in_proj_qkvz, "
+                       "linear_attn.in_proj_ba, linear_attn.out_proj)"),
+            std::string::npos)
+      << wraps;
+  EXPECT_NE(wraps.find("(mlp.gate, experts.gate_up_proj, experts.down_proj)"), std::string::npos) << wraps;
+}
+
 TEST(Qwen3Next, LayerTypesDecideWhichLayersAttend) {
   EXPECT_EQ(parse_model_config(qwen3_next(8), "c").linear_attention.layers, 6);
   EXPECT_EQ(parse_model_config(qwen3_next(8, R"(, "full_attention_interval": 2)"), "c").linear_attention.layers, 4);
