@@ -141,16 +141,21 @@ void add_linear_attention(const ModelSpec& s, std::vector<LinearModule>& out) {
   out.push_back(module(n, R::linear_attention_output, la.value_width(), h));
 }
 
+// The MLP of the model's main kind of layer: its experts, or its dense MLP.
+void add_mlp(const ModelSpec& s, std::vector<LinearModule>& out) {
+  if (s.is_moe()) {
+    add_moe_mlp(s, out);
+  } else {
+    add_dense_mlp(s, out);
+  }
+}
+
 }  // namespace
 
 std::vector<LinearModule> layer_linear_modules(const ModelSpec& model) {
   std::vector<LinearModule> out;
   add_attention(model, out);
-  if (model.is_moe()) {
-    add_moe_mlp(model, out);
-  } else {
-    add_dense_mlp(model, out);
-  }
+  add_mlp(model, out);
   return out;
 }
 
@@ -166,11 +171,7 @@ std::vector<LinearModule> linear_attention_layer_linear_modules(const ModelSpec&
   std::vector<LinearModule> out;
   if (model.linear_attention.layers == 0) return out;
   add_linear_attention(model, out);
-  if (model.is_moe()) {
-    add_moe_mlp(model, out);
-  } else {
-    add_dense_mlp(model, out);
-  }
+  add_mlp(model, out);
   return out;
 }
 

@@ -10,16 +10,13 @@
 #include <vector>
 
 #include "step/step.hpp"
+#include "support/saved_tensors.hpp"
 #include "trainfit/trainfit.hpp"
 
 namespace trainfit::detail {
 namespace {
 
-double kept(const std::vector<Sized>& list, const std::string& name) {
-  for (const auto& s : list)
-    if (s.name() == name) return s.bytes;
-  return -1;
-}
+using testing::kept;
 
 // A Qwen3-Next config of `layers` layers (the published shapes otherwise), with extra fields.
 std::string qwen3_next(int layers, const std::string& extra = "") {

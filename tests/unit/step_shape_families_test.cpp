@@ -9,17 +9,13 @@
 #include <vector>
 
 #include "step/step.hpp"
+#include "support/saved_tensors.hpp"
 #include "trainfit/trainfit.hpp"
 
 namespace trainfit::detail {
 namespace {
 
-// The bytes per token of the saved tensor named `name`, or -1 when the step keeps none.
-double kept(const std::vector<Sized>& list, const std::string& name) {
-  for (const auto& s : list)
-    if (s.name() == name) return s.bytes;
-  return -1;
-}
+using testing::kept;
 
 // DeepSeek's attention and MoE on a few layers, all of them MoE, so that no layer-kind average
 // scales the figures below.
