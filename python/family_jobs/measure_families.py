@@ -67,6 +67,10 @@ CASES = {
                                                              images=1, vision_tower="frozen")),
     "qwen25vl-lora-images": ("qwen2.5-vl-7b", None, dict(method="lora", seq=1024, batch=2, grad_ckpt=False,
                                                          images=2, image_tokens=256)),
+    # Qwen3-VL-8B (the runner lays its images out as Qwen2.5-VL's: 16-pixel patches, 2 x 2 merged).
+    "qwen3vl-lora-images": ("qwen3-vl-8b", None, dict(method="lora", seq=1024, batch=2, grad_ckpt=False,
+                                                       images=2, image_tokens=256)),
+    "qwen3vl-lora-ckpt": ("qwen3-vl-8b", None, dict(method="lora", seq=2048, batch=2, grad_ckpt=True)),
     # Llama 4's text model at two layers: every token through all 16 experts.
     "llama4-l2-lora-attn": ("llama4-scout", 2, dict(method="lora", lora_targets=ATTN_ONLY, seq=1024, batch=1,
                                                     grad_ckpt=False, vision_tower="dropped")),

@@ -16,9 +16,10 @@ class Check(unittest.TestCase):
     def test_a_text_only_step_needs_nothing(self):
         images.check(self.cfg(images=0), {"model_type": "qwen2"})
 
-    def test_gemma3_and_qwen25vl_are_fed(self):
+    def test_gemma3_and_the_qwen_vl_models_are_fed(self):
         images.check(self.cfg(), {"model_type": "gemma3", "mm_tokens_per_image": 256})
         images.check(self.cfg(images=2, image_tokens=256), {"model_type": "qwen2_5_vl"})
+        images.check(self.cfg(images=2, image_tokens=256), {"model_type": "qwen3_vl"})
         images.check(self.cfg(vision_tower="frozen"), {"model_type": "gemma3"})
 
     def test_what_it_cannot_feed_is_refused_by_name(self):
@@ -29,6 +30,7 @@ class Check(unittest.TestCase):
             (self.cfg(objective="dpo"), {"model_type": "gemma3"}, "sft steps only"),
             (self.cfg(image_tokens=100), {"model_type": "gemma3"}, "256 tokens"),
             (self.cfg(image_tokens=200), {"model_type": "qwen2_5_vl"}, "no square"),
+            (self.cfg(image_tokens=200), {"model_type": "qwen3_vl"}, "no square"),
             (self.cfg(images=4, seq=1024), {"model_type": "gemma3"}, "do not fit"),
         ]
         for cfg, config_json, words in cases:

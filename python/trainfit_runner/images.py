@@ -5,12 +5,14 @@ processor lays them out, so that a multimodal model's step runs them through its
 Each sequence holds `images` runs of the model's image placeholder, `image_tokens` long, after its
 first token; the rest are random text ids below every special token (a random id equal to a
 placeholder would make the model's placeholder count disagree with its image features). Pixel
-values are random, in the model's dtype. Gemma 3 (SigLIP, every image resized to its image_size)
-and Qwen2.5-VL (a square grid of 14-pixel patches, two by two merged into a token) are fed; the
-other families are refused by name until their processors' layouts are written here.
+values are random, in the model's dtype. Gemma 3 (SigLIP, every image resized to its image_size),
+Qwen2.5-VL and Qwen3-VL (a square grid of patches, 14 and 16 pixels, spatial_merge_size a side
+merged into a token) are fed; the other families are refused by name until their processors'
+layouts are written here.
 """
 
-FED = ("gemma3", "qwen2_5_vl")
+FED = ("gemma3", "qwen2_5_vl", "qwen3_vl")
+QWEN_VL = ("qwen2_5_vl", "qwen3_vl")  # the same layout: vision_start, then the image's tokens
 
 
 class ImageError(Exception):
@@ -42,10 +44,10 @@ def check(cfg, config_json):
     tokens = image_tokens(cfg, model_type)
     if model_type == "gemma3" and tokens != int(config_json.get("mm_tokens_per_image", 256)):
         raise ImageError("image_tokens: Gemma 3 pools every image to %d tokens" % config_json.get("mm_tokens_per_image", 256))
-    if model_type == "qwen2_5_vl" and round(tokens ** 0.5) ** 2 != tokens:
-        raise ImageError("image_tokens: the runner lays a Qwen2.5-VL image out as a square grid; %d is no square"
+    if model_type in QWEN_VL and round(tokens ** 0.5) ** 2 != tokens:
+        raise ImageError("image_tokens: the runner lays a Qwen VL image out as a square grid; %d is no square"
                          % tokens)
-    extra = 1 if model_type == "qwen2_5_vl" else 0  # the vision_start token before each image
+    extra = 1 if model_type in QWEN_VL else 0  # the vision_start token before each image
     if 1 + images * (tokens + extra) > int(cfg["seq"]):
         raise ImageError("images: %d images of %d tokens do not fit a sequence of %d" % (images, tokens, cfg["seq"]))
 
@@ -75,11 +77,11 @@ def inputs(torch, model, cfg, ids, generator):
             extra["token_type_ids"][:, s:s + tokens] = 1
         side = config.vision_config.image_size
         extra["pixel_values"] = torch.randn(B * images, 3, side, side, generator=generator).to(ids.device, dtype)
-    elif model_type == "qwen2_5_vl":
+    elif model_type in QWEN_VL:
         placeholder, start = config.image_token_id, config.vision_start_token_id
         ids.clamp_(max=min(placeholder, start) - 1)
         v = config.vision_config
-        grid = 2 * round(tokens ** 0.5)  # patches a side, merged 2 x 2 into tokens
+        grid = v.spatial_merge_size * round(tokens ** 0.5)  # patches a side, merged s x s into tokens
         at = 1
         for _ in range(images):
             ids[:, at] = start
