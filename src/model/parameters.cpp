@@ -208,9 +208,7 @@ ParameterCounts count_parameters(const ModelSpec& model) {
   // A Gated DeltaNet layer's other parameters: the depthwise convolution over q, k and v (no
   // bias), dt_bias and A_log (a value head each); its gated RMSNorm over a value head is a norm.
   c.other = add(c.other, mul(la.layers, add(mul(la.conv_width(), la.conv_kernel), mul(2, la.value_heads))));
-  for (const LinearModule& m : dense_layer_linear_modules(model)) {
-    c.linear = add(c.linear, mul(model.dense_layers, numel(m)));
-  }
+  add_layers(dense_layer_linear_modules(model), model.dense_layers);
   c.per_layer_linear = model.num_layers > 0 ? c.linear / model.num_layers : 0;
 
   // Norm weights (and LayerNorm biases): norms_per_layer of width hidden per layer, the q/k norms (over

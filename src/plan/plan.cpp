@@ -434,7 +434,7 @@ std::vector<std::string> plan_warnings(const ModelSpec& model, const TrainingSet
       warnings.push_back(fmt::format(
           "a multimodal {} config: {} image(s) of {} tokens a sequence run through its vision tower ({:.0f} "
           "positions each), which {}; the tower's terms are read from transformers, not yet measured",
-          model.multimodal_type, setup.images, tokens, static_cast<double>(tokens) * t.positions_per_token,
+          model.multimodal_type, setup.images, tokens, detail::tower_image_positions(model, setup),
           trains      ? (setup.method == Method::full ? "trains with the model" : "trains through its adapters")
           : projector ? "is frozen below its projector's adapters and keeps nothing for the backward"
                       : "is frozen (no adapter on it) and keeps nothing for the backward"));

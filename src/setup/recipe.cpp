@@ -476,6 +476,12 @@ std::string lf_attention(std::string_view key, const YAML::Node& n) {
   refuse(key, fmt::format("flash_attn {} is not planned; planned: auto, sdpa, fa2, fa3, disabled", detail::quoted(s)));
 }
 
+// LLaMA-Factory's freeze_vision_tower and freeze_multi_modal_projector: either false trains the
+// tower and projector as one (vision_tower loaded); both default to frozen (read_llama_factory).
+void unfreeze_tower_when_false(std::string_view key, const YAML::Node& n, Draft& d) {
+  if (!bool_of(key, n)) d.set("vision_tower", std::string("loaded"), key);
+}
+
 const std::vector<KeyRule>& llama_factory_rules() {
   static const std::vector<KeyRule> rules{
       {"model_name_or_path", "setting", "model",
@@ -557,13 +563,9 @@ const std::vector<KeyRule>& llama_factory_rules() {
        [](auto key, const auto& n, Draft& d) { d.pure_bf16 = bool_of(key, n); }},
       {"freeze_vision_tower", "setting",
        "vision_tower frozen (the default, with freeze_multi_modal_projector); false: loaded (trained)",
-       [](auto key, const auto& n, Draft& d) {
-         if (!bool_of(key, n)) d.set("vision_tower", std::string("loaded"), key);
-       }},
+       unfreeze_tower_when_false},
       {"freeze_multi_modal_projector", "setting", "read with freeze_vision_tower (the tower and projector as one)",
-       [](auto key, const auto& n, Draft& d) {
-         if (!bool_of(key, n)) d.set("vision_tower", std::string("loaded"), key);
-       }},
+       unfreeze_tower_when_false},
       {"enable_liger_kernel", "setting", "kernels liger (SFT's loss then Liger's fused one)",
        [](auto key, const auto& n, Draft& d) {
          if (bool_of(key, n)) d.set("kernels", std::string("liger"), key);

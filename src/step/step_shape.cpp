@@ -27,10 +27,6 @@ constexpr double kAbsmaxPerDoubleQuantConstant = 256;
 // bitsandbytes' 8-bit optimizers keep one fp32 absmax per 2048-element block of each state.
 constexpr double kEightBitStateBlock = 2048;
 constexpr double kFp32Bytes = 4;
-// flash-linear-attention's chunk_gated_delta_rule runs in chunks of 64 positions (its chunk_size
-// default, which transformers' Qwen3-Next does not change): its WY matrix A is a chunk wide, and
-// its states are kept once a chunk.
-constexpr double kGatedDeltaChunk = 64;
 
 // Bytes of a 4-bit weight's constants (bitsandbytes): one absmax per block; with double
 // quantisation the absmax are themselves 8-bit with one fp32 constant per 256 of them.
@@ -763,7 +759,6 @@ std::vector<Sized> layer_activations(const StepBasis& b) {
   const LayerLinears& ls = b.linears;
   const bool moe = b.model.is_moe();
   const double main_layers = moe ? ls.moe_layers : ls.dense_layers;
-  if (main_layers == b.L) return LayerActivations(b).of_layer(moe ? ls.moe : ls.dense, moe);
   std::vector<Sized> acts;
   if (main_layers > 0) acts = LayerActivations(b).of_layer(moe ? ls.moe : ls.dense, moe);
   for (auto& s : acts) s.bytes *= main_layers / b.L;
@@ -794,9 +789,7 @@ std::vector<Sized> layer_activations(const StepBasis& b) {
 // the tower runs for each (TowerLayers::positions_per_token).
 double tower_positions_per_token(const StepBasis& b) {
   if (!b.images) return 0.0;
-  const TowerLayers& t = b.model.vision.shape;
-  const double tokens = as_d(b.setup.image_tokens.value_or(t.default_image_tokens));
-  return as_d(b.setup.images) * tokens * t.positions_per_token / b.seq;
+  return as_d(b.setup.images) * tower_image_positions(b.model, b.setup) / b.seq;
 }
 
 // What a tower layer keeps for its backward, bytes per position, when the tower trains
@@ -1018,6 +1011,11 @@ bool adapts_tower_layers(const ModelSpec& model, const TrainingSetup& setup) {
   return std::any_of(model.vision.linears.begin(), model.vision.linears.end(), [&](const TowerLinear& m) {
     return m.count == model.vision.shape.layers && targets_tower_module(setup, m);
   });
+}
+
+double tower_image_positions(const ModelSpec& model, const TrainingSetup& setup) {
+  const TowerLayers& t = model.vision.shape;
+  return as_d(setup.image_tokens.value_or(t.default_image_tokens)) * t.positions_per_token;
 }
 
 bool trains_tower_layers(const ModelSpec& model, const TrainingSetup& setup) {
@@ -1258,12 +1256,12 @@ StepShape describe_tensors(const ModelSpec& model, const TrainingSetup& setup, c
   if (b.tower_layers_trained) {
     // The tower's layers for every image of the micro-batch, counted per text token; under
     // gradient checkpointing (transformers checkpoints the tower's layers too) each keeps its input.
-    const double layers_positions = as_d(model.vision.shape.layers) * tower_positions_per_token(b);
+    const double positions = tower_positions_per_token(b);
+    const double layers_positions = as_d(model.vision.shape.layers) * positions;
     st.tower_saved_per_token = layers_positions * tower_layer_saved_per_position(b);
     st.tower_checkpoint_per_token = layers_positions * b.w.compute * as_d(model.vision.shape.hidden);
     // Its largest tensor, a block the optimizer's states may take once it is freed: the MLP's
     // intermediate (an adapter's fp32 copy of it when LoRA wraps the down projection).
-    const double positions = tower_positions_per_token(b);
     double widest = b.w.compute * as_d(model.vision.shape.intermediate);
     for (const TowerLinear& m : model.vision.linears)
       if (m.count == model.vision.shape.layers && !b.full && targets_tower_module(setup, m))
@@ -1276,8 +1274,7 @@ StepShape describe_tensors(const ModelSpec& model, const TrainingSetup& setup, c
     // blocks): 2 x hidden FLOPs for QK^T and as many for PV, per position attended.
     const TowerLayers& t = model.vision.shape;
     const double positions = tower_positions_per_token(b);
-    const double image_positions =
-        as_d(setup.image_tokens.value_or(t.default_image_tokens)) * t.positions_per_token;
+    const double image_positions = tower_image_positions(model, setup);
     double per_position = 0, per_image_token = 0;
     for (const TowerLinear& m : model.vision.linears) {
       const double flops = 2.0 * as_d(m.in_features) * as_d(m.out_features) * as_d(m.count);

@@ -116,6 +116,11 @@ inline double micro_batch_tokens(std::int64_t seq, std::int64_t batch) {
 // Bytes per element of a QLoRA base's parameters that bitsandbytes leaves unquantised (embedding,
 // output layer, norms, biases, fused experts): the compute dtype, or fp32 after
 // prepare_model_for_kbit_training, which casts every 16-bit parameter it finds.
+// flash-linear-attention's chunk_gated_delta_rule runs in chunks of 64 positions (its chunk_size
+// default, which transformers' Qwen3-Next does not change): its WY matrix A is a chunk wide, its
+// states are kept once a chunk, and its work is counted a chunk at a time.
+inline constexpr double kGatedDeltaChunk = 64;
+
 inline double unquantised_parameter_bytes(const TrainingSetup& s) {
   return s.quant.kbit_prepare ? 4.0 : bytes_per_element(s.quant.compute_dtype);
 }
@@ -129,6 +134,9 @@ bool module_name_matches(std::string_view module_path, std::string_view name);
 bool targets_tower_module(const TrainingSetup& setup, const TowerLinear& m);
 // Whether they reach a module of the tower's layers (not only the projector's).
 bool adapts_tower_layers(const ModelSpec& model, const TrainingSetup& setup);
+// The positions the vision tower runs for one image: its tokens (the setup's, or the tower's
+// default) times the positions a token stands for (TowerLayers::positions_per_token).
+double tower_image_positions(const ModelSpec& model, const TrainingSetup& setup);
 // Whether images through the tower train its layers: full fine-tuning of a tower not frozen, or
 // adapters on its layers' modules.
 bool trains_tower_layers(const ModelSpec& model, const TrainingSetup& setup);

@@ -56,8 +56,6 @@ constexpr double kGatedDeltaNetOps = 60;
 // Qwen3-Next's attention output gate: q_proj's output split into query and gate, the gate's
 // reshape, sigmoid and the product.
 constexpr double kOutputGateOps = 5;
-// flash-linear-attention's chunk size (step_shape.cpp says so too).
-constexpr double kGatedDeltaChunk = 64;
 // An nn.LayerNorm is one operation where the layer's count has an RMSNorm's 8.
 constexpr double kRmsNormOps = 8;
 // A PEFT LoRA branch: cast to the adapter dtype, dropout, A, B, scale, add, cast back.
@@ -510,7 +508,7 @@ WorkBasis work_basis(const ModelSpec& model, const Step& step) {
       // Qwen2_5_VLVisionAttention and Qwen3VLVisionAttention without flash attention: q, k and v
       // split at cu_seqlens (each window in the windowed layers, each image in the others) and one
       // attention call each, then one torch.cat.
-      const double positions = as_d(setup.image_tokens.value_or(t.default_image_tokens)) * t.positions_per_token;
+      const double positions = tower_image_positions(model, setup);
       const double windowed = as_d(t.windowed_layers);
       const double windows = t.window > 0 ? std::ceil(positions / as_d(t.window)) : 1.0;
       b.tower_attention_calls_per_sequence =
