@@ -43,8 +43,13 @@ enum class ModuleRole {
   linear_attention_qkvz,
   linear_attention_ba,
   linear_attention_output,
+  // A Mamba-2 layer's token mixer (Granite 4.0-H's mamba): in_proj makes the gate z, the
+  // convolution's input (x, B and C) and the step sizes dt; out_proj reads the gated norm's output.
+  state_space_input,
+  state_space_output,
+  shared_expert_gate_up,  // the shared expert's gate and up fused (Granite 4.0's shared_mlp.input_linear)
 };
-inline constexpr std::size_t kModuleRoles = static_cast<std::size_t>(ModuleRole::linear_attention_output) + 1;
+inline constexpr std::size_t kModuleRoles = static_cast<std::size_t>(ModuleRole::shared_expert_gate_up) + 1;
 std::string to_string(ModuleRole role);  // "attention_query", ...
 // Which part of the layer a role belongs to, and which side of an MLP it is.
 bool is_attention(ModuleRole role);        // attention's or a linear-attention layer's token mixer
@@ -139,6 +144,26 @@ struct LinearAttention {
   bool operator==(const LinearAttention&) const = default;
 };
 
+// Mamba-2 layers (the state space duality, SSD; Granite 4.0-H's GraniteMoeHybridMambaLayer,
+// docs/models.md): heads x head_dim channels, each head with a state of head_dim x state_size,
+// written and read through B and C (state_size wide, shared by the heads of a group).
+struct StateSpace {
+  std::int64_t layers = 0;  // how many decoder layers mix tokens so; 0: none
+  std::int64_t heads = 0;
+  std::int64_t head_dim = 0;
+  std::int64_t state_size = 0;
+  std::int64_t groups = 1;
+  std::int64_t conv_kernel = 0;  // the depthwise causal convolution over x, B and C
+  std::int64_t chunk_size = 0;   // the scan's chunks (the quadratic form within one)
+  bool conv_bias = true;
+  bool projection_bias = false;  // on in_proj and out_proj
+  std::int64_t inner_width() const { return heads * head_dim; }
+  std::int64_t conv_width() const { return inner_width() + 2 * groups * state_size; }
+  // in_proj's output: the gate z, x, B, C and a step size dt a head.
+  std::int64_t input_width() const { return inner_width() + conv_width() + heads; }
+  bool operator==(const StateSpace&) const = default;
+};
+
 struct ModelSpec {
   std::string name;         // built-in name or the path it was read from
   // config.json "model_type": llama, qwen2, qwen3, mistral, gemma, gemma2, gemma3_text, olmo2, phi3, smollm3,
@@ -209,6 +234,11 @@ struct ModelSpec {
   bool attention_output_gate = false;
   // Qwen3-Next's Gated DeltaNet layers (layers of the model that are not attention layers).
   LinearAttention linear_attention;
+  // Granite 4.0-H's Mamba-2 layers (the other layers attend).
+  StateSpace state_space;
+  // The dense MLP's gate and up are one nn.Linear (phi3's gate_up_proj, Granite 4.0's
+  // shared_mlp.input_linear), whose output is split in two.
+  bool fused_gate_up = false;
   // Mixture of experts (0 when dense).
   std::int64_t num_experts = 0;
   std::int64_t experts_per_token = 0;
@@ -226,6 +256,9 @@ struct ModelSpec {
   // deepseek: the router casts the hidden states and its weight to fp32 and multiplies them itself
   // (F.linear), never calling a LoRA-wrapped module's forward.
   bool router_in_fp32 = false;
+  // Granite 4.0: the router takes each token's top k logits first and softmaxes those k alone
+  // (GraniteMoeHybridTopKRouter), so it keeps k weights and indices a token, not E probabilities.
+  bool router_softmax_over_top_k = false;
   std::int64_t max_position_embeddings = 0;
   // Sliding-window attention: how many layers attend to the last `sliding_window` tokens only
   // (gemma2 every other layer, gemma3 five of six, mistral and mixtral all when the config sets a
@@ -247,8 +280,8 @@ struct ModelSpec {
   // The expert rows one token's forward runs: its top-k, or every expert under dense routing.
   std::int64_t expert_rows_per_token() const { return dense_expert_routing ? num_experts : experts_per_token; }
   bool is_mla() const { return kv_lora_rank > 0; }
-  // Layers that attend (the rest mix tokens by linear attention).
-  std::int64_t attention_layers() const { return num_layers - linear_attention.layers; }
+  // Layers that attend (the rest mix tokens by linear attention or a state space).
+  std::int64_t attention_layers() const { return num_layers - linear_attention.layers - state_space.layers; }
   // A value head's width, and the width of the rotary part of a query or key head.
   std::int64_t value_head_dim() const { return is_mla() ? v_head_dim : head_dim; }
   std::int64_t rotary_dim() const { return is_mla() ? qk_rope_head_dim : head_dim; }
@@ -299,6 +332,8 @@ std::vector<LinearModule> dense_layer_linear_modules(const ModelSpec& model);
 // an MoE model); empty for a model without such layers. layer_linear_modules is then an attention
 // layer's, of which the model has attention_layers() less its dense layers.
 std::vector<LinearModule> linear_attention_layer_linear_modules(const ModelSpec& model);
+// The linear modules of a Mamba-2 layer (its token mixer and the model's MLP kind); empty without.
+std::vector<LinearModule> state_space_layer_linear_modules(const ModelSpec& model);
 // The linear modules of every kind of layer the model has (an MoE model's dense-MLP layers only when
 // it has some), each kind's in turn: what a LoRA target may name and what all-linear wraps.
 std::vector<LinearModule> model_linear_modules(const ModelSpec& model);
@@ -327,6 +362,10 @@ struct ModelFamily {
   // Its router is an nn.Linear whose forward returns a tuple: all-linear wraps it and PEFT's LoRA
   // forward fails there (PhiMoE).
   bool router_returns_tuple = false;
+  // PEFT 0.21's all-linear leaves its fused experts (and its router) unwrapped: gpt-oss's, whose
+  // GptOssExperts hold biases beside their 3-D weights (inspect.json of the family runs: all-linear
+  // wraps q/k/v/o only, at any dropout).
+  bool all_linear_skips_experts = false;
   // Liger-Kernel patches this family's model in place (its MODEL_TYPE_TO_APPLY_LIGER_FN at
   // Liger-Kernel ead96b61, which use_liger_kernel calls on the built model): the layers' RMSNorms,
   // the gated MLP's activation and the rotary embedding; and its per-head q/k norms as well.
@@ -343,11 +382,11 @@ const ModelFamily* find_model_family(std::string_view model_type);
 const ModelFamily& model_family(const ModelSpec& model);
 // Whether PEFT 0.21's all-linear, under transformers 5, puts lora.ParamWrapper on this model's
 // routed experts: a mixture of experts (transformers 5 stores every family's experts as 3-D
-// parameters) whose router does not fail the wrap first (PhiMoE's and Llama 4's return tuples).
-// ParamWrapper takes no LoRA dropout.
+// parameters) whose router does not fail the wrap first (PhiMoE's and Llama 4's return tuples), and
+// not gpt-oss's (ModelFamily::all_linear_skips_experts). ParamWrapper takes no LoRA dropout.
 bool all_linear_wraps_fused_experts(const ModelSpec& model);
 // The model_types whose configs describe such a mixture of experts (ModelFamily::mixture_of_experts,
-// less the routers that fail the wrap), added families included.
+// less the routers that fail the wrap and the experts all-linear skips), added families included.
 std::vector<std::string> expert_wrapping_model_types();
 // Adds a family that reads as a built-in and may name its modules otherwise (docs/architecture.md,
 // "Add a model family"). It inherits its reads_as family's structure. Throws InputError when the

@@ -9,7 +9,9 @@ if [ -d .devcarry/pysrc ]; then export PYTHONPATH=$PWD/.devcarry/pysrc${PYTHONPA
 # Hopper with Triton < 3.7.1 (wrong gradient values; the tensors kept and the work are the same).
 if [ "${FLA_GUARD:-}" = lift ]; then export PYTHONPATH=$PWD/python/family_jobs/fla_guard:$PYTHONPATH; fi
 { cat .devcarry/pysrc/COMMITS 2>/dev/null; python3 -c "import fla, einops; print('fla', fla.__version__, 'einops', einops.__version__)" 2>&1 | tail -1;
-  python3 -c "import transformers.models.qwen3_next.modeling_qwen3_next as q; f = q.torch_chunk_gated_delta_rule; print('gated delta rule:', getattr(f, '__module__', None), getattr(f, '__qualname__', repr(f))); c = q.causal_conv1d_fn; print('conv:', getattr(c, '__module__', None), getattr(c, '__qualname__', repr(c)))" 2>&1 | tail -2; } > $R/kernels.txt 2>&1
+  python3 -c "import transformers.models.qwen3_next.modeling_qwen3_next as q; f = q.torch_chunk_gated_delta_rule; print('gated delta rule:', getattr(f, '__module__', None), getattr(f, '__qualname__', repr(f))); c = q.causal_conv1d_fn; print('conv:', getattr(c, '__module__', None), getattr(c, '__qualname__', repr(c)))" 2>&1 | tail -2;   python3 -c "import kernels; print('kernels (hub)', kernels.__version__)" 2>&1 | tail -1;
+  python3 -c "import mamba_ssm" 2>&1 | tail -1; python3 -c "import causal_conv1d" 2>&1 | tail -1;
+} > $R/kernels.txt 2>&1
 { nvidia-smi; python3 -c "import torch,transformers,peft,sys;print(sys.version);print(torch.__version__,torch.version.cuda,transformers.__version__,peft.__version__)"; date -u; } > $R/env.txt 2>&1
 # PARTS (default "sources probe inspect"): what runs besides the cases; a call that only needs
 # rows leaves out what an earlier call already brought back.

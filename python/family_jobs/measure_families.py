@@ -26,7 +26,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 MODELS = ["smollm3-3b", "granite3.3-2b", "granite3.3-8b", "gpt-oss-20b", "gpt-oss-120b", "glm4.5-air", "gemma3-4b",
-          "mistral-small3.1", "qwen2.5-vl-7b", "qwen3-vl-8b", "llama4-scout", "qwen3-next-80b-a3b"]
+          "mistral-small3.1", "qwen2.5-vl-7b", "qwen3-vl-8b", "llama4-scout", "qwen3-next-80b-a3b",
+          "granite4.0-h-350m", "granite4.0-h-tiny", "granite4.0-h-small"]
 
 ATTN_ONLY = "q_proj,k_proj,v_proj,o_proj"
 # Qwen3-Next's token mixers: the attention layers' projections and the Gated DeltaNet layers'.
@@ -83,6 +84,15 @@ CASES = {
                                                                     lora_dropout=0.05, seq=4096, batch=2,
                                                                     grad_ckpt=True)),
     "qwen3next-l4-full-ckpt": ("qwen3-next-80b-a3b", 4, dict(method="full", seq=1024, batch=1, grad_ckpt=True)),
+    # Granite 4.0-H: Mamba-2 layers as transformers runs them without the hub's kernels (its PyTorch
+    # scan), four attention layers among them; Tiny at six layers (five Mamba-2, one attention).
+    "granite4-350m-lora": ("granite4.0-h-350m", None, dict(method="lora", seq=1024, batch=1, grad_ckpt=False)),
+    "granite4-350m-lora-ckpt": ("granite4.0-h-350m", None, dict(method="lora", seq=2048, batch=1, grad_ckpt=True)),
+    "granite4-350m-full-ckpt": ("granite4.0-h-350m", None, dict(method="full", seq=1024, batch=2, grad_ckpt=True)),
+    "granite4-tiny-l6-lora": ("granite4.0-h-tiny", 6, dict(method="lora", lora_dropout=0.0, seq=1024, batch=1,
+                                                           grad_ckpt=False)),
+    "granite4-tiny-lora-ckpt": ("granite4.0-h-tiny", None, dict(method="lora", lora_dropout=0.0, seq=1024, batch=1,
+                                                                grad_ckpt=True)),
     "llama4-l2-lora-attn-loaded": ("llama4-scout", 2, dict(method="lora", lora_targets=ATTN_ONLY, seq=1024,
                                                            batch=1, grad_ckpt=False)),
 }
@@ -209,7 +219,8 @@ def sources(out):
         ("llama4", "modeling_llama4.py"), ("llama4", "configuration_llama4.py"),
         ("glm4_moe", "modeling_glm4_moe.py"), ("glm4_moe", "configuration_glm4_moe.py"),
         ("qwen3_next", "modeling_qwen3_next.py"), ("qwen3_next", "configuration_qwen3_next.py"),
-        ("granitemoehybrid", "modeling_granitemoehybrid.py"), ("qwen2_5_vl", "modeling_qwen2_5_vl.py"),
+        ("granitemoehybrid", "modeling_granitemoehybrid.py"),
+        ("granitemoehybrid", "configuration_granitemoehybrid.py"), ("qwen2_5_vl", "modeling_qwen2_5_vl.py"),
         ("qwen3_vl", "modeling_qwen3_vl.py"), ("mistral3", "modeling_mistral3.py"),
         ("gemma3", "modeling_gemma3.py"), ("llama", "modeling_llama.py"), ("mixtral", "modeling_mixtral.py"),
         ("siglip", "modeling_siglip.py"), ("pixtral", "modeling_pixtral.py"), ("qwen3_next", "modeling_qwen3_next.py"),

@@ -90,4 +90,8 @@ def inputs(torch, model, cfg, ids, generator):
         patch = v.in_channels * v.temporal_patch_size * v.patch_size * v.patch_size
         extra["pixel_values"] = torch.randn(B * images * grid * grid, patch, generator=generator).to(ids.device, dtype)
         extra["image_grid_thw"] = torch.tensor([[1, grid, grid]] * (B * images), device=ids.device)
+        if model_type == "qwen3_vl":
+            # Qwen3-VL's multimodal RoPE reads each position's modality from mm_token_type_ids
+            # (the processor's: 1 at an image's tokens), and refuses images without it.
+            extra["mm_token_type_ids"] = (ids == placeholder).to(torch.int32)
     return extra

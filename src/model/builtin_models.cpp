@@ -133,6 +133,21 @@ const std::vector<Entry>& catalogue() {
        "granite3.3-8b",
        {"ibm-granite/granite-3.3-8b-instruct", "ibm-granite/granite-3.3-8b-base"},
        {8.17 * kB}},
+      // Granite 4.0-H: Mamba-2 layers with four attention layers among them. Published: IBM's model
+      // cards (Small 32B total and 9B active, Tiny 7B and 1B, 350M). Small's config is the checkpoint's;
+      // Tiny's and 350M's are read from copies of theirs (docs/models.md).
+      {"granite4.0-h-small",
+       "granite4.0-h-small",
+       {"ibm-granite/granite-4.0-h-small", "ibm-granite/granite-4.0-h-small-base"},
+       {32 * kB, 9 * kB}},
+      {"granite4.0-h-tiny",
+       "granite4.0-h-tiny",
+       {"ibm-granite/granite-4.0-h-tiny", "ibm-granite/granite-4.0-h-tiny-base"},
+       {7 * kB, 1 * kB}},
+      {"granite4.0-h-350m",
+       "granite4.0-h-350m",
+       {"ibm-granite/granite-4.0-h-350m", "ibm-granite/granite-4.0-h-350m-base"},
+       {0.34 * kB}},
   };
   return entries;
 }

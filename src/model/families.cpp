@@ -46,7 +46,10 @@ const std::vector<std::pair<ModuleRole, std::string>>& llama_names() {
       {R::shared_expert_scale, "mlp.shared_expert_gate"},
       {R::linear_attention_qkvz, "linear_attn.in_proj_qkvz"},
       {R::linear_attention_ba, "linear_attn.in_proj_ba"},
-      {R::linear_attention_output, "linear_attn.out_proj"}};
+      {R::linear_attention_output, "linear_attn.out_proj"},
+      {R::state_space_input, "mamba.in_proj"},
+      {R::state_space_output, "mamba.out_proj"},
+      {R::shared_expert_gate_up, "shared_expert.gate_up_proj"}};
   return names;
 }
 
@@ -111,6 +114,19 @@ std::vector<ModelFamily> built_in_families() {
   ModelFamily next = built_in("qwen3_next");
   next.fused_experts = next.bare_router = next.mixture_of_experts = true;
   rows.push_back(next);
+  // Granite 4.0 (GraniteMoeHybrid): attention or Mamba-2 (mamba) layers, each with shared_mlp, a
+  // gated MLP whose gate and up are one nn.Linear (input_linear), the layer's whole MLP when the
+  // config has no experts and its shared expert beside block_sparse_moe when it has:
+  // GraniteMoeHybridTopKRouter holds a bare weight, GraniteMoeHybridExperts fused 3-D experts.
+  ModelFamily granite4 = built_in("granitemoehybrid", {{R::mlp_gate_up, "shared_mlp.input_linear"},
+                                                       {R::mlp_down, "shared_mlp.output_linear"},
+                                                       {R::shared_expert_gate_up, "shared_mlp.input_linear"},
+                                                       {R::shared_expert_down, "shared_mlp.output_linear"},
+                                                       {R::router, "block_sparse_moe.router"},
+                                                       {R::expert_gate_up, "block_sparse_moe.experts.gate_up_proj"},
+                                                       {R::expert_down, "block_sparse_moe.experts.down_proj"}});
+  granite4.fused_experts = granite4.bare_router = granite4.mixture_of_experts = true;
+  rows.push_back(granite4);
   // PhimoeTopKRouter is an nn.Linear under the MLP block, named router; its forward returns a tuple
   // (logits and routing weights), which PEFT's LoRA forward cannot take ("'tuple' object has no
   // attribute 'dtype'", on the GPU machine).
@@ -131,7 +147,7 @@ std::vector<ModelFamily> built_in_families() {
   // GptOssTopKRouter is mlp.router, a weight and a bias of its own (no nn.Linear); GptOssExperts holds
   // gate_up_proj [E, h, 2M] (gate and up interleaved), down_proj [E, M, h] and their biases.
   ModelFamily oss = built_in("gpt_oss", {{R::router, "mlp.router"}});
-  oss.fused_experts = oss.bare_router = oss.mixture_of_experts = true;
+  oss.fused_experts = oss.bare_router = oss.mixture_of_experts = oss.all_linear_skips_experts = true;
   rows.push_back(oss);
   return rows;
 }
@@ -186,12 +202,14 @@ const ModelFamily& model_family(const ModelSpec& model) {
 std::vector<std::string> expert_wrapping_model_types() {
   std::vector<std::string> types;
   for (const ModelFamily* f : table().index)
-    if (f->mixture_of_experts && !f->router_returns_tuple) types.push_back(f->model_type);
+    if (f->mixture_of_experts && !f->router_returns_tuple && !f->all_linear_skips_experts)
+      types.push_back(f->model_type);
   return types;
 }
 
 bool all_linear_wraps_fused_experts(const ModelSpec& model) {
-  return model.is_moe() && !model_family(model).router_returns_tuple;
+  const ModelFamily& f = model_family(model);
+  return model.is_moe() && !f.router_returns_tuple && !f.all_linear_skips_experts;
 }
 
 void add_model_family(const ModelFamily& family) {

@@ -121,8 +121,8 @@ void read_attention(const ConfigReader& r, ModelSpec& m) {
     m.attention_bias = r.optional_bool("attention_bias", false);  // Glm4MoeAttention: on q, k, v; never on o
   } else if (t == "qwen2_moe") {
     m.attention_bias = r.optional_bool("qkv_bias", true);
-  } else if (t == "llama" || t == "smollm3" || t == "granite" || t == "gpt_oss" || t == "qwen3" || t == "qwen3_moe" ||
-             t == "qwen3_next" ||
+  } else if (t == "llama" || t == "smollm3" || t == "granite" || t == "granitemoehybrid" || t == "gpt_oss" ||
+             t == "qwen3" || t == "qwen3_moe" || t == "qwen3_next" ||
              t == "gemma" || t == "gemma2" || gemma3 || t == "olmo2" || t == "phimoe" || is_deepseek(t)) {
     // Llama's attention_bias covers q, k, v and o (OLMo 2 and PhiMoE build LlamaAttention's
     // projections); DeepSeek's covers q_a_proj, kv_a_proj_with_mqa and o_proj.
@@ -137,6 +137,7 @@ void read_attention(const ConfigReader& r, ModelSpec& m) {
               (t == "glm4_moe" && r.optional_bool("use_qk_norm", false));
   m.qk_norm_whole_projection = t == "olmo2";  // Olmo2Attention's q_norm is heads x head_dim wide
   m.fused_qkv = t == "phi3";
+  m.fused_gate_up = t == "phi3" || t == "granitemoehybrid";
   m.attention_output_gate = t == "qwen3_next";  // Qwen3NextAttention: q_proj makes query and gate
 }
 
@@ -145,6 +146,15 @@ void read_experts(const ConfigReader& r, ModelSpec& m) {
   if (t == "mixtral" || t == "phimoe" || t == "gpt_oss") {
     m.num_experts = r.require_int("num_local_experts", 1, kMaxExperts);
     m.moe_intermediate_size = m.intermediate_size;  // their experts are intermediate_size wide
+  } else if (t == "granitemoehybrid") {
+    // GraniteMoeHybridConfig: num_local_experts experts (8 by default) intermediate_size wide, and
+    // shared_mlp beside them, shared_intermediate_size wide (1024), added as it is; the router's
+    // softmax runs over each token's top k logits only.
+    m.num_experts = r.optional_int("num_local_experts", 8, 1, kMaxExperts);
+    m.moe_intermediate_size = m.intermediate_size;
+    m.intermediate_size = 0;
+    m.shared_expert_intermediate_size = r.optional_int("shared_intermediate_size", 1024, 1, kMaxIntermediate);
+    m.router_softmax_over_top_k = true;
   } else if (t == "llama4_text") {
     // Llama4TextConfig: num_local_experts experts and a shared expert, all intermediate_size wide
     // (16 and 8192 by default); the dense layers' MLP is intermediate_size_mlp wide (16384).
@@ -174,14 +184,15 @@ void read_experts(const ConfigReader& r, ModelSpec& m) {
     m.shared_expert_scaled = t == "qwen2_moe" || t == "qwen3_next";
   }
   // GptOssConfig defaults num_experts_per_tok to 4 (the published configs also say experts_per_token).
-  m.experts_per_token = t == "gpt_oss"       ? r.optional_int("num_experts_per_tok", 4, 1, kMaxExperts)
-                        : t == "llama4_text" ? r.optional_int("num_experts_per_tok", 1, 1, kMaxExperts)
-                                             : r.require_int("num_experts_per_tok", 1, kMaxExperts);
+  m.experts_per_token = t == "gpt_oss"            ? r.optional_int("num_experts_per_tok", 4, 1, kMaxExperts)
+                        : t == "llama4_text"      ? r.optional_int("num_experts_per_tok", 1, 1, kMaxExperts)
+                        : t == "granitemoehybrid" ? r.optional_int("num_experts_per_tok", 2, 1, kMaxExperts)
+                                                  : r.require_int("num_experts_per_tok", 1, kMaxExperts);
   if (m.experts_per_token > m.num_experts) {
     r.fail("field " + r.quoted("num_experts_per_tok") + " (" + std::to_string(m.experts_per_token) +
            ") must not exceed the number of experts (" + std::to_string(m.num_experts) + ")");
   }
-  if (t == "mixtral" || t == "phimoe" || t == "gpt_oss") return;
+  if (t == "mixtral" || t == "phimoe" || t == "gpt_oss" || t == "granitemoehybrid") return;
 
   if (t == "llama4_text") {
     // Llama4TextDecoderLayer i has experts when i is in moe_layers, which defaults to every
@@ -307,6 +318,51 @@ void read_linear_attention(const ConfigReader& r, ModelSpec& m) {
            "has experts");
 }
 
+// Granite 4.0's Mamba-2 layers: layer_types' "mamba" entries (the rest "attention"), or, without
+// the list, every layer (GraniteMoeHybridConfig.layers_block_type). The mixer is mamba_expand x
+// hidden_size wide, in mamba_n_heads heads of mamba_d_head ("auto": the width over the heads).
+void read_state_space(const ConfigReader& r, ModelSpec& m) {
+  StateSpace& ss = m.state_space;
+  if (const json* types = r.find("layer_types"); types != nullptr && !types->is_null()) {
+    if (!types->is_array() || static_cast<std::int64_t>(types->size()) != m.num_layers)
+      r.fail("field " + r.quoted("layer_types") + " must be a list of one kind per layer (" +
+             std::to_string(m.num_layers) + ")");
+    for (const json& kind : *types) {
+      const bool mamba = kind == "mamba" || kind == "linear_attention";
+      if (!mamba && kind != "attention" && kind != "full_attention")
+        r.fail("field " + r.quoted("layer_types") + " must hold \"mamba\" or \"attention\" (got " + describe(kind) +
+               ")");
+      if (mamba) ++ss.layers;
+    }
+  } else {
+    ss.layers = m.num_layers;
+  }
+  const std::int64_t expand = r.optional_int("mamba_expand", 2, 1, kMaxHeads);
+  if (expand * m.hidden_size > kMaxIntermediate)
+    r.fail("field " + r.quoted("mamba_expand") + " times " + r.quoted("hidden_size") + " must be at most " +
+           std::to_string(kMaxIntermediate));
+  const std::int64_t inner = expand * m.hidden_size;
+  ss.heads = r.optional_int("mamba_n_heads", 128, 1, kMaxHeads);
+  if (const json* d = r.find("mamba_d_head"); d == nullptr || d->is_null() || *d == "auto") {
+    ss.head_dim = inner / ss.heads;
+  } else {
+    ss.head_dim = r.optional_int("mamba_d_head", 0, 1, kMaxHeadDim);
+  }
+  if (ss.heads * ss.head_dim != inner)
+    r.fail("field " + r.quoted("mamba_n_heads") + " (" + std::to_string(ss.heads) + ") times " +
+           r.quoted("mamba_d_head") + " (" + std::to_string(ss.head_dim) + ") must equal " + r.quoted("mamba_expand") +
+           " times " + r.quoted("hidden_size") + " (" + std::to_string(inner) + ")");
+  ss.state_size = r.optional_int("mamba_d_state", 256, 1, kMaxHeadDim);
+  ss.groups = r.optional_int("mamba_n_groups", 1, 1, kMaxHeads);
+  if (ss.heads % ss.groups != 0)
+    r.fail("field " + r.quoted("mamba_n_groups") + " (" + std::to_string(ss.groups) + ") must divide " +
+           r.quoted("mamba_n_heads") + " (" + std::to_string(ss.heads) + ")");
+  ss.conv_kernel = r.optional_int("mamba_d_conv", 4, 1, kMaxHeadDim);
+  ss.chunk_size = r.optional_int("mamba_chunk_size", 256, 1, kMaxPositions);
+  ss.conv_bias = r.optional_bool("mamba_conv_bias", true);
+  ss.projection_bias = r.optional_bool("mamba_proj_bias", false);
+}
+
 // SmolLM3's layers without a rotary embedding: the 0 entries of no_rope_layers, or, without the
 // list, every no_rope_layer_interval-th layer (SmolLM3Config builds the list so: layer i keeps its
 // rotary embedding unless (i + 1) is a multiple of the interval, 4 by default).
@@ -335,6 +391,7 @@ ModelSpec read_decoder(const ConfigReader& r, std::string model_type) {
   const std::string& t = m.model_type;
   const bool qwen_moe = t == "qwen2_moe" || t == "qwen3_moe" || t == "qwen3_next";
   const bool gemma3 = t == "gemma3_text";
+  const bool granite4 = t == "granitemoehybrid";
 
   m.hidden_size = r.require_int("hidden_size", 1, kMaxHidden);
   m.num_layers = r.require_int("num_hidden_layers", 1, kMaxLayers);
@@ -342,8 +399,15 @@ ModelSpec read_decoder(const ConfigReader& r, std::string model_type) {
       gemma3 ? r.optional_int("vocab_size", kGemma3Vocab, 1, kMaxVocab) : r.require_int("vocab_size", 1, kMaxVocab);
   // An all-sparse MoE never builds its dense MLP, so there intermediate_size may be absent.
   m.intermediate_size = qwen_moe || deepseek_moe(t) ? r.optional_int("intermediate_size", 0, 1, kMaxIntermediate)
-                                                    : r.require_int("intermediate_size", 1, kMaxIntermediate);
+                       : granite4                  ? r.optional_int("intermediate_size", 11008, 1, kMaxIntermediate)
+                                                   : r.require_int("intermediate_size", 1, kMaxIntermediate);
   read_attention(r, m);
+  if (granite4 && r.optional_int("num_local_experts", 8, 0, kMaxExperts) == 0) {
+    // No experts: shared_mlp is the layer's MLP.
+    m.intermediate_size = r.optional_int("shared_intermediate_size", 1024, 1, kMaxIntermediate);
+  } else if (granite4) {
+    read_experts(r, m);
+  }
   if (t == "mixtral" || t == "phimoe" || t == "gpt_oss" || t == "llama4_text" || qwen_moe || deepseek_moe(t))
     read_experts(r, m);
   m.attention_sinks = m.expert_bias = m.clamped_glu = t == "gpt_oss";
@@ -359,6 +423,7 @@ ModelSpec read_decoder(const ConfigReader& r, std::string model_type) {
   // Qwen3NextRMSNorm scales by (1 + weight) in fp32 too, and casts after.
   m.norm_scale_in_fp32 = gemma || t == "qwen3_next";
   if (t == "qwen3_next") read_linear_attention(r, m);
+  if (granite4) read_state_space(r, m);
   // PhimoeSparseMoeBlock and PhimoeTopKRouter each apply input_jitter_noise (PhimoeConfig's default: 0).
   if (t == "phimoe" && r.optional_nonnegative_number("input_jitter_noise", 0.0) > 0) m.jitter_noise_tensors = 2;
   // Gemma names its activation hidden_activation (hidden_act is a legacy duplicate).
@@ -392,7 +457,13 @@ ModelSpec read_decoder(const ConfigReader& r, std::string model_type) {
   // GraniteModel multiplies the embedding output by embedding_multiplier and every sublayer's
   // output by residual_multiplier, and GraniteForCausalLM divides the logits by logits_scaling,
   // whatever their values (1.0 by default).
-  m.scaled_residuals = m.scaled_logits = t == "granite";
+  m.scaled_residuals = m.scaled_logits = t == "granite" || granite4;
+  // GraniteMoeHybridModel builds its rotary embedding only when position_embedding_type is "rope"
+  // (Granite 4.0-H's configs say "nope"): otherwise no layer rotates q and k.
+  if (granite4 && r.optional_string("position_embedding_type", "") != "rope") {
+    m.rotary_tables = 0;
+    m.rope_free_layers = m.attention_layers();
+  }
   return m;
 }
 

@@ -20,7 +20,8 @@ constexpr std::array<const char*, kModuleRoles> kRoleWords = {
     "expert_up",          "expert_gate_up",   "expert_down",
     "shared_expert_gate", "shared_expert_up", "shared_expert_down",
     "shared_expert_scale", "linear_attention_qkvz", "linear_attention_ba",
-    "linear_attention_output"};
+    "linear_attention_output", "state_space_input", "state_space_output",
+    "shared_expert_gate_up"};
 
 std::size_t index_of(ModuleRole role) {
   return static_cast<std::size_t>(role);
@@ -34,7 +35,8 @@ std::string to_string(ModuleRole role) {
 
 bool is_attention(ModuleRole role) {
   return index_of(role) <= index_of(ModuleRole::latent_kv_up) || role == ModuleRole::linear_attention_qkvz ||
-         role == ModuleRole::linear_attention_ba || role == ModuleRole::linear_attention_output;
+         role == ModuleRole::linear_attention_ba || role == ModuleRole::linear_attention_output ||
+         role == ModuleRole::state_space_input || role == ModuleRole::state_space_output;
 }
 bool is_mlp_input_side(ModuleRole role) {
   switch (role) {
@@ -46,6 +48,7 @@ bool is_mlp_input_side(ModuleRole role) {
     case ModuleRole::expert_gate_up:
     case ModuleRole::shared_expert_gate:
     case ModuleRole::shared_expert_up:
+    case ModuleRole::shared_expert_gate_up:
       return true;
     default:
       return false;
@@ -60,7 +63,7 @@ bool is_routed_expert(ModuleRole role) {
 }
 bool is_shared_expert(ModuleRole role) {
   return role == ModuleRole::shared_expert_gate || role == ModuleRole::shared_expert_up ||
-         role == ModuleRole::shared_expert_down;
+         role == ModuleRole::shared_expert_gate_up || role == ModuleRole::shared_expert_down;
 }
 bool is_router_like(ModuleRole role) {
   return role == ModuleRole::router || role == ModuleRole::shared_expert_scale;

@@ -82,7 +82,7 @@ void add_dense_mlp(const ModelSpec& s, std::vector<LinearModule>& out) {
   const ModuleNames& n = module_names(s);
   const std::int64_t h = s.hidden_size;
   const std::int64_t i = s.intermediate_size;
-  if (s.fused_qkv) {  // phi3 fuses the MLP's gate and up projections the same way
+  if (s.fused_gate_up) {
     out.push_back(module(n, R::mlp_gate_up, h, mul(2, i), 1, s.mlp_bias));
   } else {
     out.push_back(module(n, R::mlp_gate, h, i, 1, s.mlp_bias));
@@ -109,8 +109,12 @@ void add_moe_mlp(const ModelSpec& s, std::vector<LinearModule>& out) {
     out.push_back(module(n, R::expert_down, m, h, e, s.expert_bias, routed, false));
     if (s.shared_expert_intermediate_size > 0) {
       const std::int64_t sh = s.shared_expert_intermediate_size;
-      out.push_back(module(n, R::shared_expert_gate, h, sh, 1, s.mlp_bias));
-      out.push_back(module(n, R::shared_expert_up, h, sh, 1, s.mlp_bias));
+      if (s.fused_gate_up) {
+        out.push_back(module(n, R::shared_expert_gate_up, h, mul(2, sh), 1, s.mlp_bias));
+      } else {
+        out.push_back(module(n, R::shared_expert_gate, h, sh, 1, s.mlp_bias));
+        out.push_back(module(n, R::shared_expert_up, h, sh, 1, s.mlp_bias));
+      }
       out.push_back(module(n, R::shared_expert_down, sh, h, 1, s.mlp_bias));
       if (s.shared_expert_scaled) out.push_back(module(n, R::shared_expert_scale, h, 1));
     }
@@ -139,6 +143,16 @@ void add_linear_attention(const ModelSpec& s, std::vector<LinearModule>& out) {
   out.push_back(module(n, R::linear_attention_qkvz, h, mul(2, add(la.key_width(), la.value_width()))));
   out.push_back(module(n, R::linear_attention_ba, h, mul(2, la.value_heads)));
   out.push_back(module(n, R::linear_attention_output, la.value_width(), h));
+}
+
+// GraniteMoeHybridMambaLayer's nn.Linear modules: in_proj (to z, x, B, C and dt) and out_proj,
+// with a bias each when mamba_proj_bias says so.
+void add_state_space(const ModelSpec& s, std::vector<LinearModule>& out) {
+  using R = ModuleRole;
+  const ModuleNames& n = module_names(s);
+  const StateSpace& ss = s.state_space;
+  out.push_back(module(n, R::state_space_input, s.hidden_size, ss.input_width(), 1, ss.projection_bias));
+  out.push_back(module(n, R::state_space_output, ss.inner_width(), s.hidden_size, 1, ss.projection_bias));
 }
 
 // The MLP of the model's main kind of layer: its experts, or its dense MLP.
@@ -175,12 +189,21 @@ std::vector<LinearModule> linear_attention_layer_linear_modules(const ModelSpec&
   return out;
 }
 
+std::vector<LinearModule> state_space_layer_linear_modules(const ModelSpec& model) {
+  std::vector<LinearModule> out;
+  if (model.state_space.layers == 0) return out;
+  add_state_space(model, out);
+  add_mlp(model, out);
+  return out;
+}
+
 std::vector<LinearModule> model_linear_modules(const ModelSpec& model) {
   std::vector<LinearModule> out;
   if (model.attention_layers() > model.dense_layers) out = layer_linear_modules(model);
   if (model.dense_layers > 0)
     for (LinearModule& m : dense_layer_linear_modules(model)) out.push_back(std::move(m));
   for (LinearModule& m : linear_attention_layer_linear_modules(model)) out.push_back(std::move(m));
+  for (LinearModule& m : state_space_layer_linear_modules(model)) out.push_back(std::move(m));
   return out;
 }
 
@@ -190,7 +213,8 @@ ParameterCounts count_parameters(const ModelSpec& model) {
   c.lm_head = add(model.tie_word_embeddings ? 0 : c.embedding, model.lm_head_bias ? model.vocab_size : 0);
 
   const LinearAttention& la = model.linear_attention;
-  const std::int64_t main_layers = model.num_layers - model.dense_layers - la.layers;
+  const StateSpace& ss = model.state_space;
+  const std::int64_t main_layers = model.num_layers - model.dense_layers - la.layers - ss.layers;
   std::int64_t unrouted = 0;  // the routed experts' parameters one token's forward does not use
   auto add_layers = [&](const std::vector<LinearModule>& modules, std::int64_t layers) {
     for (const LinearModule& m : modules) {
@@ -208,6 +232,11 @@ ParameterCounts count_parameters(const ModelSpec& model) {
   // A Gated DeltaNet layer's other parameters: the depthwise convolution over q, k and v (no
   // bias), dt_bias and A_log (a value head each); its gated RMSNorm over a value head is a norm.
   c.other = add(c.other, mul(la.layers, add(mul(la.conv_width(), la.conv_kernel), mul(2, la.value_heads))));
+  add_layers(state_space_layer_linear_modules(model), ss.layers);
+  // A Mamba-2 layer's other parameters: the depthwise convolution over x, B and C (and its bias),
+  // dt_bias, A_log and D (one a head); its gated RMSNorm over the inner width is a norm.
+  c.other = add(c.other, mul(ss.layers, add(mul(ss.conv_width(), add(ss.conv_kernel, ss.conv_bias ? 1 : 0)),
+                                            mul(3, ss.heads))));
   add_layers(dense_layer_linear_modules(model), model.dense_layers);
   c.per_layer_linear = model.num_layers > 0 ? c.linear / model.num_layers : 0;
 
@@ -222,7 +251,8 @@ ParameterCounts count_parameters(const ModelSpec& model) {
   }
   if (model.is_mla()) per_layer_norms = add(per_layer_norms, add(model.q_lora_rank, model.kv_lora_rank));
   c.norms = add(add(mul(model.num_layers, per_layer_norms), mul(model.attention_layers(), attention_norms)),
-                add(mul(model.hidden_size, per_norm), mul(la.layers, la.value_head_dim)));
+                add(add(mul(model.hidden_size, per_norm), mul(la.layers, la.value_head_dim)),
+                    mul(ss.layers, ss.inner_width())));
 
   if (model.attention_sinks) c.other = add(c.other, mul(model.num_layers, model.num_heads));  // a sink a head
   c.vision = model.vision.parameters();

@@ -398,6 +398,13 @@ std::vector<std::string> plan_warnings(const ModelSpec& model, const TrainingSet
         "and is not planned",
         model.linear_attention.layers, model.model_type, model.num_layers));
   }
+  if (model.state_space.layers > 0) {
+    warnings.push_back(fmt::format(
+        "{} of {}'s {} layers are Mamba-2, planned as transformers runs them without the hub's mamba-ssm and "
+        "causal-conv1d kernels (its PyTorch scan, which holds chunk x chunk fp32 products a head and token); "
+        "with the `kernels` package and those kernels it keeps far less and runs faster, which is not planned",
+        model.state_space.layers, model.model_type, model.num_layers));
+  }
   if (model.generic_decoder) {
     warnings.push_back(fmt::format(
         "model_type {} is not a family trainfit reads: planned as Llama's decoder layers (q/k/v/o attention with "
@@ -468,7 +475,8 @@ Plan make_plan(const ModelSpec& model, const TrainingSetup& setup, const GpuSpec
   // the plan counts the expert adapters and what they cost (adapts_fused_experts); otherwise say what
   // a user will meet, and what dropout 0 would add.
   const bool all_linear = setup.lora.targets.size() == 1 && setup.lora.targets.front() == "all-linear";
-  if (setup.method != Method::full && all_linear && plan.memory.untargeted_expert_adapter_parameters > 0)
+  if (setup.method != Method::full && all_linear && !model_family(model).all_linear_skips_experts &&
+      plan.memory.untargeted_expert_adapter_parameters > 0)
     plan.warnings.push_back(
         setup.lora.dropout != 0.0
             ? fmt::format("PEFT 0.21 with transformers 5 wraps the fused experts too under all-linear "

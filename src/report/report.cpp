@@ -518,6 +518,9 @@ json layer_modules_json(const ModelSpec& m) {
 }
 }  // namespace
 
+// One row of `trainfit models` in 100 columns: the longest name (18) and family (granitemoehybrid, 16).
+constexpr std::string_view kCatalogRow = "{:<19}{:<17}{:>8}{:>10}{:>7}{:>7}{:>7}{:>7}{:>11}{:>7}\n";
+
 std::string render_model_catalog(Format format) {
   const bool md = format == Format::markdown;
   json arr = json::array();
@@ -527,8 +530,8 @@ std::string render_model_catalog(Format format) {
   std::string out =
       md ? "| name | family | parameters | published | active | published active | layers | hidden | heads (kv) | "
            "vocab |\n|---|---|---:|---:|---:|---:|---:|---:|---|---:|\n"
-         : fmt::format("{:<19}{:<12}{:>11}{:>10}{:>8}{:>8}{:>7}{:>7}{:>11}{:>7}\n", "name", "family", "parameters",
-                       "published", "active", "(pub.)", "layers", "hidden", "heads (kv)", "vocab");
+         : fmt::format(kCatalogRow, "name", "family", "params", "published", "active", "(pub.)", "layers", "hidden",
+                       "heads (kv)", "vocab");
   for (const auto& name : builtin_model_names()) {
     const ModelSpec m = load_model(name);
     const ParameterCounts counts = count_parameters(m);
@@ -560,7 +563,7 @@ std::string render_model_catalog(Format format) {
                          params_text(counts.total), count(published.total), active, count(published.active),
                          m.num_layers, m.hidden_size, heads, m.vocab_size);
     else
-      out += fmt::format("{:<19}{:<12}{:>11}{:>10}{:>8}{:>8}{:>7}{:>7}{:>11}{:>7}\n", name, family,
+      out += fmt::format(kCatalogRow, name, family,
                          params_text(counts.total), count(published.total), active, count(published.active),
                          m.num_layers, m.hidden_size, heads, m.vocab_size);
   }

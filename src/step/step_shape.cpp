@@ -231,6 +231,14 @@ double parameter_rounding(const StepBasis& b, double matrix_bytes, double other_
     add_tensor(as_d(la.value_heads), other_bytes, 2.0 * n);
     add_tensor(as_d(la.value_head_dim), other_bytes, n);
   }
+  // A Mamba-2 layer's convolution weight and bias, dt_bias, A_log, D and gated norm weight.
+  if (const StateSpace& ss = b.model.state_space; ss.layers > 0) {
+    const double n = as_d(ss.layers);
+    add_tensor(as_d(ss.conv_width() * ss.conv_kernel), other_bytes, n);
+    if (ss.conv_bias) add_tensor(as_d(ss.conv_width()), other_bytes, n);
+    add_tensor(as_d(ss.heads), other_bytes, 3.0 * n);
+    add_tensor(as_d(ss.inner_width()), other_bytes, n);
+  }
   add_tensor(as_d(b.pc.embedding), other_bytes, 1.0);
   add_tensor(as_d(b.pc.lm_head), other_bytes, 1.0);
   // A LayerNorm stores a bias beside its weight.
@@ -420,6 +428,8 @@ class LayerActivations {
       latent_attention(mods);
     } else if (find_module(mods, ModuleRole::linear_attention_qkvz) != nullptr) {
       gated_delta_net(mods);
+    } else if (find_module(mods, ModuleRole::state_space_input) != nullptr) {
+      state_space_scan(mods);
     } else {
       attention(mods);
     }
@@ -573,9 +583,10 @@ class LayerActivations {
         // gpt-oss's eager attention joins each head's sink logit to the scores as one more column,
         // subtracts the row maxima (max keeps their indices) and takes the softmax in the compute
         // dtype, which keeps its output; the value matmul reads the probabilities without the sink
-        // column, a strided slice that matmul copies contiguous and keeps.
+        // column as a strided view of that output (bmm takes the row stride as it is), and keeps
+        // the view, no copy (measured on the H200: 4 layers of gpt-oss-20b without checkpointing
+        // kept one score-sized tensor a layer less than a contiguous copy would).
         keep(kept_, "attention probabilities with the sink column (softmax output)", c * nq * (seq + 1.0));
-        keep(kept_, "attention probabilities without the sink (contiguous copy)", c * nq * seq);
         keep(kept_, "row maxima indices (int64)", 8.0 * nq);
       } else {
         keep(kept_, "attention probabilities (fp32 softmax output)", 4.0 * nq * seq);
@@ -664,6 +675,58 @@ class LayerActivations {
       linear(*out, {"", "gated norm output"}, c, 1.0);
   }
 
+  // A Mamba-2 layer's token mixer as transformers 5.17 runs it without the hub's kernels
+  // (GraniteMoeHybridMambaLayer.forward: its fused-kernel call returns None, then causal_conv1d_fn
+  // and mamba2_chunk_scan in PyTorch; docs/model.md, "Mamba-2 layers"). In order: in_proj reads the
+  // normalised input; the convolution reads x, B and C as a transposed view of in_proj's output,
+  // so it keeps all of that output; SiLU keeps the convolution's output (padded by kernel - 1
+  // positions). dt + dt_bias goes through softplus (keeps its input) and clamp (keeps the softplus
+  // output). The scan casts x, B and C to fp32, repeats B and C to the heads, multiplies x by an
+  // fp32 copy of dt (keeping both), pads each to whole chunks (new tensors), and forms, per chunk,
+  // the segment decays L = exp(segsum(A dt)) and G = C B^T (chunk x chunk a head), M = G L,
+  // Y_diag = M x; B decayed to the chunk's end and the chunk states B^T x, their running sums
+  // across chunks, and C times those states decayed from the chunk's start: each product keeps both
+  // factors. The gated RMSNorm runs in fp32 on the scan's output and SiLU(z), whose product, cast
+  // back, is out_proj's input. D, dt_bias and A_log keep their other factors only when they train.
+  void state_space_scan(const std::vector<LayerLinear>& mods) {
+    const double c = b_.w.compute, f = kFp32Bytes;
+    const StateSpace& ss = b_.model.state_space;
+    const double I = as_d(ss.inner_width()), H = as_d(ss.heads), n = as_d(ss.state_size);
+    const double seq = b_.seq, chunk = as_d(ss.chunk_size);
+    const double chunks = std::ceil(seq / chunk);
+    const double p = chunks * chunk / seq;  // positions padded to whole chunks, per position
+    if (const auto* in = find_module(mods, ModuleRole::state_space_input))
+      linear(*in, {"", "attention input"}, sublayer_input_bytes_, 1.0);
+    keep(kept_, "in_proj output (z, x, B, C, dt; the convolution reads a view)", c * as_d(ss.input_width()));
+    keep(kept_, "convolution output (SiLU input)", c * as_d(ss.conv_width()) * (seq + as_d(ss.conv_kernel) - 1.0) / seq);
+    keep(kept_, "dt plus dt_bias (softplus input)", c * H);
+    keep(kept_, "softplus output (clamp input)", c * H);
+    keep(kept_, "dt (fp32 copy)", f * H);
+    keep(kept_, "x (fp32 copy)", f * I);
+    if (b_.full) {
+      keep(kept_, "x padded (fp32, for D's gradient)", f * I * p);
+      keep(kept_, "dt (fp32 copy, for A_log's gradient)", f * H);
+    }
+    keep(kept_, "x times dt, chunked (fp32)", f * I * p);
+    keep(kept_, "B and C repeated to the heads, chunked (fp32)", 2.0 * f * H * n * p);
+    keep(kept_, "segment decays L (fp32, a chunk's width a head)", f * H * chunk * p);
+    keep(kept_, "C B^T within chunks, G (fp32)", f * H * chunk * p);
+    keep(kept_, "G times L, M (fp32)", f * H * chunk * p);
+    keep(kept_, "decays to the chunk's end and from its start (fp32)", 2.0 * f * H * p);
+    keep(kept_, "B decayed (fp32)", f * H * n * p);
+    keep(kept_, "chunk states and their running sums (fp32)", 2.0 * f * I * n * (chunks + 1.0) / seq);
+    keep(kept_, "decays between chunks (fp32)", f * H * (chunks + 1.0) * (chunks + 1.0) / seq);
+    keep(kept_, "C times states, summed (fp32)", f * I * p);
+    keep(kept_, "gated norm input (fp32 scan output)", f * I * p);
+    keep(kept_, "gate z (fp32 copy, SiLU input)", f * I);
+    keep(kept_, "gate SiLU output (fp32)", f * I);
+    keep(kept_, "gated product (fp32)", f * I);
+    keep(kept_, "gated norm reciprocal deviation (fp32)", f);
+    if (b_.full) keep(kept_, "gated norm normalised (fp32)", f * I);
+    if (const auto* out = find_module(mods, ModuleRole::state_space_output))
+      linear(*out, {"", "gated norm output"}, c, 1.0);
+  }
+
   // A gated MLP: gate and up read the normalised input, the activation keeps its input, the
   // product keeps both factors, down reads the product. `inter` is one copy's intermediate width,
   // `rows` the fraction of the layer's tokens one copy sees and `copies` how many copies there are
@@ -714,7 +777,12 @@ class LayerActivations {
     } else if (router) {
       linear(*router, {"", "mlp input"}, sublayer_input_bytes_, 1.0);
     }
-    keep(kept_, "router probabilities (fp32)", 4.0 * E);
+    if (model.router_softmax_over_top_k) {
+      // topk over the fp32 logits keeps its indices (int64), the softmax over those k its output.
+      keep(kept_, "router top-k weights (fp32) and indices", (4.0 + 8.0) * k);
+    } else {
+      keep(kept_, "router probabilities (fp32)", 4.0 * E);
+    }
     keep(kept_, "input jitter noise", as_d(model.jitter_noise_tensors) * sublayer_input_bytes_ * h);
     // Each routed (token, expert) pair gathers a copy of the token (the experts' gate and up input,
     // which their weight gradient keeps: the expert "mlp input" below), runs the expert MLP and
@@ -769,11 +837,11 @@ std::vector<Sized> layer_activations(const StepBasis& b) {
       acts.push_back(std::move(s));
     }
   }
-  // Linear-attention layers share the attention layers' norms and MLP: a tensor of the same name
-  // is the same tensor in every layer, and its average over the layers is its size.
-  if (ls.linear_attention_layers > 0) {
-    for (auto& s : LayerActivations(b).of_layer(ls.linear_attention, moe)) {
-      s.bytes *= ls.linear_attention_layers / b.L;
+  // Linear-attention and Mamba-2 layers share the attention layers' norms and MLP: a tensor of the
+  // same name is the same tensor in every layer, and its average over the layers is its size.
+  auto merge = [&](const std::vector<LayerLinear>& mods, double layers) {
+    for (auto& s : LayerActivations(b).of_layer(mods, moe)) {
+      s.bytes *= layers / b.L;
       const auto same = std::find_if(acts.begin(), acts.end(), [&](const Sized& a) { return a.name() == s.name(); });
       if (same != acts.end()) {
         same->bytes += s.bytes;
@@ -781,7 +849,9 @@ std::vector<Sized> layer_activations(const StepBasis& b) {
         acts.push_back(std::move(s));
       }
     }
-  }
+  };
+  if (ls.linear_attention_layers > 0) merge(ls.linear_attention, ls.linear_attention_layers);
+  if (ls.state_space_layers > 0) merge(ls.state_space, ls.state_space_layers);
   return acts;
 }
 
@@ -858,6 +928,7 @@ struct Transients {
 Transients transients(const StepBasis& b, const LinearTotals& lin) {
   const ModelSpec& model = b.model;
   Transients t;
+  double state_space_forward_widest = 0;  // a Mamba-2 layer's largest product (below)
   // Gradients in flight inside one layer's backward: the MLP's intermediate gradients and a
   // few residual-width ones.
   // Liger's activation kernel writes the gate's and the up's gradients over its saved inputs (its
@@ -883,6 +954,20 @@ Transients transients(const StepBasis& b, const LinearTotals& lin) {
                  b.w.compute * (2.0 * states + 4.0 * rep_qk + 3.0 * vd) + 4.0 * b.w.residual * b.h);
   }
 
+  // A Mamba-2 layer's PyTorch scan multiplies broadcast tensors and sums the product (G = C B^T,
+  // Y_diag = M x, the chunk states B^T x and C h): the product is whole for a moment, in fp32, a
+  // chunk of positions (or the state) wide. Its backward makes both factors' gradients at the
+  // product's size before reducing them (MulBackward0 returns both; the engine sums each to its
+  // input's shape after), so twice the largest.
+  if (const StateSpace& ss = model.state_space; ss.layers > 0) {
+    const double p = std::ceil(b.seq / as_d(ss.chunk_size)) * as_d(ss.chunk_size) / b.seq;
+    const double widest = kFp32Bytes * p *
+                          std::max({as_d(ss.heads * ss.chunk_size * ss.state_size),
+                                    as_d(ss.inner_width() * ss.chunk_size), as_d(ss.inner_width() * ss.state_size)});
+    t.layer_backward_per_token = std::max(t.layer_backward_per_token, 2.0 * widest + 4.0 * b.w.residual * b.h);
+    state_space_forward_widest = widest;
+  }
+
   // The largest set of temporaries a layer's forward holds at once (freed, but their blocks stay
   // reserved): a LoRA branch's fp32 input copy, B's fp32 output and its scaled copy (4 in + 8 out
   // for the widest module); without LoRA, an RMSNorm's two fp32 temporaries; eager attention's raw
@@ -892,7 +977,7 @@ Transients transients(const StepBasis& b, const LinearTotals& lin) {
     if (lora_target && !wrapped)
       widest = std::max(widest, b.adapter_bytes * (as_d(m.in_features) + 2.0 * as_d(m.out_features)));
   if (b.setup.attention == Attention::eager) widest = std::max(widest, 2.0 * b.w.compute * b.nq * b.seq);
-  t.layer_forward_per_token = widest;
+  t.layer_forward_per_token = std::max(widest, state_space_forward_widest);
 
   // Forward and backward dequantise one weight at a time into the compute dtype.
   if (b.quantised) t.dequant = lin.largest_linear_module * bytes_per_element(b.setup.quant.compute_dtype);
@@ -1138,6 +1223,8 @@ LayerLinears layer_linears(const ModelSpec& model, const TrainingSetup& setup) {
   ls.moe_layers = attention_layers - ls.dense_layers;
   ls.linear_attention = with_targets(linear_attention_layer_linear_modules(model));
   ls.linear_attention_layers = as_d(model.linear_attention.layers);
+  ls.state_space = with_targets(state_space_layer_linear_modules(model));
+  ls.state_space_layers = as_d(model.state_space.layers);
   return ls;
 }
 

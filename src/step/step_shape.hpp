@@ -176,15 +176,19 @@ struct LayerLinears {
   std::vector<LayerLinear> moe;    // an MoE model's attention layer with experts; empty for a dense model
   // A linear-attention layer (Qwen3-Next's Gated DeltaNet) with the model's MLP kind; empty without.
   std::vector<LayerLinear> linear_attention;
+  // A Mamba-2 layer (Granite 4.0-H's mamba) with the model's MLP kind; empty without.
+  std::vector<LayerLinear> state_space;
   double dense_layers = 0;         // how many layers are of each kind
   double moe_layers = 0;
   double linear_attention_layers = 0;
+  double state_space_layers = 0;
   // Calls f(modules, layers) for each kind the model has.
   template <class F>
   void for_each_kind(F&& f) const {
     if (dense_layers > 0) f(dense, dense_layers);
     if (moe_layers > 0) f(moe, moe_layers);
     if (linear_attention_layers > 0) f(linear_attention, linear_attention_layers);
+    if (state_space_layers > 0) f(state_space, state_space_layers);
   }
   bool operator==(const LayerLinears&) const = default;
 };

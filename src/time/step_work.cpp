@@ -53,6 +53,21 @@ constexpr double kLowRankQueryExtraOps = 9;
 // out_proj (1): 60.
 constexpr double kAttentionBlockOps = 29;
 constexpr double kGatedDeltaNetOps = 60;
+// A Mamba-2 layer's token mixer in transformers' PyTorch scan (GraniteMoeHybridMambaLayer without
+// the hub's kernels), in place of attention's 29: A from A_log (3), in_proj's split and the
+// convolution with its transposes, weight view, slice and SiLU (9), the views into the scan (3);
+// dt's bias, softplus and clamp and the fp32 casts of x, B and C with B's and C's repeats (13);
+// D's residual (3), the discretisation of x and A (6), padding and chunking four tensors (8), the
+// cumulative sum (2), two segment sums with their masks and exponentials (24), G, M, the diagonal
+// output, the decays, B decayed, the chunk states, their recurrence and the off-diagonal output
+// with their views (about 40), the output's sums, reshapes and slice (5), the gated RMSNorm in
+// fp32 (11), the cast and out_proj (2): about 118.
+constexpr double kStateSpaceScanOps = 118;
+// The scan's broadcast products (G, M, the diagonal output, the chunk states, C times the states)
+// are summed where they are made; their backward (MulBackward0) makes both factors' gradients at
+// the product's size, each reduced after: 2 passes over a product forward, 4 backward.
+constexpr double kStateSpaceProductPassesForward = 2.0;
+constexpr double kStateSpaceProductPassesBackward = 4.0;
 // Qwen3-Next's attention output gate: q_proj's output split into query and gate, the gate's
 // reshape, sigmoid and the product.
 constexpr double kOutputGateOps = 5;
@@ -379,6 +394,15 @@ WorkBasis work_basis(const ModelSpec& model, const Step& step) {
     b.linear_attention_flops_per_token = as_d(la.layers) * as_d(la.value_heads) * 2.0 *
                                          (2.0 * C * dk + 2.0 * C * dv + 3.0 * dk * dv + C * C / 3.0);
   }
+  if (const StateSpace& ss = model.state_space; ss.layers > 0) {
+    // Per token and layer, fp32 (4 bytes): G = C B^T (chunk x state a head), M = G L and the segment sums'
+    // three temporaries (chunk a head each), the diagonal output M x (chunk x inner), the chunk
+    // states B^T x and C times the states (inner x state each); positions padded to whole chunks.
+    const double Q = as_d(ss.chunk_size), H = as_d(ss.heads), n = as_d(ss.state_size), I = as_d(ss.inner_width());
+    const double p = std::ceil(b.seq / Q) * Q / b.seq;
+    b.state_space_products_per_token =
+        as_d(ss.layers) * 4.0 * p * (H * Q * n + 4.0 * H * Q + I * Q + 2.0 * I * n);
+  }
   b.hidden = as_d(model.hidden_size);
   b.vocab = as_d(model.vocab_size);
   b.heads = as_d(model.num_heads);
@@ -460,9 +484,11 @@ WorkBasis work_basis(const ModelSpec& model, const Step& step) {
   // Of the layers, the attention layers attend (eagerly, with q/k norms, gated); the others are
   // Gated DeltaNet layers.
   const double attending = b.attention_layers / L;
+  const double gated_delta = as_d(model.linear_attention.layers) / L, state_space = as_d(model.state_space.layers) / L;
   double layer_ops = kLayerForwardOps + attending * ((b.eager ? kEagerExtraOps : 0.0) + (model.qk_norm ? 16.0 : 0.0) +
                                                      (model.attention_output_gate ? kOutputGateOps : 0.0)) +
-                     (1.0 - attending) * (kGatedDeltaNetOps - kAttentionBlockOps) + 8.0 * as_d(model.norms_per_layer - 2);
+                     gated_delta * (kGatedDeltaNetOps - kAttentionBlockOps) +
+                     state_space * (kStateSpaceScanOps - kAttentionBlockOps) + 8.0 * as_d(model.norms_per_layer - 2);
   if (model.is_mla()) layer_ops += kLatentAttentionExtraOps + (model.q_lora_rank > 0 ? kLowRankQueryExtraOps : 0.0);
   if (model.layer_norm) layer_ops -= as_d(model.norms_per_layer) * (kRmsNormOps - 1.0);
   layer_ops += kLoraForwardOps * targets / L;
@@ -784,6 +810,8 @@ StepWork step_work(const WorkBasis& b, double tokens, double batch, bool grad_ck
     loss_bytes += (b.logit_bytes + kAccelerateFp32Bytes + kSftMetricWidthsPerLogit * kAccelerateFp32Bytes) * T * V;
   }
   w.memory_bytes = saved * (kTrafficPerSavedByteForward + kTrafficPerSavedByteBackward) +
+                   b.state_space_products_per_token * T *
+                       (kStateSpaceProductPassesForward * (1.0 + (ckpt ? 1.0 : 0.0)) + kStateSpaceProductPassesBackward) +
                    (ckpt ? layer_saved * kTrafficPerSavedByteForward : 0.0) + loss_bytes + lora_bytes -
                    w.adapter_bytes + b.scaling_bytes_per_token * T;
   // Every pass (forward, backward, recompute) reads each weight matrix once; a quantised one is

@@ -21,6 +21,9 @@ struct WorkBasis {
   double attention_layers = 0;  // layers that attend (the others mix tokens by linear attention)
   // The gated delta rule's forward FLOPs a token over every linear-attention layer (Qwen3-Next).
   double linear_attention_flops_per_token = 0;
+  // Bytes a token over every Mamba-2 layer of the PyTorch scan's broadcast products and the segment
+  // sums' temporaries, each written and read once in the forward (step_work counts the backward's).
+  double state_space_products_per_token = 0;
   bool full = false;          // full fine-tuning: the base's weight gradients are computed
   bool fp32_compute = false;  // matmuls on CUDA cores (pure fp32 training)
   bool eager = false;         // eager attention
