@@ -1,0 +1,149 @@
+// Granite 4.0-H: Mamba-2 layers beside a few attention layers, each layer with shared_mlp (the
+// layer's MLP, or the shared expert beside routed experts). Its parameter count by hand from
+// transformers' module tree (GraniteMoeHybridMambaLayer, GraniteMoeHybridMLP) against the model
+// cards; which layers are which; what a Mamba-2 layer keeps in transformers' PyTorch scan
+// (mamba2_chunk_scan, the gated RMSNorm), by hand from the code docs/model.md cites.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+
+#include "step/step.hpp"
+#include "support/saved_tensors.hpp"
+#include "trainfit/trainfit.hpp"
+
+namespace trainfit::detail {
+namespace {
+
+using testing::kept;
+
+// Granite 4.0-H-350M's shapes at `layers` layers, with extra fields (no layer_types: every layer Mamba-2).
+std::string granite4(int layers, const std::string& extra = "") {
+  return R"({"model_type": "granitemoehybrid", "hidden_size": 768, "num_hidden_layers": )" + std::to_string(layers) +
+         R"(, "num_attention_heads": 12, "num_key_value_heads": 4, "intermediate_size": 2048,
+      "shared_intermediate_size": 2048, "num_local_experts": 0, "num_experts_per_tok": 0, "vocab_size": 100352,
+      "tie_word_embeddings": true, "mamba_n_heads": 48, "mamba_d_head": 32, "mamba_d_state": 128,
+      "mamba_n_groups": 1, "mamba_d_conv": 4, "mamba_expand": 2, "mamba_chunk_size": 256,
+      "position_embedding_type": "nope")" +
+         extra + "}";
+}
+
+// The Mamba-2 layer: in_proj (h -> 2 x 1536 + 2 x 128 + 48), the depthwise convolution over x, B
+// and C (1792 channels x 4, with a bias), dt_bias, A_log and D (48 each), the gated norm (1536),
+// out_proj (1536 -> h). Attention: q, k, v, o (12 heads of 64, 4 key/value heads). shared_mlp:
+// input_linear (h -> 2 x 2048) and output_linear. Two norms a layer, the final norm, the tied
+// embedding.
+TEST(Granite4Hybrid, CountsByHandAndAgainstTheModelCard) {
+  const ModelSpec m = load_model("ibm-granite/granite-4.0-h-350m");
+  EXPECT_EQ(m.model_type, "granitemoehybrid");
+  EXPECT_EQ(m.state_space.layers, 28);  // layer_types: attention at 10, 13, 17 and 27
+  EXPECT_EQ(m.attention_layers(), 4);
+  EXPECT_FALSE(m.is_moe());
+  EXPECT_TRUE(m.fused_gate_up);
+  EXPECT_TRUE(m.scaled_residuals && m.scaled_logits);
+  EXPECT_EQ(m.rotary_tables, 0);  // position_embedding_type "nope": no rotary embedding at all
+  const std::int64_t h = 768;
+  const std::int64_t mamba = h * (2 * 1536 + 2 * 128 + 48) + 1792 * 5 + 3 * 48 + 1536 + 1536 * h;
+  const std::int64_t attention = h * 768 + 2 * h * 256 + 768 * h;
+  const std::int64_t mlp = h * 4096 + 2048 * h;
+  const ParameterCounts c = count_parameters(m);
+  EXPECT_EQ(c.total, 100'352LL * h + 28 * mamba + 4 * attention + 32 * (mlp + 2 * h) + h);
+  EXPECT_NEAR(static_cast<double>(c.total) / published_parameters(m.name).total, 1.0, 0.01);
+}
+
+// Tiny and Small: every layer has 64 (72) experts, 6 (10) of them a token, and shared_mlp as the
+// shared expert, added unscaled. Against the model cards' 7B / 1B and 32B / 9B.
+TEST(Granite4Hybrid, TheMixturesOfExpertsCountAsTheirCardsSay) {
+  const ModelSpec tiny = load_model("ibm-granite/granite-4.0-h-tiny");
+  ASSERT_TRUE(tiny.is_moe());
+  EXPECT_EQ(tiny.num_experts, 64);
+  EXPECT_EQ(tiny.experts_per_token, 6);
+  EXPECT_EQ(tiny.moe_intermediate_size, 512);
+  EXPECT_EQ(tiny.shared_expert_intermediate_size, 1024);
+  EXPECT_FALSE(tiny.shared_expert_scaled);
+  EXPECT_TRUE(tiny.router_softmax_over_top_k);
+  const ParameterCounts t = count_parameters(tiny);
+  EXPECT_EQ(t.total, 6'939'037'248);
+  EXPECT_EQ(t.activated, 1'465'470'528);
+  const ParameterCounts s = count_parameters(load_model("granite4.0-h-small"));
+  EXPECT_EQ(s.total, 32'207'337'984);
+  EXPECT_EQ(s.activated, 8'803'121'664);
+  // Within 1% of the cards' total (Tiny's "7B" is a round figure: 0.9% off).
+  EXPECT_NEAR(static_cast<double>(s.total) / 32e9, 1.0, 0.01);
+  EXPECT_NEAR(static_cast<double>(t.total) / 7e9, 1.0, 0.01);
+}
+
+TEST(Granite4Hybrid, LayerTypesAndHeadsAreReadOrRefused) {
+  EXPECT_EQ(parse_model_config(granite4(4), "c").state_space.layers, 4);  // no list: every layer Mamba-2
+  const ModelSpec listed =
+      parse_model_config(granite4(4, R"(, "layer_types": ["mamba", "attention", "mamba", "attention"])"), "c");
+  EXPECT_EQ(listed.state_space.layers, 2);
+  EXPECT_EQ(listed.rope_free_layers, 2);
+  // "auto" divides mamba_expand x hidden_size among the heads.
+  EXPECT_EQ(parse_model_config(granite4(2, R"(, "mamba_d_head": "auto")"), "c").state_space.head_dim, 32);
+  // A rotary embedding only when position_embedding_type says "rope".
+  EXPECT_EQ(parse_model_config(granite4(2, R"(, "position_embedding_type": "rope")"), "c").rotary_tables, 1);
+  for (const std::string& bad : {std::string(R"(, "layer_types": ["mamba", "sliding_attention"])"),
+                                 std::string(R"(, "layer_types": ["mamba"])"),
+                                 std::string(R"(, "mamba_d_head": 64)"),
+                                 std::string(R"(, "mamba_n_groups": 5)")}) {
+    EXPECT_THROW((void)parse_model_config(granite4(2, bad), "c"), InputError) << bad;
+  }
+}
+
+// What a Mamba-2 layer keeps a token in transformers' PyTorch scan, LoRA on in_proj and out_proj
+// with bf16 adapters and no dropout (so the branches read their modules' inputs as they are),
+// bf16 compute, 1024 positions (four chunks of 256): by hand.
+TEST(Granite4Hybrid, AMambaLayerKeepsTheScansFp32Products) {
+  const ModelSpec m = parse_model_config(granite4(2), "c");
+  TrainingSetup s;
+  s.lora.dropout = 0;
+  s.lora.adapter_dtype = DType::bf16;
+  s.lora.targets = {"in_proj", "out_proj"};
+  s.seq = 1024;
+  const auto a = describe_step(m, s).tensors.layer_activations;
+  const double c = 2, f = 4, I = 1536, H = 48, n = 128, Q = 256;
+  EXPECT_EQ(kept(a, "in_proj output (z, x, B, C, dt; the convolution reads a view)"), c * (2 * I + 2 * n + H));
+  EXPECT_DOUBLE_EQ(kept(a, "convolution output (SiLU input)"), c * 1792 * (1024 + 3) / 1024.0);
+  EXPECT_EQ(kept(a, "x times dt, chunked (fp32)"), f * I);
+  EXPECT_EQ(kept(a, "B and C repeated to the heads, chunked (fp32)"), 2 * f * H * n);
+  EXPECT_EQ(kept(a, "segment decays L (fp32, a chunk's width a head)"), f * H * Q);
+  EXPECT_EQ(kept(a, "G times L, M (fp32)"), f * H * Q);
+  EXPECT_DOUBLE_EQ(kept(a, "chunk states and their running sums (fp32)"), 2 * f * I * n * 5 / 1024.0);
+  EXPECT_EQ(kept(a, "gate SiLU output (fp32)"), f * I);
+  EXPECT_EQ(kept(a, "gated norm output"), c * I);  // out_proj's input, kept by its LoRA branch
+  EXPECT_EQ(kept(a, "attention input"), c * 768);  // in_proj's
+  // No attention: no scores; D's and A_log's other factors only when they train.
+  EXPECT_EQ(kept(a, "attention log-sum-exp"), -1);
+  EXPECT_EQ(kept(a, "x padded (fp32, for D's gradient)"), -1);
+  s.method = Method::full;
+  EXPECT_EQ(kept(describe_step(m, s).tensors.layer_activations, "x padded (fp32, for D's gradient)"), f * I);
+  // A sequence that is not a whole number of chunks pads the chunked tensors: 1000 positions in 4 chunks.
+  s.seq = 1000;
+  EXPECT_DOUBLE_EQ(kept(describe_step(m, s).tensors.layer_activations, "x times dt, chunked (fp32)"),
+                   f * I * 1024 / 1000.0);
+}
+
+// The scan's largest product, C B^T over a chunk for every head and state entry (fp32), exists
+// whole for a moment: twice in the backward. It grows with the tokens like the saved tensors, so
+// a 350M model's peak is mostly the scan's.
+TEST(Granite4Hybrid, TheScansProductsAreThePeaksTransient) {
+  const ModelSpec m = load_model("granite4.0-h-350m");
+  TrainingSetup s;
+  s.seq = 1024;
+  const Plan p = make_plan(m, s, find_gpu("h200"));
+  const double product = 4.0 * 48 * 256 * 128 * 1024;  // bytes at 1024 tokens
+  double transient = 0;
+  for (const MemoryTerm& t : p.memory.breakdown)
+    if (t.category == "transient") transient = static_cast<double>(t.bytes);
+  EXPECT_GE(transient, 2 * product);
+  EXPECT_LT(transient, 2 * product * 1.1);
+  // The plan says which path it planned.
+  bool warned = false;
+  for (const std::string& w : p.warnings) warned = warned || w.starts_with("28 of granitemoehybrid's 32 layers are Mamba-2");
+  EXPECT_TRUE(warned);
+}
+
+}  // namespace
+}  // namespace trainfit::detail
