@@ -121,9 +121,9 @@ def build_model(torch, cfg, device, res, kind=None):
         vocab = model.vocab_size
     else:
         import transformers
-        # A multimodal config with vision_tower loaded builds the whole ...ForConditionalGeneration,
-        # as AutoModelForCausalLM and the trainers do; its steps are text-only.
-        whole = cfg.get("vision_tower", "loaded") == "loaded" and (model_json(cfg["model"]) or {}).get(
+        # A multimodal config with vision_tower loaded (or frozen: loaded, its parameters frozen below)
+        # builds the whole ...ForConditionalGeneration, as AutoModelForCausalLM and the trainers do.
+        whole = cfg.get("vision_tower", "loaded") in ("loaded", "frozen") and (model_json(cfg["model"]) or {}).get(
             "model_type") in MULTIMODAL
         hf = load_hf_config(cfg["model"], whole=whole)
         attn = {"sdpa": "sdpa", "eager": "eager", "flash": "flash_attention_2"}[cfg["attn"]]
