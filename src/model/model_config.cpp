@@ -8,6 +8,7 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -285,22 +286,35 @@ void read_sliding_window(const ConfigReader& r, ModelSpec& m, bool gemma3) {
   }
 }
 
+// How many of layer_types' entries are one of `mixing` (layers that mix tokens otherwise than by
+// attention), the rest being one of `attending`; -1 without the list. Another kind is refused.
+std::int64_t listed_mixing_layers(const ConfigReader& r, std::int64_t layers,
+                                  std::initializer_list<std::string_view> mixing,
+                                  std::initializer_list<std::string_view> attending) {
+  const json* types = r.find("layer_types");
+  if (types == nullptr) return -1;
+  if (!types->is_array() || static_cast<std::int64_t>(types->size()) != layers)
+    r.fail("field " + r.quoted("layer_types") + " must be a list of one kind per layer (" + std::to_string(layers) +
+           ")");
+  const auto among = [](const json& kind, std::initializer_list<std::string_view> kinds) {
+    return kind.is_string() && std::find(kinds.begin(), kinds.end(), kind.get_ref<const std::string&>()) != kinds.end();
+  };
+  std::int64_t n = 0;
+  for (const json& kind : *types) {
+    if (!among(kind, mixing) && !among(kind, attending))
+      r.fail("field " + r.quoted("layer_types") + " must hold \"" + std::string(*mixing.begin()) + "\" or \"" +
+             std::string(*attending.begin()) + "\" (got " + describe(kind) + ")");
+    if (among(kind, mixing)) ++n;
+  }
+  return n;
+}
+
 // Qwen3-Next's Gated DeltaNet layers: layer_types' "linear_attention" entries, or, without the
 // list, all but every full_attention_interval-th layer (Qwen3NextConfig's default, interval 4).
 void read_linear_attention(const ConfigReader& r, ModelSpec& m) {
   LinearAttention& la = m.linear_attention;
-  if (const json* types = r.find("layer_types"); types != nullptr && !types->is_null()) {
-    if (!types->is_array() || static_cast<std::int64_t>(types->size()) != m.num_layers)
-      r.fail("field " + r.quoted("layer_types") + " must be a list of one kind per layer (" +
-             std::to_string(m.num_layers) + ")");
-    for (const json& kind : *types) {
-      const bool linear = kind == "linear_attention";
-      if (!linear && kind != "full_attention")
-        r.fail("field " + r.quoted("layer_types") + " must hold \"linear_attention\" or \"full_attention\" (got " +
-               describe(kind) + ")");
-      if (linear) ++la.layers;
-    }
-  } else {
+  la.layers = listed_mixing_layers(r, m.num_layers, {"linear_attention"}, {"full_attention"});
+  if (la.layers < 0) {
     const std::int64_t interval = r.optional_int("full_attention_interval", 4, 1, kMaxLayers);
     la.layers = m.num_layers - m.num_layers / interval;
   }
@@ -323,20 +337,8 @@ void read_linear_attention(const ConfigReader& r, ModelSpec& m) {
 // hidden_size wide, in mamba_n_heads heads of mamba_d_head ("auto": the width over the heads).
 void read_state_space(const ConfigReader& r, ModelSpec& m) {
   StateSpace& ss = m.state_space;
-  if (const json* types = r.find("layer_types"); types != nullptr && !types->is_null()) {
-    if (!types->is_array() || static_cast<std::int64_t>(types->size()) != m.num_layers)
-      r.fail("field " + r.quoted("layer_types") + " must be a list of one kind per layer (" +
-             std::to_string(m.num_layers) + ")");
-    for (const json& kind : *types) {
-      const bool mamba = kind == "mamba" || kind == "linear_attention";
-      if (!mamba && kind != "attention" && kind != "full_attention")
-        r.fail("field " + r.quoted("layer_types") + " must hold \"mamba\" or \"attention\" (got " + describe(kind) +
-               ")");
-      if (mamba) ++ss.layers;
-    }
-  } else {
-    ss.layers = m.num_layers;
-  }
+  ss.layers = listed_mixing_layers(r, m.num_layers, {"mamba", "linear_attention"}, {"attention", "full_attention"});
+  if (ss.layers < 0) ss.layers = m.num_layers;
   const std::int64_t expand = r.optional_int("mamba_expand", 2, 1, kMaxHeads);
   if (expand * m.hidden_size > kMaxIntermediate)
     r.fail("field " + r.quoted("mamba_expand") + " times " + r.quoted("hidden_size") + " must be at most " +

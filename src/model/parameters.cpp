@@ -164,6 +164,17 @@ void add_mlp(const ModelSpec& s, std::vector<LinearModule>& out) {
   }
 }
 
+// A layer that mixes its tokens otherwise than by attention (add_mixer's modules) and has the
+// model's MLP kind; none when the model has no such layers.
+std::vector<LinearModule> mixer_layer_linear_modules(const ModelSpec& model, std::int64_t layers,
+                                                     void (*add_mixer)(const ModelSpec&, std::vector<LinearModule>&)) {
+  std::vector<LinearModule> out;
+  if (layers == 0) return out;
+  add_mixer(model, out);
+  add_mlp(model, out);
+  return out;
+}
+
 }  // namespace
 
 std::vector<LinearModule> layer_linear_modules(const ModelSpec& model) {
@@ -182,19 +193,11 @@ std::vector<LinearModule> dense_layer_linear_modules(const ModelSpec& model) {
 }
 
 std::vector<LinearModule> linear_attention_layer_linear_modules(const ModelSpec& model) {
-  std::vector<LinearModule> out;
-  if (model.linear_attention.layers == 0) return out;
-  add_linear_attention(model, out);
-  add_mlp(model, out);
-  return out;
+  return mixer_layer_linear_modules(model, model.linear_attention.layers, add_linear_attention);
 }
 
 std::vector<LinearModule> state_space_layer_linear_modules(const ModelSpec& model) {
-  std::vector<LinearModule> out;
-  if (model.state_space.layers == 0) return out;
-  add_state_space(model, out);
-  add_mlp(model, out);
-  return out;
+  return mixer_layer_linear_modules(model, model.state_space.layers, add_state_space);
 }
 
 std::vector<LinearModule> model_linear_modules(const ModelSpec& model) {
