@@ -84,6 +84,11 @@ CASES = {
                                                                     lora_dropout=0.05, seq=4096, batch=2,
                                                                     grad_ckpt=True)),
     "qwen3next-l4-full-ckpt": ("qwen3-next-80b-a3b", 4, dict(method="full", seq=1024, batch=1, grad_ckpt=True)),
+    # Mistral Small 3.1 (Mistral3ForConditionalGeneration: Mistral's text layers, Pixtral's tower loaded
+    # and idle in a text step); whole, and at four text layers.
+    "mistral31-lora-ckpt": ("mistral-small3.1", None, dict(method="lora", seq=1024, batch=2, grad_ckpt=True)),
+    "mistral31-l4-lora": ("mistral-small3.1", 4, dict(method="lora", seq=2048, batch=2, grad_ckpt=False)),
+    "mistral31-l4-full-ckpt": ("mistral-small3.1", 4, dict(method="full", seq=1024, batch=2, grad_ckpt=True)),
     # Granite 4.0-H: Mamba-2 layers as transformers runs them without the hub's kernels (its PyTorch
     # scan), four attention layers among them; Tiny at six layers (five Mamba-2, one attention).
     "granite4-350m-lora": ("granite4.0-h-350m", None, dict(method="lora", seq=1024, batch=1, grad_ckpt=False)),
