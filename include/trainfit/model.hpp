@@ -145,7 +145,7 @@ struct LinearAttention {
 };
 
 // Mamba-2 layers (the state space duality, SSD; Granite 4.0-H's GraniteMoeHybridMambaLayer,
-// docs/models.md): heads x head_dim channels, each head with a state of head_dim x state_size,
+// Falcon-H1's FalconH1Mixer, docs/models.md): heads x head_dim channels, each head with a state of head_dim x state_size,
 // written and read through B and C (state_size wide, shared by the heads of a group).
 struct StateSpace {
   std::int64_t layers = 0;  // how many decoder layers mix tokens so; 0: none
@@ -156,7 +156,14 @@ struct StateSpace {
   std::int64_t conv_kernel = 0;  // the depthwise causal convolution over x, B and C
   std::int64_t chunk_size = 0;   // the scan's chunks (the quadratic form within one)
   bool conv_bias = true;
-  bool projection_bias = false;  // on in_proj and out_proj
+  bool input_bias = false;   // in_proj's (mamba_proj_bias)
+  bool output_bias = false;  // out_proj's (mamba_proj_bias; Falcon-H1: projectors_bias)
+  // The scan's output through a gated RMSNorm (norm(y x silu(z)) in fp32), or multiplied by
+  // silu(z) alone (Falcon-H1 with mamba_rms_norm false).
+  bool gated_norm = true;
+  // Falcon-H1: every layer runs attention and the Mamba-2 mixer side by side on the same
+  // normalised input and adds their outputs (the model's layers all attend and all scan).
+  bool parallel_attention = false;
   std::int64_t inner_width() const { return heads * head_dim; }
   std::int64_t conv_width() const { return inner_width() + 2 * groups * state_size; }
   // in_proj's output: the gate z, x, B, C and a step size dt a head.
@@ -234,7 +241,7 @@ struct ModelSpec {
   bool attention_output_gate = false;
   // Qwen3-Next's Gated DeltaNet layers (layers of the model that are not attention layers).
   LinearAttention linear_attention;
-  // Granite 4.0-H's Mamba-2 layers (the other layers attend).
+  // Granite 4.0-H's Mamba-2 layers (the other layers attend); Falcon-H1's, every layer, beside attention.
   StateSpace state_space;
   // The dense MLP's gate and up are one nn.Linear (phi3's gate_up_proj, Granite 4.0's
   // shared_mlp.input_linear), whose output is split in two.
@@ -280,8 +287,13 @@ struct ModelSpec {
   // The expert rows one token's forward runs: its top-k, or every expert under dense routing.
   std::int64_t expert_rows_per_token() const { return dense_expert_routing ? num_experts : experts_per_token; }
   bool is_mla() const { return kv_lora_rank > 0; }
-  // Layers that attend (the rest mix tokens by linear attention or a state space).
-  std::int64_t attention_layers() const { return num_layers - linear_attention.layers - state_space.layers; }
+  // Layers of the plain kind: attention and an MLP (the rest mix tokens by linear attention or a
+  // state space, or, in Falcon-H1, by both attention and a state space).
+  std::int64_t attention_only_layers() const { return num_layers - linear_attention.layers - state_space.layers; }
+  // Layers that attend.
+  std::int64_t attention_layers() const {
+    return attention_only_layers() + (state_space.parallel_attention ? state_space.layers : 0);
+  }
   // A value head's width, and the width of the rotary part of a query or key head.
   std::int64_t value_head_dim() const { return is_mla() ? v_head_dim : head_dim; }
   std::int64_t rotary_dim() const { return is_mla() ? qk_rope_head_dim : head_dim; }

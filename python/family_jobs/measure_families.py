@@ -27,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 MODELS = ["smollm3-3b", "granite3.3-2b", "granite3.3-8b", "gpt-oss-20b", "gpt-oss-120b", "glm4.5-air", "gemma3-4b",
           "mistral-small3.1", "qwen2.5-vl-7b", "qwen3-vl-8b", "llama4-scout", "qwen3-next-80b-a3b",
-          "granite4.0-h-350m", "granite4.0-h-tiny", "granite4.0-h-small"]
+          "granite4.0-h-350m", "granite4.0-h-tiny", "granite4.0-h-small", "falcon-h1-0.5b", "falcon-h1-7b"]
 
 ATTN_ONLY = "q_proj,k_proj,v_proj,o_proj"
 # Qwen3-Next's token mixers: the attention layers' projections and the Gated DeltaNet layers'.
@@ -98,6 +98,11 @@ CASES = {
                                                            grad_ckpt=False)),
     "granite4-tiny-lora-ckpt": ("granite4.0-h-tiny", None, dict(method="lora", lora_dropout=0.0, seq=1024, batch=1,
                                                                 grad_ckpt=True)),
+    # Falcon-H1: attention and the PyTorch Mamba-2 scan side by side in every layer; 0.5B without the
+    # gated norm, 7B (at four layers) with it.
+    "falconh1-0.5b-lora": ("falcon-h1-0.5b", None, dict(method="lora", seq=1024, batch=1, grad_ckpt=False)),
+    "falconh1-0.5b-full-ckpt": ("falcon-h1-0.5b", None, dict(method="full", seq=2048, batch=1, grad_ckpt=True)),
+    "falconh1-7b-l4-lora": ("falcon-h1-7b", 4, dict(method="lora", seq=1024, batch=1, grad_ckpt=False)),
     "llama4-l2-lora-attn-loaded": ("llama4-scout", 2, dict(method="lora", lora_targets=ATTN_ONLY, seq=1024,
                                                            batch=1, grad_ckpt=False)),
 }

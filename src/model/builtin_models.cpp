@@ -148,6 +148,13 @@ const std::vector<Entry>& catalogue() {
        "granite4.0-h-350m",
        {"ibm-granite/granite-4.0-h-350m", "ibm-granite/granite-4.0-h-350m-base"},
        {0.34 * kB}},
+      // Falcon-H1: attention and a Mamba-2 mixer side by side in every layer. The configs are
+      // transcribed from TII's Megatron-Bridge port (docs/models.md); no verbatim copy of the Hub
+      // files was found. No published count is recorded: the cards name the models by round sizes
+      // (0.5B, 7B, 34B), 4%, 8% and 1% from their configs' counts.
+      {"falcon-h1-0.5b", "falcon-h1-0.5b", {"tiiuae/Falcon-H1-0.5B-Instruct", "tiiuae/Falcon-H1-0.5B-Base"}},
+      {"falcon-h1-7b", "falcon-h1-7b", {"tiiuae/Falcon-H1-7B-Instruct", "tiiuae/Falcon-H1-7B-Base"}},
+      {"falcon-h1-34b", "falcon-h1-34b", {"tiiuae/Falcon-H1-34B-Instruct", "tiiuae/Falcon-H1-34B-Base"}},
   };
   return entries;
 }

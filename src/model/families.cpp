@@ -127,6 +127,9 @@ std::vector<ModelFamily> built_in_families() {
                                                        {R::expert_down, "block_sparse_moe.experts.down_proj"}});
   granite4.fused_experts = granite4.bare_router = granite4.mixture_of_experts = true;
   rows.push_back(granite4);
+  // Falcon-H1: every layer runs Llama's attention (self_attn) and a Mamba-2 mixer (mamba) side by
+  // side, then Llama's gated MLP (feed_forward.gate_proj, up_proj, down_proj).
+  rows.push_back(built_in("falcon_h1"));
   // PhimoeTopKRouter is an nn.Linear under the MLP block, named router; its forward returns a tuple
   // (logits and routing weights), which PEFT's LoRA forward cannot take ("'tuple' object has no
   // attribute 'dtype'", on the GPU machine).

@@ -332,28 +332,38 @@ void read_linear_attention(const ConfigReader& r, ModelSpec& m) {
            "has experts");
 }
 
-// Granite 4.0's Mamba-2 layers: layer_types' "mamba" entries (the rest "attention"), or, without
-// the list, every layer (GraniteMoeHybridConfig.layers_block_type). The mixer is mamba_expand x
-// hidden_size wide, in mamba_n_heads heads of mamba_d_head ("auto": the width over the heads).
+// Mamba-2 layers. Granite 4.0's: layer_types' "mamba" entries (the rest "attention"), or, without
+// the list, every layer (GraniteMoeHybridConfig.layers_block_type); the mixer is mamba_expand x
+// hidden_size wide. Falcon-H1's: every layer, beside its attention; the mixer is mamba_d_ssm wide
+// (FalconH1Config: 1024 when absent, mamba_expand x hidden_size when null). Both in mamba_n_heads
+// heads of mamba_d_head ("auto": the width over the heads).
 void read_state_space(const ConfigReader& r, ModelSpec& m) {
+  const bool falcon = m.model_type == "falcon_h1";
   StateSpace& ss = m.state_space;
-  ss.layers = listed_mixing_layers(r, m.num_layers, {"mamba", "linear_attention"}, {"attention", "full_attention"});
-  if (ss.layers < 0) ss.layers = m.num_layers;
+  ss.parallel_attention = falcon;
+  if (falcon) {
+    ss.layers = m.num_layers;
+  } else {
+    ss.layers = listed_mixing_layers(r, m.num_layers, {"mamba", "linear_attention"}, {"attention", "full_attention"});
+    if (ss.layers < 0) ss.layers = m.num_layers;
+  }
   const std::int64_t expand = r.optional_int("mamba_expand", 2, 1, kMaxHeads);
   if (expand * m.hidden_size > kMaxIntermediate)
     r.fail("field " + r.quoted("mamba_expand") + " times " + r.quoted("hidden_size") + " must be at most " +
            std::to_string(kMaxIntermediate));
-  const std::int64_t inner = expand * m.hidden_size;
+  std::int64_t inner = expand * m.hidden_size;
+  if (falcon && !r.is_explicit_null("mamba_d_ssm")) inner = r.optional_int("mamba_d_ssm", 1024, 1, kMaxIntermediate);
   ss.heads = r.optional_int("mamba_n_heads", 128, 1, kMaxHeads);
-  if (const json* d = r.find("mamba_d_head"); d == nullptr || d->is_null() || *d == "auto") {
+  if (const json* d = r.find("mamba_d_head"); d == nullptr || *d == "auto") {
     ss.head_dim = inner / ss.heads;
   } else {
     ss.head_dim = r.optional_int("mamba_d_head", 0, 1, kMaxHeadDim);
   }
   if (ss.heads * ss.head_dim != inner)
     r.fail("field " + r.quoted("mamba_n_heads") + " (" + std::to_string(ss.heads) + ") times " +
-           r.quoted("mamba_d_head") + " (" + std::to_string(ss.head_dim) + ") must equal " + r.quoted("mamba_expand") +
-           " times " + r.quoted("hidden_size") + " (" + std::to_string(inner) + ")");
+           r.quoted("mamba_d_head") + " (" + std::to_string(ss.head_dim) + ") must equal the mixer's width (" +
+           std::to_string(inner) + ", " + (falcon ? r.quoted("mamba_d_ssm") : r.quoted("mamba_expand") + " x " +
+           r.quoted("hidden_size")) + ")");
   ss.state_size = r.optional_int("mamba_d_state", 256, 1, kMaxHeadDim);
   ss.groups = r.optional_int("mamba_n_groups", 1, 1, kMaxHeads);
   if (ss.heads % ss.groups != 0)
@@ -362,7 +372,9 @@ void read_state_space(const ConfigReader& r, ModelSpec& m) {
   ss.conv_kernel = r.optional_int("mamba_d_conv", 4, 1, kMaxHeadDim);
   ss.chunk_size = r.optional_int("mamba_chunk_size", 256, 1, kMaxPositions);
   ss.conv_bias = r.optional_bool("mamba_conv_bias", true);
-  ss.projection_bias = r.optional_bool("mamba_proj_bias", false);
+  ss.input_bias = r.optional_bool("mamba_proj_bias", false);
+  ss.output_bias = falcon ? r.optional_bool("projectors_bias", false) : ss.input_bias;
+  ss.gated_norm = !falcon || r.optional_bool("mamba_rms_norm", false);
 }
 
 // SmolLM3's layers without a rotary embedding: the 0 entries of no_rope_layers, or, without the
@@ -402,6 +414,7 @@ ModelSpec read_decoder(const ConfigReader& r, std::string model_type) {
   // An all-sparse MoE never builds its dense MLP, so there intermediate_size may be absent.
   m.intermediate_size = qwen_moe || deepseek_moe(t) ? r.optional_int("intermediate_size", 0, 1, kMaxIntermediate)
                        : granite4                  ? r.optional_int("intermediate_size", 11008, 1, kMaxIntermediate)
+                       : t == "falcon_h1"          ? r.optional_int("intermediate_size", 14336, 1, kMaxIntermediate)
                                                    : r.require_int("intermediate_size", 1, kMaxIntermediate);
   read_attention(r, m);
   if (granite4 && r.optional_int("num_local_experts", 8, 0, kMaxExperts) == 0) {
@@ -425,7 +438,7 @@ ModelSpec read_decoder(const ConfigReader& r, std::string model_type) {
   // Qwen3NextRMSNorm scales by (1 + weight) in fp32 too, and casts after.
   m.norm_scale_in_fp32 = gemma || t == "qwen3_next";
   if (t == "qwen3_next") read_linear_attention(r, m);
-  if (granite4) read_state_space(r, m);
+  if (granite4 || t == "falcon_h1") read_state_space(r, m);
   // PhimoeSparseMoeBlock and PhimoeTopKRouter each apply input_jitter_noise (PhimoeConfig's default: 0).
   if (t == "phimoe" && r.optional_nonnegative_number("input_jitter_noise", 0.0) > 0) m.jitter_noise_tensors = 2;
   // Gemma names its activation hidden_activation (hidden_act is a legacy duplicate).
@@ -459,7 +472,9 @@ ModelSpec read_decoder(const ConfigReader& r, std::string model_type) {
   // GraniteModel multiplies the embedding output by embedding_multiplier and every sublayer's
   // output by residual_multiplier, and GraniteForCausalLM divides the logits by logits_scaling,
   // whatever their values (1.0 by default).
-  m.scaled_residuals = m.scaled_logits = t == "granite" || granite4;
+  // Falcon-H1's multipliers do the same (embedding_multiplier, the mixers' and the MLP's output
+  // multipliers, lm_head_multiplier), and scale the mixers' inputs and the keys besides.
+  m.scaled_residuals = m.scaled_logits = t == "granite" || granite4 || t == "falcon_h1";
   // GraniteMoeHybridModel builds its rotary embedding only when position_embedding_type is "rope"
   // (Granite 4.0-H's configs say "nope"): otherwise no layer rotates q and k.
   if (granite4 && r.optional_string("position_embedding_type", "") != "rope") {

@@ -145,14 +145,15 @@ void add_linear_attention(const ModelSpec& s, std::vector<LinearModule>& out) {
   out.push_back(module(n, R::linear_attention_output, la.value_width(), h));
 }
 
-// GraniteMoeHybridMambaLayer's nn.Linear modules: in_proj (to z, x, B, C and dt) and out_proj,
-// with a bias each when mamba_proj_bias says so.
+// GraniteMoeHybridMambaLayer's and FalconH1Mixer's nn.Linear modules: in_proj (to z, x, B, C and
+// dt) and out_proj, with their biases; Falcon-H1's layer has its attention's beside them.
 void add_state_space(const ModelSpec& s, std::vector<LinearModule>& out) {
   using R = ModuleRole;
   const ModuleNames& n = module_names(s);
   const StateSpace& ss = s.state_space;
-  out.push_back(module(n, R::state_space_input, s.hidden_size, ss.input_width(), 1, ss.projection_bias));
-  out.push_back(module(n, R::state_space_output, ss.inner_width(), s.hidden_size, 1, ss.projection_bias));
+  if (ss.parallel_attention) add_attention(s, out);
+  out.push_back(module(n, R::state_space_input, s.hidden_size, ss.input_width(), 1, ss.input_bias));
+  out.push_back(module(n, R::state_space_output, ss.inner_width(), s.hidden_size, 1, ss.output_bias));
 }
 
 // The MLP of the model's main kind of layer: its experts, or its dense MLP.
@@ -202,7 +203,7 @@ std::vector<LinearModule> state_space_layer_linear_modules(const ModelSpec& mode
 
 std::vector<LinearModule> model_linear_modules(const ModelSpec& model) {
   std::vector<LinearModule> out;
-  if (model.attention_layers() > model.dense_layers) out = layer_linear_modules(model);
+  if (model.attention_only_layers() > model.dense_layers) out = layer_linear_modules(model);
   if (model.dense_layers > 0)
     for (LinearModule& m : dense_layer_linear_modules(model)) out.push_back(std::move(m));
   for (LinearModule& m : linear_attention_layer_linear_modules(model)) out.push_back(std::move(m));
@@ -237,7 +238,8 @@ ParameterCounts count_parameters(const ModelSpec& model) {
   c.other = add(c.other, mul(la.layers, add(mul(la.conv_width(), la.conv_kernel), mul(2, la.value_heads))));
   add_layers(state_space_layer_linear_modules(model), ss.layers);
   // A Mamba-2 layer's other parameters: the depthwise convolution over x, B and C (and its bias),
-  // dt_bias, A_log and D (one a head); its gated RMSNorm over the inner width is a norm.
+  // dt_bias, A_log and D (one a head); its gated RMSNorm over the inner width (none in Falcon-H1
+  // without mamba_rms_norm) is a norm.
   c.other = add(c.other, mul(ss.layers, add(mul(ss.conv_width(), add(ss.conv_kernel, ss.conv_bias ? 1 : 0)),
                                             mul(3, ss.heads))));
   add_layers(dense_layer_linear_modules(model), model.dense_layers);
@@ -255,7 +257,7 @@ ParameterCounts count_parameters(const ModelSpec& model) {
   if (model.is_mla()) per_layer_norms = add(per_layer_norms, add(model.q_lora_rank, model.kv_lora_rank));
   c.norms = add(add(mul(model.num_layers, per_layer_norms), mul(model.attention_layers(), attention_norms)),
                 add(add(mul(model.hidden_size, per_norm), mul(la.layers, la.value_head_dim)),
-                    mul(ss.layers, ss.inner_width())));
+                    mul(ss.gated_norm ? ss.layers : 0, ss.inner_width())));
 
   if (model.attention_sinks) c.other = add(c.other, mul(model.num_layers, model.num_heads));  // a sink a head
   c.vision = model.vision.parameters();

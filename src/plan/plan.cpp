@@ -399,11 +399,17 @@ std::vector<std::string> plan_warnings(const ModelSpec& model, const TrainingSet
         model.linear_attention.layers, model.model_type, model.num_layers));
   }
   if (model.state_space.layers > 0) {
+    const std::string which =
+        model.state_space.parallel_attention
+            ? fmt::format("every one of {}'s {} layers runs a Mamba-2 mixer beside its attention", model.model_type,
+                          model.num_layers)
+            : fmt::format("{} of {}'s {} layers are Mamba-2", model.state_space.layers, model.model_type,
+                          model.num_layers);
     warnings.push_back(fmt::format(
-        "{} of {}'s {} layers are Mamba-2, planned as transformers runs them without the hub's mamba-ssm and "
-        "causal-conv1d kernels (its PyTorch scan, which holds chunk x chunk fp32 products a head and token); "
-        "with the `kernels` package and those kernels it keeps far less and runs faster, which is not planned",
-        model.state_space.layers, model.model_type, model.num_layers));
+        "{}, planned as transformers runs them without the hub's mamba-ssm and causal-conv1d kernels (its PyTorch "
+        "scan, which holds chunk x chunk fp32 products a head and token); with the `kernels` package and those "
+        "kernels it keeps far less and runs faster, which is not planned",
+        which));
   }
   if (model.generic_decoder) {
     warnings.push_back(fmt::format(

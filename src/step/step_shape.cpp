@@ -237,7 +237,7 @@ double parameter_rounding(const StepBasis& b, double matrix_bytes, double other_
     add_tensor(as_d(ss.conv_width() * ss.conv_kernel), other_bytes, n);
     if (ss.conv_bias) add_tensor(as_d(ss.conv_width()), other_bytes, n);
     add_tensor(as_d(ss.heads), other_bytes, 3.0 * n);
-    add_tensor(as_d(ss.inner_width()), other_bytes, n);
+    if (ss.gated_norm) add_tensor(as_d(ss.inner_width()), other_bytes, n);
   }
   add_tensor(as_d(b.pc.embedding), other_bytes, 1.0);
   add_tensor(as_d(b.pc.lm_head), other_bytes, 1.0);
@@ -429,6 +429,7 @@ class LayerActivations {
     } else if (find_module(mods, ModuleRole::linear_attention_qkvz) != nullptr) {
       gated_delta_net(mods);
     } else if (find_module(mods, ModuleRole::state_space_input) != nullptr) {
+      if (model.state_space.parallel_attention) attention(mods);
       state_space_scan(mods);
     } else {
       attention(mods);
@@ -686,7 +687,8 @@ class LayerActivations {
   // the segment decays L = exp(segsum(A dt)) and G = C B^T (chunk x chunk a head), M = G L,
   // Y_diag = M x; B decayed to the chunk's end and the chunk states B^T x, their running sums
   // across chunks, and C times those states decayed from the chunk's start: each product keeps both
-  // factors. The gated RMSNorm runs in fp32 on the scan's output and SiLU(z), whose product, cast
+  // factors. The gated RMSNorm (Falcon-H1: unless mamba_rms_norm is false, then y x silu(z) alone)
+  // runs in fp32 on the scan's output and SiLU(z), whose product, cast
   // back, is out_proj's input. D, dt_bias and A_log keep their other factors only when they train.
   void state_space_scan(const std::vector<LayerLinear>& mods) {
     const double c = b_.w.compute, f = kFp32Bytes;
@@ -695,8 +697,12 @@ class LayerActivations {
     const double seq = b_.seq, chunk = as_d(ss.chunk_size);
     const double chunks = std::ceil(seq / chunk);
     const double p = chunks * chunk / seq;  // positions padded to whole chunks, per position
+    // Falcon-H1's in_proj reads its own scaled copy of the input (x ssm_in_multiplier), beside
+    // attention's (x attention_in_multiplier).
+    const SharedInput input = ss.parallel_attention ? SharedInput{"", "mamba input (scaled copy)"}
+                                                    : SharedInput{"", "attention input"};
     if (const auto* in = find_module(mods, ModuleRole::state_space_input))
-      linear(*in, {"", "attention input"}, sublayer_input_bytes_, 1.0);
+      linear(*in, input, sublayer_input_bytes_, 1.0);
     keep(kept_, "in_proj output (z, x, B, C, dt; the convolution reads a view)", c * as_d(ss.input_width()));
     keep(kept_, "convolution output (SiLU input)", c * as_d(ss.conv_width()) * (seq + as_d(ss.conv_kernel) - 1.0) / seq);
     keep(kept_, "dt plus dt_bias (softplus input)", c * H);
@@ -717,12 +723,19 @@ class LayerActivations {
     keep(kept_, "chunk states and their running sums (fp32)", 2.0 * f * I * n * (chunks + 1.0) / seq);
     keep(kept_, "decays between chunks (fp32)", f * H * (chunks + 1.0) * (chunks + 1.0) / seq);
     keep(kept_, "C times states, summed (fp32)", f * I * p);
-    keep(kept_, "gated norm input (fp32 scan output)", f * I * p);
-    keep(kept_, "gate z (fp32 copy, SiLU input)", f * I);
-    keep(kept_, "gate SiLU output (fp32)", f * I);
-    keep(kept_, "gated product (fp32)", f * I);
-    keep(kept_, "gated norm reciprocal deviation (fp32)", f);
-    if (b_.full) keep(kept_, "gated norm normalised (fp32)", f * I);
+    if (ss.gated_norm) {
+      keep(kept_, "gated norm input (fp32 scan output)", f * I * p);
+      keep(kept_, "gate z (fp32 copy, SiLU input)", f * I);
+      keep(kept_, "gate SiLU output (fp32)", f * I);
+      keep(kept_, "gated product (fp32)", f * I);
+      keep(kept_, "gated norm reciprocal deviation (fp32)", f);
+      if (b_.full) keep(kept_, "gated norm normalised (fp32)", f * I);
+    } else {
+      // Falcon-H1 without mamba_rms_norm: y x silu(z), z a view of in_proj's kept output; the
+      // product keeps the scan's fp32 output and the SiLU's (compute dtype) output.
+      keep(kept_, "scan output (fp32)", f * I * p);
+      keep(kept_, "gate SiLU output", c * I);
+    }
     if (const auto* out = find_module(mods, ModuleRole::state_space_output))
       linear(*out, {"", "gated norm output"}, c, 1.0);
   }
@@ -1211,7 +1224,7 @@ LayerLinears layer_linears(const ModelSpec& model, const TrainingSetup& setup) {
     return out;
   };
   LayerLinears ls;
-  const double attention_layers = as_d(model.attention_layers());
+  const double attention_layers = as_d(model.attention_only_layers());
   if (model.is_moe()) {
     ls.moe = with_targets(layer_linear_modules(model));
     ls.dense = with_targets(dense_layer_linear_modules(model));

@@ -66,6 +66,10 @@ constexpr double kStateSpaceScanOps = 118;
 // The scan's broadcast products (G, M, the diagonal output, the chunk states, C times the states)
 // are summed where they are made; their backward (MulBackward0) makes both factors' gradients at
 // the product's size, each reduced after: 2 passes over a product forward, 4 backward.
+// Falcon-H1's products by its multipliers a layer: the mixer's input (ssm_in), in_proj's output
+// (mup_vector), the mixer's output (ssm_out), attention's input and output (attention_in, _out),
+// the keys (key_multiplier), the MLP's gate and output (mlp_multipliers), and the two outputs' sum.
+constexpr double kFalconMultiplierOps = 9;
 constexpr double kStateSpaceProductPassesForward = 2.0;
 constexpr double kStateSpaceProductPassesBackward = 4.0;
 // Qwen3-Next's attention output gate: q_proj's output split into query and gate, the gate's
@@ -485,10 +489,13 @@ WorkBasis work_basis(const ModelSpec& model, const Step& step) {
   // Gated DeltaNet layers.
   const double attending = b.attention_layers / L;
   const double gated_delta = as_d(model.linear_attention.layers) / L, state_space = as_d(model.state_space.layers) / L;
+  // Falcon-H1's layers scan beside their attention, not in its place.
+  const bool parallel_scan = model.state_space.parallel_attention;
   double layer_ops = kLayerForwardOps + attending * ((b.eager ? kEagerExtraOps : 0.0) + (model.qk_norm ? 16.0 : 0.0) +
                                                      (model.attention_output_gate ? kOutputGateOps : 0.0)) +
                      gated_delta * (kGatedDeltaNetOps - kAttentionBlockOps) +
-                     state_space * (kStateSpaceScanOps - kAttentionBlockOps) + 8.0 * as_d(model.norms_per_layer - 2);
+                     state_space * (kStateSpaceScanOps - (parallel_scan ? 0.0 : kAttentionBlockOps)) +
+                     (parallel_scan ? kFalconMultiplierOps : 0.0) + 8.0 * as_d(model.norms_per_layer - 2);
   if (model.is_mla()) layer_ops += kLatentAttentionExtraOps + (model.q_lora_rank > 0 ? kLowRankQueryExtraOps : 0.0);
   if (model.layer_norm) layer_ops -= as_d(model.norms_per_layer) * (kRmsNormOps - 1.0);
   layer_ops += kLoraForwardOps * targets / L;

@@ -147,3 +147,55 @@ TEST(Granite4Hybrid, TheScansProductsAreThePeaksTransient) {
 
 }  // namespace
 }  // namespace trainfit::detail
+
+namespace trainfit::detail {
+namespace {
+
+using testing::kept;
+
+// Falcon-H1-0.5B: every layer runs attention (8 heads of 64, 2 key/value heads) and a Mamba-2 mixer
+// (mamba_d_ssm 1536 in 24 heads of 64, state 128; no gated norm: mamba_rms_norm false) side by side,
+// then a gated MLP (2048); untied embedding. By hand: 521,411,104.
+TEST(FalconH1, CountsByHand) {
+  const ModelSpec m = load_model("tiiuae/Falcon-H1-0.5B-Instruct");
+  EXPECT_EQ(m.model_type, "falcon_h1");
+  EXPECT_EQ(m.state_space.layers, 36);
+  EXPECT_EQ(m.attention_layers(), 36);  // every layer attends, beside its scan
+  EXPECT_EQ(m.attention_only_layers(), 0);
+  EXPECT_FALSE(m.state_space.gated_norm);
+  const std::int64_t h = 1024;
+  const std::int64_t attention = h * 512 + 2 * h * 128 + 512 * h;
+  const std::int64_t mamba = h * (1536 + 1792 + 24) + 1792 * 5 + 3 * 24 + 1536 * h;  // no norm weight
+  const std::int64_t mlp = 3 * h * 2048;
+  const ParameterCounts c = count_parameters(m);
+  EXPECT_EQ(c.total, 2 * 32'784LL * h + 36 * (attention + mamba + mlp + 2 * h) + h);
+  EXPECT_EQ(c.total, 521'411'104);
+  // 7B and 34B (mamba_rms_norm: their gated norms are counted).
+  EXPECT_EQ(count_parameters(load_model("falcon-h1-7b")).total, 7'585'654'880);
+  EXPECT_TRUE(load_model("falcon-h1-34b").state_space.gated_norm);
+}
+
+// A Falcon-H1 layer keeps what its attention keeps and what its scan keeps: each reads its own
+// scaled copy of the normalised input, and without mamba_rms_norm the scan's output is multiplied
+// by silu(z) alone (the scan's fp32 output and the SiLU's output kept).
+TEST(FalconH1, ALayerKeepsItsAttentionAndItsScan) {
+  const ModelSpec m = load_model("falcon-h1-0.5b");
+  TrainingSetup s;
+  s.lora.dropout = 0;
+  s.lora.adapter_dtype = DType::bf16;
+  s.seq = 1024;
+  const auto a = describe_step(m, s).tensors.layer_activations;
+  const double c = 2, f = 4, I = 1536;
+  EXPECT_GT(kept(a, "attention log-sum-exp"), 0);                 // SDPA's
+  EXPECT_EQ(kept(a, "attention input"), c * 1024);                 // q, k and v read it
+  EXPECT_EQ(kept(a, "mamba input (scaled copy)"), c * 1024);       // in_proj reads its own
+  EXPECT_EQ(kept(a, "scan output (fp32)"), f * I * 1024 / 1024.0);  // 1024 = 8 chunks of 128
+  EXPECT_EQ(kept(a, "gate SiLU output"), c * I);
+  EXPECT_EQ(kept(a, "gated norm input (fp32 scan output)"), -1);
+  // The 7B has the gated norm.
+  const auto b = describe_step(load_model("falcon-h1-7b"), s).tensors.layer_activations;
+  EXPECT_EQ(kept(b, "gate SiLU output (fp32)"), f * 3072);
+}
+
+}  // namespace
+}  // namespace trainfit::detail
