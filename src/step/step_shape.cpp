@@ -687,9 +687,9 @@ class LayerActivations {
   // the segment decays L = exp(segsum(A dt)) and G = C B^T (chunk x chunk a head), M = G L,
   // Y_diag = M x; B decayed to the chunk's end and the chunk states B^T x, their running sums
   // across chunks, and C times those states decayed from the chunk's start: each product keeps both
-  // factors. The gated RMSNorm (Falcon-H1: unless mamba_rms_norm is false, then y x silu(z) alone)
-  // runs in fp32 on the scan's output and SiLU(z), whose product, cast
-  // back, is out_proj's input. D, dt_bias and A_log keep their other factors only when they train.
+  // factors. The gated RMSNorm runs in fp32 on the scan's output and SiLU(z), whose product, cast
+  // back, is out_proj's input (Falcon-H1 without mamba_rms_norm: the scan's output times SiLU(z)
+  // alone). D, dt_bias and A_log keep their other factors only when they train.
   void state_space_scan(const std::vector<LayerLinear>& mods) {
     const double c = b_.w.compute, f = kFp32Bytes;
     const StateSpace& ss = b_.model.state_space;
