@@ -89,6 +89,9 @@ CASES = {
     "mistral31-lora-ckpt": ("mistral-small3.1", None, dict(method="lora", seq=1024, batch=2, grad_ckpt=True)),
     "mistral31-l4-lora": ("mistral-small3.1", 4, dict(method="lora", seq=2048, batch=2, grad_ckpt=False)),
     "mistral31-l4-full-ckpt": ("mistral-small3.1", 4, dict(method="full", seq=1024, batch=2, grad_ckpt=True)),
+    # One 448 x 448 image (256 tokens, 1024 Pixtral positions) through the tower, which all-linear adapts.
+    "mistral31-l4-lora-images": ("mistral-small3.1", 4, dict(method="lora", seq=1024, batch=1, grad_ckpt=False,
+                                                             images=1, image_tokens=256)),
     # Granite 4.0-H: Mamba-2 layers as transformers runs them without the hub's kernels (its PyTorch
     # scan), four attention layers among them; Tiny at six layers (five Mamba-2, one attention).
     "granite4-350m-lora": ("granite4.0-h-350m", None, dict(method="lora", seq=1024, batch=1, grad_ckpt=False)),

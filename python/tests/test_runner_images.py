@@ -21,6 +21,7 @@ class Check(unittest.TestCase):
         images.check(self.cfg(images=2, image_tokens=256), {"model_type": "qwen2_5_vl"})
         images.check(self.cfg(images=2, image_tokens=256), {"model_type": "qwen3_vl"})
         images.check(self.cfg(vision_tower="frozen"), {"model_type": "gemma3"})
+        images.check(self.cfg(image_tokens=256), {"model_type": "mistral3"})
 
     def test_what_it_cannot_feed_is_refused_by_name(self):
         cases = [
@@ -31,6 +32,7 @@ class Check(unittest.TestCase):
             (self.cfg(image_tokens=100), {"model_type": "gemma3"}, "256 tokens"),
             (self.cfg(image_tokens=200), {"model_type": "qwen2_5_vl"}, "no square"),
             (self.cfg(image_tokens=200), {"model_type": "qwen3_vl"}, "no square"),
+            (self.cfg(image_tokens=200), {"model_type": "mistral3"}, "Mistral 3 image out as a square grid"),
             (self.cfg(images=4, seq=1024), {"model_type": "gemma3"}, "do not fit"),
         ]
         for cfg, config_json, words in cases:

@@ -7,11 +7,12 @@ first token; the rest are random text ids below every special token (a random id
 placeholder would make the model's placeholder count disagree with its image features). Pixel
 values are random, in the model's dtype. Gemma 3 (SigLIP, every image resized to its image_size),
 Qwen2.5-VL and Qwen3-VL (a square grid of patches, 14 and 16 pixels, spatial_merge_size a side
-merged into a token) are fed; the other families are refused by name until their processors'
-layouts are written here.
+merged into a token) and Mistral 3 (Pixtral: a square image of patch_size x spatial_merge_size
+pixels a token side, its image_sizes beside it) are fed; the other families are refused by name
+until their processors' layouts are written here.
 """
 
-FED = ("gemma3", "qwen2_5_vl", "qwen3_vl")
+FED = ("gemma3", "qwen2_5_vl", "qwen3_vl", "mistral3")
 QWEN_VL = ("qwen2_5_vl", "qwen3_vl")  # the same layout: vision_start, then the image's tokens
 
 
@@ -44,9 +45,9 @@ def check(cfg, config_json):
     tokens = image_tokens(cfg, model_type)
     if model_type == "gemma3" and tokens != int(config_json.get("mm_tokens_per_image", 256)):
         raise ImageError("image_tokens: Gemma 3 pools every image to %d tokens" % config_json.get("mm_tokens_per_image", 256))
-    if model_type in QWEN_VL and round(tokens ** 0.5) ** 2 != tokens:
-        raise ImageError("image_tokens: the runner lays a Qwen VL image out as a square grid; %d is no square"
-                         % tokens)
+    if model_type in QWEN_VL + ("mistral3",) and round(tokens ** 0.5) ** 2 != tokens:
+        raise ImageError("image_tokens: the runner lays a %s image out as a square grid; %d is no square"
+                         % ("Qwen VL" if model_type in QWEN_VL else "Mistral 3", tokens))
     extra = 1 if model_type in QWEN_VL else 0  # the vision_start token before each image
     if 1 + images * (tokens + extra) > int(cfg["seq"]):
         raise ImageError("images: %d images of %d tokens do not fit a sequence of %d" % (images, tokens, cfg["seq"]))
@@ -94,4 +95,15 @@ def inputs(torch, model, cfg, ids, generator):
             # Qwen3-VL's multimodal RoPE reads each position's modality from mm_token_type_ids
             # (the processor's: 1 at an image's tokens), and refuses images without it.
             extra["mm_token_type_ids"] = (ids == placeholder).to(torch.int32)
+    elif model_type == "mistral3":
+        # Mistral3ForConditionalGeneration: the [IMG] placeholders (image_token_index, a low id, so
+        # random ids equal to it are moved off it rather than clamped under it) take the projector's
+        # merged features in order; the processor's [IMG_BREAK] and [IMG_END] tokens are text.
+        placeholder = getattr(config, "image_token_id", None) or config.image_token_index
+        ids[ids == placeholder] = placeholder + 1
+        side = round(tokens ** 0.5) * config.spatial_merge_size * config.vision_config.patch_size
+        for start in [1 + i * tokens for i in range(images)]:
+            ids[:, start:start + tokens] = placeholder
+        extra["pixel_values"] = torch.randn(B * images, 3, side, side, generator=generator).to(ids.device, dtype)
+        extra["image_sizes"] = torch.tensor([[side, side]] * (B * images), device=ids.device)
     return extra
