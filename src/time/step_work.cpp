@@ -63,13 +63,13 @@ constexpr double kGatedDeltaNetOps = 60;
 // with their views (about 40), the output's sums, reshapes and slice (5), the gated RMSNorm in
 // fp32 (11), the cast and out_proj (2): about 118.
 constexpr double kStateSpaceScanOps = 118;
-// The scan's broadcast products (G, M, the diagonal output, the chunk states, C times the states)
-// are summed where they are made; their backward (MulBackward0) makes both factors' gradients at
-// the product's size, each reduced after: 2 passes over a product forward, 4 backward.
 // Falcon-H1's products by its multipliers a layer: the mixer's input (ssm_in), in_proj's output
 // (mup_vector), the mixer's output (ssm_out), attention's input and output (attention_in, _out),
 // the keys (key_multiplier), the MLP's gate and output (mlp_multipliers), and the two outputs' sum.
 constexpr double kFalconMultiplierOps = 9;
+// The scan's broadcast products (G, M, the diagonal output, the chunk states, C times the states)
+// are summed where they are made; their backward (MulBackward0) makes both factors' gradients at
+// the product's size, each reduced after: 2 passes over a product forward, 4 backward.
 constexpr double kStateSpaceProductPassesForward = 2.0;
 constexpr double kStateSpaceProductPassesBackward = 4.0;
 // Qwen3-Next's attention output gate: q_proj's output split into query and gate, the gate's
@@ -486,7 +486,7 @@ WorkBasis work_basis(const ModelSpec& model, const Step& step) {
 
   // Host operations.
   // Of the layers, the attention layers attend (eagerly, with q/k norms, gated); the others are
-  // Gated DeltaNet layers.
+  // Gated DeltaNet or Mamba-2 layers (Falcon-H1's layers attend and scan both).
   const double attending = b.attention_layers / L;
   const double gated_delta = as_d(model.linear_attention.layers) / L, state_space = as_d(model.state_space.layers) / L;
   // Falcon-H1's layers scan beside their attention, not in its place.
