@@ -696,7 +696,7 @@ class LayerActivations {
     const double I = as_d(ss.inner_width()), H = as_d(ss.heads), n = as_d(ss.state_size);
     const double seq = b_.seq, chunk = as_d(ss.chunk_size);
     const double chunks = std::ceil(seq / chunk);
-    const double p = chunks * chunk / seq;  // positions padded to whole chunks, per position
+    const double p = state_space_padding(ss, seq);  // positions padded to whole chunks, per position
     // Falcon-H1's in_proj reads its own scaled copy of the input (x ssm_in_multiplier), beside
     // attention's (x attention_in_multiplier).
     const SharedInput input = ss.parallel_attention ? SharedInput{"", "mamba input (scaled copy)"}
@@ -973,8 +973,7 @@ Transients transients(const StepBasis& b, const LinearTotals& lin) {
   // product's size before reducing them (MulBackward0 returns both; the engine sums each to its
   // input's shape after), so twice the largest.
   if (const StateSpace& ss = model.state_space; ss.layers > 0) {
-    const double p = std::ceil(b.seq / as_d(ss.chunk_size)) * as_d(ss.chunk_size) / b.seq;
-    const double widest = kFp32Bytes * p *
+    const double widest = kFp32Bytes * state_space_padding(ss, b.seq) *
                           std::max({as_d(ss.heads * ss.chunk_size * ss.state_size),
                                     as_d(ss.inner_width() * ss.chunk_size), as_d(ss.inner_width() * ss.state_size)});
     t.layer_backward_per_token = std::max(t.layer_backward_per_token, 2.0 * widest + 4.0 * b.w.residual * b.h);

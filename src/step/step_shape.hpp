@@ -2,6 +2,7 @@
 // What the memory and time models share: the tensors of one training step, derived once from
 // the model and the setup. Nothing here depends on the card; what does (the cuBLAS workspaces)
 // is the memory model's, in memory/memory_model.hpp.
+#include <cmath>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -120,6 +121,13 @@ inline double micro_batch_tokens(std::int64_t seq, std::int64_t batch) {
 // default, which transformers' Qwen3-Next does not change): its WY matrix A is a chunk wide, its
 // states are kept once a chunk, and its work is counted a chunk at a time.
 inline constexpr double kGatedDeltaChunk = 64;
+
+// A Mamba-2 scan pads the sequence to whole chunks (mamba2_chunk_scan's pad_tensor_by_size): the
+// positions its chunked tensors hold per position of a sequence of `seq`.
+inline double state_space_padding(const StateSpace& ss, double seq) {
+  const double chunk = static_cast<double>(ss.chunk_size);
+  return std::ceil(seq / chunk) * chunk / seq;
+}
 
 inline double unquantised_parameter_bytes(const TrainingSetup& s) {
   return s.quant.kbit_prepare ? 4.0 : bytes_per_element(s.quant.compute_dtype);

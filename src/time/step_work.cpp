@@ -403,9 +403,8 @@ WorkBasis work_basis(const ModelSpec& model, const Step& step) {
     // three temporaries (chunk a head each), the diagonal output M x (chunk x inner), the chunk
     // states B^T x and C times the states (inner x state each); positions padded to whole chunks.
     const double Q = as_d(ss.chunk_size), H = as_d(ss.heads), n = as_d(ss.state_size), I = as_d(ss.inner_width());
-    const double p = std::ceil(b.seq / Q) * Q / b.seq;
     b.state_space_products_per_token =
-        as_d(ss.layers) * 4.0 * p * (H * Q * n + 4.0 * H * Q + I * Q + 2.0 * I * n);
+        as_d(ss.layers) * 4.0 * state_space_padding(ss, b.seq) * (H * Q * n + 4.0 * H * Q + I * Q + 2.0 * I * n);
   }
   b.hidden = as_d(model.hidden_size);
   b.vocab = as_d(model.vocab_size);
