@@ -72,6 +72,9 @@ struct LinearModule {
   // An nn.Linear module, which PEFT's "all-linear" wraps. Routed experts stored as fused 3-D
   // parameters (transformers 5) and routers that hold a bare weight (DeepSeek-V3) are not.
   bool nn_linear = true;
+  // PEFT refuses an adapter on it (ModelFamily::lora_refuses_state_space_output): a target that
+  // names it is an error, and the plan of all-linear leaves it out, as the targets PEFT accepts do.
+  bool lora_refused = false;
   bool operator==(const LinearModule&) const = default;
 };
 
@@ -374,10 +377,14 @@ struct ModelFamily {
   // Its router is an nn.Linear whose forward returns a tuple: all-linear wraps it and PEFT's LoRA
   // forward fails there (PhiMoE).
   bool router_returns_tuple = false;
-  // PEFT 0.21's all-linear leaves its fused experts (and its router) unwrapped: gpt-oss's, whose
-  // GptOssExperts hold biases beside their 3-D weights (inspect.json of the family runs: all-linear
-  // wraps q/k/v/o only, at any dropout).
+  // PEFT 0.21's all-linear leaves its fused experts (and its router) unwrapped, at any dropout:
+  // gpt-oss's (GptOssExperts, biases beside the 3-D weights; all-linear wraps q/k/v/o only) and
+  // Granite 4.0's (the inspect.json rows of the family runs).
   bool all_linear_skips_experts = false;
+  // PEFT 0.21 refuses a LoRA adapter on a module named out_proj (or conv1d) in this model_type
+  // (_check_lora_target_modules_mamba: falcon_h1, nemotron_h and the Mamba models): all-linear, which
+  // would wrap the Mamba-2 mixer's out_proj, raises in get_peft_model (Falcon-H1 on the GPU machine).
+  bool lora_refuses_state_space_output = false;
   // Liger-Kernel patches this family's model in place (its MODEL_TYPE_TO_APPLY_LIGER_FN at
   // Liger-Kernel ead96b61, which use_liger_kernel calls on the built model): the layers' RMSNorms,
   // the gated MLP's activation and the rotary embedding; and its per-head q/k norms as well.

@@ -32,6 +32,8 @@ MODELS = ["smollm3-3b", "granite3.3-2b", "granite3.3-8b", "gpt-oss-20b", "gpt-os
 ATTN_ONLY = "q_proj,k_proj,v_proj,o_proj"
 # Qwen3-Next's token mixers: the attention layers' projections and the Gated DeltaNet layers'.
 MIXERS = ATTN_ONLY + ",in_proj_qkvz,in_proj_ba,out_proj"
+# Falcon-H1's linear modules less the Mamba mixer's out_proj, which PEFT refuses a LoRA adapter.
+FALCON_H1_TARGETS = ATTN_ONLY + ",mamba.in_proj,gate_proj,up_proj,down_proj"
 # The MoE cases' predictions were written when lora_dropout defaulted to 0.05 everywhere: pinned so.
 D05 = dict(lora_dropout=0.05)
 # name: (model, layers or None, runner settings)
@@ -101,11 +103,19 @@ CASES = {
                                                            grad_ckpt=False)),
     "granite4-tiny-lora-ckpt": ("granite4.0-h-tiny", None, dict(method="lora", lora_dropout=0.0, seq=1024, batch=1,
                                                                 grad_ckpt=True)),
+    # Granite 4.0-H Small at six layers (five Mamba-2, one attention; 72 experts, top 10), full.
+    "granite4-small-l6-full-ckpt": ("granite4.0-h-small", 6, dict(method="full", seq=1024, batch=1, grad_ckpt=True)),
     # Falcon-H1: attention and the PyTorch Mamba-2 scan side by side in every layer; 0.5B without the
-    # gated norm, 7B (at four layers) with it.
-    "falconh1-0.5b-lora": ("falcon-h1-0.5b", None, dict(method="lora", seq=1024, batch=1, grad_ckpt=False)),
+    # gated norm, 7B (at four layers) with it. PEFT refuses all-linear there (it would wrap the Mamba
+    # mixer's out_proj): the LoRA cases name the targets it accepts, as `trainfit plan` prints them.
+    "falconh1-0.5b-lora": ("falcon-h1-0.5b", None, dict(method="lora", lora_targets=FALCON_H1_TARGETS, seq=1024,
+                                                        batch=1, grad_ckpt=False)),
+    "falconh1-0.5b-lora-ckpt": ("falcon-h1-0.5b", None, dict(method="lora", lora_targets=FALCON_H1_TARGETS, seq=2048,
+                                                             batch=2, grad_ckpt=True)),
     "falconh1-0.5b-full-ckpt": ("falcon-h1-0.5b", None, dict(method="full", seq=2048, batch=1, grad_ckpt=True)),
-    "falconh1-7b-l4-lora": ("falcon-h1-7b", 4, dict(method="lora", seq=1024, batch=1, grad_ckpt=False)),
+    "falconh1-7b-l4-lora": ("falcon-h1-7b", 4, dict(method="lora", lora_targets=FALCON_H1_TARGETS, seq=1024, batch=1,
+                                                    grad_ckpt=False)),
+    "falconh1-7b-l4-full-ckpt": ("falcon-h1-7b", 4, dict(method="full", seq=1024, batch=1, grad_ckpt=True)),
     "llama4-l2-lora-attn-loaded": ("llama4-scout", 2, dict(method="lora", lora_targets=ATTN_ONLY, seq=1024,
                                                            batch=1, grad_ckpt=False)),
 }
@@ -117,6 +127,12 @@ def model_config(name, layers=None):
         path = Path(__file__).with_name("configs") / (name + ".json")
     d = json.loads(path.read_text())
     d.pop("quantization_config", None)
+    # Mistral3Config ties the head to the embedding unless the config says otherwise, and Mistral
+    # Small 3.1's does not; its checkpoint holds both, so from_pretrained unties them (transformers'
+    # tie_weights: "both are present in the checkpoints, so we will NOT tie them") and users train
+    # 24.0B parameters. A model built from the config alone would be 0.67B smaller: built untied.
+    if d.get("model_type") == "mistral3":
+        d.setdefault("tie_word_embeddings", False)
     if layers is not None:
         text = d["text_config"] if isinstance(d.get("text_config"), dict) else d  # a multimodal config's
         text["num_hidden_layers"] = layers
@@ -242,6 +258,8 @@ def sources(out):
                                                    "eager_paged.py")]
     files += [tf / f for f in ("masking_utils.py", "modeling_layers.py", "modeling_rope_utils.py")]
     files += [Path(peft.__file__).parent / "tuners" / "lora" / f for f in ("layer.py", "model.py")]
+    # How all-linear picks its targets (the fused experts it wraps for some families and not others).
+    files += [Path(peft.__file__).parent / f for f in ("tuners/tuners_utils.py", "utils/constants.py", "utils/other.py")]
     with tarfile.open(out / "sources.tar.gz", "w:gz") as t:
         for f in files:
             if f.exists():

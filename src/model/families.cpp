@@ -118,6 +118,9 @@ std::vector<ModelFamily> built_in_families() {
   // gated MLP whose gate and up are one nn.Linear (input_linear), the layer's whole MLP when the
   // config has no experts and its shared expert beside block_sparse_moe when it has:
   // GraniteMoeHybridTopKRouter holds a bare weight, GraniteMoeHybridExperts fused 3-D experts.
+  // PEFT 0.21's all-linear wraps neither, at lora_dropout 0.05 or 0, as it leaves gpt-oss's: the
+  // family runs' inspect.json (H100, 2026-12-07) counts 11,840,512 trainable parameters for
+  // Granite 4.0-H Tiny either way, its q/k/v/o, mamba in/out and shared_mlp modules alone.
   ModelFamily granite4 = built_in("granitemoehybrid", {{R::mlp_gate_up, "shared_mlp.input_linear"},
                                                        {R::mlp_down, "shared_mlp.output_linear"},
                                                        {R::shared_expert_gate_up, "shared_mlp.input_linear"},
@@ -125,11 +128,14 @@ std::vector<ModelFamily> built_in_families() {
                                                        {R::router, "block_sparse_moe.router"},
                                                        {R::expert_gate_up, "block_sparse_moe.experts.gate_up_proj"},
                                                        {R::expert_down, "block_sparse_moe.experts.down_proj"}});
-  granite4.fused_experts = granite4.bare_router = granite4.mixture_of_experts = true;
+  granite4.fused_experts = granite4.bare_router = granite4.mixture_of_experts = granite4.all_linear_skips_experts = true;
   rows.push_back(granite4);
   // Falcon-H1: every layer runs Llama's attention (self_attn) and a Mamba-2 mixer (mamba) side by
   // side, then Llama's gated MLP (feed_forward.gate_proj, up_proj, down_proj).
-  rows.push_back(built_in("falcon_h1"));
+  // PEFT 0.21 refuses LoRA on its Mamba mixer's out_proj (ModelFamily::lora_refuses_state_space_output).
+  ModelFamily falcon_h1 = built_in("falcon_h1");
+  falcon_h1.lora_refuses_state_space_output = true;
+  rows.push_back(falcon_h1);
   // PhimoeTopKRouter is an nn.Linear under the MLP block, named router; its forward returns a tuple
   // (logits and routing weights), which PEFT's LoRA forward cannot take ("'tuple' object has no
   // attribute 'dtype'", on the GPU machine).

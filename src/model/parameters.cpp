@@ -154,6 +154,7 @@ void add_state_space(const ModelSpec& s, std::vector<LinearModule>& out) {
   if (ss.parallel_attention) add_attention(s, out);
   out.push_back(module(n, R::state_space_input, s.hidden_size, ss.input_width(), 1, ss.input_bias));
   out.push_back(module(n, R::state_space_output, ss.inner_width(), s.hidden_size, 1, ss.output_bias));
+  out.back().lora_refused = model_family(s).lora_refuses_state_space_output;
 }
 
 // The MLP of the model's main kind of layer: its experts, or its dense MLP.

@@ -515,6 +515,21 @@ Plan make_plan(const ModelSpec& model, const TrainingSetup& setup, const GpuSpec
         "lora_dropout is 0 (the default for this model)",
         model.model_type, fmt::join(linear, ", "), fmt::join(wrapper, ", ")));
   }
+  // Falcon-H1's all-linear would wrap its Mamba mixer's out_proj, which PEFT refuses: the plan is of
+  // the targets PEFT accepts (targets_module leaves the module out), and says which to pass.
+  if (setup.method != Method::full && all_linear) {
+    std::vector<std::string> accepted, refused;
+    for (const LinearModule& m : model_linear_modules(model)) {
+      auto& list = m.lora_refused ? refused : accepted;
+      if (m.nn_linear && std::find(list.begin(), list.end(), m.name) == list.end()) list.push_back(m.name);
+    }
+    if (!refused.empty())
+      plan.warnings.push_back(fmt::format(
+          "all-linear on {}: PEFT 0.21 refuses it, since it would wrap {}, on which its Mamba check allows no LoRA "
+          "adapter (get_peft_model raises); planned with the targets it accepts: --lora-targets {} "
+          "(target_modules in LoraConfig)",
+          model.model_type, fmt::join(refused, ", "), fmt::join(accepted, ",")));
+  }
   // PhiMoE's and Llama 4's routers are nn.Linear subclasses whose forward returns a tuple: all-linear
   // wraps them and PEFT's LoRA forward fails there ("'tuple' object has no attribute 'dtype'", on
   // the GPU machine for PhiMoE; read from Llama4Router's forward for Llama 4).

@@ -1091,9 +1091,11 @@ bool targets_module(const LoraSetup& lora, const LinearModule& m) {
     // routed experts as fused 3-D parameters, which are not nn.Linear, so they are not matched
     // here (LinearModule::nn_linear); with lora_dropout 0 PEFT wraps them all the same, through
     // ParamWrapper, which layer_linears marks (adapts_fused_experts).
-    if (t == "all-linear") return m.nn_linear;
+    // A module PEFT refuses is left out of all-linear (the plan then is of the targets PEFT accepts,
+    // which plan.cpp names), and a target that names it was refused by check_lora_targets.
+    if (t == "all-linear") return m.nn_linear && !m.lora_refused;
     // PEFT matches a target name against the end of the module path.
-    if (module_name_matches(m.name, t)) return true;
+    if (module_name_matches(m.name, t)) return !m.lora_refused;
   }
   return false;
 }
@@ -1135,8 +1137,15 @@ void check_lora_targets(const ModelSpec& model, const TrainingSetup& setup) {
   const std::vector<LinearModule> modules = model_linear_modules(model);
   for (const auto& t : setup.lora.targets) {
     if (t == "all-linear") continue;
-    const bool found = std::any_of(modules.begin(), modules.end(),
-                                   [&](const LinearModule& m) { return module_name_matches(m.name, t); });
+    const auto named = [&](const LinearModule& m) { return module_name_matches(m.name, t); };
+    if (const auto refused = std::find_if(modules.begin(), modules.end(),
+                                          [&](const LinearModule& m) { return m.lora_refused && named(m); });
+        refused != modules.end())
+      throw SettingError("lora_targets", "'" + t + "' names " + refused->name + " of " + model.name + " (" +
+                                             model.model_type +
+                                             "), which PEFT 0.21 refuses to give a LoRA adapter (its Mamba "
+                                             "check raises in get_peft_model); leave it out of the targets");
+    const bool found = std::any_of(modules.begin(), modules.end(), named);
     // A loaded vision tower's modules are PEFT's to match too (a projector's linear_1, say).
     const bool in_tower = setup.vision_tower == VisionTowerUse::loaded &&
                           std::any_of(model.vision.linears.begin(), model.vision.linears.end(),

@@ -145,6 +145,23 @@ TEST(Granite4Hybrid, TheScansProductsAreThePeaksTransient) {
   EXPECT_TRUE(warned);
 }
 
+// PEFT 0.21's all-linear on the models transformers 5.17 builds (the family job's inspect on the GPU
+// machine, data/bench/h100-families-2026-12-07/inspect.json): q/k/v/o, mamba.in_proj and out_proj
+// and shared_mlp's two nn.Linear modules, at lora_dropout 0.05 and 0 alike; the routed experts and
+// the router are left alone, as gpt-oss's are.
+TEST(Granite4Hybrid, AllLinearWrapsWhatPeftWraps) {
+  for (const double dropout : {0.05, 0.0}) {
+    TrainingSetup s;
+    s.lora.dropout = dropout;
+    const auto trainable = [&](const std::string& model) {
+      return make_plan(load_model(model), s, find_gpu("h200")).memory.trainable_parameters;
+    };
+    EXPECT_EQ(trainable("granite4.0-h-350m"), 7'148'544);
+    EXPECT_EQ(trainable("granite4.0-h-tiny"), 11'840'512);
+    EXPECT_EQ(trainable("granite4.0-h-small"), 28'991'488);
+  }
+}
+
 }  // namespace
 }  // namespace trainfit::detail
 
@@ -195,6 +212,31 @@ TEST(FalconH1, ALayerKeepsItsAttentionAndItsScan) {
   // The 7B has the gated norm.
   const auto b = describe_step(load_model("falcon-h1-7b"), s).tensors.layer_activations;
   EXPECT_EQ(kept(b, "gate SiLU output (fp32)"), f * 3072);
+}
+
+// PEFT 0.21 refuses a LoRA adapter on falcon_h1's modules named out_proj (the Mamba mixer's), so its
+// all-linear raises in get_peft_model (on the GPU machine: "Module 'out_proj' is incompatible with
+// Mamba-based models"). The plan of all-linear is of the targets PEFT accepts, and says which they
+// are; a target naming out_proj is refused. The runner's count with those targets on Falcon-H1-0.5B
+// (data/bench/h200-families-2026-12-07, falconh1-0.5b-lora) is the plan's.
+TEST(FalconH1, AllLinearLeavesOutWhatPeftRefuses) {
+  const ModelSpec m = load_model("falcon-h1-0.5b");
+  TrainingSetup s;
+  const Plan all = make_plan(m, s, find_gpu("h200"));
+  std::string said;
+  for (const std::string& w : all.warnings)
+    if (w.starts_with("all-linear on falcon_h1")) said = w;
+  EXPECT_NE(said.find("--lora-targets q_proj,k_proj,v_proj,o_proj,mamba.in_proj,gate_proj,up_proj,down_proj"),
+            std::string::npos)
+      << said;
+  TrainingSetup named = s;
+  named.lora.targets = parse_lora_targets("q_proj,k_proj,v_proj,o_proj,mamba.in_proj,gate_proj,up_proj,down_proj");
+  const Plan accepted = make_plan(m, named, find_gpu("h200"));
+  EXPECT_EQ(all.memory.trainable_parameters, accepted.memory.trainable_parameters);
+  EXPECT_EQ(accepted.memory.trainable_parameters, 36 * 16 * ((1024 + 512) * 2 + (1024 + 128) * 2 +
+                                                              (1024 + 3352) + 3 * (1024 + 2048)));
+  named.lora.targets = parse_lora_targets("q_proj,out_proj");
+  EXPECT_THROW(make_plan(m, named, find_gpu("h200")), SettingError);
 }
 
 }  // namespace

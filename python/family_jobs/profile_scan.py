@@ -1,0 +1,83 @@
+"""Where a Mamba-2 layer's step time goes in transformers' PyTorch scan (no hub kernels), on the GPU.
+
+    python3 python/family_jobs/profile_scan.py OUT [MODEL [LAYERS [SEQ]]]
+
+Builds MODEL's config (data/models/MODEL.json, default granite4.0-h-350m) with every layer a
+Mamba-2 layer (LAYERS of them, default 4), random bf16 weights, full fine-tuning, batch 1 of SEQ
+tokens (default 1024), and times forward + backward: the median of 5 steps unprofiled, then one step
+under torch.profiler. Writes OUT/scan_profile.txt: the step times, the operators by self CUDA time
+with their input shapes (so each one's bytes, and the bandwidth it reached, can be worked out), and
+the kernels by name. The question it answers: is the scan bound by memory traffic (as planned), or
+by something an H100 and an H200 share (their SMs and clocks are the same; only HBM differs)?
+"""
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+import transformers
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def main():
+    out = Path(sys.argv[1])
+    out.mkdir(parents=True, exist_ok=True)
+    name = sys.argv[2] if len(sys.argv) > 2 else "granite4.0-h-350m"
+    layers = int(sys.argv[3]) if len(sys.argv) > 3 else 4
+    seq = int(sys.argv[4]) if len(sys.argv) > 4 else 1024
+    d = json.loads((ROOT / "data" / "models" / (name + ".json")).read_text())
+    d["num_hidden_layers"] = layers
+    if "layer_types" in d:
+        d["layer_types"] = ["mamba"] * layers
+    cfg = transformers.CONFIG_MAPPING[d["model_type"]].from_dict(d)
+    torch.manual_seed(0)
+    with torch.device("cuda"):
+        model = transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16)
+    model.train()
+    ids = torch.randint(0, cfg.vocab_size, (1, seq), device="cuda")
+
+    def step():
+        loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        model.zero_grad(set_to_none=True)
+
+    for _ in range(2):
+        step()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        step()
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+    acts = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+    with torch.profiler.profile(activities=acts, record_shapes=True) as prof:
+        step()
+        torch.cuda.synchronize()
+    events = prof.key_averages(group_by_input_shape=True)
+    kernels = {}
+    for e in prof.events():
+        if e.device_type == torch.autograd.DeviceType.CUDA:
+            k = kernels.setdefault(e.name[:150], [0, 0.0])
+            k[0] += 1
+            k[1] += e.device_time_total
+    with open(out / "scan_profile.txt", "w") as f:
+        f.write("model %s, %d Mamba-2 layers, seq %d, %s, torch %s, transformers %s\n" % (
+            name, layers, seq, torch.cuda.get_device_name(), torch.__version__, transformers.__version__))
+        f.write("step seconds (forward + backward, unprofiled): %s, median %.4f\n" % (
+            [round(t, 4) for t in times], statistics.median(times)))
+        f.write("kernel time in the profiled step: %.4f s over %d kernels\n\n" % (
+            sum(v[1] for v in kernels.values()) / 1e6, sum(v[0] for v in kernels.values())))
+        f.write(events.table(sort_by="self_cuda_time_total", row_limit=70, max_name_column_width=40,
+                             max_shapes_column_width=120))
+        f.write("\nkernels by total time (us): count, total\n")
+        for k, (n, t) in sorted(kernels.items(), key=lambda kv: -kv[1][1])[:60]:
+            f.write("%10.0f %6d  %s\n" % (t, n, k))
+    print(open(out / "scan_profile.txt").read()[:3000])
+
+
+if __name__ == "__main__":
+    main()
