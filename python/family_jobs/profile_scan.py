@@ -6,9 +6,10 @@ Builds MODEL's config (data/models/MODEL.json, default granite4.0-h-350m) with e
 Mamba-2 layer (LAYERS of them, default 4), random bf16 weights, full fine-tuning, batch 1 of SEQ
 tokens (default 1024), and times forward + backward: the median of 5 steps unprofiled, then one step
 under torch.profiler. Writes OUT/scan_profile.txt: the step times, the operators by self CUDA time
-with their input shapes (so each one's bytes, and the bandwidth it reached, can be worked out), and
-the kernels by name. The question it answers: is the scan bound by memory traffic (as planned), or
-by something an H100 and an H200 share (their SMs and clocks are the same; only HBM differs)?
+with their input shapes (so each one's bytes, and the bandwidth it reached, can be worked out), the
+kernels by name, and the rates of the scan's kinds of kernel at G's shape (kernel_rates). The
+question it answers: is the scan bound by memory traffic (as planned), or by something an H100 and
+an H200 share (their SMs and clocks are the same; only HBM differs)?
 """
 import json
 import statistics
@@ -20,6 +21,48 @@ import torch
 import transformers
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+def timed(fn, reps=10):
+    """Median seconds of fn() on the GPU (CUDA events), after two warm-up calls."""
+    fn()
+    fn()
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end) / 1e3)
+    return statistics.median(times)
+
+
+def kernel_rates(f, chunks=4, chunk=256, heads=48, state=128):
+    """The scan's kinds of fp32 kernel at G's shape (batch 1, `chunks` chunks of `chunk`, `heads` x
+    `state`), each against a plain contiguous copy of the same bytes: a broadcast product
+    C[:, :, :, None] * B[:, :, None] (what G, M, the diagonal output and the states are made by), its
+    sum over the innermost dimension and over a middle one (the backward's sum_to_size), and the
+    contiguous product. Elements a second and GB/s (bytes read and written)."""
+    shape = (1, chunks, chunk, chunk, heads, state)
+    C = torch.randn(1, chunks, chunk, 1, heads, state, device="cuda")
+    B = torch.randn(1, chunks, 1, chunk, heads, state, device="cuda")
+    prod = C * B
+    other = torch.randn_like(prod)
+    n = prod.numel()
+    cases = [
+        ("contiguous copy (read n, write n)", lambda: prod.clone(), 8 * n),
+        ("contiguous product a*b (read 2n, write n)", lambda: prod * other, 12 * n),
+        ("broadcast product C[:,:,:,None]*B[:,:,None] (write n)", lambda: C * B, 4 * n),
+        ("sum over the innermost dimension (read n)", lambda: prod.sum(dim=-1), 4 * n),
+        ("sum over a middle dimension, dim 3 (read n)", lambda: prod.sum(dim=3), 4 * n),
+        ("sum over a middle dimension, dim 2 (read n)", lambda: prod.sum(dim=2), 4 * n),
+        ("broadcast product then its sum (G)", lambda: (C * B).sum(dim=-1), 8 * n),
+    ]
+    f.write("\nkernel rates at G's shape %s, %.2e fp32 elements:\n" % (shape, n))
+    for label, fn, nbytes in cases:
+        t = timed(fn)
+        f.write("%-60s %8.3f ms  %7.1f GB/s  %6.1f G elements/s\n" % (label, t * 1e3, nbytes / t / 1e9, n / t / 1e9))
 
 
 def main():
@@ -76,6 +119,9 @@ def main():
         f.write("\nkernels by total time (us): count, total\n")
         for k, (n, t) in sorted(kernels.items(), key=lambda kv: -kv[1][1])[:60]:
             f.write("%10.0f %6d  %s\n" % (t, n, k))
+        del model
+        torch.cuda.empty_cache()
+        kernel_rates(f)
     print(open(out / "scan_profile.txt").read()[:3000])
 
 
