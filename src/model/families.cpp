@@ -128,7 +128,8 @@ std::vector<ModelFamily> built_in_families() {
                                                        {R::router, "block_sparse_moe.router"},
                                                        {R::expert_gate_up, "block_sparse_moe.experts.gate_up_proj"},
                                                        {R::expert_down, "block_sparse_moe.experts.down_proj"}});
-  granite4.fused_experts = granite4.bare_router = granite4.mixture_of_experts = granite4.all_linear_skips_experts = true;
+  granite4.fused_experts = granite4.bare_router = granite4.mixture_of_experts = granite4.all_linear_skips_experts =
+      true;
   rows.push_back(granite4);
   // Falcon-H1: every layer runs Llama's attention (self_attn) and a Mamba-2 mixer (mamba) side by
   // side, then Llama's gated MLP (feed_forward.gate_proj, up_proj, down_proj).

@@ -233,8 +233,8 @@ TEST(FalconH1, AllLinearLeavesOutWhatPeftRefuses) {
   named.lora.targets = parse_lora_targets("q_proj,k_proj,v_proj,o_proj,mamba.in_proj,gate_proj,up_proj,down_proj");
   const Plan accepted = make_plan(m, named, find_gpu("h200"));
   EXPECT_EQ(all.memory.trainable_parameters, accepted.memory.trainable_parameters);
-  EXPECT_EQ(accepted.memory.trainable_parameters, 36 * 16 * ((1024 + 512) * 2 + (1024 + 128) * 2 +
-                                                              (1024 + 3352) + 3 * (1024 + 2048)));
+  EXPECT_EQ(accepted.memory.trainable_parameters,
+            36 * 16 * ((1024 + 512) * 2 + (1024 + 128) * 2 + (1024 + 3352) + 3 * (1024 + 2048)));
   named.lora.targets = parse_lora_targets("q_proj,out_proj");
   EXPECT_THROW(make_plan(m, named, find_gpu("h200")), SettingError);
 }
