@@ -80,6 +80,12 @@ StepSeconds step_seconds(const StepWork& w, const StepCounts& counts, const GpuS
   // backward's but share its SMs and memory bandwidth: counted in series (on two H200s DDP's
   // 15 GB all-reduce, 0.047 s at the measured rate, lengthened the 7B step by 0.039 s).
   const double accum = t.accum = static_cast<double>(counts.grad_accum);
+  // The micro-batches a step runs on each GPU: the accumulation's, each a pipeline's m. What
+  // happens once a step (DDP's gradient all-reduce after the last backward, ZeRO's reduction, the
+  // bucket copies that go with them) is spread over all of them, not over the accumulation's alone:
+  // under a pipeline it was charged m times a step (issue 36: a 1T-parameter layout's
+  // communication went 0.9 s to 150 s from one data-parallel replica to two).
+  const double step_micro_batches = accum * std::max(1.0, w.layout.pipeline_microbatches);
   if (counts.gpus > 1) {
     const double link = gpu.gpu_link_bytes_per_s > 0 ? gpu.gpu_link_bytes_per_s : gpu.host_link_bytes_per_s;
     const double network = gpu.network_bytes_per_s > 0 ? std::min(link, gpu.network_bytes_per_s) : link;
@@ -88,8 +94,9 @@ StepSeconds step_seconds(const StepWork& w, const StepCounts& counts, const GpuS
     const double gather_rate = prof.all_gather_efficiency * dp_link;
     if (link > 0) {
       // Once-a-step collectives are spread over the step's micro-batches.
-      t.comm = (w.layout.all_reduce_bytes + w.layout.step_collective_bytes) / accum / reduce_rate + w.layout.all_gather_bytes / gather_rate +
-               w.layout.network_bytes / accum / (prof.all_reduce_efficiency * network) +
+      t.comm = (w.layout.all_reduce_bytes + w.layout.step_collective_bytes) / step_micro_batches / reduce_rate +
+               w.layout.all_gather_bytes / gather_rate +
+               w.layout.network_bytes / step_micro_batches / (prof.all_reduce_efficiency * network) +
                w.model_parallel_bytes / (prof.all_gather_efficiency * link);
     }
     // After the optimizer step, ZeRO-1/2 send each GPU's updated parameters to the others: in
@@ -109,7 +116,7 @@ StepSeconds step_seconds(const StepWork& w, const StepCounts& counts, const GpuS
   t.gpu_micro = t.matmul + t.attention + t.fp32 + t.traffic + t.floor + t.comm + t.offload_micro;
   // Host: the micro-batch's operations, its share of the once-a-step ones (DDP's bucket copies,
   // in the synchronising micro-batch), and DTensor's dispatch on top of the operations on DTensors.
-  t.host_micro = (w.ops + w.step_ops / accum) * prof.host_seconds_per_op + w.dtensor_ops * prof.dtensor_seconds_per_op;
+  t.host_micro = (w.ops + w.step_ops / step_micro_batches) * prof.host_seconds_per_op + w.dtensor_ops * prof.dtensor_seconds_per_op;
   t.opt_gpu = w.optimizer_bytes / bw + t.offload_step;
   t.opt_host = w.optimizer_ops * prof.host_seconds_per_op;
 

@@ -156,6 +156,32 @@ TEST(TimePipeline, TheLastStageRunsHalfTheLayersAndTheOutputLayer) {
   EXPECT_NEAR(piped.optimizer_bytes / one.optimizer_bytes, stage / total, 0.002);
 }
 
+// Two stages, each over two data-parallel replicas: the schedule runs m micro-batches and DDP
+// all-reduces each stage's gradients once, after the last backward (torch.distributed.pipelining
+// runs the others under no_sync), as it copies into its buckets once. Charged once a micro-batch,
+// the all-reduce grew with m (issue 36).
+TEST(TimePipeline, TheDataParallelAllReduceIsOnceAStepWhateverTheMicroBatches) {
+  const ModelSpec m = load_model("qwen2.5-1.5b");
+  const GpuSpec& g = h200();
+  const TimeProfile prof = default_profile(g);
+  const auto priced = [&](std::int64_t gpus, std::int64_t microbatches) {
+    TrainingSetup s = full_2048(gpus);
+    s.pp = 2;
+    s.microbatches = microbatches;
+    return std::pair{step_work(m, s), estimate_time(m, s, g, prof, false)};
+  };
+  for (const std::int64_t micro : {2, 8, 32}) {
+    const auto [work, replicated] = priced(4, micro);
+    const auto [alone_work, alone] = priced(2, micro);
+    ASSERT_GT(work.layout.all_reduce_bytes, 0);
+    const double all_reduce = work.layout.all_reduce_bytes / (prof.all_reduce_efficiency * g.gpu_link_bytes_per_s);
+    EXPECT_NEAR(replicated.communication_seconds - alone.communication_seconds, all_reduce, 1e-9 * all_reduce)
+        << micro << " micro-batches";
+    EXPECT_NEAR(replicated.host_seconds - alone.host_seconds, work.step_ops * prof.host_seconds_per_op, 1e-9)
+        << micro << " micro-batches";
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // DDP under accumulation, and layouts without a data-parallel wrapper
 
