@@ -124,10 +124,11 @@ nlohmann::json host_probe_request(const HostProbeOptions& o) {
 }
 
 double host_operations(const StepWork& w, const TrainingSetup& setup) {
-  // The time model's host term over host_seconds_per_op: each micro-batch's operations and its
-  // share of the once-a-step ones (DDP's bucket copies), through every pipeline micro-batch, and
-  // the optimizer step's. DTensor's dispatch (w.dtensor_ops) has its own rate and is not counted.
-  return (w.ops * static_cast<double>(setup.grad_accum) + w.step_ops) * w.layout.pipeline_microbatches + w.optimizer_ops;
+  // The time model's host term over host_seconds_per_op: each micro-batch's operations, through
+  // every pipeline micro-batch, the once-a-step ones (DDP's bucket copies) once, and the optimizer
+  // step's. DTensor's dispatch (w.dtensor_ops) has its own rate and is not counted.
+  return w.ops * static_cast<double>(setup.grad_accum) * std::max(1.0, w.layout.pipeline_microbatches) + w.step_ops +
+         w.optimizer_ops;
 }
 
 HostDispatch host_dispatch_from_probe(const nlohmann::json& record, const HostProbeCheck& check) {

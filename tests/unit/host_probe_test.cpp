@@ -89,6 +89,14 @@ TEST(HostProbe, OperationsAreTheTimeModelsCounts) {
   const StepWork d = step_work(load_model("qwen2.5-0.5b"), ddp);
   EXPECT_GT(d.step_ops, 0);
   EXPECT_DOUBLE_EQ(host_operations(d, ddp), 4 * d.ops + d.step_ops + d.optimizer_ops);
+  // So they do under a pipeline (its stages' replicas all-reduce after the last micro-batch).
+  TrainingSetup piped = ddp;
+  piped.gpus = 4;
+  piped.pp = 2;
+  piped.microbatches = 8;
+  const StepWork p = step_work(load_model("qwen2.5-0.5b"), piped);
+  EXPECT_GT(p.step_ops, 0);
+  EXPECT_DOUBLE_EQ(host_operations(p, piped), 4 * 8 * p.ops + p.step_ops + p.optimizer_ops);
 }
 
 TEST(HostProbe, FigureIsStepTimeOverOperations) {
