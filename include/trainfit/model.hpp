@@ -249,6 +249,13 @@ struct ModelSpec {
   // The dense MLP's gate and up are one nn.Linear (phi3's gate_up_proj, Granite 4.0's
   // shared_mlp.input_linear), whose output is split in two.
   bool fused_gate_up = false;
+  // The dense MLP is gated (gate, up and down: SwiGLU and the like), or up and down with hidden_act
+  // between them (Nemotron-H's relu2: up_proj, ReLU, square, down_proj).
+  bool gated_mlp = true;
+  // Nemotron-H's layers (its blocks) hold one sublayer each, behind one norm: its attention and
+  // Mamba-2 layers mix tokens with no MLP, and `mlp_only_layers` of its layers are an MLP alone.
+  bool mixer_only_layers = false;
+  std::int64_t mlp_only_layers = 0;
   // Mixture of experts (0 when dense).
   std::int64_t num_experts = 0;
   std::int64_t experts_per_token = 0;
@@ -291,8 +298,11 @@ struct ModelSpec {
   std::int64_t expert_rows_per_token() const { return dense_expert_routing ? num_experts : experts_per_token; }
   bool is_mla() const { return kv_lora_rank > 0; }
   // Layers of the plain kind: attention and an MLP (the rest mix tokens by linear attention or a
-  // state space, or, in Falcon-H1, by both attention and a state space).
-  std::int64_t attention_only_layers() const { return num_layers - linear_attention.layers - state_space.layers; }
+  // state space, or, in Falcon-H1, by both attention and a state space; Nemotron-H's attention
+  // layers have no MLP, and its MLP-only layers no token mixer).
+  std::int64_t attention_only_layers() const {
+    return num_layers - linear_attention.layers - state_space.layers - mlp_only_layers;
+  }
   // Layers that attend.
   std::int64_t attention_layers() const {
     return attention_only_layers() + (state_space.parallel_attention ? state_space.layers : 0);
@@ -349,6 +359,8 @@ std::vector<LinearModule> dense_layer_linear_modules(const ModelSpec& model);
 std::vector<LinearModule> linear_attention_layer_linear_modules(const ModelSpec& model);
 // The linear modules of a Mamba-2 layer (its token mixer and the model's MLP kind); empty without.
 std::vector<LinearModule> state_space_layer_linear_modules(const ModelSpec& model);
+// The linear modules of an MLP-only layer (Nemotron-H's `-` blocks); empty without.
+std::vector<LinearModule> mlp_only_layer_linear_modules(const ModelSpec& model);
 // The linear modules of every kind of layer the model has (an MoE model's dense-MLP layers only when
 // it has some), each kind's in turn: what a LoRA target may name and what all-linear wraps.
 std::vector<LinearModule> model_linear_modules(const ModelSpec& model);

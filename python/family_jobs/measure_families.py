@@ -27,13 +27,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 MODELS = ["smollm3-3b", "granite3.3-2b", "granite3.3-8b", "gpt-oss-20b", "gpt-oss-120b", "glm4.5-air", "gemma3-4b",
           "mistral-small3.1", "qwen2.5-vl-7b", "qwen3-vl-8b", "llama4-scout", "qwen3-next-80b-a3b",
-          "granite4.0-h-350m", "granite4.0-h-tiny", "granite4.0-h-small", "falcon-h1-0.5b", "falcon-h1-7b"]
+          "granite4.0-h-350m", "granite4.0-h-tiny", "granite4.0-h-small", "falcon-h1-0.5b", "falcon-h1-7b",
+          "nemotron-h-8b"]
 
 ATTN_ONLY = "q_proj,k_proj,v_proj,o_proj"
 # Qwen3-Next's token mixers: the attention layers' projections and the Gated DeltaNet layers'.
 MIXERS = ATTN_ONLY + ",in_proj_qkvz,in_proj_ba,out_proj"
 # Falcon-H1's linear modules less the Mamba mixer's out_proj, which PEFT refuses a LoRA adapter.
 FALCON_H1_TARGETS = ATTN_ONLY + ",mamba.in_proj,gate_proj,up_proj,down_proj"
+# Nemotron-H's linear modules less the Mamba mixer's out_proj.
+NEMOTRON_H_TARGETS = ATTN_ONLY + ",mixer.in_proj,up_proj,down_proj"
 # The MoE cases' predictions were written when lora_dropout defaulted to 0.05 everywhere: pinned so.
 D05 = dict(lora_dropout=0.05)
 # name: (model, layers or None, runner settings)
@@ -116,6 +119,14 @@ CASES = {
     "falconh1-7b-l4-lora": ("falcon-h1-7b", 4, dict(method="lora", lora_targets=FALCON_H1_TARGETS, seq=1024, batch=1,
                                                     grad_ckpt=False)),
     "falconh1-7b-l4-full-ckpt": ("falcon-h1-7b", 4, dict(method="full", seq=1024, batch=1, grad_ckpt=True)),
+    # Nemotron-H-8B (configs/nemotron-h-8b.json: the published shapes as far as they were read, see
+    # its README line in READING.md): blocks of one sublayer each; at eight blocks (four Mamba-2,
+    # three MLP, one attention) and whole. PEFT refuses all-linear there (out_proj), as on Falcon-H1.
+    "nemotronh8b-l8-lora": ("nemotron-h-8b", 8, dict(method="lora", lora_targets=NEMOTRON_H_TARGETS, seq=1024,
+                                                     batch=1, grad_ckpt=False)),
+    "nemotronh8b-l8-full-ckpt": ("nemotron-h-8b", 8, dict(method="full", seq=1024, batch=1, grad_ckpt=True)),
+    "nemotronh8b-lora-ckpt": ("nemotron-h-8b", None, dict(method="lora", lora_targets=NEMOTRON_H_TARGETS, seq=1024,
+                                                          batch=1, grad_ckpt=True)),
     "llama4-l2-lora-attn-loaded": ("llama4-scout", 2, dict(method="lora", lora_targets=ATTN_ONLY, seq=1024,
                                                            batch=1, grad_ckpt=False)),
 }
@@ -136,8 +147,8 @@ def model_config(name, layers=None):
     if layers is not None:
         text = d["text_config"] if isinstance(d.get("text_config"), dict) else d  # a multimodal config's
         text["num_hidden_layers"] = layers
-        for key in ("layer_types", "no_rope_layers"):
-            if isinstance(text.get(key), list):
+        for key in ("layer_types", "no_rope_layers", "hybrid_override_pattern"):
+            if isinstance(text.get(key), (list, str)):
                 text[key] = text[key][:layers]
     return d
 

@@ -137,6 +137,13 @@ std::vector<ModelFamily> built_in_families() {
   ModelFamily falcon_h1 = built_in("falcon_h1");
   falcon_h1.lora_refuses_state_space_output = true;
   rows.push_back(falcon_h1);
+  // Nemotron-H: each block is one mixer under backbone.layers.N.mixer (NemotronHBlock): attention's
+  // q/k/v/o, the Mamba-2 mixer's in_proj and out_proj, or the MLP's up_proj and down_proj. PEFT 0.21
+  // refuses LoRA on its out_proj, as on Falcon-H1's.
+  ModelFamily nemotron_h =
+      built_in("nemotron_h", {{R::state_space_input, "mixer.in_proj"}, {R::state_space_output, "mixer.out_proj"}});
+  nemotron_h.lora_refuses_state_space_output = true;
+  rows.push_back(nemotron_h);
   // PhimoeTopKRouter is an nn.Linear under the MLP block, named router; its forward returns a tuple
   // (logits and routing weights), which PEFT's LoRA forward cannot take ("'tuple' object has no
   // attribute 'dtype'", on the GPU machine).

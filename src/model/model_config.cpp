@@ -103,6 +103,7 @@ void read_attention(const ConfigReader& r, ModelSpec& m) {
     if (t == "gemma" || t == "gemma2" || gemma3) default_head_dim = 256;
     if (t == "qwen3" || t == "llama4_text") default_head_dim = 128;
     if (t == "qwen3_next") default_head_dim = 256;
+    if (t == "nemotron_h") default_head_dim = 128;  // NemotronHConfig's head_dim
     m.head_dim = r.optional_int("head_dim", default_head_dim, 1, kMaxHeadDim);
     if (m.head_dim == 0) {
       r.fail("field " + r.quoted("num_attention_heads") + " (" + std::to_string(m.num_heads) + ") exceeds " +
@@ -132,8 +133,8 @@ void read_attention(const ConfigReader& r, ModelSpec& m) {
   }
   // mistral, mixtral and phi3 build every projection with bias=False whatever the config says.
   // DeepseekV2MLP is LlamaMLP, which reads mlp_bias; DeepseekV3MLP has no bias.
-  m.mlp_bias =
-      (t == "llama" || t == "smollm3" || t == "granite" || t == "deepseek_v2") && r.optional_bool("mlp_bias", false);
+  m.mlp_bias = (t == "llama" || t == "smollm3" || t == "granite" || t == "deepseek_v2" || t == "nemotron_h") &&
+               r.optional_bool("mlp_bias", false);
   m.qk_norm = t == "qwen3" || t == "qwen3_moe" || t == "qwen3_next" || gemma3 || t == "olmo2" ||
               (t == "glm4_moe" && r.optional_bool("use_qk_norm", false));
   m.qk_norm_whole_projection = t == "olmo2";  // Olmo2Attention's q_norm is heads x head_dim wide
@@ -377,6 +378,90 @@ void read_state_space(const ConfigReader& r, ModelSpec& m) {
   ss.gated_norm = !falcon || r.optional_bool("mamba_rms_norm", false);
 }
 
+// Nemotron-H's blocks, one character each as hybrid_override_pattern writes them: M a Mamba-2
+// mixer, * attention, - an MLP, E a mixture of experts; or the list NemotronHConfig keeps
+// (layers_block_type, or layer_types: linear_attention, full_attention, mlp, moe). Its length is the
+// model's layer count (NemotronHConfig derives num_hidden_layers from it).
+std::string nemotron_blocks(const ConfigReader& r) {
+  std::string blocks;
+  if (const json* pattern = r.find("hybrid_override_pattern"); pattern != nullptr && !pattern->is_null()) {
+    if (!pattern->is_string()) r.fail("field " + r.quoted("hybrid_override_pattern") + " must be a string");
+    blocks = pattern->get<std::string>();
+  } else {
+    const json* list = r.find("layers_block_type");
+    if (list == nullptr) list = r.find("layer_types");
+    if (list == nullptr || !list->is_array())
+      r.fail("a nemotron_h config names its blocks in " + r.quoted("hybrid_override_pattern") + " or " +
+             r.quoted("layers_block_type"));
+    for (const json& kind : *list) {
+      const std::string k = kind.is_string() ? kind.get<std::string>() : "";
+      blocks += k == "linear_attention" || k == "mamba" ? 'M'
+                : k == "full_attention" || k == "attention" ? '*'
+                : k == "mlp" ? '-'
+                : k == "moe" ? 'E'
+                             : '?';
+      if (blocks.back() == '?')
+        r.fail("field " + r.quoted("layers_block_type") +
+               " must hold linear_attention, full_attention, mlp or moe (got " + describe(kind) + ")");
+    }
+  }
+  if (blocks.empty() || static_cast<std::int64_t>(blocks.size()) > kMaxLayers)
+    r.fail("field " + r.quoted("hybrid_override_pattern") + " must name between 1 and " + std::to_string(kMaxLayers) +
+           " blocks");
+  for (const char c : blocks)
+    if (c != 'M' && c != '*' && c != '-' && c != 'E')
+      r.fail("field " + r.quoted("hybrid_override_pattern") + " must hold M, *, - or E (got '" + std::string(1, c) +
+             "')");
+  if (blocks.find('E') != std::string::npos)
+    r.fail("a nemotron_h config with mixture-of-experts blocks (E in " + r.quoted("hybrid_override_pattern") +
+           ", Nemotron 3) is not planned yet: its Mamba-2, attention and MLP blocks are");
+  if (r.optional_int("num_nextn_predict_layers", 0, 0, kMaxLayers) > 0)
+    r.fail("field " + r.quoted("num_nextn_predict_layers") + ": Nemotron-H's multi-token prediction layers are not "
+           "planned yet");
+  return blocks;
+}
+
+// Nemotron-H (NemotronHBlock): every block is one RMSNorm, one mixer and a residual add. Its
+// Mamba-2 mixer is mamba_num_heads x mamba_head_dim wide (not expand x hidden), with Zamba2's
+// grouped gated norm; its attention has no rotary embedding; its MLP is up_proj, relu2, down_proj.
+void read_nemotron_blocks(const ConfigReader& r, ModelSpec& m, const std::string& blocks) {
+  const auto count = [&](char c) { return static_cast<std::int64_t>(std::count(blocks.begin(), blocks.end(), c)); };
+  m.mixer_only_layers = true;
+  m.mlp_only_layers = count('-');
+  m.norms_per_layer = 1;
+  m.gated_mlp = false;
+  m.hidden_act = r.optional_string("mlp_hidden_act", "relu2");
+  if (m.hidden_act != "relu2")
+    r.fail("field " + r.quoted("mlp_hidden_act") + " \"" + m.hidden_act +
+           "\": Nemotron-H's MLP is planned with relu2 (its ReLU output kept), which the published models use");
+  StateSpace& ss = m.state_space;
+  ss.layers = count('M');
+  ss.heads = r.optional_int("mamba_num_heads", 128, 1, kMaxHeads);
+  ss.head_dim = r.optional_int("mamba_head_dim", 64, 1, kMaxHeadDim);
+  if (ss.heads * ss.head_dim > kMaxIntermediate)
+    r.fail("field " + r.quoted("mamba_num_heads") + " times " + r.quoted("mamba_head_dim") + " must be at most " +
+           std::to_string(kMaxIntermediate));
+  ss.state_size = r.optional_int("ssm_state_size", 128, 1, kMaxHeadDim);
+  // NemotronHConfig takes the Mamba names of its older configs too (mamba_n_groups, mamba_d_conv, ...).
+  const auto either = [&](const char* name, const char* legacy, std::int64_t fallback, std::int64_t most) {
+    return r.find(name) != nullptr ? r.optional_int(name, fallback, 1, most) : r.optional_int(legacy, fallback, 1, most);
+  };
+  ss.groups = either("n_groups", "mamba_n_groups", 8, kMaxHeads);
+  if (ss.heads % ss.groups != 0)
+    r.fail("field " + r.quoted("n_groups") + " (" + std::to_string(ss.groups) + ") must divide " +
+           r.quoted("mamba_num_heads") + " (" + std::to_string(ss.heads) + ")");
+  ss.conv_kernel = either("conv_kernel", "mamba_d_conv", 4, kMaxHeadDim);
+  ss.chunk_size = either("chunk_size", "mamba_chunk_size", 128, kMaxPositions);
+  ss.conv_bias = r.find("use_conv_bias") != nullptr ? r.optional_bool("use_conv_bias", true)
+                                                     : r.optional_bool("mamba_conv_bias", true);
+  ss.input_bias = ss.output_bias = r.optional_bool("use_bias", false);
+  ss.gated_norm = true;
+  // NemotronHAttention: q/k/v/o without bias, and no rotary embedding anywhere.
+  m.attention_bias = m.attention_out_bias = false;
+  m.rotary_tables = 0;
+  m.rope_free_layers = m.attention_layers();
+}
+
 // SmolLM3's layers without a rotary embedding: the 0 entries of no_rope_layers, or, without the
 // list, every no_rope_layer_interval-th layer (SmolLM3Config builds the list so: layer i keeps its
 // rotary embedding unless (i + 1) is a multiple of the interval, 4 by default).
@@ -408,13 +493,16 @@ ModelSpec read_decoder(const ConfigReader& r, std::string model_type) {
   const bool granite4 = t == "granitemoehybrid";
 
   m.hidden_size = r.require_int("hidden_size", 1, kMaxHidden);
-  m.num_layers = r.require_int("num_hidden_layers", 1, kMaxLayers);
+  const std::string blocks = t == "nemotron_h" ? nemotron_blocks(r) : std::string();
+  m.num_layers = t == "nemotron_h" ? static_cast<std::int64_t>(blocks.size())
+                                   : r.require_int("num_hidden_layers", 1, kMaxLayers);
   m.vocab_size =
       gemma3 ? r.optional_int("vocab_size", kGemma3Vocab, 1, kMaxVocab) : r.require_int("vocab_size", 1, kMaxVocab);
   // An all-sparse MoE never builds its dense MLP, so there intermediate_size may be absent.
   m.intermediate_size = qwen_moe || deepseek_moe(t) ? r.optional_int("intermediate_size", 0, 1, kMaxIntermediate)
                        : granite4                  ? r.optional_int("intermediate_size", 11008, 1, kMaxIntermediate)
                        : t == "falcon_h1"          ? r.optional_int("intermediate_size", 14336, 1, kMaxIntermediate)
+                       : t == "nemotron_h"         ? r.optional_int("intermediate_size", 21504, 1, kMaxIntermediate)
                                                    : r.require_int("intermediate_size", 1, kMaxIntermediate);
   read_attention(r, m);
   if (granite4 && r.optional_int("num_local_experts", 8, 0, kMaxExperts) == 0) {
@@ -481,6 +569,7 @@ ModelSpec read_decoder(const ConfigReader& r, std::string model_type) {
     m.rotary_tables = 0;
     m.rope_free_layers = m.attention_layers();
   }
+  if (t == "nemotron_h") read_nemotron_blocks(r, m, blocks);
   return m;
 }
 

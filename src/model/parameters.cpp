@@ -82,7 +82,9 @@ void add_dense_mlp(const ModelSpec& s, std::vector<LinearModule>& out) {
   const ModuleNames& n = module_names(s);
   const std::int64_t h = s.hidden_size;
   const std::int64_t i = s.intermediate_size;
-  if (s.fused_gate_up) {
+  if (!s.gated_mlp) {
+    out.push_back(module(n, R::mlp_up, h, i, 1, s.mlp_bias));  // Nemotron-H: up, relu2, down
+  } else if (s.fused_gate_up) {
     out.push_back(module(n, R::mlp_gate_up, h, mul(2, i), 1, s.mlp_bias));
   } else {
     out.push_back(module(n, R::mlp_gate, h, i, 1, s.mlp_bias));
@@ -173,7 +175,7 @@ std::vector<LinearModule> mixer_layer_linear_modules(const ModelSpec& model, std
   std::vector<LinearModule> out;
   if (layers == 0) return out;
   add_mixer(model, out);
-  add_mlp(model, out);
+  if (!model.mixer_only_layers) add_mlp(model, out);
   return out;
 }
 
@@ -182,7 +184,13 @@ std::vector<LinearModule> mixer_layer_linear_modules(const ModelSpec& model, std
 std::vector<LinearModule> layer_linear_modules(const ModelSpec& model) {
   std::vector<LinearModule> out;
   add_attention(model, out);
-  add_mlp(model, out);
+  if (!model.mixer_only_layers) add_mlp(model, out);
+  return out;
+}
+
+std::vector<LinearModule> mlp_only_layer_linear_modules(const ModelSpec& model) {
+  std::vector<LinearModule> out;
+  if (model.mlp_only_layers > 0) add_mlp(model, out);
   return out;
 }
 
@@ -209,6 +217,7 @@ std::vector<LinearModule> model_linear_modules(const ModelSpec& model) {
     for (LinearModule& m : dense_layer_linear_modules(model)) out.push_back(std::move(m));
   for (LinearModule& m : linear_attention_layer_linear_modules(model)) out.push_back(std::move(m));
   for (LinearModule& m : state_space_layer_linear_modules(model)) out.push_back(std::move(m));
+  for (LinearModule& m : mlp_only_layer_linear_modules(model)) out.push_back(std::move(m));
   return out;
 }
 
@@ -219,7 +228,7 @@ ParameterCounts count_parameters(const ModelSpec& model) {
 
   const LinearAttention& la = model.linear_attention;
   const StateSpace& ss = model.state_space;
-  const std::int64_t main_layers = model.num_layers - model.dense_layers - la.layers - ss.layers;
+  const std::int64_t main_layers = model.num_layers - model.dense_layers - la.layers - ss.layers - model.mlp_only_layers;
   std::int64_t unrouted = 0;  // the routed experts' parameters one token's forward does not use
   auto add_layers = [&](const std::vector<LinearModule>& modules, std::int64_t layers) {
     for (const LinearModule& m : modules) {
@@ -238,6 +247,7 @@ ParameterCounts count_parameters(const ModelSpec& model) {
   // bias), dt_bias and A_log (a value head each); its gated RMSNorm over a value head is a norm.
   c.other = add(c.other, mul(la.layers, add(mul(la.conv_width(), la.conv_kernel), mul(2, la.value_heads))));
   add_layers(state_space_layer_linear_modules(model), ss.layers);
+  add_layers(mlp_only_layer_linear_modules(model), model.mlp_only_layers);
   // A Mamba-2 layer's other parameters: the depthwise convolution over x, B and C (and its bias),
   // dt_bias, A_log and D (one a head); its gated RMSNorm over the inner width (none in Falcon-H1
   // without mamba_rms_norm) is a norm.

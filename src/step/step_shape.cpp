@@ -404,6 +404,11 @@ const LayerLinear* find_module(const std::vector<LayerLinear>& mods, ModuleRole 
   return nullptr;
 }
 
+// A layer with no token mixer: Nemotron-H's MLP-only blocks.
+bool is_mlp_only(const std::vector<LayerLinear>& mods) {
+  return std::none_of(mods.begin(), mods.end(), [](const LayerLinear& l) { return is_attention(l.module.role); });
+}
+
 // The name of a saved tensor that several modules read, as `prefix` + `what` ("expert mlp input").
 struct SharedInput {
   const char* prefix = "";
@@ -424,7 +429,11 @@ class LayerActivations {
     // OLMo 2 normalises what attention and the MLP return, so both read the residual stream itself.
     sublayer_input_bytes_ = model.post_norms ? b_.w.residual : b_.w.norm_out;
     if (!model.post_norms) keep_norm(kept_, b_, "input norm", b_.h, b_.liger);
-    if (model.is_mla()) {
+    // Nemotron-H's layers are one sublayer each: a token mixer, or an MLP alone.
+    const bool mlp_only = model.mlp_only_layers > 0 && is_mlp_only(mods);
+    if (mlp_only) {
+      // no token mixer
+    } else if (model.is_mla()) {
       latent_attention(mods);
     } else if (find_module(mods, ModuleRole::linear_attention_qkvz) != nullptr) {
       gated_delta_net(mods);
@@ -434,6 +443,7 @@ class LayerActivations {
     } else {
       attention(mods);
     }
+    if (model.mixer_only_layers && !mlp_only) return std::move(kept_);
     if (model.post_norms) {
       keep_norm(kept_, b_, "post-attention norm", b_.h, b_.liger);
     } else {
@@ -763,6 +773,13 @@ class LayerActivations {
       if (down) linear(*down, {prefix, "activation x up (down input)"}, c, rows);
       return;
     }
+    if (!b_.model.gated_mlp && std::string_view(prefix).empty()) {
+      // Nemotron-H's relu2 between up and down: ReLU keeps its output for its backward, and the
+      // square keeps its input, the same tensor; down keeps the square's output.
+      keep(kept_, Sized{{}, "ReLU output (the square's input)", c * width, prefix});
+      if (down) linear(*down, {prefix, "squared ReLU (down input)"}, c, rows);
+      return;
+    }
     keep(kept_, Sized{{}, "gate output (activation input)", c * width, prefix});
     // Liger's SiLU/GELU-and-multiply kernel keeps its two inputs and recomputes the activation in
     // its backward (liger_kernel/ops/swiglu.py, geglu.py).
@@ -865,6 +882,7 @@ std::vector<Sized> layer_activations(const StepBasis& b) {
   };
   if (ls.linear_attention_layers > 0) merge(ls.linear_attention, ls.linear_attention_layers);
   if (ls.state_space_layers > 0) merge(ls.state_space, ls.state_space_layers);
+  if (ls.mlp_only_layers > 0) merge(ls.mlp_only, ls.mlp_only_layers);
   return acts;
 }
 
@@ -1246,6 +1264,8 @@ LayerLinears layer_linears(const ModelSpec& model, const TrainingSetup& setup) {
   ls.linear_attention_layers = as_d(model.linear_attention.layers);
   ls.state_space = with_targets(state_space_layer_linear_modules(model));
   ls.state_space_layers = as_d(model.state_space.layers);
+  ls.mlp_only = with_targets(mlp_only_layer_linear_modules(model));
+  ls.mlp_only_layers = as_d(model.mlp_only_layers);
   return ls;
 }
 

@@ -186,10 +186,13 @@ struct LayerLinears {
   std::vector<LayerLinear> linear_attention;
   // A Mamba-2 layer (Granite 4.0-H's mamba) with the model's MLP kind; empty without.
   std::vector<LayerLinear> state_space;
+  // An MLP-only layer (Nemotron-H's `-` blocks); empty without.
+  std::vector<LayerLinear> mlp_only;
   double dense_layers = 0;         // how many layers are of each kind
   double moe_layers = 0;
   double linear_attention_layers = 0;
   double state_space_layers = 0;
+  double mlp_only_layers = 0;
   // Calls f(modules, layers) for each kind the model has.
   template <class F>
   void for_each_kind(F&& f) const {
@@ -197,6 +200,7 @@ struct LayerLinears {
     if (moe_layers > 0) f(moe, moe_layers);
     if (linear_attention_layers > 0) f(linear_attention, linear_attention_layers);
     if (state_space_layers > 0) f(state_space, state_space_layers);
+    if (mlp_only_layers > 0) f(mlp_only, mlp_only_layers);
   }
   bool operator==(const LayerLinears&) const = default;
 };

@@ -52,6 +52,9 @@ constexpr double kLowRankQueryExtraOps = 9;
 // states and the output: 10), the gated RMSNorm in eager PyTorch (12) with its reshapes (4) and
 // out_proj (1): 60.
 constexpr double kAttentionBlockOps = 29;
+// Of the layer's 50, the gated MLP's (gate, up, activation, product, down), and one residual add.
+constexpr double kMlpOps = 5;
+constexpr double kResidualAddOps = 1;
 constexpr double kGatedDeltaNetOps = 60;
 // A Mamba-2 layer's token mixer in transformers' PyTorch scan (GraniteMoeHybridMambaLayer without
 // the hub's kernels), in place of attention's 29: A from A_log (3), in_proj's split and the
@@ -495,6 +498,16 @@ WorkBasis work_basis(const ModelSpec& model, const Step& step) {
                      gated_delta * (kGatedDeltaNetOps - kAttentionBlockOps) +
                      state_space * (kStateSpaceScanOps - (parallel_scan ? 0.0 : kAttentionBlockOps)) +
                      (parallel_scan ? kFalconMultiplierOps : 0.0) + 8.0 * as_d(model.norms_per_layer - 2);
+  // Nemotron-H's layers are one sublayer each behind one norm (norms_per_layer 1, above) and one
+  // residual add: its attention and Mamba-2 layers dispatch no MLP, its MLP-only layers no token
+  // mixer; and its non-gated MLP (up, ReLU, square, down) one operation fewer than a gated one.
+  if (model.mixer_only_layers) {
+    const double mlp_only = as_d(model.mlp_only_layers) / L;
+    layer_ops -= (1.0 - mlp_only) * kMlpOps + mlp_only * kAttentionBlockOps + kResidualAddOps;
+    if (!model.gated_mlp) layer_ops -= mlp_only;
+  } else if (!model.gated_mlp) {
+    layer_ops -= 1.0;
+  }
   if (model.is_mla()) layer_ops += kLatentAttentionExtraOps + (model.q_lora_rank > 0 ? kLowRankQueryExtraOps : 0.0);
   if (model.layer_norm) layer_ops -= as_d(model.norms_per_layer) * (kRmsNormOps - 1.0);
   layer_ops += kLoraForwardOps * targets / L;

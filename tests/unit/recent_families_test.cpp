@@ -304,7 +304,7 @@ namespace {
 // A hybrid family (Mamba-2 or linear-attention layers beside attention) is no Llama: refused,
 // naming the field that says so, whichever it is.
 TEST(OtherDecoderFamilies, HybridLayersAreRefusedByTheFieldThatNamesThem) {
-  const std::string base = R"("architectures": ["NemotronHForCausalLM"], "model_type": "nemotron_h",
+  const std::string base = R"("architectures": ["BambaForCausalLM"], "model_type": "bamba",
       "hidden_size": 1536, "num_hidden_layers": 4, "num_attention_heads": 12, "intermediate_size": 512,
       "vocab_size": 1000)";
   for (const std::string& extra : {std::string(R"("mamba_n_heads": 48)"),

@@ -222,5 +222,87 @@ TEST(FalconH1, AllLinearLeavesOutWhatPeftRefuses) {
   EXPECT_THROW(make_plan(m, named, find_gpu("h200")), SettingError);
 }
 
+// Nemotron-H (transformers 5.17's NemotronHBlock): every block is one norm and one mixer, named
+// by hybrid_override_pattern: M a Mamba-2 mixer (mamba_num_heads x mamba_head_dim wide, Zamba2's
+// grouped gated norm), * attention without a rotary embedding, - an MLP (up_proj, relu2,
+// down_proj). Seven blocks here: three Mamba-2, one attention, three MLP.
+std::string nemotron_h(const std::string& blocks = R"("hybrid_override_pattern": "M-M*-M-")") {
+  return R"({"model_type": "nemotron_h", "hidden_size": 256, "num_attention_heads": 4, "num_key_value_heads": 2,
+      "head_dim": 64, "intermediate_size": 512, "vocab_size": 1000, "mamba_num_heads": 8, "mamba_head_dim": 32,
+      "ssm_state_size": 16, "n_groups": 2, "conv_kernel": 4, "chunk_size": 64, "mlp_hidden_act": "relu2", )" +
+         blocks + "}";
+}
+
+// By hand: the untied embedding and output layer (1000 x 256 each); a Mamba-2 block's in_proj
+// (256 -> 256 + 320 + 8), its convolution over x, B and C (320 channels x 4, and a bias), dt_bias,
+// A_log and D (8 each), the gated norm (256) and out_proj (256 -> 256); attention's q, k, v, o
+// (4 heads of 64, 2 key/value heads); an MLP block's up and down (256 <-> 512); one norm a block and
+// the final norm.
+TEST(NemotronH, CountsByHand) {
+  const ModelSpec m = parse_model_config(nemotron_h(), "config.json");
+  EXPECT_EQ(m.num_layers, 7);  // the pattern's length, whatever num_hidden_layers says
+  EXPECT_EQ(m.state_space.layers, 3);
+  EXPECT_EQ(m.mlp_only_layers, 3);
+  EXPECT_EQ(m.attention_layers(), 1);
+  EXPECT_TRUE(m.mixer_only_layers);
+  EXPECT_FALSE(m.gated_mlp);
+  EXPECT_EQ(m.rotary_tables, 0);
+  const std::int64_t mamba = 256 * (256 + 320 + 8) + 320 * 5 + 3 * 8 + 256 + 256 * 256;
+  const std::int64_t attention = 256 * 256 + 2 * 256 * 128 + 256 * 256;
+  const std::int64_t mlp = 2 * 256 * 512;
+  EXPECT_EQ(count_parameters(m).total, 2 * 1000 * 256 + 3 * mamba + attention + 3 * mlp + 8 * 256);
+  // The list NemotronHConfig keeps reads as the pattern does.
+  const ModelSpec listed = parse_model_config(
+      nemotron_h(R"("layers_block_type": ["linear_attention", "mlp", "linear_attention", "full_attention", "mlp",
+                 "linear_attention", "mlp"])"),
+      "config.json");
+  EXPECT_EQ(count_parameters(listed).total, count_parameters(m).total);
+}
+
+// Each block keeps what its one sublayer keeps: an MLP block its ReLU's output (the square reads the
+// same tensor) and, for down's weight or adapter, the square's output; no block keeps a gated MLP's
+// tensors, nor a second norm.
+TEST(NemotronH, ABlockKeepsItsOneSublayer) {
+  const ModelSpec m = parse_model_config(nemotron_h(), "config.json");
+  TrainingSetup s;
+  s.seq = 1024;
+  const auto a = describe_step(m, s).tensors.layer_activations;
+  const double c = 2, L = 7;
+  EXPECT_NEAR(kept(a, "ReLU output (the square's input)"), c * 512 * 3 / L, 1e-9);
+  EXPECT_EQ(kept(a, "gate output (activation input)"), -1);
+  EXPECT_EQ(kept(a, "up output"), -1);
+  EXPECT_EQ(kept(a, "post-attention norm"), -1);
+  EXPECT_GT(kept(a, "attention log-sum-exp"), 0);  // the attention block's SDPA
+  EXPECT_GT(kept(a, "gated norm input (fp32 scan output)"), 0);  // the Mamba-2 blocks' scan
+}
+
+// What is refused by name: mixture-of-experts blocks (Nemotron 3), multi-token prediction, another
+// MLP activation; and PEFT's refusal of out_proj, as for Falcon-H1.
+TEST(NemotronH, WhatIsNotPlannedIsRefusedByName) {
+  const auto refused = [](const std::string& text, const std::string& says) {
+    try {
+      (void)parse_model_config(text, "config.json");
+      ADD_FAILURE() << text;
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+    }
+  };
+  refused(nemotron_h(R"("hybrid_override_pattern": "ME*-")"), "mixture-of-experts blocks");
+  refused(nemotron_h(R"("hybrid_override_pattern": "M-X-")"), "must hold M, *, - or E");
+  refused(nemotron_h(R"("hybrid_override_pattern": "M-M*", "num_nextn_predict_layers": 1)"), "multi-token");
+  std::string silu = nemotron_h();
+  silu.replace(silu.find("relu2"), 5, "silu");
+  refused(silu, "mlp_hidden_act");
+  const ModelSpec m = parse_model_config(nemotron_h(), "config.json");
+  TrainingSetup s;
+  bool warned = false;
+  for (const std::string& w : make_plan(m, s, find_gpu("h200")).warnings)
+    warned = warned || w.find("--lora-targets q_proj,k_proj,v_proj,o_proj,mixer.in_proj,up_proj,down_proj") !=
+                           std::string::npos;
+  EXPECT_TRUE(warned);
+  s.lora.targets = parse_lora_targets("q_proj,out_proj");
+  EXPECT_THROW(make_plan(m, s, find_gpu("h200")), SettingError);
+}
+
 }  // namespace
 }  // namespace trainfit::detail
