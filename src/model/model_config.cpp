@@ -395,11 +395,11 @@ std::string nemotron_blocks(const ConfigReader& r) {
              r.quoted("layers_block_type"));
     for (const json& kind : *list) {
       const std::string k = kind.is_string() ? kind.get<std::string>() : "";
-      blocks += k == "linear_attention" || k == "mamba" ? 'M'
+      blocks += k == "linear_attention" || k == "mamba"     ? 'M'
                 : k == "full_attention" || k == "attention" ? '*'
-                : k == "mlp" ? '-'
-                : k == "moe" ? 'E'
-                             : '?';
+                : k == "mlp"                                ? '-'
+                : k == "moe"                                ? 'E'
+                                                            : '?';
       if (blocks.back() == '?')
         r.fail("field " + r.quoted("layers_block_type") +
                " must hold linear_attention, full_attention, mlp or moe (got " + describe(kind) + ")");
@@ -416,7 +416,8 @@ std::string nemotron_blocks(const ConfigReader& r) {
     r.fail("a nemotron_h config with mixture-of-experts blocks (E in " + r.quoted("hybrid_override_pattern") +
            ", Nemotron 3) is not planned yet: its Mamba-2, attention and MLP blocks are");
   if (r.optional_int("num_nextn_predict_layers", 0, 0, kMaxLayers) > 0)
-    r.fail("field " + r.quoted("num_nextn_predict_layers") + ": Nemotron-H's multi-token prediction layers are not "
+    r.fail("field " + r.quoted("num_nextn_predict_layers") +
+           ": Nemotron-H's multi-token prediction layers are not "
            "planned yet");
   return blocks;
 }
@@ -444,7 +445,8 @@ void read_nemotron_blocks(const ConfigReader& r, ModelSpec& m, const std::string
   ss.state_size = r.optional_int("ssm_state_size", 128, 1, kMaxHeadDim);
   // NemotronHConfig takes the Mamba names of its older configs too (mamba_n_groups, mamba_d_conv, ...).
   const auto either = [&](const char* name, const char* legacy, std::int64_t fallback, std::int64_t most) {
-    return r.find(name) != nullptr ? r.optional_int(name, fallback, 1, most) : r.optional_int(legacy, fallback, 1, most);
+    return r.find(name) != nullptr ? r.optional_int(name, fallback, 1, most)
+                                   : r.optional_int(legacy, fallback, 1, most);
   };
   ss.groups = either("n_groups", "mamba_n_groups", 8, kMaxHeads);
   if (ss.heads % ss.groups != 0)
@@ -453,7 +455,7 @@ void read_nemotron_blocks(const ConfigReader& r, ModelSpec& m, const std::string
   ss.conv_kernel = either("conv_kernel", "mamba_d_conv", 4, kMaxHeadDim);
   ss.chunk_size = either("chunk_size", "mamba_chunk_size", 128, kMaxPositions);
   ss.conv_bias = r.find("use_conv_bias") != nullptr ? r.optional_bool("use_conv_bias", true)
-                                                     : r.optional_bool("mamba_conv_bias", true);
+                                                    : r.optional_bool("mamba_conv_bias", true);
   ss.input_bias = ss.output_bias = r.optional_bool("use_bias", false);
   ss.gated_norm = true;
   // NemotronHAttention: q/k/v/o without bias, and no rotary embedding anywhere.
@@ -494,16 +496,16 @@ ModelSpec read_decoder(const ConfigReader& r, std::string model_type) {
 
   m.hidden_size = r.require_int("hidden_size", 1, kMaxHidden);
   const std::string blocks = t == "nemotron_h" ? nemotron_blocks(r) : std::string();
-  m.num_layers = t == "nemotron_h" ? static_cast<std::int64_t>(blocks.size())
-                                   : r.require_int("num_hidden_layers", 1, kMaxLayers);
+  m.num_layers =
+      t == "nemotron_h" ? static_cast<std::int64_t>(blocks.size()) : r.require_int("num_hidden_layers", 1, kMaxLayers);
   m.vocab_size =
       gemma3 ? r.optional_int("vocab_size", kGemma3Vocab, 1, kMaxVocab) : r.require_int("vocab_size", 1, kMaxVocab);
   // An all-sparse MoE never builds its dense MLP, so there intermediate_size may be absent.
   m.intermediate_size = qwen_moe || deepseek_moe(t) ? r.optional_int("intermediate_size", 0, 1, kMaxIntermediate)
-                       : granite4                  ? r.optional_int("intermediate_size", 11008, 1, kMaxIntermediate)
-                       : t == "falcon_h1"          ? r.optional_int("intermediate_size", 14336, 1, kMaxIntermediate)
-                       : t == "nemotron_h"         ? r.optional_int("intermediate_size", 21504, 1, kMaxIntermediate)
-                                                   : r.require_int("intermediate_size", 1, kMaxIntermediate);
+                        : granite4                  ? r.optional_int("intermediate_size", 11008, 1, kMaxIntermediate)
+                        : t == "falcon_h1"          ? r.optional_int("intermediate_size", 14336, 1, kMaxIntermediate)
+                        : t == "nemotron_h"         ? r.optional_int("intermediate_size", 21504, 1, kMaxIntermediate)
+                                                    : r.require_int("intermediate_size", 1, kMaxIntermediate);
   read_attention(r, m);
   if (granite4 && r.optional_int("num_local_experts", 8, 0, kMaxExperts) == 0) {
     // No experts: shared_mlp is the layer's MLP.

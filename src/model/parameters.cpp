@@ -228,7 +228,8 @@ ParameterCounts count_parameters(const ModelSpec& model) {
 
   const LinearAttention& la = model.linear_attention;
   const StateSpace& ss = model.state_space;
-  const std::int64_t main_layers = model.num_layers - model.dense_layers - la.layers - ss.layers - model.mlp_only_layers;
+  const std::int64_t main_layers =
+      model.num_layers - model.dense_layers - la.layers - ss.layers - model.mlp_only_layers;
   std::int64_t unrouted = 0;  // the routed experts' parameters one token's forward does not use
   auto add_layers = [&](const std::vector<LinearModule>& modules, std::int64_t layers) {
     for (const LinearModule& m : modules) {

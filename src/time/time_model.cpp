@@ -116,7 +116,8 @@ StepSeconds step_seconds(const StepWork& w, const StepCounts& counts, const GpuS
   t.gpu_micro = t.matmul + t.attention + t.fp32 + t.traffic + t.floor + t.comm + t.offload_micro;
   // Host: the micro-batch's operations, its share of the once-a-step ones (DDP's bucket copies,
   // in the synchronising micro-batch), and DTensor's dispatch on top of the operations on DTensors.
-  t.host_micro = (w.ops + w.step_ops / step_micro_batches) * prof.host_seconds_per_op + w.dtensor_ops * prof.dtensor_seconds_per_op;
+  t.host_micro = (w.ops + w.step_ops / step_micro_batches) * prof.host_seconds_per_op +
+                 w.dtensor_ops * prof.dtensor_seconds_per_op;
   t.opt_gpu = w.optimizer_bytes / bw + t.offload_step;
   t.opt_host = w.optimizer_ops * prof.host_seconds_per_op;
 

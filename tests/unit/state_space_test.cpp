@@ -272,7 +272,7 @@ TEST(NemotronH, ABlockKeepsItsOneSublayer) {
   EXPECT_EQ(kept(a, "gate output (activation input)"), -1);
   EXPECT_EQ(kept(a, "up output"), -1);
   EXPECT_EQ(kept(a, "post-attention norm"), -1);
-  EXPECT_GT(kept(a, "attention log-sum-exp"), 0);  // the attention block's SDPA
+  EXPECT_GT(kept(a, "attention log-sum-exp"), 0);                // the attention block's SDPA
   EXPECT_GT(kept(a, "gated norm input (fp32 scan output)"), 0);  // the Mamba-2 blocks' scan
 }
 
@@ -297,8 +297,8 @@ TEST(NemotronH, WhatIsNotPlannedIsRefusedByName) {
   TrainingSetup s;
   bool warned = false;
   for (const std::string& w : make_plan(m, s, find_gpu("h200")).warnings)
-    warned = warned || w.find("--lora-targets q_proj,k_proj,v_proj,o_proj,mixer.in_proj,up_proj,down_proj") !=
-                           std::string::npos;
+    warned = warned ||
+             w.find("--lora-targets q_proj,k_proj,v_proj,o_proj,mixer.in_proj,up_proj,down_proj") != std::string::npos;
   EXPECT_TRUE(warned);
   s.lora.targets = parse_lora_targets("q_proj,out_proj");
   EXPECT_THROW(make_plan(m, s, find_gpu("h200")), SettingError);
