@@ -114,7 +114,7 @@ def main():
             [round(t, 4) for t in times], statistics.median(times)))
         f.write("kernel time in the profiled step: %.4f s over %d kernels\n\n" % (
             sum(v[1] for v in kernels.values()) / 1e6, sum(v[0] for v in kernels.values())))
-        f.write(events.table(sort_by="self_cuda_time_total", row_limit=70, max_name_column_width=40,
+        f.write(events.table(sort_by="self_device_time_total", row_limit=70, max_name_column_width=40,
                              max_shapes_column_width=120))
         f.write("\nkernels by total time (us): count, total\n")
         for k, (n, t) in sorted(kernels.items(), key=lambda kv: -kv[1][1])[:60]:
