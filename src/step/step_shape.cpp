@@ -431,19 +431,10 @@ class LayerActivations {
     if (!model.post_norms) keep_norm(kept_, b_, "input norm", b_.h, b_.liger);
     // Nemotron-H's layers are one sublayer each: a token mixer, or an MLP alone.
     const bool mlp_only = model.mlp_only_layers > 0 && is_mlp_only(mods);
-    if (mlp_only) {
-      // no token mixer
-    } else if (model.is_mla()) {
-      latent_attention(mods);
-    } else if (find_module(mods, ModuleRole::linear_attention_qkvz) != nullptr) {
-      gated_delta_net(mods);
-    } else if (find_module(mods, ModuleRole::state_space_input) != nullptr) {
-      if (model.state_space.parallel_attention) attention(mods);
-      state_space_scan(mods);
-    } else {
-      attention(mods);
+    if (!mlp_only) {
+      mix_tokens(mods);
+      if (model.mixer_only_layers) return std::move(kept_);
     }
-    if (model.mixer_only_layers && !mlp_only) return std::move(kept_);
     if (model.post_norms) {
       keep_norm(kept_, b_, "post-attention norm", b_.h, b_.liger);
     } else {
@@ -748,6 +739,22 @@ class LayerActivations {
     }
     if (const auto* out = find_module(mods, ModuleRole::state_space_output))
       linear(*out, {"", "gated norm output"}, c, 1.0);
+  }
+
+  // The layer's token mixer: latent, linear or ordinary attention, a Mamba-2 scan, or (Falcon-H1)
+  // attention and the scan side by side.
+  void mix_tokens(const std::vector<LayerLinear>& mods) {
+    const ModelSpec& model = b_.model;
+    if (model.is_mla()) {
+      latent_attention(mods);
+    } else if (find_module(mods, ModuleRole::linear_attention_qkvz) != nullptr) {
+      gated_delta_net(mods);
+    } else if (find_module(mods, ModuleRole::state_space_input) != nullptr) {
+      if (model.state_space.parallel_attention) attention(mods);
+      state_space_scan(mods);
+    } else {
+      attention(mods);
+    }
   }
 
   // A gated MLP: gate and up read the normalised input, the activation keeps its input, the

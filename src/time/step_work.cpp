@@ -501,13 +501,10 @@ WorkBasis work_basis(const ModelSpec& model, const Step& step) {
   // Nemotron-H's layers are one sublayer each behind one norm (norms_per_layer 1, above) and one
   // residual add: its attention and Mamba-2 layers dispatch no MLP, its MLP-only layers no token
   // mixer; and its non-gated MLP (up, ReLU, square, down) one operation fewer than a gated one.
-  if (model.mixer_only_layers) {
-    const double mlp_only = as_d(model.mlp_only_layers) / L;
+  const double mlp_only = as_d(model.mlp_only_layers) / L;
+  if (model.mixer_only_layers)
     layer_ops -= (1.0 - mlp_only) * kMlpOps + mlp_only * kAttentionBlockOps + kResidualAddOps;
-    if (!model.gated_mlp) layer_ops -= mlp_only;
-  } else if (!model.gated_mlp) {
-    layer_ops -= 1.0;
-  }
+  if (!model.gated_mlp) layer_ops -= model.mixer_only_layers ? mlp_only : 1.0;  // the share of layers with an MLP
   if (model.is_mla()) layer_ops += kLatentAttentionExtraOps + (model.q_lora_rank > 0 ? kLowRankQueryExtraOps : 0.0);
   if (model.layer_norm) layer_ops -= as_d(model.norms_per_layer) * (kRmsNormOps - 1.0);
   layer_ops += kLoraForwardOps * targets / L;
