@@ -21,6 +21,7 @@ struct ValidateFlags {
   std::string format = "table";
   std::string profile;
   bool profile_host = false;
+  bool published = false;
 };
 
 void print(const ComparisonSummary& summary, Format format, const std::string& source) {
@@ -75,6 +76,56 @@ void print(const ComparisonSummary& summary, Format format, const std::string& s
     std::cout << fmt::format("host probe gave no figure: {}\n", detail::printable(note));
 }
 
+// `--published`: one row a run expressed in trainfit's settings (its id, published and predicted
+// tokens/s a GPU and memory, the errors), the summary, then what the other runs use that no
+// setting describes, the most runs first.
+void print(const PublishedSummary& summary, Format format, const std::string& source) {
+  if (format == Format::json) {
+    std::cout << published_comparison_to_json(summary).dump(2) << "\n";
+    return;
+  }
+  if (format == Format::html) throw InputError("validate --published prints a table or JSON (--format table|json)");
+  const auto percent = [](const std::optional<double>& e) {
+    return e ? fmt::format("{:+.0f}%", 100.0 * *e) : std::string("-");
+  };
+  std::vector<std::vector<std::string>> rows = {
+      {"line", "run", "tok/s/GPU pub", "pred", "error", "GiB pub", "pred", "error", "verdict"}};
+  for (const auto& c : summary.rows) {
+    const PublishedRun& r = *c.run;
+    const double gib = static_cast<double>(kGiB);
+    rows.push_back(
+        {std::to_string(r.line), r.id,
+         r.tokens_per_second_per_gpu ? fmt::format("{:.0f}", *r.tokens_per_second_per_gpu) : "-",
+         c.predicted_tokens_per_second_per_gpu > 0 ? fmt::format("{:.0f}", c.predicted_tokens_per_second_per_gpu) : "-",
+         percent(c.tokens_error), r.memory_bytes ? fmt::format("{:.1f} {}", *r.memory_bytes / gib, r.memory_kind) : "-",
+         r.memory_bytes ? fmt::format("{:.1f}", c.predicted_memory_bytes / gib) : "-", percent(c.memory_error),
+         c.verdict});
+  }
+  std::cout << detail::aligned_table(rows, {false, true, false, false, false, false, false, false, true});
+  std::cout << fmt::format("\n{} published runs in {}: {} expressed in trainfit's settings\n", summary.runs, source,
+                           summary.rows.size());
+  if (summary.throughput_rows > 0)
+    std::cout << fmt::format("tokens/s a GPU, {} runs: median |error| {:.1f}%, max |error| {:.1f}%\n",
+                             summary.throughput_rows, 100.0 * summary.median_abs_tokens_error,
+                             100.0 * summary.max_abs_tokens_error);
+  if (summary.memory_rows > 0)
+    std::cout << fmt::format(
+        "peak memory (of the kind each source logs), {} runs: median |error| {:.1f}%, max |error| "
+        "{:.1f}%\n",
+        summary.memory_rows, 100.0 * summary.median_abs_memory_error, 100.0 * summary.max_abs_memory_error);
+  if (summary.planned_out_of_memory > 0)
+    std::cout << fmt::format("{} runs that ran as published are planned as not fitting\n",
+                             summary.planned_out_of_memory);
+  if (!summary.blocked_by.empty()) {
+    std::vector<std::string> parts;
+    for (const auto& [what, n] : summary.blocked_by) parts.push_back(fmt::format("{} ({})", what, n));
+    std::cout << detail::wrapped(
+                     fmt::format("Not expressed, by what no setting describes (runs): {}", fmt::join(parts, ", ")),
+                     detail::kTextColumns, "  ")
+              << "\n";
+  }
+}
+
 }  // namespace
 
 void add_validate_command(CLI::App& app, int& exit_code) {
@@ -87,10 +138,20 @@ void add_validate_command(CLI::App& app, int& exit_code) {
   cmd->add_flag("--profile-host", flags->profile_host,
                 "price every step with the profile's host_seconds_per_op, also rows that measured their own\n"
                 "(bench --host-probe: measured.host_probe)");
+  cmd->add_flag("--published", flags->published,
+                "the file holds runs frameworks published (data/published/, docs/published.md): their tokens/s a GPU\n"
+                "and memory beside the plan's");
   cmd->callback([flags, &exit_code] {
     const Format format = parse_report_format(flags->format);
     std::optional<TimeProfile> profile;
     if (!flags->profile.empty()) profile = load_profile(flags->profile);
+    if (flags->published) {
+      const std::vector<PublishedRun> runs = load_published_runs(flags->path);
+      if (runs.empty()) throw InputError(fmt::format("{}: no published runs", flags->path));
+      print(compare_with_published(runs, profile ? &*profile : nullptr), format, flags->path);
+      exit_code = 0;
+      return;
+    }
     const ComparisonSummary summary = compare_with_measurements(load_measurements(flags->path), profile ? &*profile : nullptr,
                                                                 {.row_host = !flags->profile_host});
     // Nothing compared is not a 0% error: an empty file, a file of failed runs or the wrong file.

@@ -3,12 +3,12 @@
 // planner's prediction beside each.
 #include <cstddef>
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "trainfit/setup.hpp"
 #include "trainfit/time.hpp"
@@ -101,5 +101,63 @@ ComparisonSummary compare_with_measurements(const std::vector<MeasuredStep>& ste
 
 // The measured steps with a step time, ready for calibrate(); errors name the row as above.
 std::vector<TimedStep> timed_steps(const std::vector<MeasuredStep>& steps);
+
+// ---- Runs the frameworks published (docs/published.md) -----------------------------------------
+
+// One training run a framework published (torchtitan's benchmark tables, torchtune's README,
+// NVIDIA's NeMo performance summary...), transcribed as its source states it, and the setup that
+// expresses it in trainfit's settings, or what trainfit has no setting for. Figures the source
+// does not give are absent; none is derived from another.
+struct PublishedRun {
+  std::string source;  // the file it was read from, and its line: errors name them
+  int line = 0;
+  std::string id;
+  std::string framework;                   // torchtitan, torchtune, nemo, megatron-lm, deepspeed...
+  std::string url;                         // where the figures are printed (a GitHub file at a commit, a page)
+  std::string model;                       // as published
+  std::string gpu;                         // as published
+  std::int64_t gpus = 0;                   // 0: not stated
+  std::optional<TrainingSetup> setup;      // the run in trainfit's settings (gpu, model...)
+  std::vector<std::string> not_expressed;  // what it uses that no setting describes, when setup is absent
+  std::optional<double> tokens_per_second_per_gpu;
+  std::optional<double> memory_bytes;  // the memory figure, per GPU, in bytes
+  // What the memory figure is, read from the framework's own logging code: "reserved"
+  // (torch.cuda.max_memory_reserved), "active" (the allocator's active bytes' peak), "allocated",
+  // or "" when the source does not say (then it is not compared).
+  std::string memory_kind;
+};
+
+// Reads a JSONL file of published runs (data/published/). Throws InputError naming the line and the
+// field on malformed input, and past the caps of measurement files.
+std::vector<PublishedRun> parse_published_runs(std::string_view jsonl_text, std::string_view source_name);
+std::vector<PublishedRun> load_published_runs(std::string_view path);
+
+struct PublishedComparison {
+  const PublishedRun* run = nullptr;
+  double predicted_tokens_per_second_per_gpu = 0;  // 0: the card's throughput is unknown
+  std::optional<double> tokens_error;              // predicted / published - 1
+  double predicted_memory_bytes = 0;               // of the run's memory_kind (reserved or allocated)
+  std::optional<double> memory_error;              // predicted / published - 1
+  std::string verdict;                             // the plan's, on the run's card: fits, tight, oom...
+  std::string time_profile_card;                   // the card whose measured rates priced the step
+};
+
+struct PublishedSummary {
+  std::vector<PublishedComparison> rows;  // the expressible runs, in file order
+  std::size_t runs = 0;                   // every run read
+  // Runs not expressed, by what they use that no setting describes (a run counts under each).
+  std::vector<std::pair<std::string, std::size_t>> blocked_by;
+  std::size_t throughput_rows = 0;
+  double median_abs_tokens_error = 0;
+  double max_abs_tokens_error = 0;
+  std::size_t memory_rows = 0;
+  double median_abs_memory_error = 0;
+  double max_abs_memory_error = 0;
+  std::size_t planned_out_of_memory = 0;  // expressible runs that ran as published but plan as not fitting
+};
+
+// Each expressible run planned on its own card (its default time profile, or `profile`); an
+// InputError about a run (an unknown model or card, a setup the model refuses) names its line.
+PublishedSummary compare_with_published(const std::vector<PublishedRun>& runs, const TimeProfile* profile = nullptr);
 
 }  // namespace trainfit

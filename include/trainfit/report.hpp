@@ -71,5 +71,8 @@ nlohmann::json plan_report_data(const Plan& plan);
 nlohmann::json report_words();
 // `trainfit validate`: prediction beside measurement, row by row, with the error summary.
 nlohmann::json comparison_to_json(const ComparisonSummary& summary);
+// `trainfit validate --published`: each expressible run's figures beside the plan's, the errors,
+// and what the others use that no setting describes.
+nlohmann::json published_comparison_to_json(const PublishedSummary& summary);
 
 }  // namespace trainfit

@@ -1,11 +1,14 @@
 // A bench row as a line of results.jsonl: written once when its config ends, read back to resume
 // and to judge. What the runner reported is kept whole; the library reads what it judges.
-#include <cmath>
-#include <string>
+#include "bench/bench_row.hpp"
 
 #include <fmt/format.h>
 
-#include "bench/bench_row.hpp"
+#include <cmath>
+#include <filesystem>
+#include <string>
+#include <string_view>
+
 #include "trainfit/bench.hpp"
 #include "trainfit/error.hpp"
 
@@ -164,6 +167,15 @@ BenchRow row_from_json(const json& j) {
     for (const auto& r : j["verdict_reasons"])
       if (r.is_string()) row.verdict_reasons.push_back(r.get<std::string>());
   return row;
+}
+
+std::string beside_the_file(const std::string& path, std::string_view data_file) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path given(path);
+  if (path.empty() || given.is_absolute() || fs::exists(given, ec)) return path;
+  const fs::path beside = fs::path(data_file).parent_path() / given;
+  return fs::exists(beside, ec) ? beside.string() : path;
 }
 
 }  // namespace trainfit::bench

@@ -1,17 +1,16 @@
 // Reading measured steps and putting the planner's prediction beside them.
-#include "bench/bench_row.hpp"
-#include "common/statistics.hpp"
-#include "common/text.hpp"
 #include "trainfit/measurements.hpp"
+
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <cmath>
-#include <filesystem>
+#include <nlohmann/json.hpp>
 #include <optional>
 
-#include <fmt/format.h>
-#include <nlohmann/json.hpp>
-
+#include "bench/bench_row.hpp"
+#include "common/statistics.hpp"
+#include "common/text.hpp"
 #include "trainfit/error.hpp"
 #include "trainfit/hardware.hpp"
 #include "trainfit/host_probe.hpp"
@@ -76,18 +75,6 @@ Measurement measurement_from_json(const json& r) {
 
 namespace {
 
-// A row's model given as a relative path to a config.json that is not there from here but is beside
-// the measurements file (a data folder that carries the configs it ran, such as a layer sweep's
-// cut-down models): that path, so the file validates from any directory. Anything else as it is.
-std::string beside_the_file(const std::string& model, std::string_view source) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  const fs::path given(model);
-  if (!model.ends_with(".json") || given.is_absolute() || fs::exists(given, ec)) return model;
-  const fs::path beside = fs::path(source).parent_path() / given;
-  return fs::exists(beside, ec) ? beside.string() : model;
-}
-
 // One line of a measurements file: a row, or nothing for a blank line. `rows` so far, for the cap.
 std::optional<MeasuredStep> parse_row(std::string_view raw, std::string_view source, int line, std::size_t rows) {
   if (raw.size() > kMaxMeasurementLineBytes) throw InputError(detail::line_too_long(source, line, kMaxMeasurementLineBytes));
@@ -106,7 +93,7 @@ std::optional<MeasuredStep> parse_row(std::string_view raw, std::string_view sou
     m.setup = setup_from_json(row["config"]);
     if (bench::built_text_model_alone(row)) m.setup.vision_tower = VisionTowerUse::dropped;
     if (m.setup.model.empty()) throw InputError("field \"model\" is missing");
-    m.setup.model = beside_the_file(m.setup.model, source);
+    if (m.setup.model.ends_with(".json")) m.setup.model = bench::beside_the_file(m.setup.model, source);
     if (row.contains("measured")) {
       m.measured = measurement_from_json(row["measured"]);
       m.has_measurement = true;

@@ -210,4 +210,42 @@ json comparison_to_json(const ComparisonSummary& summary) {
           {"rows_with_own_host", summary.rows_with_own_host}};
 }
 
+json published_comparison_to_json(const PublishedSummary& summary) {
+  const auto optional = [](const std::optional<double>& v) { return v ? json(*v) : json(nullptr); };
+  json rows = json::array();
+  for (const auto& c : summary.rows) {
+    const PublishedRun& r = *c.run;
+    rows.push_back(
+        {{"id", r.id},
+         {"line", r.line},
+         {"framework", r.framework},
+         {"source", r.url},
+         {"setup", setup_to_json(*r.setup)},
+         {"published_tokens_per_second_per_gpu", optional(r.tokens_per_second_per_gpu)},
+         {"predicted_tokens_per_second_per_gpu",
+          c.predicted_tokens_per_second_per_gpu > 0 ? json(c.predicted_tokens_per_second_per_gpu) : json(nullptr)},
+         {"tokens_error", optional(c.tokens_error)},
+         {"memory_kind", r.memory_kind.empty() ? json(nullptr) : json(r.memory_kind)},
+         {"published_memory_gib", r.memory_bytes ? json(*r.memory_bytes / static_cast<double>(kGiB)) : json(nullptr)},
+         {"predicted_memory_gib",
+          r.memory_bytes ? json(c.predicted_memory_bytes / static_cast<double>(kGiB)) : json(nullptr)},
+         {"memory_error", optional(c.memory_error)},
+         {"verdict", c.verdict},
+         {"time_profile_measured_on", c.time_profile_card}});
+  }
+  json blocked = json::array();
+  for (const auto& [what, n] : summary.blocked_by) blocked.push_back({{"setting", what}, {"runs", n}});
+  return {{"rows", rows},
+          {"runs", summary.runs},
+          {"expressed", summary.rows.size()},
+          {"not_expressed_by", blocked},
+          {"throughput_rows", summary.throughput_rows},
+          {"median_abs_tokens_error", summary.median_abs_tokens_error},
+          {"max_abs_tokens_error", summary.max_abs_tokens_error},
+          {"memory_rows", summary.memory_rows},
+          {"median_abs_memory_error", summary.median_abs_memory_error},
+          {"max_abs_memory_error", summary.max_abs_memory_error},
+          {"planned_out_of_memory", summary.planned_out_of_memory}};
+}
+
 }  // namespace trainfit

@@ -257,4 +257,26 @@ TEST(Cli, ValidateReportsErrorsAgainstMeasurements) {
   EXPECT_NE(e.out.find(":1:"), std::string::npos) << e.out;
 }
 
+// validate --published: the runs frameworks published, from any directory (the card files the
+// rows name by relative paths are found beside the data file), in text and JSON.
+TEST(Cli, ValidatePublishedPutsThePlanBesideThePublishedRuns) {
+  const std::string runs = std::string(TRAINFIT_SOURCE_DIR) + "/data/published/runs.jsonl";
+  const auto r = run("validate --published " + runs);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("452 published runs in"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("Not expressed, by what no setting describes (runs): Megatron Core"), std::string::npos)
+      << r.out;
+  const auto j = run("validate --published " + runs + " --format json");
+  ASSERT_EQ(j.code, 0) << j.out;
+  const nlohmann::json summary = nlohmann::json::parse(j.out);
+  EXPECT_EQ(summary.at("runs"), 452);
+  EXPECT_EQ(summary.at("rows").size(), summary.at("expressed").get<std::size_t>());
+  EXPECT_EQ(run("validate --published " + runs + " --format html").code, 2);
+  // A measurements file is not a file of published runs: the first line says what it lacks.
+  const auto e = run(std::string("validate --published ") + TRAINFIT_SOURCE_DIR +
+                     "/data/reference/h200-hf-peft-calibration.jsonl");
+  EXPECT_EQ(e.code, 2);
+  EXPECT_NE(e.out.find(":1: field \"id\" is missing"), std::string::npos) << e.out;
+}
+
 }  // namespace
