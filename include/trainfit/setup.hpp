@@ -189,6 +189,9 @@ struct TrainingSetup {
   std::int64_t batch = 1;
   std::int64_t grad_accum = 1;
   bool grad_ckpt = false;
+  // TRL's packing (bfd) or padding_free: a micro-batch's batch x seq tokens flattened into one
+  // sequence whose examples attend only within themselves (docs/model.md, "Packing").
+  bool packing = false;
   Trainer trainer = Trainer::transformers;
   Loss loss = Loss::whole;  // sft only
   Kernels kernels = Kernels::torch;

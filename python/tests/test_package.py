@@ -173,10 +173,14 @@ class ReadingTheLiveRun(unittest.TestCase):
         args.optim = "adamw_torch"  # torch's AdamW without fused=True
         self.assertEqual(live.settings_of_args(args)[0]["optimizer"], "adamw-foreach")
         # TRL's own options that the plan does not hold yet are said, not hidden.
-        args.loss_type, args.packing = "chunked_nll", True
+        args.loss_type, args.packing, args.activation_offloading = "chunked_nll", True, True
         settings, notes = live.settings_of_args(args)
         self.assertEqual(settings["loss"], "chunked")
-        self.assertTrue(any(n.startswith("packing=True") for n in notes), notes)
+        self.assertTrue(settings["packing"])  # SFTConfig's packing (bfd): the micro-batch flattened
+        self.assertTrue(any(n.startswith("activation_offloading=True") for n in notes), notes)
+        args.packing_strategy = "wrapped"  # rows kept: the unpacked plan's
+        self.assertNotIn("packing", live.settings_of_args(args)[0])
+        args.activation_offloading = False
         # use_liger_kernel: Liger's kernels, and its fused loss whatever loss_type says.
         args.loss_type, args.use_liger_kernel = "nll", True
         settings = live.settings_of_args(args)[0]

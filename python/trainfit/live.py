@@ -122,8 +122,14 @@ def settings_of_args(args, method="full", weights=None):
     elif objective == "sft" and isinstance(loss_type, str):
         notes.append("loss_type %s is planned as the whole-vocabulary loss (trainfit plans full fp32 logits)"
                      % loss_type)
+    # SFTTrainer flattens the micro-batch under padding_free, and under packing with bfd or bfd_split
+    # (docs/model.md, "Packing"); wrapped packing keeps its rows, as the unpacked plan's rows run.
+    packed = getattr(args, "padding_free", False) is True or (
+        getattr(args, "packing", False) is True and getattr(args, "packing_strategy", "bfd") != "wrapped")
+    if objective == "sft" and packed:
+        out["packing"] = True
     # TRL's options that change the step in ways trainfit does not plan yet (issue 34): said, not hidden.
-    for flag in ("packing", "padding_free", "activation_offloading"):
+    for flag in ["activation_offloading"] + ([] if objective == "sft" else ["packing", "padding_free"]):
         if getattr(args, flag, False) is True:
             notes.append("%s=True is not planned: the plan is of the step without it" % flag)
     if objective:

@@ -257,6 +257,8 @@ MemoryBasis memory_basis(const ModelSpec& model, const Step& step, const GpuSpec
   b.layer_backward_transient_per_token = st.layer_backward_transient_per_token;
   b.layer_forward_transient_per_token = st.layer_forward_transient_per_token;
   b.layer_fixed_activations = st.layer_fixed_activations;
+  b.packed_mask_per_layer = st.packed_mask_per_layer;
+  b.packed_mask_outside = st.packed_mask_outside;
   b.layer_fixed_backward_transient = st.layer_fixed_backward_transient;
   b.dequant_transient = st.dequant_transient;
   // A tied embedding already holds the output layer's gradient, and adding the embedding's own to
@@ -494,10 +496,12 @@ StepMemory step_memory(const MemoryBasis& b, double tokens, std::int64_t grad_ac
   // Gradients: with accumulation, micro-batches after the first run with every gradient alive.
   const double grads_prev = grad_accum > 1 ? b.all_grads : 0.0;
   // Each saved tensor is its own allocation, rounded by the caching allocator.
-  const double layer_acts = allocated_for(b.layer_activations, T) + b.layer_fixed_activations;
+  const double layer_acts = allocated_for(b.layer_activations, T) + b.layer_fixed_activations +
+                            (b.packed_mask_per_layer > 0 ? allocator_block(b.packed_mask_per_layer * T * T) : 0.0);
   const double kept_per_layer = grad_ckpt ? allocator_block(b.checkpoint_per_token * T) : layer_acts;
   // A training vision tower's layers: their tensors, or under checkpointing their inputs.
   const double outside = allocated_for(b.outside_activations, T) +
+                         (b.packed_mask_outside > 0 ? allocator_block(b.packed_mask_outside * T * T) : 0.0) +
                          allocator_block((grad_ckpt ? b.tower_checkpoint_per_token : b.tower_saved_per_token) * T);
   // Under checkpointing autograd keeps no layer's autocast copies: they die when the forward
   // leaves autocast and each layer's recompute makes its own again.

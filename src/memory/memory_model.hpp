@@ -105,6 +105,8 @@ struct MemoryBasis {
   double layer_backward_transient_per_token = 0;
   double layer_forward_transient_per_token = 0;
   double layer_fixed_activations = 0;  // StepShape's: bytes a layer keeps whatever the tokens
+  double packed_mask_per_layer = 0;    // StepShape's: bytes per token squared (packing under SDPA)
+  double packed_mask_outside = 0;
   double layer_fixed_backward_transient = 0;
   double dequant_transient = 0;
   double embedding_backward_transient = 0;

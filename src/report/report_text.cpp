@@ -69,9 +69,10 @@ std::string setup_text(const TrainingSetup& s) {
   if (s.kernels == Kernels::liger) trainer += ", Liger's kernels";
   if (s.objective == Objective::sft && s.loss == Loss::chunked) trainer += ", the chunked loss";
   if (s.objective == Objective::sft && s.loss == Loss::fused) trainer += ", Liger's fused loss";
-  return fmt::format("{}, {}, seq {}{} x batch {}{}, {}, {} attention{}{}", method, to_string(s.optimizer), s.seq,
+  return fmt::format("{}, {}, seq {}{} x batch {}{}{}, {}, {} attention{}{}", method, to_string(s.optimizer), s.seq,
                      s.images > 0 ? fmt::format(" ({} image{})", s.images, s.images > 1 ? "s" : "") : "", s.batch,
                      s.grad_accum > 1 ? fmt::format(" x accum {}", s.grad_accum) : "",
+                     s.packing && s.objective == Objective::sft ? " packed (one sequence a micro-batch)" : "",
                      s.grad_ckpt ? "gradient checkpointing" : "no checkpointing", to_string(s.attention), trainer,
                      s.gpus > 1 ? fmt::format(", {} GPUs with {} (memory per GPU)", s.gpus, layout_text(s)) : "");
 }

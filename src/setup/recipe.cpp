@@ -39,6 +39,10 @@ struct Draft {
   std::optional<std::int64_t> generation_batch_size;  // GRPO's, over every process
   bool use_vllm = false;
   std::string vllm_mode = "colocate";  // GRPOConfig's default
+  // SFTConfig's packing, its strategy (default bfd) and padding_free: together they say whether
+  // the micro-batch is flattened (SFTTrainer: padding_free, or packing with bfd or bfd_split).
+  bool packing = false, padding_free = false;
+  std::string packing_strategy = "bfd";
   // LLaMA-Factory's and axolotl's fields that combine into settings.
   std::string method = "lora";  // LLaMA-Factory's finetuning_type (default lora); axolotl's adapter ("" for none)
   std::optional<std::int64_t> quantization_bit;
@@ -250,9 +254,18 @@ const std::vector<KeyRule>& trl_rules() {
        [](auto key, const auto& n, Draft&) {
          if (!is_null(n)) refuse(key, "a choice of Liger's kernels is not planned: every default kernel is");
        }},
-      {"packing", "refused", "packing", [](auto key, const auto& n, Draft&) { off_only(key, n, "packing"); }},
-      {"padding_free", "refused", "padding-free batches",
-       [](auto key, const auto& n, Draft&) { off_only(key, n, "padding-free batching"); }},
+      {"packing", "setting", "packing (with packing_strategy bfd or bfd_split, SFTTrainer flattens the micro-batch)",
+       [](auto key, const auto& n, Draft& d) { d.packing = !is_null(n) && bool_of(key, n); }},
+      {"packing_strategy", "setting", "packing: bfd and bfd_split flatten the micro-batch; wrapped keeps its rows",
+       [](auto key, const auto& n, Draft& d) {
+         if (is_null(n)) return;
+         d.packing_strategy = detail::ascii_lower(scalar_of(key, n));
+         if (d.packing_strategy != "bfd" && d.packing_strategy != "bfd_split" && d.packing_strategy != "wrapped")
+           refuse(key, fmt::format("{} is not one of SFTConfig's strategies (bfd, bfd_split, wrapped)",
+                                   detail::quoted(d.packing_strategy)));
+       }},
+      {"padding_free", "setting", "packing (the micro-batch flattened into one sequence)",
+       [](auto key, const auto& n, Draft& d) { d.padding_free = !is_null(n) && bool_of(key, n); }},
       {"activation_offloading", "refused", "activation offloading",
        [](auto key, const auto& n, Draft&) { off_only(key, n, "activation offloading"); }},
       {"completion_only_loss", "refused", "a loss on the completion only (fewer positions in the chunked loss)",
@@ -336,7 +349,7 @@ constexpr std::string_view kTrlIgnoredKeys[] = {
     "datasets", "streaming", "test_split_size", "dataloader_num_workers", "dataloader_pin_memory",
     "dataloader_drop_last", "dataloader_persistent_workers", "dataloader_prefetch_factor", "remove_unused_columns",
     "label_names", "model_revision", "trust_remote_code", "lora_task_type", "use_rslora", "eos_token", "pad_token",
-    "chat_template_path", "truncation_mode", "packing_strategy", "shuffle_dataset", "neftune_noise_alpha",
+    "chat_template_path", "truncation_mode", "shuffle_dataset", "neftune_noise_alpha",
     "ignore_bias_buffers", "use_logits_to_keep", "label_smoothing", "rpo_alpha", "ld_alpha", "loss_weights",
     "reference_free", "sync_ref_model", "ref_model_mixup_alpha", "ref_model_sync_steps", "temperature", "top_p",
     "top_k", "min_p", "repetition_penalty", "reward_weights", "scale_rewards", "epsilon", "epsilon_high",
@@ -464,6 +477,14 @@ void read_trl(const YAML::Node& root, Draft& d, Recipe& out) {
   }
   if (!fp32_weights && !bf16 && !fp16 && d.objective == Objective::sft)
     refuse("bf16", "false over 16-bit weights is not planned: TRL's chunked loss would then run its GEMMs in fp32");
+  // SFTTrainer flattens the micro-batch under padding_free, and under packing with bfd or bfd_split
+  // (TRL f2cd577, sft_trainer.py); wrapped packing keeps rows of max_length whose examples attend
+  // across their boundaries, which is how the plan's rows already run.
+  if (d.padding_free || (d.packing && d.packing_strategy != "wrapped")) {
+    if (d.objective != Objective::sft)
+      refuse(d.padding_free ? "padding_free" : "packing", "packing is planned for SFT only");
+    d.set("packing", true, d.padding_free ? "padding_free" : "packing");
+  }
 }
 
 // ---- LLaMA-Factory (`llamafactory-cli train recipe.yaml`; its hparams at commit ff6d4d12e) ----------

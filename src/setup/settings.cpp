@@ -401,6 +401,16 @@ std::vector<Setting> builtin_table() {
     bind_enum(r, [](auto& s) -> auto& { return s.loss; }, parse_loss, to_string);
   }
   {
+    auto& r = row("packing", "--packing", boolean,
+                  "TRL's packing (bfd) or padding_free: the micro-batch's batch rows of seq tokens, filled with whole "
+                  "examples, run as one sequence of batch x seq tokens whose examples attend only within themselves "
+                  "(flash: per example; sdpa and eager: over a block-diagonal mask of the whole)");
+    r.applies_when = condition("objective", {"sft"}, {});
+    r.label = "packed";
+    bind<bool>(
+        r, [](auto& s) -> auto& { return s.packing; });
+  }
+  {
     auto& r = row("reference", "--reference", choice,
                   "where the reference log-probabilities come from: a frozen copy of the model, the base with its "
                   "adapters disabled (no weights of its own), precomputed before training, or none (grpo with beta 0)");

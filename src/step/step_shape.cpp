@@ -118,7 +118,8 @@ struct StepBasis {
         liger(s.kernels == Kernels::liger),
         liger_qk_norm(liger && model_family(m).liger_qk_norm),
         lora_branch_autocast(s.method != Method::full && s.trainer == Trainer::trl && !s.amp &&
-                             adapter_bytes > w.compute && w.compute < 4.0) {}
+                             adapter_bytes > w.compute && w.compute < 4.0),
+        packed_mask(s.packing && s.attention == Attention::sdpa) {}
 
   const ModelSpec& model;
   const TrainingSetup& setup;  // what the GPUs compute (compute_setup)
@@ -144,6 +145,9 @@ struct StepBasis {
   // TRL's bf16 autocast over a 16-bit base reaches the fp32 LoRA branch: from lora_A on it runs in
   // the compute dtype (docs/model.md, "Trainers").
   bool lora_branch_autocast;
+  // Packing under SDPA: transformers masks the flattened micro-batch block-diagonally (one block an
+  // example), so every attention layer runs the memory-efficient kernel over the whole of it.
+  bool packed_mask;
 };
 
 // Sums over the linear modules of every decoder layer.
@@ -606,9 +610,12 @@ class LayerActivations {
       // keeps it for the backward. Measured on the H200: Gemma 3 1B keeps 22 x 2 x seq^2 bytes more
       // than with every layer causal (data/bench/h200-sliding-window-*.json). Averaged over the layers.
       const ModelSpec& m = b_.model;
-      if (m.sliding_mask_at(static_cast<std::int64_t>(seq))) {
-        const double sliding_share = static_cast<double>(m.sliding_layers) / static_cast<double>(m.num_layers);
-        keep(kept_, "sliding-window mask (additive bias)", c * seq * sliding_share);
+      // Packed (TRL's flattened micro-batch): every layer is masked, and its bias, a square of the
+      // micro-batch's tokens, is StepShape::packed_mask_per_layer (per token squared).
+      if (b_.packed_mask || m.sliding_mask_at(static_cast<std::int64_t>(seq))) {
+        const double sliding_share =
+            b_.packed_mask ? 1.0 : static_cast<double>(m.sliding_layers) / static_cast<double>(m.num_layers);
+        if (!b_.packed_mask) keep(kept_, "sliding-window mask (additive bias)", c * seq * sliding_share);
         // transformers hands SDPA grouped key/value heads (enable_gqa) only when no mask is passed;
         // with the sliding layers' mask it repeats them to the query heads first (repeat_kv), and
         // the kernel keeps the repeated copies in place of the originals. One key/value head
@@ -1226,6 +1233,28 @@ void check_images(const ModelSpec& model, const TrainingSetup& setup) {
                                              setup.images, tokens, setup.seq));
 }
 
+// Packing is planned as TRL runs it on the layers transformers 5.17 gives a packed micro-batch
+// (position_ids restarting at each example): the attention kernels' paths, each a term of its
+// own. What has no such term is refused by name.
+void check_packing(const ModelSpec& model, const TrainingSetup& setup) {
+  if (!setup.packing) return;
+  if (setup.attention == Attention::eager)
+    throw SettingError("packing",
+                       "packing under eager attention is not planned (its scores over the flattened "
+                       "micro-batch): plan it with `attn` sdpa or flash");
+  if (model.linear_attention.layers > 0 || model.state_space.layers > 0)
+    throw SettingError("packing", fmt::format("packing is not planned for {}'s {} layers (their scans over the "
+                                              "flattened micro-batch)",
+                                              model.name, model.state_space.layers > 0 ? "Mamba-2" : "Gated DeltaNet"));
+  if (setup.images > 0) throw SettingError("packing", "TRL's SFTTrainer refuses packing for vision-language models");
+  if (setup.tp > 1 || setup.cp > 1)
+    throw SettingError("packing", "packing with tensor or context parallelism is not planned");
+  // PyTorch's fused SDPA kernels take half precision only: fp32 runs the math kernel, whose
+  // scores over the flattened micro-batch are not planned.
+  if (setup.attention == Attention::sdpa && widths_for(setup).compute >= 4.0)
+    throw SettingError("packing", "packing with fp32 compute (SDPA's math kernel) is not planned");
+}
+
 LayerLinears layer_linears(const ModelSpec& model, const TrainingSetup& setup) {
   // A target that names no module would plan a LoRA run with no adapter at all (0 trainable
   // parameters that "fit"); PEFT itself refuses such targets. Checked here, where the model and
@@ -1233,6 +1262,7 @@ LayerLinears layer_linears(const ModelSpec& model, const TrainingSetup& setup) {
   check_lora_targets(model, setup);
   check_kernels(model, setup);
   check_images(model, setup);
+  check_packing(model, setup);
   const bool adapters = setup.method != Method::full;
   const bool experts_adapted = adapts_fused_experts(model, setup);
   auto with_targets = [&](std::vector<LinearModule> mods) {
@@ -1388,6 +1418,13 @@ StepShape describe_tensors(const ModelSpec& model, const TrainingSetup& setup, c
   st.layer_activation_per_token = total_bytes(st.layer_activations);
   st.outside_activations = outside_activations(b);
   st.outside_per_token = total_bytes(st.outside_activations);
+  if (b.packed_mask) {
+    // Every attention layer keeps the additive bias SDPA makes of the block mask, in the compute
+    // dtype (1 x 1 x T x T), for its backward, as a sliding-window layer keeps its own; the boolean
+    // mask transformers built (one byte a pair) lives through the step.
+    st.packed_mask_per_layer = b.w.compute * as_d(model.attention_layers()) / as_d(model.num_layers);
+    st.packed_mask_outside = 1.0;
+  }
   if (b.tower_layers_trained) {
     // The tower's layers for every image of the micro-batch, counted per text token; under
     // gradient checkpointing (transformers checkpoints the tower's layers too) each keeps its input.

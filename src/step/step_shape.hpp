@@ -296,6 +296,11 @@ struct StepShape {
   // Token-independent bytes a layer keeps (averaged over the layers): the merged expert weights of
   // ParamWrapper adapters and their low-rank factors cast to the weight dtype.
   double layer_fixed_activations = 0;
+  // Packing under SDPA (docs/model.md, "Packing"): bytes per token squared (T x T over the
+  // micro-batch's flattened tokens) that a layer keeps, averaged over the layers, and that the
+  // step keeps outside them.
+  double packed_mask_per_layer = 0;
+  double packed_mask_outside = 0;
   // And what one layer's backward holds beside them: the merged gate/up weight's gradient, less the
   // merged down weight freed before it (averaged over the layers).
   double layer_fixed_backward_transient = 0;

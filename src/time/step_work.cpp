@@ -421,6 +421,7 @@ WorkBasis work_basis(const ModelSpec& model, const Step& step) {
                    (setup.method == Method::lora && setup.weights == DType::fp32);
   b.eager = setup.attention == Attention::eager;
   if (model.sliding_mask_at(setup.seq)) b.masked_layers = as_d(model.sliding_layers);
+  b.packed_mask = setup.packing && setup.attention == Attention::sdpa;
   b.quantised = setup.method == Method::qlora;
   if (b.quantised) b.unquantised_weight_bytes = detail::unquantised_parameter_bytes(setup);
 
@@ -754,7 +755,11 @@ StepWork step_work(const WorkBasis& b, double tokens, double batch, bool grad_ck
   // A sliding-window layer's mask keeps SDPA off the causal kernels: the memory-efficient kernel
   // computes the whole seq x seq, masked part included (the window saves no work).
   const double La = b.attention_layers;
-  const double attn_fwd = (eager ? 4.0 * La : 2.0 * (La + b.masked_layers)) * B * S * S * nq * d;
+  // Packed under SDPA: one masked sequence of T tokens, every attention layer over all of T x T
+  // (the mask's zero blocks are computed too). Under flash attention each example attends to
+  // itself, as an unpacked row of its tokens would.
+  const double attn_fwd = b.packed_mask ? 4.0 * La * T * T * nq * d
+                                        : (eager ? 4.0 * La : 2.0 * (La + b.masked_layers)) * B * S * S * nq * d;
   const double attn = attn_fwd * (1.0 + (eager ? 2.0 : 2.5) + (ckpt ? 1.0 : 0.0));
   (fp32_compute ? w.fp32_flops : w.attention_flops) += attn;
   // The gated delta rule's kernels, priced as the attention kernels are (Triton kernels, not one

@@ -28,6 +28,9 @@ struct WorkBasis {
   bool fp32_compute = false;  // matmuls on CUDA cores (pure fp32 training)
   bool eager = false;         // eager attention
   double masked_layers = 0;   // sliding-window layers run with an explicit mask (ModelSpec::sliding_mask_at)
+  // Packing under SDPA: every attention layer runs masked over the micro-batch's flattened tokens,
+  // one sequence of batch x seq (docs/model.md, "Packing").
+  bool packed_mask = false;
   bool quantised = false;     // a 4-bit or 8-bit base, dequantised in every pass
   // Sums over the decoder layers' linear modules (MoE: the routed share), per token.
   double linear_flops_per_token = 0;

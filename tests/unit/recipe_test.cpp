@@ -119,9 +119,9 @@ TEST(Recipe, GrpoGenerationKeys) {
 TEST(Recipe, RefusesWhatItDoesNotPlanNamingTheKey) {
   const std::string model = "model_name_or_path: qwen2.5-0.5b\n";
   // Options not planned yet: refused when on, accepted when off (what is planned).
-  EXPECT_EQ(
-      error_of(model + "packing: true\n"),
-      "recipe.yaml: packing: packing is not planned yet; plan without it (remove the key) for the step it replaces");
+  EXPECT_EQ(error_of(model + "activation_offloading: true\n"),
+            "recipe.yaml: activation_offloading: activation offloading is not planned yet; plan without it (remove the "
+            "key) for the step it replaces");
   EXPECT_EQ(error_of(model + "packing: false\nuse_liger_kernel: false\n"), "");
   EXPECT_EQ(error_of(model + "use_liger_kernel: true\n"), "");  // planned: kernels liger
   EXPECT_NE(error_of(model + "use_liger_kernel: true\nliger_kernel_config:\n  rope: false\n")
@@ -144,6 +144,27 @@ TEST(Recipe, RefusesWhatItDoesNotPlanNamingTheKey) {
   EXPECT_EQ(error_of(model + "seed: 1\nseed: 2\n"), "recipe.yaml: key 'seed' is given twice");
   EXPECT_EQ(error_of("- a\n- b\n"), "recipe.yaml: a recipe is a mapping of keys to values");
   EXPECT_NE(error_of("model: [\n").find("recipe.yaml: not YAML (line"), std::string::npos);
+}
+
+// SFTTrainer flattens the micro-batch under padding_free and under packing with bfd or bfd_split
+// (TRL f2cd577); wrapped packing keeps its rows, as the plan's rows run unpacked.
+TEST(Recipe, TrlsPackingAndPaddingFreeFlattenTheMicroBatch) {
+  const std::string model = "model_name_or_path: qwen2.5-0.5b\nattn_implementation: sdpa\n";
+  const auto packing_of = [&](const std::string& keys) {
+    const auto s = settings_of(parse_recipe(model + keys, "sft.yaml"));
+    return s.contains("packing") ? s.at("packing") : std::string("(unset)");
+  };
+  EXPECT_EQ(packing_of("packing: true\n"), "true");
+  EXPECT_EQ(packing_of("packing: true\npacking_strategy: bfd_split\n"), "true");
+  EXPECT_EQ(packing_of("packing: true\npacking_strategy: wrapped\n"), "(unset)");
+  EXPECT_EQ(packing_of("padding_free: true\n"), "true");
+  EXPECT_EQ(packing_of("packing: false\n"), "(unset)");
+  EXPECT_EQ(error_of(model + "packing: true\npacking_strategy: greedy\n"),
+            "recipe.yaml: packing_strategy: 'greedy' is not one of SFTConfig's strategies (bfd, bfd_split, wrapped)");
+  EXPECT_EQ(error_of(model + "padding_free: true\n", Objective::dpo),
+            "recipe.yaml: padding_free: packing is planned for SFT only");
+  // Resolved, it is the setting the plan reads.
+  EXPECT_TRUE(resolve_setup(parse_recipe(model + "packing: true\n", "sft.yaml").settings).packing);
 }
 
 TEST(Recipe, EveryKeyOfEachTableIsUsedIgnoredOrRefused) {
