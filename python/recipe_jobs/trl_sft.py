@@ -58,6 +58,23 @@ HELDOUT = {
     "q0.5b-full-b8s2048-nogc": ("qwen2.5-0.5b", "full", 8, 2048, {"gradient_checkpointing": False}),
 }
 CASES.update(HELDOUT)
+# Packing (docs/model.md, "Packing"), planned at 789bbb9 before any ran: SFTTrainer flattens the
+# micro-batch (packing with bfd, or padding_free) and, under SDPA, transformers masks it
+# block-diagonally. "example_len": the dataset's examples are that long (BFD then packs
+# seq / example_len of them a row); otherwise one example fills a row.
+PACKING = {
+    "q0.5b-full-b4s2048-packing": ("qwen2.5-0.5b", "full", 4, 2048, {"packing": True}),
+    "q0.5b-full-b4s2048-packing-nogc": ("qwen2.5-0.5b", "full", 4, 2048,
+                                        {"packing": True, "gradient_checkpointing": False}),
+    "q0.5b-full-b4s1024-padfree-nogc": ("qwen2.5-0.5b", "full", 4, 1024,
+                                        {"padding_free": True, "gradient_checkpointing": False}),
+    "l1b-full-b4s2048-packing-nogc-halves": ("llama3.2-1b", "full", 4, 2048,
+                                             {"packing": True, "gradient_checkpointing": False, "example_len": 1024}),
+    "q1.5b-lora-b4s2048-packing": ("qwen2.5-1.5b", "lora", 4, 2048, {"packing": True}),
+    "q1.5b-lora-b4s2048-packing-nogc": ("qwen2.5-1.5b", "lora", 4, 2048,
+                                        {"packing": True, "gradient_checkpointing": False}),
+}
+CASES.update(PACKING)
 # Liger's kernels (use_liger_kernel), held out: planned (data/bench/h100-trl-sft-2026-12-06/liger-predictions.txt) before
 # they first ran; the three Qwen2.5 Liger cases below were measured before Liger was planned.
 HELDOUT_LIGER = {
@@ -182,6 +199,7 @@ def run_case(name, out_dir):
     model_name, method, batch, seq, fields = (UNPLANNED if unplanned else CASES)[name]
     fields = dict(fields)
     completion_half = fields.pop("completion_half", False)
+    example_len = fields.pop("example_len", seq)
     torch.manual_seed(0)
     config = load_hf_config(model_name)
     with torch.device("cuda"):
@@ -193,8 +211,9 @@ def run_case(name, out_dir):
                                       task_type="CAUSAL_LM")
     vocab = config.vocab_size
     g = torch.Generator().manual_seed(1)
-    ids = torch.randint(2, vocab, (batch * fields.get("gradient_accumulation_steps", 1) * (STEPS + 2), seq),
-                        generator=g).tolist()
+    examples_per_row = seq // example_len
+    ids = torch.randint(2, vocab, (batch * examples_per_row * fields.get("gradient_accumulation_steps", 1) * (STEPS + 2),
+                                   example_len), generator=g).tolist()
     columns = {"input_ids": ids}
     if completion_half:  # a prompt-completion dataset: the loss on the second half of each sequence
         columns["completion_mask"] = [[0] * (seq // 2) + [1] * (seq - seq // 2) for _ in ids]
@@ -229,12 +248,15 @@ def run_case(name, out_dir):
                   "grad_accum": int(args.gradient_accumulation_steps), "grad_ckpt": bool(args.gradient_checkpointing), "optimizer": "adamw",
                   "attn": "sdpa", "gpu": "h100-sxm" if "H100" in torch.cuda.get_device_name(0) else "h200",
                   "trainer": "trl", "loss": "chunked" if args.loss_type == "chunked_nll" else "whole"}
+    if args.padding_free or (args.packing and args.packing_strategy != "wrapped"):
+        config_row["packing"] = True  # SFTTrainer flattened each micro-batch into one sequence
     if args.use_liger_kernel:  # the patched forward runs Liger's fused loss whatever loss_type says
         config_row.update({"kernels": "liger", "loss": "fused"})
     if method == "lora":
         config_row.update({"rank": 16, "lora_alpha": 32.0, "lora_dropout": 0.05, "lora_targets": ["all-linear"]})
     row = {"case": name, "config": config_row,
-           "recipe": dict(fields, **({"completion_only_loss": True} if completion_half else {})),
+           "recipe": dict(fields, **({"completion_only_loss": True} if completion_half else {}),
+                          **({"example_len": example_len} if example_len != seq else {})),
            "measured": measured_of(meter, stats, status, error, params_trainable=trainable, optim=str(args.optim),
                                    loss_type=args.loss_type, model_class=type(model).__name__),
            "stack": {"torch": torch.__version__, "transformers": transformers.__version__, "trl": trl.__version__,
