@@ -95,6 +95,8 @@ def plan_of(cfg):
 def check(cfg):
     """Refuses what this runner does not run (trainfit plan refuses what TRL does not)."""
     p = plan_of(cfg)
+    if cfg.get("packing") and (cfg.get("pp", 1) > 1 or cfg.get("images", 0) > 0):
+        raise ObjectiveError("packing with a pipeline or with images is not this runner's step")
     if p.objective == "sft":
         # The runner's SFT step is transformers' loss over the whole logits; TRL's SFTTrainer (its
         # chunked loss, its per-step metrics) runs as itself: python/recipe_jobs/trl_sft.py.

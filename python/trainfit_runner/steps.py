@@ -159,6 +159,12 @@ def run_steps(torch, model, cfg, device, vocab, nv, res, dist_info, pipe=None, e
     # token_type_ids alone in a text-only step.
     from . import images
     model_inputs = images.inputs(torch, model, cfg, ids, gen) if hasattr(model, "config") else {}
+    if cfg.get("packing") and pipe is None:
+        # TRL's packing (padding_free collator): the micro-batch's rows, one example each, as one
+        # sequence whose position_ids restart at each example and with no attention mask, from
+        # which transformers finds the examples (docs/model.md, "Packing").
+        ids = ids.reshape(1, B * S)
+        model_inputs["position_ids"] = torch.arange(S, device=device).repeat(B).unsqueeze(0)
     amp_ctx = autocast_context(torch, cfg, device)
     objective = None
     if cfg.get("objective", "sft") != "sft":
