@@ -120,13 +120,9 @@ void for_row(const MeasuredStep& m, F&& f) {
 
 std::vector<MeasuredStep> parse_measurements(std::string_view text, std::string_view source) {
   std::vector<MeasuredStep> rows;
-  int line = 0;
-  // Lines are views into the text: no copy of it, whatever its size.
-  for (std::size_t from = 0; from < text.size();) {
-    const std::size_t newline = std::min(text.find('\n', from), text.size());
-    if (auto row = parse_row(text.substr(from, newline - from), source, ++line, rows.size())) rows.push_back(std::move(*row));
-    from = newline + 1;
-  }
+  detail::for_each_line_in(text, source, kMaxMeasurementLineBytes, [&](int line, std::string_view raw) {
+    if (auto row = parse_row(raw, source, line, rows.size())) rows.push_back(std::move(*row));
+  });
   return rows;
 }
 

@@ -141,16 +141,8 @@ void add_line(std::vector<PublishedRun>& runs, std::string_view raw, std::string
 
 std::vector<PublishedRun> parse_published_runs(std::string_view text, std::string_view source) {
   std::vector<PublishedRun> runs;
-  int line = 0;
-  for (std::size_t from = 0; from < text.size();) {
-    const std::size_t newline = std::min(text.find('\n', from), text.size());
-    const std::string_view raw = text.substr(from, newline - from);
-    ++line;
-    if (raw.size() > kMaxMeasurementLineBytes)
-      throw InputError(detail::line_too_long(source, line, kMaxMeasurementLineBytes));
-    add_line(runs, raw, source, line);
-    from = newline + 1;
-  }
+  detail::for_each_line_in(text, source, kMaxMeasurementLineBytes,
+                           [&](int line, std::string_view raw) { add_line(runs, raw, source, line); });
   return runs;
 }
 

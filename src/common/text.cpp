@@ -150,6 +150,19 @@ std::string read_text_file(std::string_view path, std::string_view what, std::op
   return text;
 }
 
+void for_each_line_in(std::string_view text, std::string_view source, std::size_t max_line_bytes,
+                      const std::function<void(int, std::string_view)>& on_line) {
+  int line = 0;
+  for (std::size_t from = 0; from < text.size();) {
+    const std::size_t newline = std::min(text.find('\n', from), text.size());
+    const std::string_view raw = text.substr(from, newline - from);
+    ++line;
+    if (raw.size() > max_line_bytes) throw InputError(line_too_long(source, line, max_line_bytes));
+    on_line(line, raw);
+    from = newline + 1;
+  }
+}
+
 std::string line_too_long(std::string_view source, int line, std::size_t max_line_bytes) {
   return fmt::format("{}:{}: line {} is longer than {}", source, line, line,
                      format_bytes(static_cast<std::int64_t>(max_line_bytes)));

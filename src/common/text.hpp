@@ -73,6 +73,10 @@ struct LineLimits {
 };
 void for_each_line(std::string_view path, std::string_view what, const LineLimits& limits,
                    const std::function<void(int, std::string_view)>& on_line);
+// The same over text already in memory: each line a view into it (no copy, whatever its size),
+// and a line past `max_line_bytes` refused by number as the file reader refuses it.
+void for_each_line_in(std::string_view text, std::string_view source, std::size_t max_line_bytes,
+                      const std::function<void(int, std::string_view)>& on_line);
 // The message for a line past `max_line_bytes`, shared by the file reader above and the parsers
 // of text already in memory, so that both refuse the same line with the same words.
 std::string line_too_long(std::string_view source, int line, std::size_t max_line_bytes);
