@@ -613,9 +613,9 @@ class LayerActivations {
       // Packed (TRL's flattened micro-batch): every layer is masked, and its bias, a square of the
       // micro-batch's tokens, is StepShape::packed_mask_per_layer (per token squared).
       if (b_.packed_mask || m.sliding_mask_at(static_cast<std::int64_t>(seq))) {
-        const double sliding_share =
+        const double masked_share =
             b_.packed_mask ? 1.0 : static_cast<double>(m.sliding_layers) / static_cast<double>(m.num_layers);
-        if (!b_.packed_mask) keep(kept_, "sliding-window mask (additive bias)", c * seq * sliding_share);
+        if (!b_.packed_mask) keep(kept_, "sliding-window mask (additive bias)", c * seq * masked_share);
         // transformers hands SDPA grouped key/value heads (enable_gqa) only when no mask is passed;
         // with the sliding layers' mask it repeats them to the query heads first (repeat_kv), and
         // the kernel keeps the repeated copies in place of the originals. One key/value head
@@ -624,7 +624,7 @@ class LayerActivations {
         // MiB docs/model.md had left unexplained.
         if (grouped && m.num_kv_heads > 1)
           keep(kept_, "key and value repeated to query heads (masked SDPA)",
-               c * ((b_.q - b_.kv) + (b_.attn_out - b_.v)) * sliding_share);
+               c * ((b_.q - b_.kv) + (b_.attn_out - b_.v)) * masked_share);
       }
       shared_inputs_kept_.push_back({"", "attention output"});
       output_projection(o_proj, {"", "attention output"});
