@@ -19,7 +19,9 @@
 #include "trainfit/settings.hpp"
 
 namespace trainfit {
-namespace {
+// Named, not anonymous: the quick start's unity build puts this file beside measurements.cpp,
+// whose anonymous helpers share these names.
+namespace published_reading {
 
 using nlohmann::json;
 
@@ -137,19 +139,19 @@ void add_line(std::vector<PublishedRun>& runs, std::string_view raw, std::string
   }
 }
 
-}  // namespace
+}  // namespace published_reading
 
 std::vector<PublishedRun> parse_published_runs(std::string_view text, std::string_view source) {
   std::vector<PublishedRun> runs;
   detail::for_each_line_in(text, source, kMaxMeasurementLineBytes,
-                           [&](int line, std::string_view raw) { add_line(runs, raw, source, line); });
+                           [&](int line, std::string_view raw) { published_reading::add_line(runs, raw, source, line); });
   return runs;
 }
 
 std::vector<PublishedRun> load_published_runs(std::string_view path) {
   std::vector<PublishedRun> runs;
   detail::for_each_line(path, "published runs file", {kMaxMeasurementLineBytes, kMaxMeasurementFileBytes},
-                        [&](int line, std::string_view raw) { add_line(runs, raw, path, line); });
+                        [&](int line, std::string_view raw) { published_reading::add_line(runs, raw, path, line); });
   return runs;
 }
 
@@ -190,7 +192,7 @@ PublishedSummary compare_with_published(const std::vector<PublishedRun>& runs, c
       }
       out.rows.push_back(std::move(c));
     } catch (const InputError& e) {
-      fail(run.source, run.line, e.what());
+      published_reading::fail(run.source, run.line, e.what());
     }
   }
   out.blocked_by.assign(blocked.begin(), blocked.end());
