@@ -119,8 +119,8 @@ CASES = {
     "falconh1-7b-l4-lora": ("falcon-h1-7b", 4, dict(method="lora", lora_targets=FALCON_H1_TARGETS, seq=1024, batch=1,
                                                     grad_ckpt=False)),
     "falconh1-7b-l4-full-ckpt": ("falcon-h1-7b", 4, dict(method="full", seq=1024, batch=1, grad_ckpt=True)),
-    # Nemotron-H-8B (configs/nemotron-h-8b.json: the published shapes as far as they were read, see
-    # its README line in READING.md): blocks of one sublayer each; at eight blocks (four Mamba-2,
+    # Nemotron-H-8B (data/models/nemotron-h-8b.json: the published shapes as far as they were read, see
+    # READING.md): blocks of one sublayer each; at eight blocks (four Mamba-2,
     # three MLP, one attention) and whole. PEFT refuses all-linear there (out_proj), as on Falcon-H1.
     "nemotronh8b-l8-lora": ("nemotron-h-8b", 8, dict(method="lora", lora_targets=NEMOTRON_H_TARGETS, seq=1024,
                                                      batch=1, grad_ckpt=False)),

@@ -83,7 +83,7 @@ def main():
     ids = torch.randint(0, cfg.vocab_size, (1, seq), device="cuda")
 
     def step():
-        loss = model(input_ids=ids, labels=ids).loss
+        loss = model(input_ids=ids, labels=ids, use_cache=False).loss  # no cache: a Mamba-only stack has no attention layer to size it
         loss.backward()
         model.zero_grad(set_to_none=True)
 

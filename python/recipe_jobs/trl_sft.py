@@ -66,8 +66,10 @@ PACKING = {
     "q0.5b-full-b4s2048-packing": ("qwen2.5-0.5b", "full", 4, 2048, {"packing": True}),
     "q0.5b-full-b4s2048-packing-nogc": ("qwen2.5-0.5b", "full", 4, 2048,
                                         {"packing": True, "gradient_checkpointing": False}),
+    # TRL refuses padding_free without packing unless max_length is None (it would not truncate);
+    # the examples are already seq tokens long.
     "q0.5b-full-b4s1024-padfree-nogc": ("qwen2.5-0.5b", "full", 4, 1024,
-                                        {"padding_free": True, "gradient_checkpointing": False}),
+                                        {"padding_free": True, "gradient_checkpointing": False, "max_length": None}),
     "l1b-full-b4s2048-packing-nogc-halves": ("llama3.2-1b", "full", 4, 2048,
                                              {"packing": True, "gradient_checkpointing": False, "example_len": 1024}),
     "q1.5b-lora-b4s2048-packing": ("qwen2.5-1.5b", "lora", 4, 2048, {"packing": True}),
@@ -109,9 +111,19 @@ CASES.update({
     "q7b-lora-b2s2048-liger": ("qwen2.5-7b", "lora", 2, 2048, {"use_liger_kernel": True}),
 })
 # Options trainfit does not plan yet: measured now, planned later (their own file).
+# The two with TRL's default chunked loss ended in a device-side assert on the H100 (2026-12-06; the
+# second only because the first had poisoned the process's CUDA context): run each in a process of
+# its own, and the same with loss_type nll, which gathers nothing by index.
 UNPLANNED = {
     "q1.5b-full-b4s2048-offload": ("qwen2.5-1.5b", "full", 4, 2048, {"activation_offloading": True}),
     "q1.5b-lora-b4s1024-offload": ("qwen2.5-1.5b", "lora", 4, 1024, {"activation_offloading": True}),
+    "q1.5b-full-b4s2048-offload-nll": ("qwen2.5-1.5b", "full", 4, 2048,
+                                       {"activation_offloading": True, "loss_type": "nll"}),
+    "q1.5b-lora-b4s1024-offload-nll": ("qwen2.5-1.5b", "lora", 4, 1024,
+                                       {"activation_offloading": True, "loss_type": "nll"}),
+    "q0.5b-full-b4s2048-nogc-offload-nll": ("qwen2.5-0.5b", "full", 4, 2048,
+                                            {"activation_offloading": True, "loss_type": "nll",
+                                             "gradient_checkpointing": False}),
 }
 STEPS = 6
 
@@ -228,7 +240,7 @@ def run_case(name, out_dir):
                                                  stacks="python")
     fields.setdefault("gradient_accumulation_steps", 1)
     args = SFTConfig(output_dir=os.path.join(out_dir, "trainer-" + name), per_device_train_batch_size=batch,
-                     max_steps=STEPS, max_length=seq, logging_steps=100,
+                     max_steps=STEPS, max_length=fields.pop("max_length", seq), logging_steps=100,
                      save_strategy="no", report_to=[], dataloader_num_workers=0, **fields)
     t0 = time.time()
     status, error, trainer = "ok", None, None

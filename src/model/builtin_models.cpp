@@ -155,6 +155,11 @@ const std::vector<Entry>& catalogue() {
       {"falcon-h1-0.5b", "falcon-h1-0.5b", {"tiiuae/Falcon-H1-0.5B-Instruct", "tiiuae/Falcon-H1-0.5B-Base"}},
       {"falcon-h1-7b", "falcon-h1-7b", {"tiiuae/Falcon-H1-7B-Instruct", "tiiuae/Falcon-H1-7B-Base"}},
       {"falcon-h1-34b", "falcon-h1-34b", {"tiiuae/Falcon-H1-34B-Instruct", "tiiuae/Falcon-H1-34B-Base"}},
+      // Nemotron-H-8B: blocks of one sublayer each (24 Mamba-2, 4 attention, 24 MLP). The config holds
+      // the shapes read from trimmed copies of the hub's file, NemotronHConfig's defaults for the rest
+      // (python/family_jobs/READING.md); transformers 5.17 builds 8,100,852,736 parameters from it, the
+      // plan's count. No published count is recorded: the card names it by its round size.
+      {"nemotron-h-8b", "nemotron-h-8b", {"nvidia/Nemotron-H-8B-Base-8K"}},
   };
   return entries;
 }

@@ -502,7 +502,7 @@ Plan make_plan(const ModelSpec& model, const TrainingSetup& setup, const GpuSpec
     // What the step wraps: the nn.Linear targets and ParamWrapper's parameters. The nn.Linear
     // modules that bear an MLP name the experts' parameters take (a dense layer's MLP, a shared
     // expert) are left unwrapped, as PEFT leaves them (the inspect rows of
-    // data/bench/h100-families-2026-12-07/inspect.json).
+    // data/bench/h100-families-2026-12-08/inspect.json).
     std::vector<std::string> linear, wrapper;
     detail::layer_linears(model, setup).for_each_kind([&](const std::vector<detail::LayerLinear>& mods, double) {
       for (const auto& [m, target, wrapped] : mods) {

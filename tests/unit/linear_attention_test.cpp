@@ -55,7 +55,7 @@ TEST(Qwen3Next, CountsAgainstTheModelCard) {
 }
 
 // PEFT 0.21's all-linear on the model transformers 5.17 builds (the family job's inspect on the
-// GPU machine, data/bench/h100-families-2026-12-07/inspect.json): the token mixers' nn.Linear
+// GPU machine, data/bench/h100-families-2026-12-08/inspect.json): the token mixers' nn.Linear
 // modules and the shared expert's gate, ParamWrapper on the router and the fused experts; the shared
 // expert's MLP, whose names the experts' take, unwrapped. 3,443,233,536 trainable parameters.
 TEST(Qwen3Next, AllLinearWrapsWhatPeftWraps) {
