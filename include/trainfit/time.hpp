@@ -46,6 +46,15 @@ struct TimeProfile {
   // elementwise kernels (strided RoPE slices, reductions, casts) reaches 0.63 of the bandwidth; a
   // streaming kernel reaches 0.88 (4.21 of 4.8 TB/s, measured).
   double bandwidth_efficiency = 0.63;
+  // CUDA-core operations a broadcast elementwise kernel of a rank-5 or rank-6 fp32 tensor spends on
+  // each element it writes or reads (a Mamba-2 layer's PyTorch scan: G = C B^T, M x, the chunk
+  // states and their sums, which TensorIterator runs through its generic, offset-computing kernel).
+  // Measured on an H100 (python/family_jobs/profile_scan.py, data/bench/h100-mamba-scan-profile-2026-12-08):
+  // Granite 4.0-H-350M's scan at 4 layers and 1 x 1024 ran its products and sums in 144.9 ms of
+  // kernel time for 5.80e10 element-passes, 2.50 ps each, which is 167 of the card's 66.9 TFLOP/s
+  // fp32 operations. The H100 and H200 share the die, SMs and clocks, so the rate is the same on
+  // both; on other cards it follows their CUDA-core peak.
+  double broadcast_ops_per_element = 167;
   // CPU time to dispatch one operation (eager PyTorch, HF modules, PEFT wrappers, autograd).
   // Fitted to whole steps; a bare tiny op is 10 us.
   double host_seconds_per_op = 32.8e-6;
@@ -178,6 +187,11 @@ struct StepWork {
   double fp32_flops = 0;       // fp32 matmuls on CUDA cores (fp32 training without autocast)
   double adapter_bytes = 0;    // operands PEFT's fp32 adapter GEMMs stream (skinny GEMMs are bandwidth-bound)
   double memory_bytes = 0;     // bytes read and written by elementwise work, the loss and dequantisation
+  // Elements written or read by broadcast elementwise kernels of rank-5 and rank-6 tensors (a Mamba-2
+  // layer's PyTorch scan: its products and their sums), one per element and pass. Their kernels
+  // are paced by the SMs' offset arithmetic as much as by their bytes (TimeProfile's
+  // broadcast_ops_per_element); their bytes are not in memory_bytes.
+  double broadcast_elements = 0;
   double optimizer_bytes = 0;  // bytes the optimizer update reads and writes
   double ops = 0;              // operations the host dispatches (forward, backward, recompute)
   double optimizer_ops = 0;    // host operations of the optimizer step, in forward-operation equivalents

@@ -408,9 +408,7 @@ std::vector<std::string> plan_warnings(const ModelSpec& model, const TrainingSet
     warnings.push_back(fmt::format(
         "{}, planned as transformers runs them without the hub's mamba-ssm and causal-conv1d kernels (its PyTorch "
         "scan, which holds chunk x chunk fp32 products a head and token); with the `kernels` package and those "
-        "kernels it keeps far less and runs faster, which is not planned. The scan's time is planned from its bytes at "
-        "the memory bandwidth, and measured steps ran 1.3x (H100) to 1.8x (H200) longer: expect the step to be longer "
-        "than this plan says",
+        "kernels it keeps far less and runs faster, which is not planned",
         which));
   }
   if (model.generic_decoder) {

@@ -32,12 +32,12 @@ constexpr std::size_t kMaxProfileBytes = std::size_t{1} << 20;
 TimeProfile parse_profile(std::string_view text, std::string_view src) {
   const toml::table t = detail::parse_toml(text, src);
   const detail::TomlReader r(src);
-  r.reject_unknown(
-      t, "",
-      {"name", "source", "measured_on", "matmul_efficiency", "attention_efficiency", "fp32_efficiency",
-       "bandwidth_efficiency", "host_seconds_per_op", "kernel_floor_seconds", "spill_efficiency",
-       "all_reduce_efficiency", "all_gather_efficiency", "dtensor_seconds_per_op", "collective_launch_seconds",
-       "collective_latency_seconds", "decode_seconds_per_op", "decode_adapter_seconds", "decode_loop_seconds"});
+  r.reject_unknown(t, "",
+                   {"name", "source", "measured_on", "matmul_efficiency", "attention_efficiency", "fp32_efficiency",
+                    "bandwidth_efficiency", "broadcast_ops_per_element", "host_seconds_per_op", "kernel_floor_seconds",
+                    "spill_efficiency", "all_reduce_efficiency", "all_gather_efficiency", "dtensor_seconds_per_op",
+                    "collective_launch_seconds", "collective_latency_seconds", "decode_seconds_per_op",
+                    "decode_adapter_seconds", "decode_loop_seconds"});
   // Every field left out keeps TimeProfile's value: the shipped (H200) one.
   TimeProfile p;
   if (const auto* n = t.get("name")) p.name = r.text(*n, "name");
@@ -63,6 +63,9 @@ TimeProfile parse_profile(std::string_view text, std::string_view src) {
   rate("decode_seconds_per_op", p.decode_seconds_per_op);
   rate("decode_adapter_seconds", p.decode_adapter_seconds);
   rate("decode_loop_seconds", p.decode_loop_seconds);
+  // Operations an element, not a fraction: at least one, and well short of a kernel's worth.
+  if (const auto* n = t.get("broadcast_ops_per_element"))
+    p.broadcast_ops_per_element = r.number_above(*n, "broadcast_ops_per_element", 1.0, 1e5);
   return p;
 }
 
@@ -78,6 +81,7 @@ std::string profile_to_toml(const TimeProfile& p) {
                 {"attention_efficiency", p.attention_efficiency},
                 {"fp32_efficiency", p.fp32_efficiency},
                 {"bandwidth_efficiency", p.bandwidth_efficiency},
+                {"broadcast_ops_per_element", p.broadcast_ops_per_element},
                 {"host_seconds_per_op", p.host_seconds_per_op},
                 {"kernel_floor_seconds", p.kernel_floor_seconds},
                 {"spill_efficiency", p.spill_efficiency},

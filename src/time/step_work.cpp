@@ -75,6 +75,7 @@ constexpr double kFalconMultiplierOps = 9;
 // the product's size, each reduced after: 2 passes over a product forward, 4 backward.
 constexpr double kStateSpaceProductPassesForward = 2.0;
 constexpr double kStateSpaceProductPassesBackward = 4.0;
+constexpr double kStateSpaceProductBytes = 4;  // the products are fp32
 // Qwen3-Next's attention output gate: q_proj's output split into query and gate, the gate's
 // reshape, sigmoid and the product.
 constexpr double kOutputGateOps = 5;
@@ -831,10 +832,11 @@ StepWork step_work(const WorkBasis& b, double tokens, double batch, bool grad_ck
     loss_bytes += (b.logit_bytes + kAccelerateFp32Bytes + kSftMetricWidthsPerLogit * kAccelerateFp32Bytes) * T * V;
   }
   w.memory_bytes = saved * (kTrafficPerSavedByteForward + kTrafficPerSavedByteBackward) +
-                   b.state_space_products_per_token * T *
-                       (kStateSpaceProductPassesForward * (1.0 + (ckpt ? 1.0 : 0.0)) + kStateSpaceProductPassesBackward) +
                    (ckpt ? layer_saved * kTrafficPerSavedByteForward : 0.0) + loss_bytes + lora_bytes -
                    w.adapter_bytes + b.scaling_bytes_per_token * T;
+  w.broadcast_elements =
+      b.state_space_products_per_token / kStateSpaceProductBytes * T *
+      (kStateSpaceProductPassesForward * (1.0 + (ckpt ? 1.0 : 0.0)) + kStateSpaceProductPassesBackward);
   // Every pass (forward, backward, recompute) reads each weight matrix once; a quantised one is
   // first dequantised.
   const double passes = passes_of(ckpt);
@@ -905,6 +907,7 @@ StepWork step_work(const WorkBasis& b, double tokens, double batch, bool grad_ck
     linear_flops = per_gpu(linear_flops, out_matmul, out_matmul / tpcp, tpcp);
     if (!fp32_compute) w.attention_flops = per_gpu(w.attention_flops, 0.0, 0.0, tpcp);
     w.adapter_bytes = per_gpu(w.adapter_bytes, 0.0, 0.0, tpcp);
+    w.broadcast_elements = per_gpu(w.broadcast_elements, 0.0, 0.0, tpcp);
     w.memory_bytes = per_gpu(w.memory_bytes, out_bytes + loss_bytes,
                              out_bytes / tpcp + loss_bytes / b.context_parallel, tpcp);
     w.model_flops = per_gpu(w.model_flops, out_model_flops, out_model_flops / tpcp, tpcp);

@@ -73,7 +73,12 @@ StepSeconds step_seconds(const StepWork& w, const StepCounts& counts, const GpuS
   t.matmul = w.tensor_flops / (prof.matmul_efficiency * tensor_peak);
   t.attention = w.attention_flops / (prof.attention_efficiency * tensor_peak);
   t.fp32 = w.fp32_flops / (prof.fp32_efficiency * gpu.fp32_flops) + w.adapter_bytes / bw;
-  t.traffic = w.memory_bytes / bw;
+  // A broadcast kernel of a rank-5 or rank-6 tensor computes each element's offsets into its
+  // operands dimension by dimension (a division and a remainder a dimension) before it moves the
+  // element: it takes the longer of its bytes at the bandwidth and that arithmetic at the CUDA
+  // cores' rate (docs/model.md, "Mamba-2 layers").
+  t.traffic = w.memory_bytes / bw + std::max(w.broadcast_elements * 4.0 / bw,
+                                             w.broadcast_elements * prof.broadcast_ops_per_element / gpu.fp32_flops);
   t.floor = w.kernels * prof.kernel_floor_seconds;
   // Collectives over the GPU-to-GPU link (the host link when the card has none); a data-parallel
   // group spread over several hosts goes at the network's pace. NCCL's kernels run beside the

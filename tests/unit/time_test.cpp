@@ -155,16 +155,25 @@ TEST(TimeProfile, ErrorsNameFileLineAndField) {
       0u);
   EXPECT_EQ(profile_error("a = 1\n= broken").rfind("p.toml:2: invalid TOML", 0), 0u);
   EXPECT_EQ(profile_error("fp32_efficiency = 1\n"), "(accepted)");  // an integer is a number, 1 the peak
+  // Operations an element, not a fraction of a peak.
+  EXPECT_EQ(profile_error("broadcast_ops_per_element = 0.5\n"),
+            "p.toml:1: broadcast_ops_per_element: must be above 1 and at most 100000 (got 0.5)");
+  EXPECT_EQ(profile_error("broadcast_ops_per_element = 167\n"), "(accepted)");
 }
 
 // Every rate of a profile, by name: comparing them all, a new rate cannot be left out unnoticed
 // (a profile's size is its two names, the card it was measured on, and these).
 std::vector<std::pair<const char*, double>> rates(const TimeProfile& p) {
-  static_assert(sizeof(TimeProfile) == 3 * sizeof(std::string) + 15 * sizeof(double), "a rate was added: list it here");
-  return {{"matmul_efficiency", p.matmul_efficiency},       {"attention_efficiency", p.attention_efficiency},
-          {"fp32_efficiency", p.fp32_efficiency},           {"bandwidth_efficiency", p.bandwidth_efficiency},
-          {"host_seconds_per_op", p.host_seconds_per_op},   {"kernel_floor_seconds", p.kernel_floor_seconds},
-          {"spill_efficiency", p.spill_efficiency},         {"all_reduce_efficiency", p.all_reduce_efficiency},
+  static_assert(sizeof(TimeProfile) == 3 * sizeof(std::string) + 16 * sizeof(double), "a rate was added: list it here");
+  return {{"matmul_efficiency", p.matmul_efficiency},
+          {"attention_efficiency", p.attention_efficiency},
+          {"fp32_efficiency", p.fp32_efficiency},
+          {"bandwidth_efficiency", p.bandwidth_efficiency},
+          {"broadcast_ops_per_element", p.broadcast_ops_per_element},
+          {"host_seconds_per_op", p.host_seconds_per_op},
+          {"kernel_floor_seconds", p.kernel_floor_seconds},
+          {"spill_efficiency", p.spill_efficiency},
+          {"all_reduce_efficiency", p.all_reduce_efficiency},
           {"all_gather_efficiency", p.all_gather_efficiency},
           {"dtensor_seconds_per_op", p.dtensor_seconds_per_op},
           {"collective_launch_seconds", p.collective_launch_seconds},
