@@ -15,10 +15,10 @@ from pathlib import Path
 PREDICTIONS = Path(__file__).resolve().parents[2] / "data" / "bench" / "families-2026-12-07" / "predictions.jsonl"
 
 
-def predictions(gpu):
+def predictions(gpu, path=PREDICTIONS):
     """The latest prediction of each case on `gpu` (a case planned again later replaces the first)."""
     out = {}
-    for line in PREDICTIONS.read_text().splitlines():
+    for line in Path(path).read_text().splitlines():
         p = json.loads(line)
         if p["gpu"] == gpu:
             out[p["case"]] = p
@@ -29,8 +29,9 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("results")
     ap.add_argument("--gpu", default="h200", help="the card the rows ran on (h200 or h100-sxm)")
+    ap.add_argument("--predictions", default=PREDICTIONS, help="the predictions file (default: %(default)s)")
     args = ap.parse_args()
-    planned = predictions(args.gpu)
+    planned = predictions(args.gpu, args.predictions)
     mem, step = [], []
     print("%-30s %10s %10s %7s %8s %8s %7s" % ("case", "pred MiB", "meas MiB", "err", "pred s", "meas s", "err"))
     for row_path in sorted(Path(args.results, "rows").glob("*.json")):

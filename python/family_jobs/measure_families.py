@@ -127,6 +127,17 @@ CASES = {
     "nemotronh8b-l8-full-ckpt": ("nemotron-h-8b", 8, dict(method="full", seq=1024, batch=1, grad_ckpt=True)),
     "nemotronh8b-lora-ckpt": ("nemotron-h-8b", None, dict(method="lora", lora_targets=NEMOTRON_H_TARGETS, seq=1024,
                                                           batch=1, grad_ckpt=True)),
+    # Held out for the scan's time term (TimeProfile::broadcast_ops_per_element, from one profile of
+    # Granite 4.0-H-350M at 1 x 1024): other shapes, batches and sequences, predicted before they run
+    # (data/bench/families-2026-12-08/predictions.jsonl).
+    "granite4-350m-lora-ckpt-b2s2048": ("granite4.0-h-350m", None, dict(method="lora", seq=2048, batch=2,
+                                                                        grad_ckpt=True)),
+    "granite4-tiny-l6-full-ckpt-s2048": ("granite4.0-h-tiny", 6, dict(method="full", seq=2048, batch=1,
+                                                                      grad_ckpt=True)),
+    "falconh1-7b-l4-lora-b2s2048": ("falcon-h1-7b", 4, dict(method="lora", lora_targets=FALCON_H1_TARGETS,
+                                                            seq=2048, batch=2, grad_ckpt=False)),
+    "nemotronh8b-l8-full-ckpt-s2048": ("nemotron-h-8b", 8, dict(method="full", seq=2048, batch=1,
+                                                                  grad_ckpt=True)),
     "llama4-l2-lora-attn-loaded": ("llama4-scout", 2, dict(method="lora", lora_targets=ATTN_ONLY, seq=1024,
                                                            batch=1, grad_ckpt=False)),
 }

@@ -236,7 +236,10 @@ def run_case(name, out_dir):
     if snapshot:
         # Python frames only: with C++ frames as well, the checkpoint's recompute (which stops early by
         # raising) failed with "SystemError: error return without exception set" (torch 2.11).
-        torch.cuda.memory._record_memory_history(max_entries=200000, context=os.environ.get("TRL_SFT_CONTEXT", "all"),
+        # TRL_SFT_CONTEXT=none records no frames at all: with Python frames the chunked loss's
+        # recompute has failed the same way (SystemError in _chunk's entropy, 2026-12-08).
+        context = os.environ.get("TRL_SFT_CONTEXT", "all")
+        torch.cuda.memory._record_memory_history(max_entries=200000, context=None if context == "none" else context,
                                                  stacks="python")
     fields.setdefault("gradient_accumulation_steps", 1)
     args = SFTConfig(output_dir=os.path.join(out_dir, "trainer-" + name), per_device_train_batch_size=batch,
