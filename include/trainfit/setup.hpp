@@ -192,6 +192,10 @@ struct TrainingSetup {
   // TRL's packing (bfd) or padding_free: a micro-batch's batch x seq tokens flattened into one
   // sequence whose examples attend only within themselves (docs/model.md, "Packing").
   bool packing = false;
+  // TRL's activation_offloading: every tensor autograd saves in the forward (1 KiB or more, not a
+  // parameter) copied to pinned host memory and brought back in the backward (docs/model.md,
+  // "Activation offloading").
+  bool activation_offloading = false;
   Trainer trainer = Trainer::transformers;
   Loss loss = Loss::whole;  // sft only
   Kernels kernels = Kernels::torch;

@@ -265,6 +265,8 @@ def run_case(name, out_dir):
                   "trainer": "trl", "loss": "chunked" if args.loss_type == "chunked_nll" else "whole"}
     if args.padding_free or (args.packing and args.packing_strategy != "wrapped"):
         config_row["packing"] = True  # SFTTrainer flattened each micro-batch into one sequence
+    if args.activation_offloading:
+        config_row["activation_offloading"] = True
     if args.use_liger_kernel:  # the patched forward runs Liger's fused loss whatever loss_type says
         config_row.update({"kernels": "liger", "loss": "fused"})
     if method == "lora":

@@ -128,8 +128,11 @@ def settings_of_args(args, method="full", weights=None):
         getattr(args, "packing", False) is True and getattr(args, "packing_strategy", "bfd") != "wrapped")
     if objective == "sft" and packed:
         out["packing"] = True
+    # TRL's activation offloading (docs/model.md, "Activation offloading"), in the configs that have it.
+    if getattr(args, "activation_offloading", False) is True and objective in ("sft", "dpo", "kto", "reward"):
+        out["activation_offloading"] = True
     # TRL's options that change the step in ways trainfit does not plan yet (issue 34): said, not hidden.
-    for flag in ["activation_offloading"] + ([] if objective == "sft" else ["packing", "padding_free"]):
+    for flag in [] if objective == "sft" else ["packing", "padding_free"]:
         if getattr(args, flag, False) is True:
             notes.append("%s=True is not planned: the plan is of the step without it" % flag)
     if objective:

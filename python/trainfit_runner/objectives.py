@@ -97,6 +97,9 @@ def check(cfg):
     p = plan_of(cfg)
     if cfg.get("packing") and (cfg.get("pp", 1) > 1 or cfg.get("images", 0) > 0):
         raise ObjectiveError("packing with a pipeline or with images is not this runner's step")
+    if cfg.get("activation_offloading"):
+        # TRL's OffloadActivations runs inside TRL's trainers: python/recipe_jobs/trl_sft.py measures it.
+        raise ObjectiveError("activation offloading is TRL's (activation_offloading), not this runner's step")
     if p.objective == "sft":
         # The runner's SFT step is transformers' loss over the whole logits; TRL's SFTTrainer (its
         # chunked loss, its per-step metrics) runs as itself: python/recipe_jobs/trl_sft.py.

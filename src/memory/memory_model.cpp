@@ -237,6 +237,13 @@ MemoryBasis memory_basis(const ModelSpec& model, const Step& step, const GpuSpec
     return tensor_sizes(std::move(bytes));
   };
   b.layer_activations = sizes(st.layer_activations);
+  b.activation_offloading = setup.activation_offloading;
+  {
+    std::vector<Sized> twice;
+    for (const Sized& s : st.layer_activations)
+      if (s.saved_twice) twice.push_back(s);
+    b.layer_saved_twice = sizes(twice);
+  }
   b.outside_activations = sizes(st.outside_activations);
   b.tower_saved_per_token = st.tower_saved_per_token;
   b.tower_checkpoint_per_token = st.tower_checkpoint_per_token;
@@ -499,6 +506,14 @@ StepMemory step_memory(const MemoryBasis& b, double tokens, std::int64_t grad_ac
   const double layer_acts = allocated_for(b.layer_activations, T) + b.layer_fixed_activations +
                             (b.packed_mask_per_layer > 0 ? allocator_block(b.packed_mask_per_layer * T * T) : 0.0);
   const double kept_per_layer = grad_ckpt ? allocator_block(b.checkpoint_per_token * T) : layer_acts;
+  // TRL's activation offloading copies every saved tensor to the host and frees it once five
+  // later saves have come (its forward stash); one saved again in that window stays on the GPU
+  // (its storage is kept, not offloaded twice). A checkpointed layer saves its input alone, so
+  // nothing of the layers stays; without checkpointing, the tensors saved twice do.
+  const double resident_per_layer = !b.activation_offloading ? kept_per_layer
+                                    : grad_ckpt              ? 0.0
+                                                             : allocated_for(b.layer_saved_twice, T);
+  const double layers_kept = L * resident_per_layer;
   // A training vision tower's layers: their tensors, or under checkpointing their inputs.
   const double outside = allocated_for(b.outside_activations, T) +
                          (b.packed_mask_outside > 0 ? allocator_block(b.packed_mask_outside * T * T) : 0.0) +
@@ -507,7 +522,7 @@ StepMemory step_memory(const MemoryBasis& b, double tokens, std::int64_t grad_ac
   // leaves autocast and each layer's recompute makes its own again.
   const double copies_kept_per_layer = grad_ckpt ? 0.0 : b.copies_layer;
   // A pipeline stage keeps the saved tensors of the other micro-batches in flight on it.
-  const double other_in_flight = (b.in_flight - 1.0) * (L * kept_per_layer + outside);
+  const double other_in_flight = (b.in_flight - 1.0) * (layers_kept + outside);
   // fsdp-grad-op: every layer stays gathered until its backward.
   const double kept_gathered = L * b.kept_gathered_layer;
   const double lc = b.logits_compute_bytes;
@@ -556,7 +571,7 @@ StepMemory step_memory(const MemoryBasis& b, double tokens, std::int64_t grad_ac
       MemoryMoment& m = moment(Phase::forward, b.chunked.on ? "chunked loss forward" : "fused loss forward");
       m.gradients = grads_prev;
       m.gathered_weights = b.gathered_fwd + kept_gathered;
-      m.activations = L * kept_per_layer + outside + other_in_flight;
+      m.activations = layers_kept + outside + other_in_flight;
       m.weights += b.autocast_copies;
       m.logits_and_loss = c.forward + outputs_fwd;
     }
@@ -564,7 +579,7 @@ StepMemory step_memory(const MemoryBasis& b, double tokens, std::int64_t grad_ac
       MemoryMoment& m = moment(Phase::backward, b.chunked.on ? "chunked loss backward" : "fused loss backward");
       m.gradients = std::max(grads_prev, b.head_grad);
       m.gathered_weights = b.gathered_fwd + kept_gathered;
-      m.activations = L * kept_per_layer + outside + other_in_flight;
+      m.activations = layers_kept + outside + other_in_flight;
       m.weights += b.copies_head + L * copies_kept_per_layer;
       m.logits_and_loss = c.backward + outputs_bwd;
       m.transient = c.backward_transient;
@@ -576,7 +591,7 @@ StepMemory step_memory(const MemoryBasis& b, double tokens, std::int64_t grad_ac
       MemoryMoment& m = moment(Phase::forward, "cross-entropy forward");
       m.gradients = grads_prev;
       m.gathered_weights = b.gathered_fwd + kept_gathered;
-      m.activations = L * kept_per_layer + outside + other_in_flight;
+      m.activations = layers_kept + outside + other_in_flight;
       m.weights += b.autocast_copies;
       m.logits_and_loss = logits_c + (b.logits_upcast ? logits_f : 0.0) + logits_f + softcap + outputs_fwd;
     }
@@ -590,7 +605,7 @@ StepMemory step_memory(const MemoryBasis& b, double tokens, std::int64_t grad_ac
       MemoryMoment& m = moment(Phase::forward, "SFTTrainer metrics");
       m.gradients = grads_prev;
       m.gathered_weights = b.gathered_fwd + kept_gathered;
-      m.activations = L * kept_per_layer + outside + other_in_flight;
+      m.activations = layers_kept + outside + other_in_flight;
       m.weights += b.autocast_copies;
       m.logits_and_loss = 3.0 * logits_f + 3.0 * allocator_block(kEntropyChunkRows * b.vocab * 4.0) +
                           allocator_block(T * 8.0) + softcap + outputs_fwd;
@@ -601,7 +616,7 @@ StepMemory step_memory(const MemoryBasis& b, double tokens, std::int64_t grad_ac
       MemoryMoment& m = moment(Phase::backward, "cross-entropy backward");
       m.gradients = grads_prev;
       m.gathered_weights = b.gathered_fwd + kept_gathered;
-      m.activations = L * kept_per_layer + outside + other_in_flight;
+      m.activations = layers_kept + outside + other_in_flight;
       m.weights += b.copies_head + L * copies_kept_per_layer;
       m.logits_and_loss = 3.0 * logits_f + softcap + outputs_bwd;
     }
@@ -611,7 +626,7 @@ StepMemory step_memory(const MemoryBasis& b, double tokens, std::int64_t grad_ac
       MemoryMoment& m = moment(Phase::backward, "output layer backward");
       m.gradients = std::max(grads_prev, b.head_grad);
       m.gathered_weights = b.gathered_fwd + kept_gathered;
-      m.activations = L * kept_per_layer + outside + other_in_flight;
+      m.activations = layers_kept + outside + other_in_flight;
       m.weights += b.copies_head + L * copies_kept_per_layer;
       m.logits_and_loss = logits_c + outputs_bwd;
     }
@@ -621,7 +636,7 @@ StepMemory step_memory(const MemoryBasis& b, double tokens, std::int64_t grad_ac
     if (b.reference_forward) {
       MemoryMoment& m = moment(Phase::forward, "reference forward");
       m.gradients = grads_prev;
-      m.activations = L * kept_per_layer + outside + objective_acts;
+      m.activations = layers_kept + outside + objective_acts;
       m.weights += b.autocast_copies;
       m.logits_and_loss = loss.reference_forward;
       m.transient = allocator_block(b.no_grad_layer_per_token * T);
@@ -629,21 +644,21 @@ StepMemory step_memory(const MemoryBasis& b, double tokens, std::int64_t grad_ac
     {
       MemoryMoment& m = moment(Phase::forward, loss.forward_moment);
       m.gradients = grads_prev;
-      m.activations = L * kept_per_layer + outside + objective_acts;
+      m.activations = layers_kept + outside + objective_acts;
       m.weights += b.autocast_copies;
       m.logits_and_loss = loss.forward;
     }
     {
       MemoryMoment& m = moment(Phase::backward, loss.backward_moment);
       m.gradients = grads_prev;
-      m.activations = L * kept_per_layer + outside + objective_acts;
+      m.activations = layers_kept + outside + objective_acts;
       m.weights += b.copies_head + L * copies_kept_per_layer;
       m.logits_and_loss = loss.backward;
     }
     {
       MemoryMoment& m = moment(Phase::backward, "output layer backward");
       m.gradients = std::max(grads_prev, b.head_grad);
-      m.activations = L * kept_per_layer + outside + objective_acts;
+      m.activations = layers_kept + outside + objective_acts;
       m.weights += b.copies_head + L * copies_kept_per_layer;
       m.logits_and_loss = loss.output_backward;
     }
@@ -656,7 +671,10 @@ StepMemory step_memory(const MemoryBasis& b, double tokens, std::int64_t grad_ac
     m.gradients = b.fsdp ? std::max(grads_prev, b.head_grad + done * b.layer_grad) + b.reducing
                          : std::max(grads_prev, b.head_grad + (done + 1.0) * b.layer_grad);
     m.gathered_weights = b.gathered_layer_bwd + (L - done) * b.kept_gathered_layer;
-    m.activations = (L - done) * kept_per_layer + (grad_ckpt ? layer_acts : 0.0) + other_in_flight + objective_acts;
+    // Offloaded: the layer's own tensors come back (its checkpoint, or all it saved) beside what
+    // the layers still to do left on the GPU.
+    m.activations = (L - done - 1.0) * resident_per_layer + kept_per_layer + (grad_ckpt ? layer_acts : 0.0) +
+                    other_in_flight + objective_acts;
     m.weights += copies_kept_per_layer * (L - done) + (grad_ckpt ? b.copies_layer : 0.0);
     m.transient = b.layer_backward_transient_per_token * T + b.layer_fixed_backward_transient + b.dequant_transient;
     m.logits_and_loss = loss.kept + outputs_bwd;
@@ -721,7 +739,8 @@ StepMemory step_memory(const MemoryBasis& b, double tokens, std::int64_t grad_ac
   // the loss's fp32 logits'. When one is larger than every activation block, or all of them do not
   // fit the activations' free space, states stay in a first-step logits segment, which can then not
   // serve the next step's fp32 logits: they need a segment of their own beside it.
-  if (b.objective == Objective::sft && !b.chunked.on && !b.fused.on &&
+  // (Not judged with activation offloading, whose blocks come and go on a stream of their own.)
+  if (b.objective == Objective::sft && !b.chunked.on && !b.fused.on && !b.activation_offloading &&
       b.largest_state_tensor > caching_allocator::kSmallSize && b.largest_state_tensor <= logits_f) {
     // (Under checkpointing a tower layer's input is c x d a position: its largest is one layer's.)
     const double tower_largest = grad_ckpt ? b.tower_layer_input_per_token : b.tower_largest_per_token;
@@ -736,6 +755,25 @@ StepMemory step_memory(const MemoryBasis& b, double tokens, std::int64_t grad_ac
       out.later_logits_segment_bytes = count_of(logits_f);
   }
   out.busiest_peak_allocated_bytes = count_of(peak_total + b.rebuilt_buckets);
+  // Activation offloading's copies: each layer's tensors but those it keeps on the GPU, and under
+  // the whole-logits loss the log-softmax's fp32 output, which nll_loss saves (the output layer runs
+  // outside the offloading, so its input and logits stay). Each copy is a pinned host block, which
+  // PyTorch's CachingHostAllocator rounds up to a power of two.
+  if (b.activation_offloading) {
+    const auto pinned = [](double bytes) { return bytes > 0 ? std::exp2(std::ceil(std::log2(bytes))) : 0.0; };
+    const bool whole_loss = b.objective == Objective::sft && !b.chunked.on && !b.fused.on;
+    double layer_host = 0;
+    if (grad_ckpt) {
+      layer_host = pinned(b.checkpoint_per_token * T);
+    } else {
+      for (const TensorSizes::SameSize& d : b.layer_activations.distinct)
+        layer_host += d.count * pinned(d.bytes_per_token * T);
+      for (const TensorSizes::SameSize& d : b.layer_saved_twice.distinct)
+        layer_host -= d.count * pinned(d.bytes_per_token * T);
+    }
+    out.offloaded_bytes = L * (kept_per_layer - resident_per_layer) + (whole_loss ? logits_f : 0.0);
+    out.offloaded_host_bytes = L * layer_host + (whole_loss ? pinned(TV * 4.0) : 0.0);
+  }
   // Blocks freed before the peak that the allocator cannot reuse for it stay reserved: the
   // lm_head-dtype logits (too small for the loss backward's fp32 blocks) and the blocks of a
   // layer's forward temporaries; under FSDP, its gather pool (memory_basis).
@@ -853,7 +891,7 @@ MemoryEstimate estimate_memory(const ModelSpec& model, const Step& step, const G
   est.trainable_parameters = basis.trainable_parameters;
   est.total_parameters = basis.total_parameters;
   est.untargeted_expert_adapter_parameters = basis.untargeted_expert_adapter_parameters;
-  est.host_bytes = count_of(basis.host_bytes);
+  est.host_bytes = count_of(basis.host_bytes + sm.offloaded_host_bytes);
   est.pipeline_stage = busiest_stage;
   // The objective's sequences and models (docs/model.md, "Objectives").
   const ObjectiveShape& o = st.objective;

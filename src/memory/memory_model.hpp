@@ -84,6 +84,10 @@ struct MemoryBasis {
   // Autocast copies: of every weight (alive at the loss), of the output layer's, of one layer's.
   double autocast_copies = 0, copies_head = 0, copies_layer = 0;
   TensorSizes layer_activations;    // per token, each tensor one decoder layer saves
+  // TRL's activation offloading (docs/model.md, "Activation offloading"): on, and the layer's
+  // tensors saved twice (Sized::saved_twice), which stay on the GPU.
+  bool activation_offloading = false;
+  TensorSizes layer_saved_twice;
   TensorSizes outside_activations;  // per token, each tensor saved outside the layers
   double tower_saved_per_token = 0, tower_checkpoint_per_token = 0;  // a training vision tower's (Step)
   double tower_largest_per_token = 0, tower_layer_input_per_token = 0;
@@ -175,6 +179,10 @@ struct StepMemory {
   // The fp32 logits segment a later step must make beside the first step's, which the first
   // optimizer step's states made unusable for them (MemoryEstimate::later_logits_segment_bytes).
   std::int64_t later_logits_segment_bytes = 0;
+  // Activation offloading: the bytes a micro-batch copies to the host in the forward (and back in
+  // the backward), and the pinned host memory that holds them.
+  double offloaded_bytes = 0;
+  double offloaded_host_bytes = 0;
 };
 
 // What a card must hold for the steps after the first to run at all when the first optimizer step

@@ -405,7 +405,9 @@ std::string render_plan(const Plan& p, Format format) {
   row("device used", m.device_used_bytes, "NVML / nvidia-smi");
   if (m.busiest_peak_allocated_bytes > m.peak_allocated_bytes)
     row("busiest GPU, whole run", m.busiest_peak_allocated_bytes, "DDP's second step: its first buckets too");
-  if (m.host_bytes > 0) row("host memory", m.host_bytes, "offloaded states, per host");
+  if (m.host_bytes > 0)
+    row("host memory", m.host_bytes,
+        p.setup.activation_offloading ? "offloaded activations and states, per host" : "offloaded states, per host");
   out += md ? "\n" : "\n";
   std::vector<std::string> phases;
   for (const auto& ph : m.phases) phases.push_back(fmt::format("{} {}", to_string(ph.phase), mib(ph.allocated_bytes)));

@@ -69,6 +69,7 @@ std::string setup_text(const TrainingSetup& s) {
   if (s.kernels == Kernels::liger) trainer += ", Liger's kernels";
   if (s.objective == Objective::sft && s.loss == Loss::chunked) trainer += ", the chunked loss";
   if (s.objective == Objective::sft && s.loss == Loss::fused) trainer += ", Liger's fused loss";
+  if (s.activation_offloading) trainer += ", activations offloaded to the host";
   return fmt::format("{}, {}, seq {}{} x batch {}{}{}, {}, {} attention{}{}", method, to_string(s.optimizer), s.seq,
                      s.images > 0 ? fmt::format(" ({} image{})", s.images, s.images > 1 ? "s" : "") : "", s.batch,
                      s.grad_accum > 1 ? fmt::format(" x accum {}", s.grad_accum) : "",

@@ -266,8 +266,10 @@ const std::vector<KeyRule>& trl_rules() {
        }},
       {"padding_free", "setting", "packing (the micro-batch flattened into one sequence)",
        [](auto key, const auto& n, Draft& d) { d.padding_free = !is_null(n) && bool_of(key, n); }},
-      {"activation_offloading", "refused", "activation offloading",
-       [](auto key, const auto& n, Draft&) { off_only(key, n, "activation offloading"); }},
+      {"activation_offloading", "setting", "activation_offloading",
+       [](auto key, const auto& n, Draft& d) {
+         if (!is_null(n)) d.set("activation_offloading", bool_of(key, n), key);
+       }},
       {"completion_only_loss", "refused", "a loss on the completion only (fewer positions in the chunked loss)",
        [](auto key, const auto& n, Draft&) { off_only(key, n, "a completion-only loss"); }},
       {"assistant_only_loss", "refused", "a loss on the assistant's turns only",

@@ -411,6 +411,16 @@ std::vector<Setting> builtin_table() {
         r, [](auto& s) -> auto& { return s.packing; });
   }
   {
+    auto& r = row("activation_offloading", "--activation-offloading", boolean,
+                  "TRL's activation_offloading: the tensors autograd saves in the forward go to pinned host memory "
+                  "on a stream of their own and come back as the backward needs them (the output layer's input "
+                  "stays; so does a tensor saved twice within five saves)");
+    r.applies_when = condition("objective", {"sft", "dpo", "kto", "reward"}, {});
+    r.label = "offloaded-activations";
+    bind<bool>(
+        r, [](auto& s) -> auto& { return s.activation_offloading; });
+  }
+  {
     auto& r = row("reference", "--reference", choice,
                   "where the reference log-probabilities come from: a frozen copy of the model, the base with its "
                   "adapters disabled (no weights of its own), precomputed before training, or none (grpo with beta 0)");

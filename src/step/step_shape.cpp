@@ -397,7 +397,9 @@ void keep_norm(std::vector<Sized>& v, const StepBasis& b, const std::string& nam
     keep(v, Sized{name, "mean and rstd (fp32)", 2.0 * kFp32Bytes});
     return;
   }
-  keep(v, Sized{name, "fp32 input", 4.0 * width});
+  // The fp32 copy is saved by pow (for the variance) and by the product with the reciprocal
+  // deviation: two saves of one tensor.
+  keep(v, Sized{name, "fp32 input", 4.0 * width, "", false, true});
   if (b.full) keep(v, Sized{name, "normalised input", (b.model.norm_scale_in_fp32 ? kFp32Bytes : b.w.residual) * width});
 }
 
@@ -503,7 +505,13 @@ class LayerActivations {
   }
 
   void keep_shared_input(SharedInput input, double bytes) {
-    if (std::find(shared_inputs_kept_.begin(), shared_inputs_kept_.end(), input) != shared_inputs_kept_.end()) return;
+    if (std::find(shared_inputs_kept_.begin(), shared_inputs_kept_.end(), input) != shared_inputs_kept_.end()) {
+      // A second module saves the same tensor (k and v after q, up after gate).
+      for (Sized& s : kept_)
+        if (s.owner.empty() && std::string_view(s.what) == input.what && std::string_view(s.prefix) == input.prefix)
+          s.saved_twice = true;
+      return;
+    }
     shared_inputs_kept_.push_back(input);
     keep(kept_, Sized{{}, input.what, bytes, input.prefix});
   }
@@ -1255,6 +1263,23 @@ void check_packing(const ModelSpec& model, const TrainingSetup& setup) {
     throw SettingError("packing", "packing with fp32 compute (SDPA's math kernel) is not planned");
 }
 
+// Activation offloading is planned as TRL's OffloadActivations runs on one GPU or under DDP, for the
+// objectives whose TRL configs have it (the settings row): what sharded, pipelined or tensor-parallel
+// layouts, and PPO's and GRPO's extra models, would do with it has no term.
+void check_activation_offloading(const TrainingSetup& setup) {
+  if (!setup.activation_offloading) return;
+  if (setup.tp > 1 || setup.pp > 1 || setup.cp > 1)
+    throw SettingError("activation_offloading",
+                       "activation offloading with tensor, pipeline or context parallelism is not planned");
+  if (setup.gpus > 1 && setup.parallel != Parallel::ddp)
+    throw SettingError(
+        "activation_offloading",
+        fmt::format("activation offloading under {} is not planned (one GPU or ddp)", to_string(setup.parallel)));
+  if (setup.images > 0)
+    throw SettingError("activation_offloading",
+                       "activation offloading with images through the vision tower is not planned");
+}
+
 LayerLinears layer_linears(const ModelSpec& model, const TrainingSetup& setup) {
   // A target that names no module would plan a LoRA run with no adapter at all (0 trainable
   // parameters that "fit"); PEFT itself refuses such targets. Checked here, where the model and
@@ -1263,6 +1288,7 @@ LayerLinears layer_linears(const ModelSpec& model, const TrainingSetup& setup) {
   check_kernels(model, setup);
   check_images(model, setup);
   check_packing(model, setup);
+  check_activation_offloading(setup);
   const bool adapters = setup.method != Method::full;
   const bool experts_adapted = adapts_fused_experts(model, setup);
   auto with_targets = [&](std::vector<LinearModule> mods) {

@@ -24,9 +24,12 @@ struct Sized {
   double bytes = 0;
   const char* prefix = "";     // the part of the layer it belongs to ("expert ", "dense layers: "), a literal
   bool lora_branch = false;    // kept by a LoRA branch (whose traffic the time model counts with the branch's)
+  // Saved by two operations of the forward, one shortly after the other (an RMSNorm's fp32 input,
+  // an input several projections read): TRL's activation offloading keeps such a tensor on the GPU.
+  bool saved_twice = false;
   std::string name() const;
   bool operator==(const Sized& o) const {
-    return name() == o.name() && bytes == o.bytes && lora_branch == o.lora_branch;
+    return name() == o.name() && bytes == o.bytes && lora_branch == o.lora_branch && saved_twice == o.saved_twice;
   }
 };
 

@@ -466,6 +466,15 @@ WorkBasis work_basis(const ModelSpec& model, const Step& step) {
   b.tower_saved_per_token = st.tower_saved_per_token;
   b.layer_activation_per_token = st.layer_activation_per_token;
   b.layer_saved_tensors = static_cast<double>(st.layer_activations.size());
+  if (setup.activation_offloading) {
+    b.activation_offloading = true;
+    b.offload_layer_per_token = st.layer_activation_per_token;
+    for (const auto& a : st.layer_activations)
+      if (a.saved_twice) b.offload_layer_per_token -= a.bytes;
+    b.offload_checkpoint_per_token = st.checkpoint_per_token;
+    const bool whole_loss = setup.objective == Objective::sft && !st.chunked_loss.on && !st.fused_loss.on;
+    b.offload_loss_per_token = whole_loss ? 4.0 * as_d(model.vocab_size) : 0.0;
+  }
   b.weight_read_bytes = full && setup.amp ? bytes_per_element(*setup.amp) : bytes_per_element(setup.weights);
   b.chunked = st.chunked_loss;
   b.fused = st.fused_loss;
@@ -866,6 +875,12 @@ StepWork step_work(const WorkBasis& b, double tokens, double batch, bool grad_ck
   w.kernels = kKernelsPerOp * w.ops;
   w.optimizer_ops = b.optimizer_ops;
   w.layout = b.layout;
+  // Activation offloading (docs/model.md, "Activation offloading"): the compute stream waits for
+  // the copies (every fifth save in the forward and at its end, each tensor the backward brings
+  // back), so they go over the host link in series with the micro-batch's work.
+  if (b.activation_offloading)
+    w.layout.offload_micro_bytes +=
+        2.0 * T * (L * (ckpt ? b.offload_checkpoint_per_token : b.offload_layer_per_token) + b.offload_loss_per_token);
   w.generation = b.generation;
   // Operations on DTensors: the forward's, the backward's and, under checkpointing, the layers'
   // forward again (the recompute runs the plan's hooks and operations as the forward did).

@@ -111,12 +111,14 @@ StepSeconds step_seconds(const StepWork& w, const StepCounts& counts, const GpuS
       t.post_comm_gpu = w.layout.post_step_collective_bytes / gather_rate + w.layout.post_step_collectives * prof.collective_latency_seconds;
       t.post_comm_host = w.layout.post_step_collectives * prof.collective_launch_seconds;
     }
-    // Offloading: pinned copies over the host link, and the optimizer step on the CPU.
-    if (gpu.host_link_bytes_per_s > 0) {
-      const double host_link = kPinnedCopyEfficiency * gpu.host_link_bytes_per_s;
-      t.offload_micro = w.layout.offload_micro_bytes / host_link;
-      t.offload_step = w.layout.offload_step_bytes / host_link + w.layout.host_optimizer_bytes / kHostOptimizerBytesPerSecond;
-    }
+  }
+  // Offloading (a sharded layout's states or parameters, or one GPU's activations): pinned copies
+  // over the host link, and the optimizer step on the CPU.
+  if (gpu.host_link_bytes_per_s > 0) {
+    const double host_link = kPinnedCopyEfficiency * gpu.host_link_bytes_per_s;
+    t.offload_micro = w.layout.offload_micro_bytes / host_link;
+    t.offload_step =
+        w.layout.offload_step_bytes / host_link + w.layout.host_optimizer_bytes / kHostOptimizerBytesPerSecond;
   }
   t.gpu_micro = t.matmul + t.attention + t.fp32 + t.traffic + t.floor + t.comm + t.offload_micro;
   // Host: the micro-batch's operations, its share of the once-a-step ones (DDP's bucket copies,

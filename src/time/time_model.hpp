@@ -50,6 +50,11 @@ struct WorkBasis {
   // one layer's in all.
   double layer_saved_per_token = 0, outside_per_token = 0, layer_activation_per_token = 0;
   double layer_saved_tensors = 0;  // tensors one layer saves (checkpointing hooks each)
+  // TRL's activation offloading: bytes per token one layer copies to the host and back (all it
+  // saves but what it saves twice; under checkpointing, its input), and the loss's (the
+  // log-softmax's fp32 output under the whole-logits loss), per token.
+  bool activation_offloading = false;
+  double offload_layer_per_token = 0, offload_checkpoint_per_token = 0, offload_loss_per_token = 0;
   double scaling_bytes_per_token = 0;  // Granite's multipliers over the residual stream and the logits
   // Images through the vision tower: its forward FLOPs per text token, and whether its backward runs.
   double tower_linear_flops_per_token = 0, tower_attention_flops_per_token = 0;

@@ -358,11 +358,11 @@ await check("a pasted recipe is planned as `trainfit plan --recipe FILE`, and it
                  `${name}: the ignored keys are listed`);
   }
   const before = await page.evaluate(() => Number(document.body.dataset.recipes || 0));
-  await page.evaluate(() => { document.getElementById("recipe").value = "model_name_or_path: qwen2.5-0.5b\nactivation_offloading: true\n"; });
+  await page.evaluate(() => { document.getElementById("recipe").value = "model_name_or_path: qwen2.5-0.5b\ncompletion_only_loss: true\n"; });
   await page.click("#recipe-button");
   await page.waitForFunction((n) => Number(document.body.dataset.recipes || 0) > n, {timeout: 15000}, before);
   const refused = await page.evaluate(() => document.getElementById("recipe-report").textContent);
-  assert.match(refused, /activation_offloading: activation offloading is not planned yet/);
+  assert.match(refused, /completion_only_loss: a completion-only loss is not planned yet/);
   // Back to the setup the checks below start from: every control cleared, then theirs.
   await page.evaluate(() => {
     for (const input of document.querySelectorAll("[id^=setting-]")) {

@@ -84,14 +84,14 @@ TEST(RecipeCli, ABadRecipeIsOneLineNamingTheFileAndTheKey) {
   const std::string path = ::testing::TempDir() + "trainfit-bad-recipe.yaml";
   {
     std::ofstream f(path);
-    f << "model_name_or_path: Qwen/Qwen2.5-0.5B\nactivation_offloading: true\n";
+    f << "model_name_or_path: Qwen/Qwen2.5-0.5B\ncompletion_only_loss: true\n";
   }
   const auto r = run_cli("plan --recipe " + path + " --gpu h100-sxm");
   EXPECT_EQ(r.code, 2);
   EXPECT_EQ(
       r.out,
       "trainfit: " + path +
-          ": activation_offloading: activation offloading is not planned yet; plan without it (remove the key) for "
+          ": completion_only_loss: a completion-only loss is not planned yet; plan without it (remove the key) for "
           "the step it replaces\n");
   const auto missing = run_cli("plan --recipe /nonexistent/recipe.yaml --gpu h100-sxm");
   EXPECT_EQ(missing.code, 2);

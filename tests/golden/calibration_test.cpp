@@ -166,5 +166,11 @@ TEST(Calibration, ModelFamiliesOnAnH100AndAnH200) {
   expect_peaks_within(kBench + "h100-families-2026-12-08/rows.jsonl", 2, 0.03, 0.01);
 }
 
+// TRL's activation offloading in SFTTrainer (loss_type nll: with the chunked loss TRL asserted on
+// the GPU), planned from TRL's OffloadActivations after the rows ran: +0.0%, -0.3%, -0.0%.
+TEST(Calibration, TrlActivationOffloadingOnAnH100) {
+  expect_peaks_within(kBench + "h100-trl-offload-2026-12-08/rows.jsonl", 3, 0.01, 0.005);
+}
+
 }  // namespace
 }  // namespace trainfit

@@ -119,9 +119,10 @@ TEST(Recipe, GrpoGenerationKeys) {
 TEST(Recipe, RefusesWhatItDoesNotPlanNamingTheKey) {
   const std::string model = "model_name_or_path: qwen2.5-0.5b\n";
   // Options not planned yet: refused when on, accepted when off (what is planned).
-  EXPECT_EQ(error_of(model + "activation_offloading: true\n"),
-            "recipe.yaml: activation_offloading: activation offloading is not planned yet; plan without it (remove the "
+  EXPECT_EQ(error_of(model + "completion_only_loss: true\n"),
+            "recipe.yaml: completion_only_loss: a completion-only loss is not planned yet; plan without it (remove the "
             "key) for the step it replaces");
+  EXPECT_EQ(error_of(model + "activation_offloading: true\n"), "");  // planned: activation_offloading
   EXPECT_EQ(error_of(model + "packing: false\nuse_liger_kernel: false\n"), "");
   EXPECT_EQ(error_of(model + "use_liger_kernel: true\n"), "");  // planned: kernels liger
   EXPECT_NE(error_of(model + "use_liger_kernel: true\nliger_kernel_config:\n  rope: false\n")

@@ -152,9 +152,9 @@ TEST(ServeApi, APastedRecipeIsPlannedAsRecipeFileAndTheBodyOverridesIt) {
   EXPECT_EQ(batch1.at("setup").at("batch"), 1);
   // A refused key is a 400 that names it; a recipe that is not text is refused too.
   const Response packed =
-      post("/api/plan", json{{"recipe", recipe + "activation_offloading: true\n"}, {"gpu", "rtx-4090"}}.dump());
+      post("/api/plan", json{{"recipe", recipe + "completion_only_loss: true\n"}, {"gpu", "rtx-4090"}}.dump());
   EXPECT_EQ(packed.status, 400);
-  EXPECT_NE(error_of(packed).find("the pasted recipe: activation_offloading: activation offloading is not planned yet"),
+  EXPECT_NE(error_of(packed).find("the pasted recipe: completion_only_loss: a completion-only loss is not planned yet"),
             std::string::npos)
       << error_of(packed);
   EXPECT_EQ(post("/api/plan", json{{"recipe", 7}}.dump()).status, 400);
