@@ -50,6 +50,8 @@ struct Draft {
   bool double_quant = true;
   bool target_linear = false;  // axolotl's lora_target_linear
   bool reentrant_checkpointing = false;
+  bool neat_packing = false;    // LLaMA-Factory's packing without cross-attention
+  bool sample_packing = false;  // axolotl's multipack
   void set(std::string setting, SettingValue v, std::string_view from) {
     values[std::move(setting)] = {std::move(v), std::string(from)};
   }
@@ -596,9 +598,17 @@ const std::vector<KeyRule>& llama_factory_rules() {
       {"use_unsloth", "refused", "Unsloth", [](auto key, const auto& n, Draft&) { off_only(key, n, "Unsloth"); }},
       {"use_unsloth_gc", "refused", "Unsloth's checkpointing",
        [](auto key, const auto& n, Draft&) { off_only(key, n, "Unsloth's checkpointing"); }},
-      {"packing", "refused", "packing", [](auto key, const auto& n, Draft&) { off_only(key, n, "packing"); }},
-      {"neat_packing", "refused", "packing without cross-attention",
-       [](auto key, const auto& n, Draft&) { off_only(key, n, "packing"); }},
+      // data/loader.py and processor/supervised.py at ff6d4d12e: packing fills rows of cutoff_len - 1
+      // tokens with whole examples that attend across their boundaries, which is how full rows run.
+      {"packing", "setting", "rows of cutoff_len filled with examples attending across them: planned as full rows",
+       [](auto key, const auto& n, Draft& d) {
+         if (!is_null(n) && bool_of(key, n))
+           d.notes.push_back(
+               "packing: rows of cutoff_len - 1 tokens filled with whole examples that attend across "
+               "their boundaries, planned as full rows of cutoff_len");
+       }},
+      {"neat_packing", "setting", "packing (examples attend within themselves; flash_attn fa2 and batch 1 only)",
+       [](auto key, const auto& n, Draft& d) { d.neat_packing = !is_null(n) && bool_of(key, n); }},
       {"use_dora", "refused", "DoRA", [](auto key, const auto& n, Draft&) { off_only(key, n, "DoRA (use_dora)"); }},
       {"pissa_init", "refused", "PiSSA",
        [](auto key, const auto& n, Draft&) { off_only(key, n, "PiSSA initialisation"); }},
@@ -680,6 +690,22 @@ void read_llama_factory(const YAML::Node& root, Draft& d, Recipe& out) {
   if (!d.has("grad_ckpt")) d.set("grad_ckpt", true, "disable_gradient_checkpointing");
   if (!d.has("seq")) d.set("seq", std::int64_t{2048}, "cutoff_len");
   if (!d.has("batch")) d.set("batch", std::int64_t{8}, "per_device_train_batch_size");
+  if (d.neat_packing) {
+    // SFTDataCollatorWith4DAttentionMask (data/collator.py at ff6d4d12e): under flash_attention_2 a
+    // row of packed examples with position_ids restarting at each and no mask, which transformers
+    // runs through the varlen kernel (packing under flash); otherwise a 4D block-diagonal mask per
+    // row in the compute dtype (prepare_4d_attention_mask), which has no term yet.
+    if (d.objective != Objective::sft) refuse("neat_packing", "LLaMA-Factory sets neat_packing for SFT only");
+    const bool flash = d.has("attn") && std::get<std::string>(d.values.at("attn").first) == "flash";
+    if (!flash)
+      refuse("neat_packing",
+             "under sdpa or eager (flash_attn auto, sdpa, disabled) LLaMA-Factory masks each row with a 4D "
+             "block-diagonal mask in the compute dtype, which is not planned yet; plan it with flash_attn fa2");
+    if (std::get<std::int64_t>(d.values.at("batch").first) != 1)
+      refuse("neat_packing",
+             "LLaMA-Factory's collator asserts per_device_train_batch_size 1 for neat packing under fa2");
+    d.set("packing", true, "neat_packing");
+  }
   if (!d.has("optimizer")) d.set("optimizer", std::string("adamw"), "optim");
   // A multimodal model's tower and projector are frozen and out of the LoRA targets by default
   // (freeze_vision_tower, freeze_multi_modal_projector); nothing changes for a text model.
@@ -785,8 +811,9 @@ const std::vector<KeyRule>& axolotl_rules() {
        }},
       {"optimizer", "setting", "optimizer (default adamw_torch_fused)",
        [](auto key, const auto& n, Draft& d) { d.set("optimizer", optimizer_setting(key, n), key); }},
-      {"sample_packing", "refused", "sample packing",
-       [](auto key, const auto& n, Draft&) { off_only(key, n, "sample packing"); }},
+      {"sample_packing", "setting",
+       "packing (flash: the micro-batch as one row; sdpa and eager: micro_batch_size 1 only)",
+       [](auto key, const auto& n, Draft& d) { d.sample_packing = !is_null(n) && bool_of(key, n); }},
       {"xformers_attention", "refused", "xformers attention",
        [](auto key, const auto& n, Draft&) { off_only(key, n, "xformers attention"); }},
       {"flex_attention", "refused", "flex attention",
@@ -885,6 +912,25 @@ void read_axolotl(const YAML::Node& root, Draft& d, Recipe& out) {
   if (!d.has("lora_dropout")) d.set("lora_dropout", 0.0, "lora_dropout");
   if (!d.has("seq")) d.set("seq", std::int64_t{512}, "sequence_len");
   if (!d.has("batch")) d.set("batch", std::int64_t{1}, "micro_batch_size");
+  if (d.sample_packing) {
+    // axolotl at 067b021c8 (core/builders/causal.py, core/trainers/base.py): a flash kernel packs
+    // micro_batch_size x sequence_len tokens into one row (multipack_real_batches off); sdpa and
+    // eager keep micro_batch_size rows of sequence_len, each masked block-diagonally from its
+    // position_ids (the attention mask dropped). Without a named kernel the samples attend across.
+    const std::string attn = d.has("attn") ? std::get<std::string>(d.values.at("attn").first) : "";
+    if (attn.empty()) {
+      d.notes.push_back(
+          "sample_packing without an attention kernel: rows of sequence_len whose samples attend "
+          "across their boundaries, planned as full rows");
+    } else if (attn == "flash" || std::get<std::int64_t>(d.values.at("batch").first) == 1) {
+      d.set("packing", true, "sample_packing");
+    } else {
+      refuse("sample_packing",
+             fmt::format("under {} axolotl masks each of micro_batch_size rows block-diagonally (a mask a row), "
+                         "which is not planned yet; plan it with flash_attention or micro_batch_size 1",
+                         attn));
+    }
+  }
   if (!d.has("optimizer")) d.set("optimizer", std::string("adamw"), "optimizer");
   if (d.has("grad_ckpt") && std::get<bool>(d.values.at("grad_ckpt").first) && d.reentrant_checkpointing)
     d.notes.push_back(

@@ -230,6 +230,30 @@ resume_from_checkpoint: null
   EXPECT_NE(error_of("model_name_or_path: x\nstage: pt\n").find("stage 'pt' is not planned"), std::string::npos);
 }
 
+// LLaMA-Factory's packing (data/loader.py at ff6d4d12e): packing fills rows whose examples attend
+// across them, planned as full rows; neat_packing keeps each example to itself, which under fa2 is
+// a packed row through the varlen kernel and otherwise a 4D mask per row that is not planned.
+TEST(Recipe, LlamaFactoryPackingAndNeatPacking) {
+  const std::string base = "model_name_or_path: qwen2.5-0.5b\nstage: sft\nfinetuning_type: lora\ncutoff_len: 4096\n";
+  const Recipe packed = parse_recipe(base + "packing: true\n", "lf.yaml");
+  EXPECT_EQ(settings_of(packed).count("packing"), 0u);  // full rows, as unpacked rows run
+  EXPECT_EQ(settings_of(packed).at("seq"), "4096");
+  bool said = false;
+  for (const std::string& n : packed.notes) said = said || n.starts_with("packing: rows of cutoff_len - 1 tokens");
+  EXPECT_TRUE(said);
+  const auto neat = settings_of(
+      parse_recipe(base + "neat_packing: true\nflash_attn: fa2\nper_device_train_batch_size: 1\n", "lf.yaml"));
+  EXPECT_EQ(neat.at("packing"), "true");
+  EXPECT_EQ(neat.at("attn"), "flash");
+  EXPECT_NE(error_of(base + "neat_packing: true\n").find("neat_packing: under sdpa or eager"), std::string::npos);
+  EXPECT_NE(error_of(base + "neat_packing: true\nflash_attn: fa2\nper_device_train_batch_size: 2\n")
+                .find("asserts per_device_train_batch_size 1"),
+            std::string::npos);
+  EXPECT_NE(error_of("model_name_or_path: qwen2.5-0.5b\nstage: dpo\nneat_packing: true\nflash_attn: fa2\n")
+                .find("neat_packing: LLaMA-Factory sets neat_packing for SFT only"),
+            std::string::npos);
+}
+
 // LLaMA-Factory freezes a multimodal model's vision tower and projector and keeps them out of the
 // LoRA targets unless freeze_vision_tower (or freeze_multi_modal_projector) is false.
 TEST(Recipe, LlamaFactoryFreezesTheVisionTowerByDefault) {
@@ -287,9 +311,19 @@ flash_attention: true
   EXPECT_EQ(s.at("attn"), "flash");
   EXPECT_EQ(s.at("grad_ckpt"), "true");
   EXPECT_EQ(s.at("trainer"), "transformers");
-  EXPECT_NE(error_of("base_model: qwen2.5-0.5b\nlora_r: 8\nsample_packing: true\n")
-                .find("sample_packing: sample packing is not planned"),
+  // sample_packing: under flash the micro-batch as one row (packing); under sdpa a block mask a row,
+  // planned for one row only; without a named kernel, rows whose samples attend across them.
+  const std::string packed =
+      "base_model: qwen2.5-0.5b\nadapter: lora\nlora_r: 8\nlora_target_linear: true\nsample_packing: true\n";
+  EXPECT_EQ(settings_of(parse_recipe(packed + "flash_attention: true\nmicro_batch_size: 4\n", "a.yaml")).at("packing"),
+            "true");
+  EXPECT_EQ(settings_of(parse_recipe(packed + "sdp_attention: true\n", "a.yaml")).at("packing"), "true");
+  EXPECT_NE(error_of(packed + "sdp_attention: true\nmicro_batch_size: 2\n")
+                .find("sample_packing: under sdpa axolotl masks each of micro_batch_size rows"),
             std::string::npos);
+  const Recipe across = parse_recipe(packed, "a.yaml");
+  EXPECT_EQ(settings_of(across).count("packing"), 0u);
+  EXPECT_FALSE(across.notes.empty());
   EXPECT_NE(error_of("base_model: qwen2.5-0.5b\nmicro_batch_size: 1\n").find("adapter: full fine-tuning under axolotl"),
             std::string::npos);
 }
