@@ -6,23 +6,14 @@
 #include <cmath>
 #include <string>
 
+#include "support/breakdown_terms.hpp"
 #include "trainfit/error.hpp"
 #include "trainfit/trainfit.hpp"
 
 namespace trainfit {
 namespace {
 
-double term(const MemoryEstimate& m, const std::string& category) {
-  for (const MemoryTerm& t : m.breakdown)
-    if (t.category == category) return static_cast<double>(t.bytes);
-  return 0;
-}
-
-double term(const TimeEstimate& t, const std::string& name) {
-  for (const TimeTerm& x : t.breakdown)
-    if (x.name == name) return x.seconds;
-  return 0;
-}
+using testing::term;
 
 // The measured rows' setups (data/bench/h100-trl-offload-2026-12-08): TRL with loss_type nll.
 TrainingSetup trl_sft(const std::string& model, Method method, std::int64_t batch, std::int64_t seq, bool ckpt,

@@ -6,22 +6,13 @@
 
 #include <string>
 
+#include "support/breakdown_terms.hpp"
 #include "trainfit/trainfit.hpp"
 
 namespace trainfit {
 namespace {
 
-double term(const MemoryEstimate& m, const std::string& category) {
-  for (const MemoryTerm& t : m.breakdown)
-    if (t.category == category) return static_cast<double>(t.bytes);
-  return 0;
-}
-
-double term(const TimeEstimate& t, const std::string& name) {
-  for (const TimeTerm& x : t.breakdown)
-    if (x.name == name) return x.seconds;
-  return 0;
-}
+using testing::term;
 
 TrainingSetup qwen_full(bool packing, Attention attention = Attention::sdpa) {
   TrainingSetup s;

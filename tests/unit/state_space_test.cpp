@@ -145,6 +145,35 @@ TEST(Granite4Hybrid, TheScansProductsAreThePeaksTransient) {
   EXPECT_TRUE(warned);
 }
 
+// The scan's broadcast products and sums are paced by their offset arithmetic on the CUDA cores
+// (TimeProfile::broadcast_ops_per_element), not by the bandwidth: the same on an H100 and an H200
+// (one die, the same fp32 peak), and proportional to the operations an element.
+TEST(Granite4Hybrid, TheScansBroadcastKernelsArePacedByTheCudaCores) {
+  const ModelSpec m = load_model("granite4.0-h-350m");
+  TrainingSetup s;
+  s.method = Method::full;
+  s.seq = 1024;
+  auto traffic = [&](const char* gpu, double ops) {
+    TimeProfile prof = default_profile(find_gpu(gpu));
+    prof.broadcast_ops_per_element = ops;
+    for (const TimeTerm& t : estimate_time(m, s, find_gpu(gpu), prof, false).breakdown)
+      if (t.name == "memory_traffic") return t.seconds;
+    return 0.0;
+  };
+  // 28 Mamba-2 layers x 1024 tokens x (H Q n + 4 H Q + I Q + 2 I n) elements, 6 passes, 167
+  // operations each at 66.9 TFLOP/s, besides the rest of the step's traffic.
+  const double scan =
+      28.0 * 1024 * (48.0 * 256 * 128 + 4.0 * 48 * 256 + 1536.0 * 256 + 2.0 * 1536 * 128) * 6 * 167 / 66.9e12;
+  const double h100 = traffic("h100-sxm", 167), h200 = traffic("h200", 167);
+  EXPECT_GT(h100, scan);
+  EXPECT_LT(h100, 1.3 * scan);
+  // Twice the operations an element, twice the scan's time (at half, an H200's bandwidth would bind).
+  EXPECT_NEAR(traffic("h200", 2 * 167) - h200, scan, 0.01 * scan);
+  // On the H200 the rest of the traffic goes faster, the scan not.
+  EXPECT_LT(h200, h100);
+  EXPECT_GT(h200, scan);
+}
+
 }  // namespace
 }  // namespace trainfit::detail
 
