@@ -377,7 +377,11 @@ LossBuffers objective_loss(const MemoryBasis& b, double T) {
       }
       // DPO's masked copies of the chosen (then the rejected) logits are half the entropy's copy.
       l.forward = full(n) + n * kept_row + reference_logits + metrics;
-      l.backward = rowcat(n) + std::max(n * kept_row, full(n));
+      // fp32 logits: each row's logsumexp saves its input, a view of the logits, so the logits
+      // themselves live until those backwards have run (the allocator's history of a precomputed-
+      // reference DPO step: the fp32 logits and two logits-sized gradients at its peak).
+      const double logits_saved_by_logsumexp = kept_row > 0 ? 0.0 : full(n);
+      l.backward = rowcat(n) + std::max(n * kept_row, full(n)) + logits_saved_by_logsumexp;
       l.output_backward = full(n);
       l.forward_moment = b.reference_forward ? "loss forward: the policy's and the reference's logits, metrics"
                                              : "loss forward: the policy's logits, metrics";
