@@ -52,6 +52,7 @@ struct Draft {
   bool reentrant_checkpointing = false;
   bool neat_packing = false;    // LLaMA-Factory's packing without cross-attention
   bool sample_packing = false;  // axolotl's multipack
+  bool max_length_null = false;  // TRL's max_length: null (no truncation)
   void set(std::string setting, SettingValue v, std::string_view from) {
     values[std::move(setting)] = {std::move(v), std::string(from)};
   }
@@ -208,11 +209,17 @@ const std::vector<KeyRule>& trl_rules() {
        }},
       {"max_length", "setting", "seq (the trainer config's default 1024)",
        [](auto key, const auto& n, Draft& d) {
-         if (!is_null(n)) d.set("seq", int_of(key, n), key);
+         if (is_null(n))
+           d.max_length_null = true;
+         else
+           d.set("seq", int_of(key, n), key);
        }},
       {"max_seq_length", "setting", "seq (SFTConfig's older name of max_length)",
        [](auto key, const auto& n, Draft& d) {
-         if (!is_null(n)) d.set("seq", int_of(key, n), key);
+         if (is_null(n))
+           d.max_length_null = true;
+         else
+           d.set("seq", int_of(key, n), key);
        }},
       {"max_prompt_length", "setting", "seq, with max_completion_length (GRPO)",
        [](auto key, const auto& n, Draft& d) {
@@ -459,6 +466,9 @@ void read_trl(const YAML::Node& root, Draft& d, Recipe& out) {
     }
   } else if (!d.has("seq")) {
     d.set("seq", std::int64_t{1024}, "max_length");
+    if (d.max_length_null)
+      d.notes.push_back(
+          "max_length: null keeps each example's own length: planned at seq 1024; give theirs with --seq");
   }
   // Mixed precision: TRL's configs set bf16 unless fp16 is. Over fp32 weights that is autocast
   // (amp); over 16-bit weights autocast changes only what runs in fp32 inside the trainer's own
@@ -484,6 +494,12 @@ void read_trl(const YAML::Node& root, Draft& d, Recipe& out) {
   // SFTTrainer flattens the micro-batch under padding_free, and under packing with bfd or bfd_split
   // (TRL f2cd577, sft_trainer.py); wrapped packing keeps rows of max_length whose examples attend
   // across their boundaries, which is how the plan's rows already run.
+  // SFTTrainer's own check (sft_trainer.py at f2cd577): padding-free rows are not truncated, so it
+  // refuses them while max_length is set, unless packing cuts the examples into bins.
+  if (d.padding_free && !d.packing && !d.max_length_null && d.objective == Objective::sft)
+    refuse("padding_free",
+           "SFTTrainer refuses padding_free without packing while max_length is set (it would not truncate the "
+           "examples): set max_length: null (and give their length with --seq) or packing: true");
   if (d.padding_free || (d.packing && d.packing_strategy != "wrapped")) {
     if (d.objective != Objective::sft)
       refuse(d.padding_free ? "padding_free" : "packing", "packing is planned for SFT only");

@@ -158,7 +158,14 @@ TEST(Recipe, TrlsPackingAndPaddingFreeFlattenTheMicroBatch) {
   EXPECT_EQ(packing_of("packing: true\n"), "true");
   EXPECT_EQ(packing_of("packing: true\npacking_strategy: bfd_split\n"), "true");
   EXPECT_EQ(packing_of("packing: true\npacking_strategy: wrapped\n"), "(unset)");
-  EXPECT_EQ(packing_of("padding_free: true\n"), "true");
+  // padding_free without packing: SFTTrainer refuses it while max_length is set (the default 1024),
+  // as it did on the GPU machine; with max_length null the examples keep their length.
+  EXPECT_EQ(error_of(model + "padding_free: true\n"),
+            "recipe.yaml: padding_free: SFTTrainer refuses padding_free without packing while max_length is set (it "
+            "would not truncate the examples): set max_length: null (and give their length with --seq) or packing: "
+            "true");
+  EXPECT_EQ(packing_of("padding_free: true\nmax_length: null\n"), "true");
+  EXPECT_EQ(packing_of("padding_free: true\npacking: true\n"), "true");
   EXPECT_EQ(packing_of("packing: false\n"), "(unset)");
   EXPECT_EQ(error_of(model + "packing: true\npacking_strategy: greedy\n"),
             "recipe.yaml: packing_strategy: 'greedy' is not one of SFTConfig's strategies (bfd, bfd_split, wrapped)");
