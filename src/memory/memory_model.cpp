@@ -518,6 +518,8 @@ StepMemory step_memory(const MemoryBasis& b, double tokens, std::int64_t grad_ac
                                     : grad_ckpt              ? 0.0
                                                              : allocated_for(b.layer_saved_twice, T);
   const double layers_kept = L * resident_per_layer;
+  // SFT's loss over the whole logits (not TRL's chunked loss, not Liger's fused one).
+  const bool whole_loss = b.objective == Objective::sft && !b.chunked.on && !b.fused.on;
   // A training vision tower's layers: their tensors, or under checkpointing their inputs.
   const double outside = allocated_for(b.outside_activations, T) +
                          (b.packed_mask_outside > 0 ? allocator_block(b.packed_mask_outside * T * T) : 0.0) +
@@ -744,7 +746,7 @@ StepMemory step_memory(const MemoryBasis& b, double tokens, std::int64_t grad_ac
   // fit the activations' free space, states stay in a first-step logits segment, which can then not
   // serve the next step's fp32 logits: they need a segment of their own beside it.
   // (Not judged with activation offloading, whose blocks come and go on a stream of their own.)
-  if (b.objective == Objective::sft && !b.chunked.on && !b.fused.on && !b.activation_offloading &&
+  if (whole_loss && !b.activation_offloading &&
       b.largest_state_tensor > caching_allocator::kSmallSize && b.largest_state_tensor <= logits_f) {
     // (Under checkpointing a tower layer's input is c x d a position: its largest is one layer's.)
     const double tower_largest = grad_ckpt ? b.tower_layer_input_per_token : b.tower_largest_per_token;
@@ -765,7 +767,6 @@ StepMemory step_memory(const MemoryBasis& b, double tokens, std::int64_t grad_ac
   // PyTorch's CachingHostAllocator rounds up to a power of two.
   if (b.activation_offloading) {
     const auto pinned = [](double bytes) { return bytes > 0 ? std::exp2(std::ceil(std::log2(bytes))) : 0.0; };
-    const bool whole_loss = b.objective == Objective::sft && !b.chunked.on && !b.fused.on;
     double layer_host = 0;
     if (grad_ckpt) {
       layer_host = pinned(b.checkpoint_per_token * T);
@@ -775,7 +776,6 @@ StepMemory step_memory(const MemoryBasis& b, double tokens, std::int64_t grad_ac
       for (const TensorSizes::SameSize& d : b.layer_saved_twice.distinct)
         layer_host -= d.count * pinned(d.bytes_per_token * T);
     }
-    out.offloaded_bytes = L * (kept_per_layer - resident_per_layer) + (whole_loss ? logits_f : 0.0);
     out.offloaded_host_bytes = L * layer_host + (whole_loss ? pinned(TV * 4.0) : 0.0);
   }
   // Blocks freed before the peak that the allocator cannot reuse for it stay reserved: the

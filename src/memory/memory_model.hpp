@@ -179,9 +179,7 @@ struct StepMemory {
   // The fp32 logits segment a later step must make beside the first step's, which the first
   // optimizer step's states made unusable for them (MemoryEstimate::later_logits_segment_bytes).
   std::int64_t later_logits_segment_bytes = 0;
-  // Activation offloading: the bytes a micro-batch copies to the host in the forward (and back in
-  // the backward), and the pinned host memory that holds them.
-  double offloaded_bytes = 0;
+  // Activation offloading: the pinned host memory that holds what a micro-batch copies out.
   double offloaded_host_bytes = 0;
 };
 

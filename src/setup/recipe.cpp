@@ -57,6 +57,11 @@ struct Draft {
     values[std::move(setting)] = {std::move(v), std::string(from)};
   }
   bool has(std::string_view setting) const { return values.count(setting) > 0; }
+  // A setting already set, as its type (has() first where it may be unset).
+  template <class T>
+  const T& get(const std::string& setting) const {
+    return std::get<T>(values.at(setting).first);
+  }
 };
 
 [[noreturn]] void refuse(std::string_view key, std::string reason) {
@@ -427,15 +432,15 @@ void read_trl(const YAML::Node& root, Draft& d, Recipe& out) {
   if (!d.has("optimizer")) d.set("optimizer", std::string("adamw"), "optim");
   // use_liger_kernel: SFTTrainer's loss_type defaults to nll, and the patched forward then runs
   // Liger's fused loss in place of transformers' (skip_logits); chunked_nll it refuses.
-  if (d.has("kernels") && std::get<std::string>(d.values.at("kernels").first) == "liger" &&
+  if (d.has("kernels") && d.get<std::string>("kernels") == "liger" &&
       d.objective == Objective::sft) {
-    if (d.has("loss") && parse_loss(std::get<std::string>(d.values.at("loss").first)) == Loss::chunked)
+    if (d.has("loss") && parse_loss(d.get<std::string>("loss")) == Loss::chunked)
       refuse("loss_type", "chunked_nll with use_liger_kernel: TRL's SFTTrainer refuses the two together");
     d.set("loss", std::string("fused"), "use_liger_kernel");
   }
   if (d.objective == Objective::grpo) {
     if (!d.has("completion_len")) d.set("completion_len", std::int64_t{512}, "max_completion_length");
-    const std::int64_t completion = std::get<std::int64_t>(d.values.at("completion_len").first);
+    const std::int64_t completion = d.get<std::int64_t>("completion_len");
     if (d.max_prompt_length) {
       d.set("seq", *d.max_prompt_length + completion, "max_prompt_length");
     } else if (!d.has("seq")) {
@@ -458,7 +463,7 @@ void read_trl(const YAML::Node& root, Draft& d, Recipe& out) {
     if (d.generation_batch_size) {
       if (d.has("steps_per_generation"))
         refuse("generation_batch_size", "generation_batch_size and steps_per_generation cannot both be set (TRL)");
-      const std::int64_t batch = std::get<std::int64_t>(d.values.at("batch").first);
+      const std::int64_t batch = d.get<std::int64_t>("batch");
       if (*d.generation_batch_size % batch != 0)
         refuse("generation_batch_size", fmt::format("must be a multiple of per_device_train_batch_size ({})", batch));
       d.set("steps_per_generation", *d.generation_batch_size / batch, "generation_batch_size");
@@ -476,7 +481,7 @@ void read_trl(const YAML::Node& root, Draft& d, Recipe& out) {
   const bool fp16 = d.fp16.value_or(false);
   const bool bf16 = d.bf16.value_or(!fp16);
   if (bf16 && fp16) refuse("fp16", "bf16 and fp16 cannot both be true");
-  const std::string weights = std::get<std::string>(d.values.at("weights").first);
+  const std::string weights = d.get<std::string>("weights");
   const bool fp32_weights = weights == "fp32" || weights == "float32";
   if (fp32_weights && (bf16 || fp16)) {
     if (d.use_peft)
@@ -712,12 +717,12 @@ void read_llama_factory(const YAML::Node& root, Draft& d, Recipe& out) {
     // runs through the varlen kernel (packing under flash); otherwise a 4D block-diagonal mask per
     // row in the compute dtype (prepare_4d_attention_mask), which has no term yet.
     if (d.objective != Objective::sft) refuse("neat_packing", "LLaMA-Factory sets neat_packing for SFT only");
-    const bool flash = d.has("attn") && std::get<std::string>(d.values.at("attn").first) == "flash";
+    const bool flash = d.has("attn") && d.get<std::string>("attn") == "flash";
     if (!flash)
       refuse("neat_packing",
              "under sdpa or eager (flash_attn auto, sdpa, disabled) LLaMA-Factory masks each row with a 4D "
              "block-diagonal mask in the compute dtype, which is not planned yet; plan it with flash_attn fa2");
-    if (std::get<std::int64_t>(d.values.at("batch").first) != 1)
+    if (d.get<std::int64_t>("batch") != 1)
       refuse("neat_packing",
              "LLaMA-Factory's collator asserts per_device_train_batch_size 1 for neat packing under fa2");
     d.set("packing", true, "neat_packing");
@@ -726,7 +731,7 @@ void read_llama_factory(const YAML::Node& root, Draft& d, Recipe& out) {
   // A multimodal model's tower and projector are frozen and out of the LoRA targets by default
   // (freeze_vision_tower, freeze_multi_modal_projector); nothing changes for a text model.
   if (!d.has("vision_tower")) d.set("vision_tower", std::string("frozen"), "freeze_vision_tower");
-  if (d.has("grad_ckpt") && std::get<bool>(d.values.at("grad_ckpt").first) && d.reentrant_checkpointing)
+  if (d.has("grad_ckpt") && d.get<bool>("grad_ckpt") && d.reentrant_checkpointing)
     d.notes.push_back(
         "use_reentrant_gc (on by default) is planned as non-reentrant checkpointing: the same tensors "
         "are kept; the hooks' host time is counted");
@@ -933,12 +938,12 @@ void read_axolotl(const YAML::Node& root, Draft& d, Recipe& out) {
     // micro_batch_size x sequence_len tokens into one row (multipack_real_batches off); sdpa and
     // eager keep micro_batch_size rows of sequence_len, each masked block-diagonally from its
     // position_ids (the attention mask dropped). Without a named kernel the samples attend across.
-    const std::string attn = d.has("attn") ? std::get<std::string>(d.values.at("attn").first) : "";
+    const std::string attn = d.has("attn") ? d.get<std::string>("attn") : "";
     if (attn.empty()) {
       d.notes.push_back(
           "sample_packing without an attention kernel: rows of sequence_len whose samples attend "
           "across their boundaries, planned as full rows");
-    } else if (attn == "flash" || std::get<std::int64_t>(d.values.at("batch").first) == 1) {
+    } else if (attn == "flash" || d.get<std::int64_t>("batch") == 1) {
       d.set("packing", true, "sample_packing");
     } else {
       refuse("sample_packing",
@@ -948,7 +953,7 @@ void read_axolotl(const YAML::Node& root, Draft& d, Recipe& out) {
     }
   }
   if (!d.has("optimizer")) d.set("optimizer", std::string("adamw"), "optimizer");
-  if (d.has("grad_ckpt") && std::get<bool>(d.values.at("grad_ckpt").first) && d.reentrant_checkpointing)
+  if (d.has("grad_ckpt") && d.get<bool>("grad_ckpt") && d.reentrant_checkpointing)
     d.notes.push_back(
         "use_reentrant: true is planned as non-reentrant checkpointing: the same tensors are kept; the "
         "hooks' host time is counted");

@@ -75,7 +75,6 @@ constexpr double kFalconMultiplierOps = 9;
 // the product's size, each reduced after: 2 passes over a product forward, 4 backward.
 constexpr double kStateSpaceProductPassesForward = 2.0;
 constexpr double kStateSpaceProductPassesBackward = 4.0;
-constexpr double kStateSpaceProductBytes = 4;  // the products are fp32
 // Qwen3-Next's attention output gate: q_proj's output split into query and gate, the gate's
 // reshape, sigmoid and the product.
 constexpr double kOutputGateOps = 5;
@@ -844,7 +843,7 @@ StepWork step_work(const WorkBasis& b, double tokens, double batch, bool grad_ck
                    (ckpt ? layer_saved * kTrafficPerSavedByteForward : 0.0) + loss_bytes + lora_bytes -
                    w.adapter_bytes + b.scaling_bytes_per_token * T;
   w.broadcast_elements =
-      b.state_space_products_per_token / kStateSpaceProductBytes * T *
+      b.state_space_products_per_token / kBroadcastElementBytes * T *
       (kStateSpaceProductPassesForward * (1.0 + (ckpt ? 1.0 : 0.0)) + kStateSpaceProductPassesBackward);
   // Every pass (forward, backward, recompute) reads each weight matrix once; a quantised one is
   // first dequantised.

@@ -77,7 +77,7 @@ StepSeconds step_seconds(const StepWork& w, const StepCounts& counts, const GpuS
   // operands dimension by dimension (a division and a remainder a dimension) before it moves the
   // element: it takes the longer of its bytes at the bandwidth and that arithmetic at the CUDA
   // cores' rate (docs/model.md, "Mamba-2 layers").
-  t.traffic = w.memory_bytes / bw + std::max(w.broadcast_elements * 4.0 / bw,
+  t.traffic = w.memory_bytes / bw + std::max(w.broadcast_elements * kBroadcastElementBytes / bw,
                                              w.broadcast_elements * prof.broadcast_ops_per_element / gpu.fp32_flops);
   t.floor = w.kernels * prof.kernel_floor_seconds;
   // Collectives over the GPU-to-GPU link (the host link when the card has none); a data-parallel

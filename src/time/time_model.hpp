@@ -122,6 +122,8 @@ bool has_rates(const GpuSpec& gpu);
 // A pinned copy over PCIe carries about 80% of the link's one-direction rate as payload (packet
 // headers and flow control take the rest).
 inline constexpr double kPinnedCopyEfficiency = 0.8;
+// Bytes of an element StepWork::broadcast_elements counts: the Mamba-2 scan's products are fp32.
+inline constexpr double kBroadcastElementBytes = 4;
 // The CPU optimizer of an offloaded step (PyTorch's or DeepSpeed's Adam over fp32 states) is bound
 // by host memory bandwidth: bytes read and written a second. Unmeasured: a server socket's DRAM
 // streams some 100-200 GB/s, and a multi-threaded Adam reaches a fraction of it.
